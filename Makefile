@@ -1,0 +1,118 @@
+# weft - build, test, run.  `make run` and `make test` are the two quick-start commands.
+#
+# Layout: every .c under common/ kernels/ topo/ comm/ goes into libweft, except files
+# ending in _cli.c (programs). Programs: tools/weftrun.c, topo/weft_topo_cli.c,
+# bench/*_perf.c (with bench/perf_common.c), bench/mpi_coll_perf.c (when mpicc exists).
+# Tests: every tests/test_*.c becomes build/tests/test_*; tests/run.sh runs the suite.
+
+CC      ?= gcc
+PREFIX  ?= /usr/local
+BUILD   ?= build
+OPT     ?= -O3
+SAN     ?=
+
+CFLAGS_BASE = -std=gnu11 -g $(OPT) -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
+              -fPIC -pthread -fno-strict-aliasing
+INCS    = -Iinclude -Icommon -Ikernels -Itopo -Icomm
+HWLOC_CFLAGS := $(shell pkg-config --cflags hwloc 2>/dev/null)
+HWLOC_LIBS   := $(shell pkg-config --libs hwloc 2>/dev/null)
+ifneq ($(SAN),)
+CFLAGS_BASE += -fsanitize=$(SAN) -fno-omit-frame-pointer
+LDSAN    = -fsanitize=$(SAN)
+endif
+CFLAGS  += $(CFLAGS_BASE) $(INCS) $(HWLOC_CFLAGS)
+LDLIBS  += $(HWLOC_LIBS) -lrt -lm -pthread $(LDSAN)
+
+LIB_SRC  := $(filter-out %_cli.c,$(wildcard common/*.c kernels/*.c topo/*.c comm/*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+PERF_SRC := $(wildcard bench/*_perf.c)
+PERF_BIN := $(PERF_SRC:bench/%.c=$(BUILD)/bin/%)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TOOLS    := $(BUILD)/bin/weftrun $(BUILD)/bin/weft-topo
+MPICC    := $(shell command -v mpicc 2>/dev/null)
+MPI_BIN  := $(if $(MPICC),$(BUILD)/bin/mpi_coll_perf)
+
+.PHONY: all lib tools tests test run deps install clean help
+
+all: lib tools $(PERF_BIN) $(MPI_BIN)
+
+lib: $(BUILD)/lib/libweft.so $(BUILD)/lib/libweft.a
+tools: $(TOOLS)
+tests: $(TEST_BIN)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/lib/libweft.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/lib/libweft.so: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libweft.so.0 -o $@ $^ $(LDLIBS)
+
+LIBA = $(BUILD)/lib/libweft.a
+
+$(BUILD)/bin/weftrun: $(BUILD)/obj/tools/weftrun.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bin/weft-topo: $(BUILD)/obj/topo/weft_topo_cli.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bin/%_perf: $(BUILD)/obj/bench/%_perf.o $(BUILD)/obj/bench/perf_common.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bin/mpi_coll_perf: bench/mpi_coll_perf.c
+	@mkdir -p $(dir $@)
+	$(MPICC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $<
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+# Debian packages the build, the tests and the benchmarks need; installed only if missing.
+DEB_PKGS = gcc make pkg-config libhwloc-dev hwloc openmpi-bin libopenmpi-dev iproute2 \
+           gnuplot-nox procps
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" \
+	        || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	    echo "make deps: installing$$missing"; \
+	    if [ "$$(id -u)" != 0 ]; then echo "make deps: need root to apt-get install$$missing" >&2; exit 1; fi; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+test: deps
+	$(MAKE) all tests
+	bash tests/run.sh
+
+# The main job: an all-reduce sweep on two local ranks (nccl-tests format).
+RUN_RANKS ?= 2
+run: deps
+	$(MAKE) all
+	$(BUILD)/bin/weftrun -n $(RUN_RANKS) $(BUILD)/bin/all_reduce_perf -b 8 -e 128M -f 2 -w 5 -n 20
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 $(BUILD)/lib/libweft.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/lib/libweft.so $(DESTDIR)$(PREFIX)/lib/libweft.so.0
+	ln -sf libweft.so.0 $(DESTDIR)$(PREFIX)/lib/libweft.so
+	install -m 644 include/weft.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(TOOLS) $(PERF_BIN) $(MPI_BIN) $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' weft.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft.pc
+
+clean:
+	rm -rf $(BUILD)
+
+help:
+	@echo "make run | test | all | tests | install PREFIX=... | deps | clean   (SAN=address,undefined)"
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,84 @@
+/*
+ * sched.h - schedules: the per-rank programs that algorithms produce and the engine runs.
+ *
+ * A schedule is an array of steps. Buffers are named, not pointed to (SEND, RECV, TMP),
+ * so one schedule serves every call with the same (collective, count, dtype, op, root,
+ * in-place, algorithm, chunk) and is cached.
+ *
+ * Ordering rules the engine follows:
+ *   - steps that send to one peer run in array order; so do steps that receive from one
+ *     peer (each direction of a connection is a FIFO);
+ *   - a step starts only after step `dep` completed (-1: no dependency), and, when
+ *     `after_all` is set, after every earlier step completed;
+ *   - a step with `stream` >= 0 may only move bytes that step `stream` has already
+ *     produced (same length): this is what pipelines a ring, a chain or a tree;
+ *   - local steps (COPY, FOLD) run whole once their dependencies are met.
+ * Every SEND/RECV/RECV_REDUCE moves at least one frame, even with len 0, so a barrier is
+ * a schedule of empty frames and every step is checked against the peer's header.
+ */
+#ifndef WEFT_SCHED_H
+#define WEFT_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+typedef enum { BUF_NONE = 0, BUF_SEND, BUF_RECV, BUF_TMP } sched_buf_t;
+
+typedef enum {
+    STEP_SEND,        /* send src[off, off+len) to peer */
+    STEP_RECV,        /* receive into dst[off, off+len) from peer */
+    STEP_RECV_REDUCE, /* dst = src op incoming, elementwise (dst may equal src) */
+    STEP_COPY,        /* dst = src, local */
+    STEP_FOLD         /* dst = src[0] op src[1] op ... op src[nslots-1], in slot order,
+                         slots `slot_stride` bytes apart; local */
+} step_kind_t;
+
+typedef struct sched_step {
+    uint8_t kind;       /* step_kind_t */
+    uint8_t dst_buf;    /* sched_buf_t */
+    uint8_t src_buf;
+    uint8_t final;      /* apply AVG's division here (the last reduction of an element) */
+    uint8_t after_all;
+    int32_t peer;       /* SEND/RECV*: rank in the communicator */
+    int32_t dep;
+    int32_t stream;
+    int32_t nslots;     /* FOLD */
+    size_t dst_off, src_off, len, slot_stride;   /* bytes */
+} sched_step_t;
+
+typedef struct sched {
+    int nsteps, cap;
+    sched_step_t *steps;
+    size_t tmp_bytes;   /* scratch the schedule needs (BUF_TMP) */
+    size_t chunk;       /* largest frame payload, a multiple of the element size */
+    const char *algo;   /* name, for logs and the flight recorder */
+} sched_t;
+
+/* The algorithm inputs. */
+typedef struct sched_args {
+    int coll;           /* coll_kind_t */
+    int rank, nranks;
+    size_t count;       /* the API's count argument */
+    weft_dtype_t dtype;
+    weft_op_t op;
+    int root;           /* root, or the peer for send/recv; -1 otherwise */
+    int inplace;
+    size_t chunk;       /* frame payload bytes, already a multiple of the element size */
+} sched_args_t;
+
+/* Builders used by algorithms. sched_add returns the new step's index, or -1 when
+ * out of memory (sched_t remembers it: sched_finish then fails). */
+void sched_init(sched_t *s, const char *algo, size_t chunk);
+int sched_add(sched_t *s, sched_step_t step);
+weft_status_t sched_finish(sched_t *s);
+void sched_free(sched_t *s);
+void sched_dump(const sched_t *s, int rank);   /* to stderr, for debugging */
+
+/* The algorithms. Each is a pure function of its arguments: no I/O, no globals. */
+weft_status_t algo_ring(const sched_args_t *a, sched_t *s);
+weft_status_t algo_direct(const sched_args_t *a, sched_t *s);
+weft_status_t algo_p2p(const sched_args_t *a, sched_t *s);   /* send, recv */
+
+#endif

@@ -1,0 +1,37 @@
+/*
+ * sock.h - socket helpers shared by the bootstrap and the tcp transport.
+ *
+ * Every blocking helper takes an absolute deadline (time_ns() clock, 0 = none) and
+ * returns WEFT_ERR_TIMEOUT past it; WEFT_ERR_PEER_LOST when the peer closed or reset;
+ * WEFT_ERR_SYSTEM (logged with %m) on other failures. Descriptors are CLOEXEC.
+ */
+#ifndef WEFT_SOCK_H
+#define WEFT_SOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <netinet/in.h>
+
+#include "weft.h"
+
+/* "host:port" -> address (IPv4; host may be a name or dotted quad). */
+weft_status_t sock_parse_addr(const char *hostport, struct sockaddr_in *out);
+/* Listens on addr (port 0 = any free port); *addr gets the bound address. */
+weft_status_t sock_listen(struct sockaddr_in *addr, int backlog, int *fd_p);
+/* Connects, retrying refused/unreachable until the deadline (the listener may not be up yet). */
+weft_status_t sock_connect(const struct sockaddr_in *addr, uint64_t deadline, int *fd_p);
+/* Accepts one connection before the deadline. */
+weft_status_t sock_accept(int lfd, uint64_t deadline, int *fd_p);
+/* Whole-buffer blocking I/O on a (blocking or nonblocking) socket. */
+weft_status_t sock_send_all(int fd, const void *buf, size_t n, uint64_t deadline);
+weft_status_t sock_recv_all(int fd, void *buf, size_t n, uint64_t deadline);
+/* The local address this host uses to reach `to` (a UDP connect trick, no traffic),
+ * or the address of interface `ifname` (prefix match) when ifname is non-empty. */
+weft_status_t sock_local_addr(const struct sockaddr_in *to, const char *ifname,
+                              struct sockaddr_in *out);
+weft_status_t sock_set_nonblock(int fd);
+void sock_tune(int fd);   /* TCP_NODELAY, large buffers */
+/* "1.2.3.4:5678" into buf. */
+const char *sock_addr_str(const struct sockaddr_in *a, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,73 @@
+/*
+ * transport.h - the ops table every transport fills (shm, tcp; later ucx, verbs).
+ *
+ * A transport moves whole frames (frame_hdr_t + payload) between two ranks over an
+ * endpoint. The engine is its only caller. Setup happens in three phases driven by
+ * comm/connect.c:
+ *   local_setup  before the address exchange: create listeners/segments and fill this
+ *                rank's part of the peer info
+ *   connect      after the exchange: one endpoint per peer this transport serves
+ *   post_connect after every rank connected (a barrier): drop names others no longer
+ *                need (shm unlinks its segment here, so a crash leaves nothing behind)
+ * Data calls never block:
+ *   send        pushes one frame; WEFT_OK once the frame is wholly taken (the payload
+ *               may be reused), WEFT_IN_PROGRESS when it could not be (yet) - call again
+ *               with the same frame; <0 on failure (WEFT_ERR_PEER_LOST...)
+ *   recv_peek   WEFT_OK with the next whole frame (header and payload stay valid until
+ *               recv_release), WEFT_IN_PROGRESS when none is complete yet, <0 on failure
+ */
+#ifndef WEFT_TRANSPORT_H
+#define WEFT_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <netinet/in.h>
+
+#include "weft.h"
+#include "frame.h"
+
+typedef struct weft_comm weft_comm_t;
+
+/* Every transport's endpoint starts with this, so the engine can reach the ops. */
+typedef struct tp_ep {
+    const struct tp_ops *ops;
+    int peer;                   /* rank in the communicator */
+} tp_ep_t;
+
+/* What every rank publishes about itself in the bootstrap exchange. Fixed size, so
+ * it travels as a flat blob. */
+typedef struct peer_info {
+    uint32_t rank;
+    uint32_t pid;
+    uint64_t host_id;           /* hash of hostname and boot id: same value = same host */
+    char hostname[64];
+    char shm_name[64];          /* this rank's inbound shm segment */
+    struct sockaddr_in tcp_addr;/* this rank's data listener */
+    uint32_t local_rank;        /* filled by the communicator after the exchange */
+    uint32_t pad;
+} peer_info_t;
+
+typedef struct tp_ops {
+    const char *name;
+
+    /* -- setup -- */
+    int (*can_connect)(const weft_comm_t *comm, const peer_info_t *self, const peer_info_t *peer);
+    weft_status_t (*local_setup)(weft_comm_t *comm, peer_info_t *self);
+    weft_status_t (*connect)(weft_comm_t *comm, int peer, tp_ep_t **ep_p);
+    weft_status_t (*post_connect)(weft_comm_t *comm);
+    void (*local_cleanup)(weft_comm_t *comm);   /* undoes local_setup */
+
+    /* -- data -- */
+    weft_status_t (*send)(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload);
+    weft_status_t (*recv_peek)(tp_ep_t *ep, const frame_hdr_t **hdr_p, const void **payload_p);
+    void (*recv_release)(tp_ep_t *ep);
+
+    /* -- teardown -- */
+    void (*close)(tp_ep_t *ep);
+} tp_ops_t;
+
+/* The transports, in preference order. */
+extern const tp_ops_t tp_shm_ops;
+extern const tp_ops_t tp_tcp_ops;
+
+#endif

@@ -1,0 +1,189 @@
+/*
+ * config.c - the tunables table and its parsers.
+ *
+ * Invariant: every WEFT_* knob weft reads (other than the launcher's rank variables and
+ * WEFT_SECRET) is a row of `knobs`; adding a knob means adding a field and a row.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config.h"
+#include "status.h"
+
+typedef int (*cfg_parse_fn_t)(const char *s, void *field, size_t cap);
+typedef void (*cfg_format_fn_t)(const void *field, char *buf, size_t cap);
+
+typedef struct {
+    const char *name;
+    const char *defval;
+    const char *doc;
+    size_t offset;
+    size_t cap;          /* size of the field, for strings */
+    cfg_parse_fn_t parse;
+    cfg_format_fn_t format;
+    const char *choices; /* "a|b|c" for enumerated strings, or NULL */
+} cfg_knob_t;
+
+static int parse_string(const char *s, void *field, size_t cap)
+{
+    if (strlen(s) >= cap)
+        return -1;
+    strcpy((char *)field, s);
+    return 0;
+}
+
+static int parse_double(const char *s, void *field, size_t cap)
+{
+    (void)cap;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end != '\0' || !(v > 0))
+        return -1;
+    *(double *)field = v;
+    return 0;
+}
+
+static int parse_long(const char *s, void *field, size_t cap)
+{
+    (void)cap;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end != '\0' || v < 0)
+        return -1;
+    *(long *)field = v;
+    return 0;
+}
+
+int cfg_parse_size(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    if (*s == '-')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    default: break;
+    }
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end != '\0' || (shift && v > (~0ull >> shift)))
+        return -1;
+    *out = (size_t)(v << shift);
+    return 0;
+}
+
+static int parse_size(const char *s, void *field, size_t cap)
+{
+    (void)cap;
+    return cfg_parse_size(s, (size_t *)field);
+}
+
+static void format_string(const void *f, char *buf, size_t cap) { snprintf(buf, cap, "%s", (const char *)f); }
+static void format_double(const void *f, char *buf, size_t cap) { snprintf(buf, cap, "%g", *(const double *)f); }
+static void format_long(const void *f, char *buf, size_t cap)   { snprintf(buf, cap, "%ld", *(const long *)f); }
+static void format_size(const void *f, char *buf, size_t cap)   { snprintf(buf, cap, "%zu", *(const size_t *)f); }
+
+#define STR(field)  offsetof(weft_config_t, field), sizeof(((weft_config_t *)0)->field), parse_string, format_string
+#define DBL(field)  offsetof(weft_config_t, field), 0, parse_double, format_double
+#define LNG(field)  offsetof(weft_config_t, field), 0, parse_long, format_long
+#define SIZE(field) offsetof(weft_config_t, field), 0, parse_size, format_size
+
+static const cfg_knob_t knobs[] = {
+    /* diagnostics */
+    { "WEFT_DEBUG", "WARN", "log level: NONE, WARN, INFO, DEBUG, TRACE", STR(debug),
+      "NONE|WARN|INFO|DEBUG|TRACE|none|warn|info|debug|trace" },
+    { "WEFT_DEBUG_SUBSYS", "ALL", "log subsystems: INIT,BOOT,NET,SHM,COLL,ENGINE,TOPO,TUNE,ALL; ^X excludes",
+      STR(debug_subsys), NULL },
+    { "WEFT_TIMEOUT", "300", "seconds a blocking call waits for peers before WEFT_ERR_TIMEOUT",
+      DBL(timeout_s), NULL },
+    /* transports */
+    { "WEFT_TRANSPORT", "auto", "auto (shm within a host, tcp across), shm, or tcp",
+      STR(transport), "auto|shm|tcp" },
+    { "WEFT_SOCKET_IFNAME", "", "interface (or prefix) whose address tcp listens on; default: "
+      "the address that reaches the rendezvous host", STR(socket_ifname), NULL },
+    { "WEFT_IB_HCA", "", "InfiniBand HCA to use (reserved for the verbs transport)", STR(ib_hca), NULL },
+    { "WEFT_BUFFSIZE", "4M", "bytes of staging per connection and direction (shm ring size)",
+      SIZE(buffsize), NULL },
+    /* algorithms */
+    { "WEFT_ALGO", "auto", "auto (tuner), ring, or direct (one-shot exchange)", STR(algo),
+      "auto|ring|direct" },
+    { "WEFT_CHUNK", "0", "bytes per frame; 0 lets the tuner decide", SIZE(chunk), NULL },
+    { "WEFT_DIRECT_MAX", "32K", "largest per-rank message the tuner sends with the direct algorithm",
+      SIZE(direct_max), NULL },
+    { "WEFT_SPIN", "2000", "idle polls before a waiting rank yields its core", LNG(spin), NULL },
+    /* topology */
+    { "WEFT_TOPO_FILE", "", "hwloc XML to use instead of discovering this machine", STR(topo_file), NULL },
+};
+#define NKNOBS (sizeof(knobs) / sizeof(knobs[0]))
+
+static int choice_ok(const char *choices, const char *v)
+{
+    size_t n = strlen(v);
+    for (const char *p = choices; p && *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && !strncmp(p, v, n))
+            return 1;
+        p = bar ? bar + 1 : NULL;
+    }
+    return 0;
+}
+
+static int knob_set(const cfg_knob_t *k, weft_config_t *cfg, const char *v)
+{
+    if (k->choices && !choice_ok(k->choices, v))
+        return -1;
+    return k->parse(v, (char *)cfg + k->offset, k->cap);
+}
+
+void cfg_defaults(weft_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    for (size_t i = 0; i < NKNOBS; i++)
+        knob_set(&knobs[i], cfg, knobs[i].defval);
+}
+
+weft_status_t cfg_load(weft_config_t *out)
+{
+    weft_config_t cfg;
+    cfg_defaults(&cfg);
+    for (size_t i = 0; i < NKNOBS; i++) {
+        const char *v = getenv(knobs[i].name);
+        if (v == NULL || *v == '\0')
+            continue;
+        if (knob_set(&knobs[i], &cfg, v) != 0)
+            return weft_error(WEFT_ERR_INVALID_ARG, "config: %s='%s' is not valid (%s%s%s)",
+                              knobs[i].name, v, knobs[i].doc,
+                              knobs[i].choices ? "; one of " : "",
+                              knobs[i].choices ? knobs[i].choices : "");
+    }
+    if (cfg.buffsize < 64 * 1024)
+        return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_BUFFSIZE=%zu is below 64K",
+                          cfg.buffsize);
+    if (cfg.chunk != 0 && (cfg.chunk < 256 || cfg.chunk > cfg.buffsize / 2))
+        return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_CHUNK=%zu must be 0 or in "
+                          "[256, WEFT_BUFFSIZE/2 = %zu]", cfg.chunk, cfg.buffsize / 2);
+    *out = cfg;
+    return WEFT_OK;
+}
+
+void cfg_print(FILE *out, const weft_config_t *cfg)
+{
+    fprintf(out, "%-20s %-10s %-10s %s\n", "# name", "value", "default", "meaning");
+    for (size_t i = 0; i < NKNOBS; i++) {
+        char val[300];
+        knobs[i].format((const char *)cfg + knobs[i].offset, val, sizeof(val));
+        fprintf(out, "%-20s %-10s %-10s %s\n", knobs[i].name, val[0] ? val : "\"\"",
+                knobs[i].defval[0] ? knobs[i].defval : "\"\"", knobs[i].doc);
+    }
+}

@@ -1,0 +1,40 @@
+/*
+ * config.h - weft's tunables: one table of {name, default, doc, offset, parser}.
+ *
+ * cfg_load() parses the environment once into a weft_config_t that is then passed
+ * explicitly (the communicator keeps its copy). cfg_print() documents every knob with
+ * its current value; `weft-topo --print-config` shows it.
+ */
+#ifndef WEFT_CONFIG_H
+#define WEFT_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "weft.h"
+
+typedef struct weft_config {
+    char debug[16];           /* WEFT_DEBUG (read by the logger) */
+    char debug_subsys[128];   /* WEFT_DEBUG_SUBSYS (read by the logger) */
+    double timeout_s;         /* WEFT_TIMEOUT */
+    char transport[16];       /* WEFT_TRANSPORT: auto | shm | tcp */
+    char algo[16];            /* WEFT_ALGO: auto | ring | direct */
+    char socket_ifname[64];   /* WEFT_SOCKET_IFNAME */
+    char ib_hca[64];          /* WEFT_IB_HCA */
+    char topo_file[256];      /* WEFT_TOPO_FILE */
+    size_t buffsize;          /* WEFT_BUFFSIZE: bytes of staging per connection */
+    size_t chunk;             /* WEFT_CHUNK: bytes per frame, 0 = tuner decides */
+    size_t direct_max;        /* WEFT_DIRECT_MAX: largest message for the direct algo */
+    long spin;                /* WEFT_SPIN: idle polls before yielding the core */
+} weft_config_t;
+
+/* Parses every WEFT_* tunable. On a bad value returns WEFT_ERR_INVALID_ARG naming it
+ * and leaves *cfg untouched. */
+weft_status_t cfg_load(weft_config_t *cfg);
+void cfg_defaults(weft_config_t *cfg);
+void cfg_print(FILE *out, const weft_config_t *cfg);
+
+/* "4M", "256k", "1G", "4096" -> bytes. Returns 0 on success, -1 on garbage/overflow. */
+int cfg_parse_size(const char *s, size_t *out);
+
+#endif

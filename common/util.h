@@ -1,0 +1,63 @@
+/*
+ * util.h - small helpers used across layers: time, alignment, hashing, dtype facts.
+ */
+#ifndef WEFT_UTIL_H
+#define WEFT_UTIL_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <time.h>
+
+#include "weft.h"
+
+#define WEFT_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define WEFT_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define WEFT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define WEFT_CACHELINE 64
+
+static inline size_t align_up(size_t x, size_t a)
+{
+    return (x + a - 1) / a * a;
+}
+
+static inline uint64_t time_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline double time_s(void)
+{
+    return (double)time_ns() * 1e-9;
+}
+
+/* FNV-1a over a byte range, chained through h (start with HASH_SEED). */
+#define HASH_SEED 0xcbf29ce484222325ull
+static inline uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* dtype facts; the _valid checks are the one place the enums are range-checked. */
+static inline int dtype_valid(int d) { return d >= 0 && d < WEFT_NUM_DTYPES; }
+static inline int op_valid(int o)    { return o >= 0 && o < WEFT_NUM_OPS; }
+
+/* a * b without overflow: returns 0 and sets *out, or -1 when it would overflow. */
+static inline int mul_size(size_t a, size_t b, size_t *out)
+{
+    if (b != 0 && a > SIZE_MAX / b)
+        return -1;
+    *out = a * b;
+    return 0;
+}
+
+/* Reads /dev/urandom fully; returns 0 or -1. */
+int random_bytes(void *buf, size_t n);
+
+#endif

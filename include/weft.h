@@ -1,0 +1,127 @@
+/*
+ * weft.h - the public API of weft, a collective-communication microkernel.
+ *
+ * Conventions: every call returns weft_status_t (0 ok, >0 in progress, <0 error);
+ * handles are opaque; outputs (the _p arguments) come last and are written only on
+ * success. Counts, in-place rules and bus-bandwidth semantics follow NCCL:
+ *   allreduce       in place when send == recv
+ *   reduce_scatter  in place when send + rank*recvcount*size == recv
+ *   allgather       in place when recv + rank*sendcount*size == send
+ * count == 0 is legal and does nothing. WEFT_AVG sums, then divides by the number of
+ * ranks in the reduced type (integer types truncate toward zero).
+ *
+ * Threading: a communicator is used by one thread at a time, except weft_comm_abort,
+ * which may be called from any thread.
+ */
+#ifndef WEFT_H
+#define WEFT_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WEFT_VERSION_MAJOR 0
+#define WEFT_VERSION_MINOR 1
+#define WEFT_VERSION_PATCH 0
+
+typedef struct weft_comm weft_comm_t;
+typedef struct weft_request weft_request_t;
+
+typedef enum {
+    WEFT_OK = 0,
+    WEFT_IN_PROGRESS = 1,
+    WEFT_ERR_INVALID_ARG = -1,
+    WEFT_ERR_NO_MEMORY = -2,
+    WEFT_ERR_SYSTEM = -3,
+    WEFT_ERR_TIMEOUT = -4,
+    WEFT_ERR_PEER_LOST = -5,
+    WEFT_ERR_MISMATCH = -6,
+    WEFT_ERR_ABORTED = -7,
+    WEFT_ERR_AUTH = -8,
+    WEFT_ERR_UNSUPPORTED = -9,
+    WEFT_ERR_INTERNAL = -10
+} weft_status_t;
+
+typedef enum {
+    WEFT_INT8, WEFT_UINT8, WEFT_INT32, WEFT_UINT32, WEFT_INT64, WEFT_UINT64,
+    WEFT_FLOAT16, WEFT_BFLOAT16, WEFT_FLOAT32, WEFT_FLOAT64
+} weft_dtype_t;
+#define WEFT_NUM_DTYPES 10
+
+typedef enum { WEFT_SUM, WEFT_PROD, WEFT_MIN, WEFT_MAX, WEFT_AVG } weft_op_t;
+#define WEFT_NUM_OPS 5
+
+/* Status and error detail. weft_last_error() is this thread's message for its last
+ * failed call (empty string when none); it stays valid until the next failing call. */
+const char *weft_status_str(weft_status_t s);
+const char *weft_last_error(void);
+
+/* Names and sizes, for tools ("float", "sum", ...). Unknown values give NULL / 0. */
+const char *weft_dtype_name(weft_dtype_t dtype);
+size_t weft_dtype_size(weft_dtype_t dtype);
+const char *weft_op_name(weft_op_t op);
+
+/* Communicators. weft_comm_init reads the launcher's environment (weftrun, torchrun,
+ * Open MPI, PMI, Slurm; see README). weft_comm_init_rank takes the rendezvous "host:port"
+ * of rank 0's bootstrap store explicitly. Both are collective over all ranks. */
+weft_status_t weft_comm_init(weft_comm_t **comm_p);
+weft_status_t weft_comm_init_rank(int rank, int nranks, const char *rendezvous,
+                                  weft_comm_t **comm_p);
+/* Like MPI_Comm_split: ranks with the same color form a communicator, ordered by key
+ * then by rank in comm. A negative color (WEFT_UNDEFINED) yields *comm_p = NULL. */
+#define WEFT_UNDEFINED (-1)
+weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t **comm_p);
+weft_status_t weft_comm_destroy(weft_comm_t *comm);
+weft_status_t weft_comm_abort(weft_comm_t *comm);
+int weft_comm_rank(const weft_comm_t *comm);
+int weft_comm_size(const weft_comm_t *comm);
+/* The local (same-host) rank and size, from the launcher or from the bootstrap. */
+int weft_comm_local_rank(const weft_comm_t *comm);
+int weft_comm_local_size(const weft_comm_t *comm);
+/* "shm", "tcp" or "mixed": the transports this communicator's connections use. */
+const char *weft_comm_transport(const weft_comm_t *comm);
+
+/* Collectives (blocking). */
+weft_status_t weft_allreduce(const void *send, void *recv, size_t count,
+                             weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm);
+weft_status_t weft_reduce_scatter(const void *send, void *recv, size_t recvcount,
+                                  weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm);
+weft_status_t weft_allgather(const void *send, void *recv, size_t sendcount,
+                             weft_dtype_t dtype, weft_comm_t *comm);
+weft_status_t weft_broadcast(const void *send, void *recv, size_t count,
+                             weft_dtype_t dtype, int root, weft_comm_t *comm);
+weft_status_t weft_reduce(const void *send, void *recv, size_t count, weft_dtype_t dtype,
+                          weft_op_t op, int root, weft_comm_t *comm);
+weft_status_t weft_alltoall(const void *send, void *recv, size_t count,
+                            weft_dtype_t dtype, weft_comm_t *comm);
+weft_status_t weft_send(const void *buf, size_t count, weft_dtype_t dtype, int peer,
+                        weft_comm_t *comm);
+weft_status_t weft_recv(void *buf, size_t count, weft_dtype_t dtype, int peer,
+                        weft_comm_t *comm);
+weft_status_t weft_barrier(weft_comm_t *comm);
+
+/* Nonblocking forms. Operations on one communicator complete in the order they were
+ * issued; they progress inside weft_test, weft_wait and any later call on the same
+ * communicator. The buffers belong to weft until the request completes. */
+weft_status_t weft_iallreduce(const void *send, void *recv, size_t count,
+                              weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm,
+                              weft_request_t **req_p);
+weft_status_t weft_ireduce_scatter(const void *send, void *recv, size_t recvcount,
+                                   weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm,
+                                   weft_request_t **req_p);
+weft_status_t weft_iallgather(const void *send, void *recv, size_t sendcount,
+                              weft_dtype_t dtype, weft_comm_t *comm, weft_request_t **req_p);
+weft_status_t weft_ibroadcast(const void *send, void *recv, size_t count,
+                              weft_dtype_t dtype, int root, weft_comm_t *comm,
+                              weft_request_t **req_p);
+/* *done_p = 1 once complete; the request then still needs weft_wait to be freed. */
+weft_status_t weft_test(weft_request_t *req, int *done_p);
+/* Completes and frees req; returns the operation's status. */
+weft_status_t weft_wait(weft_request_t *req);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_H */
