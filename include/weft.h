@@ -100,6 +100,11 @@ weft_status_t weft_send(const void *buf, size_t count, weft_dtype_t dtype, int p
                         weft_comm_t *comm);
 weft_status_t weft_recv(void *buf, size_t count, weft_dtype_t dtype, int peer,
                         weft_comm_t *comm);
+/* Sends to dst and receives from src at the same time (MPI_Sendrecv): the pair that
+ * rings and halo exchanges need, which a blocking send then recv would serialize or
+ * deadlock. dst and src may be the same rank. */
+weft_status_t weft_sendrecv(const void *sendbuf, size_t sendcount, int dst, void *recvbuf,
+                            size_t recvcount, int src, weft_dtype_t dtype, weft_comm_t *comm);
 weft_status_t weft_barrier(weft_comm_t *comm);
 
 /* Nonblocking forms. Operations on one communicator complete in the order they were

@@ -1,5 +1,5 @@
 /*
- * sched.h - schedules: the per-rank programs that algorithms produce and the engine runs.
+ * schedule.h - schedules: the per-rank programs that algorithms produce and the engine runs.
  *
  * A schedule is an array of steps. Buffers are named, not pointed to (SEND, RECV, TMP),
  * so one schedule serves every call with the same (collective, count, dtype, op, root,
@@ -51,6 +51,14 @@ typedef struct sched_step {
 typedef struct sched {
     int nsteps, cap;
     sched_step_t *steps;
+    /* derived by sched_finish: the per-peer FIFOs and the local steps */
+    int nranks;
+    int *next_same;     /* [nsteps] next step in the same peer/direction queue, or -1 */
+    int *head_send;     /* [nranks] first SEND step to each peer, or -1 */
+    int *head_recv;     /* [nranks] first RECV/RECV_REDUCE step from each peer, or -1 */
+    int *locals;        /* [nlocals] COPY/FOLD steps in order */
+    int nlocals;
+    int oom;
     size_t tmp_bytes;   /* scratch the schedule needs (BUF_TMP) */
     size_t chunk;       /* largest frame payload, a multiple of the element size */
     const char *algo;   /* name, for logs and the flight recorder */
@@ -63,7 +71,10 @@ typedef struct sched_args {
     size_t count;       /* the API's count argument */
     weft_dtype_t dtype;
     weft_op_t op;
-    int root;           /* root, or the peer for send/recv; -1 otherwise */
+    int root;           /* root, or the peer for send/recv (the destination for
+                           sendrecv); -1 otherwise */
+    int peer2;          /* sendrecv: the source */
+    size_t count2;      /* sendrecv: the receive count */
     int inplace;
     size_t chunk;       /* frame payload bytes, already a multiple of the element size */
 } sched_args_t;
@@ -72,13 +83,32 @@ typedef struct sched_args {
  * out of memory (sched_t remembers it: sched_finish then fails). */
 void sched_init(sched_t *s, const char *algo, size_t chunk);
 int sched_add(sched_t *s, sched_step_t step);
-weft_status_t sched_finish(sched_t *s);
+weft_status_t sched_finish(sched_t *s, int nranks);
 void sched_free(sched_t *s);
 void sched_dump(const sched_t *s, int rank);   /* to stderr, for debugging */
+
+/* Step constructors, so algorithms read like pseudocode. */
+int sched_send(sched_t *s, int peer, int buf, size_t off, size_t len, int stream);
+int sched_recv(sched_t *s, int peer, int buf, size_t off, size_t len);
+int sched_recv_reduce(sched_t *s, int peer, int dst, size_t dst_off, int src, size_t src_off,
+                      size_t len, int final);
+int sched_copy(sched_t *s, int dst, size_t dst_off, int src, size_t src_off, size_t len);
+int sched_fold(sched_t *s, int dst, size_t dst_off, int src, size_t src_off, size_t len,
+               int nslots, size_t slot_stride, int final);
+
+/* Block b of n when `count` elements are split as evenly as possible: element offset
+ * and length. */
+static inline void sched_block(size_t count, int n, int b, size_t *off, size_t *len)
+{
+    size_t base = count / (size_t)n, rem = count % (size_t)n, ub = (size_t)b;
+    *off = ub * base + (ub < rem ? ub : rem);
+    *len = base + (ub < rem ? 1 : 0);
+}
 
 /* The algorithms. Each is a pure function of its arguments: no I/O, no globals. */
 weft_status_t algo_ring(const sched_args_t *a, sched_t *s);
 weft_status_t algo_direct(const sched_args_t *a, sched_t *s);
-weft_status_t algo_p2p(const sched_args_t *a, sched_t *s);   /* send, recv */
+weft_status_t algo_p2p(const sched_args_t *a, sched_t *s);   /* send, recv, sendrecv */
+weft_status_t algo_local(const sched_args_t *a, sched_t *s); /* one rank */
 
 #endif

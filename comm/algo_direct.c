@@ -1,0 +1,163 @@
+/*
+ * algo_direct.c - one-shot algorithms: every rank talks to every peer at once.
+ *
+ * For small messages latency is everything: one exchange instead of 2(n-1) ring steps.
+ * Reductions receive each peer's contribution into its own TMP slot (own data is
+ * copied into slot `rank`) and fold the slots in rank order, so every rank computes
+ * exactly the same ((x0 op x1) op x2)... and results are bit-identical across ranks.
+ * The fold runs after every other step, so in-place calls never overwrite data that is
+ * still being sent. Also here: alltoall (pairwise, any size), barrier, send/recv and
+ * the one-rank case.
+ *
+ * Invariant: pure functions of their arguments, like every algorithm.
+ */
+#include "schedule.h"
+#include "frame.h"
+#include "util.h"
+
+#define MOD(x, n) ((((x) % (n)) + (n)) % (n))
+
+/* Peers in the order r+1, r+2, ...: spreads the first frames over different ranks. */
+#define FOR_PEERS(p, k, r, n) for (int k = 1, p = MOD((r) + 1, (n)); k < (n); k++, p = MOD((r) + k, (n)))
+
+static void direct_allreduce(const sched_args_t *a, size_t esz, sched_t *s)
+{
+    int r = a->rank, n = a->nranks;
+    size_t len = a->count * esz;
+    s->tmp_bytes = len * (size_t)n;
+    sched_copy(s, BUF_TMP, (size_t)r * len, BUF_SEND, 0, len);
+    FOR_PEERS(p, k, r, n) {
+        sched_send(s, p, BUF_SEND, 0, len, -1);
+        sched_recv(s, p, BUF_TMP, (size_t)p * len, len);
+    }
+    sched_fold(s, BUF_RECV, 0, BUF_TMP, 0, len, n, len, 1);
+}
+
+static void direct_reduce_scatter(const sched_args_t *a, size_t esz, sched_t *s)
+{
+    int r = a->rank, n = a->nranks;
+    size_t blk = a->count * esz;
+    s->tmp_bytes = blk * (size_t)n;
+    sched_copy(s, BUF_TMP, (size_t)r * blk, BUF_SEND, (size_t)r * blk, blk);
+    FOR_PEERS(p, k, r, n) {
+        sched_send(s, p, BUF_SEND, (size_t)p * blk, blk, -1);
+        sched_recv(s, p, BUF_TMP, (size_t)p * blk, blk);
+    }
+    sched_fold(s, BUF_RECV, 0, BUF_TMP, 0, blk, n, blk, 1);
+}
+
+static void direct_allgather(const sched_args_t *a, size_t esz, sched_t *s)
+{
+    int r = a->rank, n = a->nranks;
+    size_t blk = a->count * esz;
+    if (!a->inplace)
+        sched_copy(s, BUF_RECV, (size_t)r * blk, BUF_SEND, 0, blk);
+    FOR_PEERS(p, k, r, n) {
+        sched_send(s, p, BUF_SEND, 0, blk, -1);
+        sched_recv(s, p, BUF_RECV, (size_t)p * blk, blk);
+    }
+}
+
+static void direct_broadcast(const sched_args_t *a, size_t esz, sched_t *s)
+{
+    int r = a->rank, n = a->nranks;
+    size_t len = a->count * esz;
+    if (r != a->root) {
+        sched_recv(s, a->root, BUF_RECV, 0, len);
+        return;
+    }
+    if (!a->inplace)
+        sched_copy(s, BUF_RECV, 0, BUF_SEND, 0, len);
+    FOR_PEERS(p, k, r, n)
+        sched_send(s, p, BUF_SEND, 0, len, -1);
+}
+
+static void direct_reduce(const sched_args_t *a, size_t esz, sched_t *s)
+{
+    int r = a->rank, n = a->nranks;
+    size_t len = a->count * esz;
+    if (r != a->root) {
+        sched_send(s, a->root, BUF_SEND, 0, len, -1);
+        return;
+    }
+    s->tmp_bytes = len * (size_t)n;
+    sched_copy(s, BUF_TMP, (size_t)r * len, BUF_SEND, 0, len);
+    FOR_PEERS(p, k, r, n)
+        sched_recv(s, p, BUF_TMP, (size_t)p * len, len);
+    sched_fold(s, BUF_RECV, 0, BUF_TMP, 0, len, n, len, 1);
+}
+
+/* Pairwise exchange; in place, the outgoing blocks are first saved in TMP. */
+static void direct_alltoall(const sched_args_t *a, size_t esz, sched_t *s)
+{
+    int r = a->rank, n = a->nranks;
+    size_t blk = a->count * esz;
+    int src = BUF_SEND, saved = -1;
+    if (a->inplace) {
+        s->tmp_bytes = blk * (size_t)n;
+        saved = sched_copy(s, BUF_TMP, 0, BUF_SEND, 0, blk * (size_t)n);
+        src = BUF_TMP;
+    } else {
+        sched_copy(s, BUF_RECV, (size_t)r * blk, BUF_SEND, (size_t)r * blk, blk);
+    }
+    FOR_PEERS(p, k, r, n) {
+        int i = sched_send(s, p, src, (size_t)p * blk, blk, -1);
+        if (i >= 0)
+            s->steps[i].dep = saved;
+        sched_recv(s, MOD(r - k, n), BUF_RECV, (size_t)MOD(r - k, n) * blk, blk);
+    }
+}
+
+static void direct_barrier(const sched_args_t *a, sched_t *s)
+{
+    FOR_PEERS(p, k, a->rank, a->nranks) {
+        sched_send(s, p, BUF_NONE, 0, 0, -1);
+        sched_recv(s, p, BUF_NONE, 0, 0);
+    }
+}
+
+weft_status_t algo_direct(const sched_args_t *a, sched_t *s)
+{
+    size_t esz = weft_dtype_size(a->dtype);
+    switch (a->coll) {
+    case COLL_ALLREDUCE:      direct_allreduce(a, esz, s); break;
+    case COLL_REDUCE_SCATTER: direct_reduce_scatter(a, esz, s); break;
+    case COLL_ALLGATHER:      direct_allgather(a, esz, s); break;
+    case COLL_BROADCAST:      direct_broadcast(a, esz, s); break;
+    case COLL_REDUCE:         direct_reduce(a, esz, s); break;
+    case COLL_ALLTOALL:       direct_alltoall(a, esz, s); break;
+    case COLL_BARRIER:        direct_barrier(a, s); break;
+    default:                  return algo_p2p(a, s);
+    }
+    return WEFT_OK;
+}
+
+weft_status_t algo_p2p(const sched_args_t *a, sched_t *s)
+{
+    size_t esz = weft_dtype_size(a->dtype);
+    switch (a->coll) {
+    case COLL_SEND:
+        sched_send(s, a->root, BUF_SEND, 0, a->count * esz, -1);
+        break;
+    case COLL_RECV:
+        sched_recv(s, a->root, BUF_RECV, 0, a->count * esz);
+        break;
+    case COLL_SENDRECV:
+        sched_send(s, a->root, BUF_SEND, 0, a->count * esz, -1);
+        sched_recv(s, a->peer2, BUF_RECV, 0, a->count2 * esz);
+        break;
+    default:
+        return WEFT_ERR_INTERNAL;
+    }
+    return WEFT_OK;
+}
+
+/* One rank: every collective is a copy (or nothing, in place). */
+weft_status_t algo_local(const sched_args_t *a, sched_t *s)
+{
+    size_t len = a->count * weft_dtype_size(a->dtype);
+    if (a->coll == COLL_BARRIER || a->inplace)
+        return WEFT_OK;
+    sched_copy(s, BUF_RECV, 0, BUF_SEND, 0, len);
+    return WEFT_OK;
+}

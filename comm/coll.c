@@ -1,0 +1,374 @@
+/*
+ * coll.c - the public collective calls: check the arguments, then queue an operation.
+ *
+ * Contract for every call: bad input returns WEFT_ERR_INVALID_ARG with the reason in
+ * weft_last_error() and touches nothing (no buffer, no sequence number); count == 0 is
+ * a successful no-op. Blocking calls progress the queue on the caller's thread.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_int.h"
+#include "check.h"
+#include "status.h"
+#include "util.h"
+
+#define BAD(...) weft_error_quiet(WEFT_ERR_INVALID_ARG, __VA_ARGS__)
+
+typedef struct {
+    const char *fn;
+    int coll;
+    const void *send;
+    void *recv;
+    size_t count, count2;
+    int dtype, op, root, peer2;
+    size_t send_bytes, recv_bytes;   /* how much of each buffer the call uses */
+    int inplace;
+} call_t;
+
+static weft_status_t check_comm(const char *fn, const weft_comm_t *comm)
+{
+    if (comm == NULL)
+        return BAD("%s: comm is NULL", fn);
+    if (comm->error != WEFT_OK)
+        return weft_error_quiet(comm->error, "%s: communicator failed earlier (%s); "
+                                "destroy it", fn, weft_status_str(comm->error));
+    return WEFT_OK;
+}
+
+static int ranges_overlap(const void *a, size_t na, const void *b, size_t nb)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return na && nb && x < y + nb && y < x + na;
+}
+
+/* Sizes, NULL buffers and in-place layout; fills c->*_bytes and c->inplace. */
+static weft_status_t check_buffers(call_t *c, const weft_comm_t *comm, size_t send_mult,
+                                   size_t recv_mult, const void *inplace_send)
+{
+    size_t esz = weft_dtype_size((weft_dtype_t)c->dtype), per;
+    if (mul_size(c->count, esz, &per) || mul_size(per, send_mult, &c->send_bytes) ||
+        mul_size(per, recv_mult, &c->recv_bytes) || c->send_bytes > SIZE_MAX / 4)
+        return BAD("%s: count %zu of %s overflows the address space", c->fn, c->count,
+                   weft_dtype_name((weft_dtype_t)c->dtype));
+    if (c->count == 0)
+        return WEFT_OK;
+    if (c->send_bytes && c->send == NULL)
+        return BAD("%s: send buffer is NULL with count %zu", c->fn, c->count);
+    if (c->recv_bytes && c->recv == NULL)
+        return BAD("%s: recv buffer is NULL with count %zu", c->fn, c->count);
+    c->inplace = inplace_send != NULL && c->send == inplace_send;
+    if (!c->inplace && ranges_overlap(c->send, c->send_bytes, c->recv, c->recv_bytes))
+        return BAD("%s: send and recv buffers overlap but are not the in-place layout "
+                   "(rank %d)", c->fn, comm->rank);
+    return WEFT_OK;
+}
+
+static weft_status_t check_call(call_t *c, const weft_comm_t *comm, int needs_op,
+                                int needs_root)
+{
+    RETURN_IF_ERR(check_comm(c->fn, comm));
+    if (!dtype_valid(c->dtype))
+        return BAD("%s: unknown dtype %d", c->fn, c->dtype);
+    if (needs_op && !op_valid(c->op))
+        return BAD("%s: unknown reduction op %d", c->fn, c->op);
+    if (needs_root && (c->root < 0 || c->root >= comm->nranks))
+        return BAD("%s: %s %d is out of range [0, %d)", c->fn,
+                   c->coll == COLL_BROADCAST || c->coll == COLL_REDUCE ? "root" : "peer",
+                   c->root, comm->nranks);
+    return WEFT_OK;
+}
+
+static weft_status_t submit(weft_comm_t *comm, const call_t *c, weft_request_t **req_p)
+{
+    sched_args_t a;
+    memset(&a, 0, sizeof(a));
+    a.coll = c->coll;
+    a.rank = comm->rank;
+    a.nranks = comm->nranks;
+    a.count = c->count;
+    a.dtype = (weft_dtype_t)c->dtype;
+    a.op = c->coll == COLL_ALLREDUCE || c->coll == COLL_REDUCE_SCATTER ||
+           c->coll == COLL_REDUCE ? (weft_op_t)c->op : WEFT_SUM;
+    a.root = c->root;
+    a.peer2 = c->peer2;
+    a.count2 = c->count2;
+    a.inplace = c->inplace;
+    return coll_run(comm, &a, c->send, c->recv, req_p);
+}
+
+/* A request that is already complete (count == 0). */
+static weft_status_t done_request(weft_comm_t *comm, weft_request_t **req_p)
+{
+    if (req_p == NULL)
+        return WEFT_OK;
+    weft_request_t *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "out of memory");
+    r->comm = comm;
+    r->op.status = WEFT_OK;
+    r->op.is_request = 1;
+    *req_p = r;
+    return WEFT_OK;
+}
+
+weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *send,
+                       void *recv, weft_request_t **req_p)
+{
+    comm_op_t local, *op = &local;
+    weft_request_t *req = NULL;
+    if (req_p) {
+        req = calloc(1, sizeof(*req));
+        if (req == NULL)
+            return weft_error(WEFT_ERR_NO_MEMORY, "out of memory");
+        req->comm = comm;
+        op = &req->op;
+        op->is_request = 1;
+    }
+    memset(op, 0, sizeof(*op));
+    op->is_request = req != NULL;
+    op->args = *args;
+    op->send = send;
+    op->recv = recv;
+    op->status = WEFT_IN_PROGRESS;
+    if (args->coll == COLL_SEND || args->coll == COLL_SENDRECV)
+        op->seq_tx = comm->p2p_tx[args->root]++;
+    if (args->coll == COLL_RECV)
+        op->seq_rx = comm->p2p_rx[args->root]++;
+    if (args->coll == COLL_SENDRECV)
+        op->seq_rx = comm->p2p_rx[args->peer2]++;
+    if (args->coll != COLL_SEND && args->coll != COLL_RECV && args->coll != COLL_SENDRECV)
+        op->seq = comm->seq++;
+    if (comm->q_tail)
+        comm->q_tail->next = op;
+    else
+        comm->q_head = op;
+    comm->q_tail = op;
+    if (req) {
+        *req_p = req;
+        engine_poll(comm);   /* start it; its status is reported by test/wait */
+        return WEFT_OK;
+    }
+    return engine_wait(comm, op);
+}
+
+static weft_status_t run_call(weft_comm_t *comm, call_t *c, weft_request_t **req_p)
+{
+    if (c->count == 0 && c->coll != COLL_BARRIER)
+        return done_request(comm, req_p);
+    return submit(comm, c, req_p);
+}
+
+/* ---- the API ---- */
+
+static weft_status_t do_allreduce(const void *send, void *recv, size_t count, weft_dtype_t dtype,
+                                  weft_op_t op, weft_comm_t *comm, weft_request_t **req_p)
+{
+    call_t c = { .fn = "allreduce", .coll = COLL_ALLREDUCE, .send = send, .recv = recv,
+                 .count = count, .dtype = dtype, .op = op, .root = -1 };
+    RETURN_IF_ERR(check_call(&c, comm, 1, 0));
+    RETURN_IF_ERR(check_buffers(&c, comm, 1, 1, recv));
+    return run_call(comm, &c, req_p);
+}
+
+static weft_status_t do_reduce_scatter(const void *send, void *recv, size_t recvcount,
+                                       weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm,
+                                       weft_request_t **req_p)
+{
+    call_t c = { .fn = "reduce_scatter", .coll = COLL_REDUCE_SCATTER, .send = send,
+                 .recv = recv, .count = recvcount, .dtype = dtype, .op = op, .root = -1 };
+    RETURN_IF_ERR(check_call(&c, comm, 1, 0));
+    size_t esz = weft_dtype_size(dtype);
+    const char *legal = recv && dtype_valid(dtype)
+        ? (const char *)recv - (size_t)comm->rank * recvcount * esz : NULL;
+    RETURN_IF_ERR(check_buffers(&c, comm, (size_t)comm->nranks, 1, legal));
+    return run_call(comm, &c, req_p);
+}
+
+static weft_status_t do_allgather(const void *send, void *recv, size_t sendcount,
+                                  weft_dtype_t dtype, weft_comm_t *comm, weft_request_t **req_p)
+{
+    call_t c = { .fn = "allgather", .coll = COLL_ALLGATHER, .send = send, .recv = recv,
+                 .count = sendcount, .dtype = dtype, .root = -1 };
+    RETURN_IF_ERR(check_call(&c, comm, 0, 0));
+    size_t esz = weft_dtype_size(dtype);
+    const char *legal = recv ? (const char *)recv + (size_t)comm->rank * sendcount * esz : NULL;
+    RETURN_IF_ERR(check_buffers(&c, comm, 1, (size_t)comm->nranks, legal));
+    return run_call(comm, &c, req_p);
+}
+
+static weft_status_t do_broadcast(const void *send, void *recv, size_t count, weft_dtype_t dtype,
+                                  int root, weft_comm_t *comm, weft_request_t **req_p)
+{
+    call_t c = { .fn = "broadcast", .coll = COLL_BROADCAST, .send = send, .recv = recv,
+                 .count = count, .dtype = dtype, .root = root };
+    RETURN_IF_ERR(check_call(&c, comm, 0, 1));
+    RETURN_IF_ERR(check_buffers(&c, comm, comm->rank == root, 1, recv));
+    return run_call(comm, &c, req_p);
+}
+
+weft_status_t weft_allreduce(const void *send, void *recv, size_t count, weft_dtype_t dtype,
+                             weft_op_t op, weft_comm_t *comm)
+{
+    return do_allreduce(send, recv, count, dtype, op, comm, NULL);
+}
+
+weft_status_t weft_iallreduce(const void *send, void *recv, size_t count, weft_dtype_t dtype,
+                              weft_op_t op, weft_comm_t *comm, weft_request_t **req_p)
+{
+    if (req_p == NULL)
+        return BAD("iallreduce: req_p is NULL");
+    return do_allreduce(send, recv, count, dtype, op, comm, req_p);
+}
+
+weft_status_t weft_reduce_scatter(const void *send, void *recv, size_t recvcount,
+                                  weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm)
+{
+    return do_reduce_scatter(send, recv, recvcount, dtype, op, comm, NULL);
+}
+
+weft_status_t weft_ireduce_scatter(const void *send, void *recv, size_t recvcount,
+                                   weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm,
+                                   weft_request_t **req_p)
+{
+    if (req_p == NULL)
+        return BAD("ireduce_scatter: req_p is NULL");
+    return do_reduce_scatter(send, recv, recvcount, dtype, op, comm, req_p);
+}
+
+weft_status_t weft_allgather(const void *send, void *recv, size_t sendcount,
+                             weft_dtype_t dtype, weft_comm_t *comm)
+{
+    return do_allgather(send, recv, sendcount, dtype, comm, NULL);
+}
+
+weft_status_t weft_iallgather(const void *send, void *recv, size_t sendcount,
+                              weft_dtype_t dtype, weft_comm_t *comm, weft_request_t **req_p)
+{
+    if (req_p == NULL)
+        return BAD("iallgather: req_p is NULL");
+    return do_allgather(send, recv, sendcount, dtype, comm, req_p);
+}
+
+weft_status_t weft_broadcast(const void *send, void *recv, size_t count, weft_dtype_t dtype,
+                             int root, weft_comm_t *comm)
+{
+    return do_broadcast(send, recv, count, dtype, root, comm, NULL);
+}
+
+weft_status_t weft_ibroadcast(const void *send, void *recv, size_t count, weft_dtype_t dtype,
+                              int root, weft_comm_t *comm, weft_request_t **req_p)
+{
+    if (req_p == NULL)
+        return BAD("ibroadcast: req_p is NULL");
+    return do_broadcast(send, recv, count, dtype, root, comm, req_p);
+}
+
+weft_status_t weft_reduce(const void *send, void *recv, size_t count, weft_dtype_t dtype,
+                          weft_op_t op, int root, weft_comm_t *comm)
+{
+    call_t c = { .fn = "reduce", .coll = COLL_REDUCE, .send = send, .recv = recv,
+                 .count = count, .dtype = dtype, .op = op, .root = root };
+    RETURN_IF_ERR(check_call(&c, comm, 1, 1));
+    RETURN_IF_ERR(check_buffers(&c, comm, 1, comm->rank == root, recv));
+    return run_call(comm, &c, NULL);
+}
+
+weft_status_t weft_alltoall(const void *send, void *recv, size_t count, weft_dtype_t dtype,
+                            weft_comm_t *comm)
+{
+    call_t c = { .fn = "alltoall", .coll = COLL_ALLTOALL, .send = send, .recv = recv,
+                 .count = count, .dtype = dtype, .root = -1 };
+    RETURN_IF_ERR(check_call(&c, comm, 0, 0));
+    RETURN_IF_ERR(check_buffers(&c, comm, (size_t)comm->nranks, (size_t)comm->nranks, recv));
+    return run_call(comm, &c, NULL);
+}
+
+weft_status_t weft_send(const void *buf, size_t count, weft_dtype_t dtype, int peer,
+                        weft_comm_t *comm)
+{
+    call_t c = { .fn = "send", .coll = COLL_SEND, .send = buf, .count = count,
+                 .dtype = dtype, .root = peer };
+    RETURN_IF_ERR(check_call(&c, comm, 0, 1));
+    if (peer == comm->rank)
+        return BAD("send: peer %d is this rank (use weft_sendrecv to send to self)", peer);
+    RETURN_IF_ERR(check_buffers(&c, comm, 1, 0, NULL));
+    return run_call(comm, &c, NULL);
+}
+
+weft_status_t weft_recv(void *buf, size_t count, weft_dtype_t dtype, int peer,
+                        weft_comm_t *comm)
+{
+    call_t c = { .fn = "recv", .coll = COLL_RECV, .recv = buf, .count = count,
+                 .dtype = dtype, .root = peer };
+    RETURN_IF_ERR(check_call(&c, comm, 0, 1));
+    if (peer == comm->rank)
+        return BAD("recv: peer %d is this rank (use weft_sendrecv to send to self)", peer);
+    RETURN_IF_ERR(check_buffers(&c, comm, 0, 1, NULL));
+    return run_call(comm, &c, NULL);
+}
+
+weft_status_t weft_sendrecv(const void *sendbuf, size_t sendcount, int dst, void *recvbuf,
+                            size_t recvcount, int src, weft_dtype_t dtype, weft_comm_t *comm)
+{
+    call_t c = { .fn = "sendrecv", .coll = COLL_SENDRECV, .send = sendbuf, .recv = recvbuf,
+                 .count = sendcount, .count2 = recvcount, .dtype = dtype, .root = dst,
+                 .peer2 = src };
+    RETURN_IF_ERR(check_call(&c, comm, 0, 1));
+    if (src < 0 || src >= comm->nranks)
+        return BAD("sendrecv: src %d is out of range [0, %d)", src, comm->nranks);
+    if ((dst == comm->rank) != (src == comm->rank))
+        return BAD("sendrecv: dst %d and src %d: sending to self needs receiving from self",
+                   dst, src);
+    size_t esz = weft_dtype_size(dtype), sb, rb;
+    if (mul_size(sendcount, esz, &sb) || mul_size(recvcount, esz, &rb))
+        return BAD("sendrecv: count overflows the address space");
+    if ((sb && sendbuf == NULL) || (rb && recvbuf == NULL))
+        return BAD("sendrecv: NULL buffer with a non-zero count");
+    if (ranges_overlap(sendbuf, sb, recvbuf, rb))
+        return BAD("sendrecv: send and recv buffers overlap");
+    if (dst == comm->rank) {
+        if (sendcount != recvcount)
+            return BAD("sendrecv: to self with sendcount %zu != recvcount %zu", sendcount,
+                       recvcount);
+        if (sb)
+            memcpy(recvbuf, sendbuf, sb);
+        return WEFT_OK;
+    }
+    if (sendcount == 0 && recvcount == 0)
+        return WEFT_OK;
+    if (sendcount == 0 || recvcount == 0) {   /* one direction only */
+        return sendcount ? weft_send(sendbuf, sendcount, dtype, dst, comm)
+                         : weft_recv(recvbuf, recvcount, dtype, src, comm);
+    }
+    return submit(comm, &c, NULL);
+}
+
+weft_status_t weft_barrier(weft_comm_t *comm)
+{
+    call_t c = { .fn = "barrier", .coll = COLL_BARRIER, .dtype = WEFT_UINT8, .root = -1 };
+    RETURN_IF_ERR(check_comm("barrier", comm));
+    return submit(comm, &c, NULL);
+}
+
+weft_status_t weft_test(weft_request_t *req, int *done_p)
+{
+    if (req == NULL || done_p == NULL)
+        return BAD("test: %s is NULL", req == NULL ? "req" : "done_p");
+    if (req->op.status == WEFT_IN_PROGRESS)
+        engine_poll(req->comm);
+    *done_p = req->op.status != WEFT_IN_PROGRESS;
+    return req->op.status == WEFT_IN_PROGRESS ? WEFT_OK : req->op.status;
+}
+
+weft_status_t weft_wait(weft_request_t *req)
+{
+    if (req == NULL)
+        return BAD("wait: req is NULL");
+    weft_status_t st = req->op.status;
+    if (st == WEFT_IN_PROGRESS)
+        st = engine_wait(req->comm, &req->op);
+    free(req);
+    return st;
+}

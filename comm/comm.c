@@ -1,0 +1,241 @@
+/*
+ * comm.c - communicator lifecycle: init (explicit or from the launcher), split,
+ * destroy, abort, and the accessors.
+ *
+ * Invariants: a communicator returned to the caller is fully connected to every peer;
+ * on any failure init returns the error and frees everything it made (no segment, no
+ * socket, no memory left behind). The communicator id is drawn by rank 0 at init and
+ * derived deterministically at split, so every member agrees on it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm_int.h"
+#include "check.h"
+#include "sock.h"
+#include "status.h"
+#include "util.h"
+
+static weft_status_t comm_alloc(int rank, int nranks, const weft_config_t *cfg,
+                                weft_comm_t **comm_p)
+{
+    weft_comm_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "comm_init: out of memory");
+    c->rank = rank;
+    c->nranks = nranks;
+    c->cfg = *cfg;
+    size_t n = (size_t)nranks;
+    c->peers = calloc(n, sizeof(*c->peers));
+    c->eps = calloc(n, sizeof(*c->eps));
+    c->cursor = calloc(2 * n, sizeof(int));
+    c->frame_tx = calloc(n, sizeof(uint32_t));
+    c->frame_rx = calloc(n, sizeof(uint32_t));
+    c->p2p_tx = calloc(n, sizeof(uint32_t));
+    c->p2p_rx = calloc(n, sizeof(uint32_t));
+    const char *secret = getenv("WEFT_SECRET");
+    if (secret && *secret) {
+        snprintf(c->secret, sizeof(c->secret), "%s", secret);
+        c->has_secret = 1;
+    }
+    snprintf(c->transport_desc, sizeof(c->transport_desc), "self");
+    if (!c->peers || !c->eps || !c->cursor || !c->frame_tx || !c->frame_rx || !c->p2p_tx ||
+        !c->p2p_rx) {
+        weft_comm_destroy(c);
+        return weft_error(WEFT_ERR_NO_MEMORY, "comm_init: out of memory");
+    }
+    *comm_p = c;
+    return WEFT_OK;
+}
+
+static void comm_set_id(weft_comm_t *c, uint64_t id)
+{
+    c->id = id;
+    c->id32 = (uint32_t)(id ^ (id >> 32));
+}
+
+weft_status_t weft_comm_init_rank(int rank, int nranks, const char *rendezvous,
+                                  weft_comm_t **comm_p)
+{
+    weft_config_t cfg;
+    weft_comm_t *c = NULL;
+    bootstrap_t *bs = NULL;
+    weft_status_t st;
+    if (comm_p == NULL)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_init_rank: comm_p is NULL");
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_init_rank: rank %d of %d is "
+                                "not a rank", rank, nranks);
+    if (rendezvous == NULL || strchr(rendezvous, ':') == NULL)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_init_rank: rendezvous '%s' is "
+                                "not host:port", rendezvous ? rendezvous : "(null)");
+    RETURN_IF_ERR(cfg_load(&cfg));
+    log_set_rank(rank);
+    GOTO_IF_ERR(comm_alloc(rank, nranks, &cfg, &c), st, fail);
+    GOTO_IF_ERR(sock_parse_addr(rendezvous, &c->rdv_addr), st, fail);
+    GOTO_IF_ERR(bootstrap_open(rank, nranks, rendezvous, c->has_secret ? c->secret : NULL,
+                               cfg.timeout_s, &bs), st, fail);
+    uint64_t id = 0, *ids = malloc((size_t)nranks * sizeof(uint64_t));
+    if (ids == NULL) {
+        st = weft_error(WEFT_ERR_NO_MEMORY, "comm_init: out of memory");
+        goto fail;
+    }
+    if (rank == 0 && random_bytes(&id, sizeof(id)) != 0)
+        id = time_ns() ^ ((uint64_t)getpid() << 32);
+    st = bootstrap_exchange(bs, &id, ids, sizeof(id));
+    id = ids[0];
+    free(ids);
+    if (st != WEFT_OK)
+        goto fail;
+    comm_set_id(c, id);
+    GOTO_IF_ERR(connect_all(c, bootstrap_exchange, bs), st, fail);
+    bootstrap_close(bs);
+    LOG_INFO(LOG_INIT, "comm %#x: rank %d of %d ready (local %d of %d, %s)", c->id32, rank,
+             nranks, c->local_rank, c->local_size, c->transport_desc);
+    *comm_p = c;
+    return WEFT_OK;
+fail:
+    bootstrap_close(bs);
+    if (c)
+        weft_comm_destroy(c);
+    return st;
+}
+
+weft_status_t weft_comm_init(weft_comm_t **comm_p)
+{
+    launch_env_t env;
+    if (comm_p == NULL)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_init: comm_p is NULL");
+    RETURN_IF_ERR(env_detect(&env));
+    LOG_INFO(LOG_INIT, "rank %d of %d from %s, rendezvous %s", env.rank, env.nranks,
+             env.source, env.rendezvous);
+    return weft_comm_init_rank(env.rank, env.nranks, env.rendezvous, comm_p);
+}
+
+/* ---- split ---- */
+
+typedef struct {
+    weft_comm_t *parent;
+    int *members;      /* parent ranks of the new communicator, in new-rank order */
+    int n;             /* 0 for a rank that only helps (color < 0) */
+} split_ctx_t;
+
+/* exchange_fn_t over the parent: all parent ranks take part; each keeps its group's. */
+static weft_status_t split_exchange(void *vctx, const void *mine, void *all, size_t len)
+{
+    split_ctx_t *x = vctx;
+    weft_comm_t *p = x->parent;
+    char *every = malloc(len * (size_t)p->nranks);
+    if (every == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "comm_split: out of memory");
+    weft_status_t st = weft_allgather(mine, every, len, WEFT_UINT8, p);
+    for (int i = 0; st == WEFT_OK && i < x->n; i++)
+        memcpy((char *)all + (size_t)i * len, every + (size_t)x->members[i] * len, len);
+    free(every);
+    return st;
+}
+
+typedef struct { int color, key, rank; } split_entry_t;
+
+static int cmp_entry(const void *a, const void *b)
+{
+    const split_entry_t *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return x->rank - y->rank;
+}
+
+weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t **comm_p)
+{
+    if (comm == NULL || comm_p == NULL)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_split: %s is NULL",
+                                comm ? "comm_p" : "comm");
+    int mine[2] = { color < 0 ? -1 : color, key }, n = comm->nranks, newrank = -1, m = 0;
+    int *all = malloc(2 * (size_t)n * sizeof(int));
+    split_entry_t *grp = malloc((size_t)n * sizeof(*grp));
+    int *members = malloc((size_t)n * sizeof(int));
+    weft_comm_t *c = NULL;
+    weft_status_t st = WEFT_OK;
+    if (!all || !grp || !members) {
+        st = weft_error(WEFT_ERR_NO_MEMORY, "comm_split: out of memory");
+        goto out;   /* the peers will fail their exchange with us: a timeout, not a hang */
+    }
+    GOTO_IF_ERR(weft_allgather(mine, all, 2, WEFT_INT32, comm), st, out);
+    for (int r = 0; mine[0] >= 0 && r < n; r++)
+        if (all[2 * r] == mine[0])
+            grp[m++] = (split_entry_t){ all[2 * r], all[2 * r + 1], r };
+    qsort(grp, (size_t)m, sizeof(*grp), cmp_entry);
+    for (int i = 0; i < m; i++) {
+        members[i] = grp[i].rank;
+        if (grp[i].rank == comm->rank)
+            newrank = i;
+    }
+    uint32_t split_no = comm->nsplits++;
+    split_ctx_t x = { comm, members, m };
+    if (mine[0] < 0) {
+        /* take part in the exchanges connect_all makes, with nothing to connect */
+        peer_info_t dummy;
+        int ok;
+        memset(&dummy, 0, sizeof(dummy));
+        GOTO_IF_ERR(split_exchange(&x, &dummy, NULL, sizeof(dummy)), st, out);
+        GOTO_IF_ERR(split_exchange(&x, &ok, NULL, sizeof(ok)), st, out);
+        *comm_p = NULL;
+        goto out;
+    }
+    GOTO_IF_ERR(comm_alloc(newrank, m, &comm->cfg, &c), st, out);
+    c->rdv_addr = comm->rdv_addr;
+    uint64_t h = hash_bytes(HASH_SEED, &comm->id, sizeof(comm->id));
+    h = hash_bytes(h, &split_no, sizeof(split_no));
+    comm_set_id(c, hash_bytes(h, &mine[0], sizeof(mine[0])));
+    st = connect_all(c, split_exchange, &x);
+    if (st != WEFT_OK) {
+        weft_comm_destroy(c);
+        goto out;
+    }
+    *comm_p = c;
+out:
+    free(all);
+    free(grp);
+    free(members);
+    return st;
+}
+
+/* ---- teardown and accessors ---- */
+
+weft_status_t weft_comm_destroy(weft_comm_t *comm)
+{
+    if (comm == NULL)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_destroy: comm is NULL");
+    connect_close_all(comm);
+    tuner_cache_clear(comm);
+    free(comm->peers);
+    free(comm->eps);
+    free(comm->cursor);
+    free(comm->frame_tx);
+    free(comm->frame_rx);
+    free(comm->p2p_tx);
+    free(comm->p2p_rx);
+    free(comm->st);
+    free(comm->tmp);
+    free(comm);
+    return WEFT_OK;
+}
+
+weft_status_t weft_comm_abort(weft_comm_t *comm)
+{
+    if (comm == NULL)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_abort: comm is NULL");
+    __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
+    return WEFT_OK;
+}
+
+int weft_comm_rank(const weft_comm_t *comm)        { return comm ? comm->rank : -1; }
+int weft_comm_size(const weft_comm_t *comm)        { return comm ? comm->nranks : -1; }
+int weft_comm_local_rank(const weft_comm_t *comm)  { return comm ? comm->local_rank : -1; }
+int weft_comm_local_size(const weft_comm_t *comm)  { return comm ? comm->local_size : -1; }
+const char *weft_comm_transport(const weft_comm_t *comm)
+{
+    return comm ? comm->transport_desc : NULL;
+}

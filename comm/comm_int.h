@@ -1,0 +1,139 @@
+/*
+ * comm_int.h - the communicator and the operation record, shared inside comm/.
+ *
+ * Invariants: a communicator owns its endpoints, its schedule cache and its scratch
+ * buffer; it borrows user buffers. Operations on one communicator run one at a time in
+ * issue order (the queue); the head operation is the only one the engine touches, so
+ * the scratch buffer and the per-step state can live in the communicator.
+ */
+#ifndef WEFT_COMM_INT_H
+#define WEFT_COMM_INT_H
+
+#include <stdint.h>
+
+#include "weft.h"
+#include "config.h"
+#include "schedule.h"
+#include "transport.h"
+
+#define SCHED_CACHE_SIZE 64
+
+typedef struct comm_op comm_op_t;
+
+/* One collective call: what the user asked for and how far it got. */
+struct comm_op {
+    sched_args_t args;
+    const void *send;
+    void *recv;
+    uint32_t seq;            /* collective sequence number */
+    uint32_t seq_tx, seq_rx; /* point-to-point: per-peer sequence numbers */
+    sched_t *sched;          /* borrowed from the cache while the op runs */
+    weft_status_t status;    /* WEFT_IN_PROGRESS until done */
+    int started;
+    uint64_t t_start;
+    comm_op_t *next;         /* queue link */
+    int is_request;          /* heap-allocated for a weft_request_t */
+};
+
+struct weft_request {
+    comm_op_t op;
+    weft_comm_t *comm;
+};
+
+typedef struct sched_cache_entry {
+    sched_args_t key;
+    char algo[16];
+    sched_t *sched;
+} sched_cache_entry_t;
+
+/* Per-step progress of the running operation. */
+typedef struct step_state {
+    size_t done;             /* bytes moved / produced */
+    uint32_t frames;         /* frames moved */
+    uint32_t inflight_len;   /* send: length of the frame the transport has not taken */
+    uint8_t inflight;
+    uint8_t complete;
+} step_state_t;
+
+struct weft_comm {
+    int rank, nranks;
+    int local_rank, local_size;
+    uint64_t id;             /* unique per job and communicator; same on every rank */
+    uint32_t id32;           /* as carried in frame headers */
+    weft_config_t cfg;
+    char secret[256];
+    int has_secret;
+
+    peer_info_t *peers;      /* [nranks], from the address exchange */
+    tp_ep_t **eps;           /* [nranks], NULL for self */
+    const tp_ops_t *transports[4];
+    int ntransports;
+    char transport_desc[16];
+
+    /* transport-private local state (created by local_setup) */
+    void *shm_local;
+    void *tcp_local;
+
+    uint32_t seq;            /* next collective sequence number */
+    uint32_t nsplits;        /* splits made from this comm, to derive child ids */
+    comm_op_t *q_head, *q_tail;
+
+    sched_cache_entry_t cache[SCHED_CACHE_SIZE];
+    int ncache;
+
+    void *tmp;               /* scratch for BUF_TMP */
+    size_t tmp_cap;
+    step_state_t *st;        /* [st_cap] per-step state of the head op */
+    int st_cap;
+    int *cursor;             /* [2*nranks] next step index per peer: send, recv */
+    uint32_t *frame_tx, *frame_rx;  /* [nranks] frame counters of the head op */
+    int local_cursor;        /* next local step of the head op */
+    int ncomplete;           /* completed steps of the head op */
+    uint32_t *p2p_tx, *p2p_rx;      /* [nranks] point-to-point sequence numbers */
+    weft_status_t error;     /* first failure; the communicator is unusable after it */
+    struct sockaddr_in rdv_addr;    /* where the bootstrap met */
+
+    volatile int aborted;
+};
+
+/* engine.c */
+weft_status_t engine_start(weft_comm_t *comm, comm_op_t *op);
+weft_status_t engine_progress(weft_comm_t *comm, comm_op_t *op, int *moved_p);
+/* Progresses the queue until `op` completed (or failed); honours WEFT_TIMEOUT. */
+weft_status_t engine_wait(weft_comm_t *comm, comm_op_t *op);
+/* One pass over the queue head, for weft_test. */
+weft_status_t engine_poll(weft_comm_t *comm);
+
+/* tuner.c: picks algorithm and chunk, builds or finds the schedule. */
+weft_status_t tuner_schedule(weft_comm_t *comm, comm_op_t *op);
+void tuner_cache_clear(weft_comm_t *comm);
+
+/* connect.c: transport setup over an address exchange. */
+typedef weft_status_t (*exchange_fn_t)(void *ctx, const void *mine, void *all, size_t len);
+weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, void *ctx);
+void connect_close_all(weft_comm_t *comm);
+
+/* bootstrap.c: the rank-0 rendezvous store for weft_comm_init*. */
+typedef struct bootstrap bootstrap_t;
+weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous, const char *secret,
+                             double timeout_s, bootstrap_t **bs_p);
+/* allgather of fixed-size blobs through rank 0; usable as exchange_fn_t */
+weft_status_t bootstrap_exchange(void *bs, const void *mine, void *all, size_t len);
+void bootstrap_close(bootstrap_t *bs);
+
+/* env.c: the launcher's environment */
+typedef struct launch_env {
+    int rank, nranks, local_rank, local_size;
+    char rendezvous[300];
+    const char *source;      /* "weftrun", "torchrun", "Open MPI", "PMI", "Slurm" */
+} launch_env_t;
+weft_status_t env_detect(launch_env_t *env);
+
+/* coll.c */
+weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *send,
+                       void *recv, weft_request_t **req_p);
+
+/* id helpers */
+uint64_t host_id_compute(char *hostname, size_t cap);
+
+#endif

@@ -1,0 +1,145 @@
+/*
+ * connect.c - turns an address exchange into one endpoint per peer.
+ *
+ * Steps: every enabled transport prepares locally (listener, inbound segment) and fills
+ * this rank's peer_info; the infos are all-gathered; each peer gets the first transport
+ * (in preference order) that can reach it; a second exchange acts as a barrier; then
+ * transports drop what no longer needs a name (shm unlinks its segments).
+ * The exchange is a parameter: the bootstrap store at init, the parent communicator at
+ * split. Exactly CONNECT_EXCHANGES exchanges happen on every path, success or failure,
+ * so ranks that take part only as helpers (split with WEFT_UNDEFINED) stay in step.
+ *
+ * TCP needs an order to avoid waiting in a circle: each rank first connects to every
+ * higher rank, then accepts from the lower ones; the highest rank only accepts.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm_int.h"
+#include "check.h"
+#include "status.h"
+#include "util.h"
+
+static int transport_allowed(const weft_comm_t *comm, const tp_ops_t *t)
+{
+    return !strcmp(comm->cfg.transport, "auto") || !strcmp(comm->cfg.transport, t->name);
+}
+
+uint64_t host_id_compute(char *hostname, size_t cap)
+{
+    char boot[64] = "";
+    if (gethostname(hostname, cap) != 0)
+        snprintf(hostname, cap, "unknown");
+    hostname[cap - 1] = '\0';
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (fgets(boot, sizeof(boot), f) == NULL)
+            boot[0] = '\0';
+        fclose(f);
+    }
+    uint64_t h = hash_bytes(HASH_SEED, hostname, strlen(hostname));
+    return hash_bytes(h, boot, strlen(boot));
+}
+
+static weft_status_t local_setup(weft_comm_t *comm, peer_info_t *self)
+{
+    memset(self, 0, sizeof(*self));
+    self->rank = (uint32_t)comm->rank;
+    self->pid = (uint32_t)getpid();
+    self->host_id = host_id_compute(self->hostname, sizeof(self->hostname));
+    for (int i = 0; i < comm->ntransports; i++)
+        RETURN_IF_ERR(comm->transports[i]->local_setup(comm, self));
+    return WEFT_OK;
+}
+
+static void compute_local(weft_comm_t *comm)
+{
+    comm->local_rank = comm->local_size = 0;
+    for (int p = 0; p < comm->nranks; p++)
+        if (comm->peers[p].host_id == comm->peers[comm->rank].host_id) {
+            if (p < comm->rank)
+                comm->local_rank++;
+            comm->local_size++;
+        }
+}
+
+static weft_status_t pick(weft_comm_t *comm, int p, const tp_ops_t **t_p)
+{
+    for (int i = 0; i < comm->ntransports; i++)
+        if (comm->transports[i]->can_connect(comm, &comm->peers[comm->rank], &comm->peers[p])) {
+            *t_p = comm->transports[i];
+            return WEFT_OK;
+        }
+    return weft_error(WEFT_ERR_UNSUPPORTED, "connect: no transport reaches rank %d on %s "
+                      "from rank %d on %s (WEFT_TRANSPORT=%s)", p, comm->peers[p].hostname,
+                      comm->rank, comm->peers[comm->rank].hostname, comm->cfg.transport);
+}
+
+static weft_status_t connect_peer(weft_comm_t *comm, int p, unsigned *used)
+{
+    const tp_ops_t *t = NULL;
+    RETURN_IF_ERR(pick(comm, p, &t));
+    RETURN_IF_ERR(t->connect(comm, p, &comm->eps[p]));
+    comm->eps[p]->ops = t;
+    comm->eps[p]->peer = p;
+    *used |= t == &tp_shm_ops ? 1u : 2u;
+    return WEFT_OK;
+}
+
+static weft_status_t connect_peers(weft_comm_t *comm)
+{
+    unsigned used = 0;
+    for (int p = comm->rank + 1; p < comm->nranks; p++)
+        RETURN_IF_ERR(connect_peer(comm, p, &used));
+    for (int p = 0; p < comm->rank; p++)
+        RETURN_IF_ERR(connect_peer(comm, p, &used));
+    snprintf(comm->transport_desc, sizeof(comm->transport_desc), "%s",
+             used == 1 ? "shm" : used == 2 ? "tcp" : used == 3 ? "mixed" : "self");
+    return WEFT_OK;
+}
+
+weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, void *ctx)
+{
+    peer_info_t self;
+    int ok = 1, all_ok = 1;
+    comm->ntransports = 0;
+    if (transport_allowed(comm, &tp_shm_ops))
+        comm->transports[comm->ntransports++] = &tp_shm_ops;
+    if (transport_allowed(comm, &tp_tcp_ops))
+        comm->transports[comm->ntransports++] = &tp_tcp_ops;
+    weft_status_t st = local_setup(comm, &self);
+    RETURN_IF_ERR(exchange(ctx, &self, comm->peers, sizeof(self)));
+    compute_local(comm);
+    if (st == WEFT_OK)
+        st = connect_peers(comm);
+    ok = st == WEFT_OK;
+    /* barrier: nobody drops names before everyone has connected */
+    int *oks = malloc((size_t)comm->nranks * sizeof(int));
+    if (oks == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "connect: out of memory");
+    weft_status_t xs = exchange(ctx, &ok, oks, sizeof(int));
+    for (int p = 0; xs == WEFT_OK && p < comm->nranks; p++)
+        all_ok &= oks[p];
+    free(oks);
+    RETURN_IF_ERR(xs);
+    if (st != WEFT_OK)
+        return st;
+    if (!all_ok)
+        return weft_error(WEFT_ERR_PEER_LOST, "connect: another rank failed to connect");
+    for (int i = 0; i < comm->ntransports; i++)
+        RETURN_IF_ERR(comm->transports[i]->post_connect(comm));
+    return WEFT_OK;
+}
+
+void connect_close_all(weft_comm_t *comm)
+{
+    for (int p = 0; comm->eps && p < comm->nranks; p++)
+        if (comm->eps[p]) {
+            comm->eps[p]->ops->close(comm->eps[p]);
+            comm->eps[p] = NULL;
+        }
+    for (int i = 0; i < comm->ntransports; i++)
+        comm->transports[i]->local_cleanup(comm);
+}

@@ -1,0 +1,109 @@
+/*
+ * env.c - where this process sits in the job, from the launcher's environment.
+ *
+ * Checked in order, first match wins: weftrun (WEFT_RANK/WEFT_WORLD_SIZE/WEFT_ADDR),
+ * torchrun (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT), Open MPI (OMPI_COMM_WORLD_*),
+ * PMI (PMI_RANK/PMI_SIZE, MPICH's hydra), Slurm (SLURM_PROCID/SLURM_NTASKS).
+ * The rendezvous is WEFT_ADDR, else MASTER_ADDR:MASTER_PORT. Under MPI or Slurm without
+ * either, a job whose ranks all run on one host meets on 127.0.0.1 at a port derived
+ * from the job id; a multi-host job must set WEFT_ADDR (or MASTER_ADDR/MASTER_PORT).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_int.h"
+#include "status.h"
+#include "util.h"
+
+static int env_int(const char *name, int *out)
+{
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0')
+        return 0;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end != '\0' || x < 0 || x > 1 << 24)
+        return -1;
+    *out = (int)x;
+    return 1;
+}
+
+typedef struct {
+    const char *source, *rank, *size, *local_rank, *local_size, *jobid;
+} launcher_t;
+
+static const launcher_t launchers[] = {
+    { "weftrun", "WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", NULL },
+    { "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", NULL },
+    { "Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+      "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid" },
+    { "PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMI_JOBID" },
+    { "Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "SLURM_JOB_ID" },
+};
+
+/* A port in [20000, 60000) from the job id, so all ranks of one job agree on it. */
+static int port_from_job(const char *jobid)
+{
+    const char *step = getenv("SLURM_STEP_ID");
+    uint64_t h = hash_bytes(HASH_SEED, jobid, strlen(jobid));
+    if (step)
+        h = hash_bytes(h, step, strlen(step));
+    return 20000 + (int)(h % 40000);
+}
+
+static weft_status_t find_rendezvous(const launcher_t *l, launch_env_t *env)
+{
+    const char *addr = getenv("WEFT_ADDR");
+    const char *maddr = getenv("MASTER_ADDR"), *mport = getenv("MASTER_PORT");
+    if (addr && *addr) {
+        snprintf(env->rendezvous, sizeof(env->rendezvous), "%s", addr);
+        return WEFT_OK;
+    }
+    if (maddr && *maddr && mport && *mport) {
+        snprintf(env->rendezvous, sizeof(env->rendezvous), "%s:%s", maddr, mport);
+        return WEFT_OK;
+    }
+    const char *jobid = l->jobid ? getenv(l->jobid) : NULL;
+    int single_host = env->local_size == env->nranks ||
+                      (getenv("SLURM_NNODES") && !strcmp(getenv("SLURM_NNODES"), "1"));
+    if (jobid && *jobid && single_host) {
+        snprintf(env->rendezvous, sizeof(env->rendezvous), "127.0.0.1:%d",
+                 port_from_job(jobid));
+        return WEFT_OK;
+    }
+    if (env->nranks == 1) {
+        snprintf(env->rendezvous, sizeof(env->rendezvous), "127.0.0.1:0");
+        return WEFT_OK;
+    }
+    return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: ranks found through %s, but no "
+                      "rendezvous: set WEFT_ADDR=host:port (rank 0's host) or "
+                      "MASTER_ADDR and MASTER_PORT", l->source);
+}
+
+weft_status_t env_detect(launch_env_t *env)
+{
+    memset(env, 0, sizeof(*env));
+    for (size_t i = 0; i < WEFT_ARRAY_LEN(launchers); i++) {
+        const launcher_t *l = &launchers[i];
+        int r = env_int(l->rank, &env->rank), s = env_int(l->size, &env->nranks);
+        if (r == 0 && s == 0)
+            continue;
+        if (r != 1 || s != 1 || env->nranks < 1 || env->rank >= env->nranks)
+            return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: %s=%s and %s=%s do not "
+                              "describe a rank in a job", l->rank, getenv(l->rank) ?: "",
+                              l->size, getenv(l->size) ?: "");
+        env->source = l->source;
+        env->local_rank = -1;
+        env->local_size = -1;
+        if (l->local_rank)
+            env_int(l->local_rank, &env->local_rank);
+        if (l->local_size)
+            env_int(l->local_size, &env->local_size);
+        return find_rendezvous(l, env);
+    }
+    return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: no launcher environment found "
+                      "(WEFT_RANK/WEFT_WORLD_SIZE, RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK, "
+                      "PMI_RANK or SLURM_PROCID); start the job with weftrun, torchrun, "
+                      "mpirun or srun, or call weft_comm_init_rank");
+}

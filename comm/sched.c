@@ -1,0 +1,203 @@
+/*
+ * sched.c - building schedules: append steps, then derive the per-peer queues.
+ *
+ * Invariant: after sched_finish succeeds, next_same/head_send/head_recv/locals describe
+ * exactly the steps array, and no step refers to a later step through dep or stream
+ * (algorithms only depend backwards, which is what makes a schedule deadlock-free when
+ * every peer's queues progress together).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schedule.h"
+#include "status.h"
+
+void sched_init(sched_t *s, const char *algo, size_t chunk)
+{
+    memset(s, 0, sizeof(*s));
+    s->algo = algo;
+    s->chunk = chunk;
+}
+
+int sched_add(sched_t *s, sched_step_t step)
+{
+    if (s->oom)
+        return -1;
+    if (s->nsteps == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 16;
+        sched_step_t *p = realloc(s->steps, (size_t)cap * sizeof(*p));
+        if (p == NULL) {
+            s->oom = 1;
+            return -1;
+        }
+        s->steps = p;
+        s->cap = cap;
+    }
+    s->steps[s->nsteps] = step;
+    return s->nsteps++;
+}
+
+static sched_step_t step_new(int kind)
+{
+    sched_step_t st;
+    memset(&st, 0, sizeof(st));
+    st.kind = (uint8_t)kind;
+    st.peer = -1;
+    st.dep = -1;
+    st.stream = -1;
+    return st;
+}
+
+int sched_send(sched_t *s, int peer, int buf, size_t off, size_t len, int stream)
+{
+    sched_step_t st = step_new(STEP_SEND);
+    st.peer = peer;
+    st.src_buf = (uint8_t)buf;
+    st.src_off = off;
+    st.len = len;
+    st.stream = stream;
+    return sched_add(s, st);
+}
+
+int sched_recv(sched_t *s, int peer, int buf, size_t off, size_t len)
+{
+    sched_step_t st = step_new(STEP_RECV);
+    st.peer = peer;
+    st.dst_buf = (uint8_t)buf;
+    st.dst_off = off;
+    st.len = len;
+    return sched_add(s, st);
+}
+
+int sched_recv_reduce(sched_t *s, int peer, int dst, size_t dst_off, int src, size_t src_off,
+                      size_t len, int final)
+{
+    sched_step_t st = step_new(STEP_RECV_REDUCE);
+    st.peer = peer;
+    st.dst_buf = (uint8_t)dst;
+    st.dst_off = dst_off;
+    st.src_buf = (uint8_t)src;
+    st.src_off = src_off;
+    st.len = len;
+    st.final = (uint8_t)final;
+    return sched_add(s, st);
+}
+
+int sched_copy(sched_t *s, int dst, size_t dst_off, int src, size_t src_off, size_t len)
+{
+    sched_step_t st = step_new(STEP_COPY);
+    st.dst_buf = (uint8_t)dst;
+    st.dst_off = dst_off;
+    st.src_buf = (uint8_t)src;
+    st.src_off = src_off;
+    st.len = len;
+    return sched_add(s, st);
+}
+
+int sched_fold(sched_t *s, int dst, size_t dst_off, int src, size_t src_off, size_t len,
+               int nslots, size_t slot_stride, int final)
+{
+    sched_step_t st = step_new(STEP_FOLD);
+    st.dst_buf = (uint8_t)dst;
+    st.dst_off = dst_off;
+    st.src_buf = (uint8_t)src;
+    st.src_off = src_off;
+    st.len = len;
+    st.nslots = nslots;
+    st.slot_stride = slot_stride;
+    st.final = (uint8_t)final;
+    st.after_all = 1;
+    return sched_add(s, st);
+}
+
+static int is_recv(int kind)
+{
+    return kind == STEP_RECV || kind == STEP_RECV_REDUCE;
+}
+
+/* Links each step to the next one on the same peer and direction. */
+static void link_queues(sched_t *s)
+{
+    for (int p = 0; p < s->nranks; p++)
+        s->head_send[p] = s->head_recv[p] = -1;
+    for (int i = s->nsteps - 1; i >= 0; i--) {
+        sched_step_t *st = &s->steps[i];
+        s->next_same[i] = -1;
+        if (st->kind == STEP_SEND) {
+            s->next_same[i] = s->head_send[st->peer];
+            s->head_send[st->peer] = i;
+        } else if (is_recv(st->kind)) {
+            s->next_same[i] = s->head_recv[st->peer];
+            s->head_recv[st->peer] = i;
+        }
+    }
+    s->nlocals = 0;
+    for (int i = 0; i < s->nsteps; i++)
+        if (s->steps[i].kind == STEP_COPY || s->steps[i].kind == STEP_FOLD)
+            s->locals[s->nlocals++] = i;
+}
+
+static weft_status_t check_steps(const sched_t *s)
+{
+    for (int i = 0; i < s->nsteps; i++) {
+        const sched_step_t *st = &s->steps[i];
+        if (st->dep >= i || st->stream >= i ||
+            (st->stream >= 0 && s->steps[st->stream].len != st->len))
+            return weft_error(WEFT_ERR_INTERNAL, "schedule %s: step %d has a bad dependency",
+                              s->algo, i);
+        if ((st->kind == STEP_SEND || is_recv(st->kind)) &&
+            (st->peer < 0 || st->peer >= s->nranks))
+            return weft_error(WEFT_ERR_INTERNAL, "schedule %s: step %d has peer %d",
+                              s->algo, i, st->peer);
+    }
+    return WEFT_OK;
+}
+
+weft_status_t sched_finish(sched_t *s, int nranks)
+{
+    if (s->oom)
+        return weft_error(WEFT_ERR_NO_MEMORY, "schedule %s: out of memory", s->algo);
+    s->nranks = nranks;
+    size_t n = (size_t)(s->nsteps ? s->nsteps : 1);
+    s->next_same = malloc(n * sizeof(int));
+    s->locals = malloc(n * sizeof(int));
+    s->head_send = malloc((size_t)nranks * sizeof(int));
+    s->head_recv = malloc((size_t)nranks * sizeof(int));
+    if (!s->next_same || !s->locals || !s->head_send || !s->head_recv) {
+        sched_free(s);
+        return weft_error(WEFT_ERR_NO_MEMORY, "schedule %s: out of memory", s->algo);
+    }
+    link_queues(s);
+    weft_status_t st = check_steps(s);
+    if (st != WEFT_OK)
+        sched_free(s);
+    return st;
+}
+
+void sched_free(sched_t *s)
+{
+    free(s->steps);
+    free(s->next_same);
+    free(s->locals);
+    free(s->head_send);
+    free(s->head_recv);
+    s->steps = NULL;
+    s->next_same = s->locals = s->head_send = s->head_recv = NULL;
+    s->nsteps = s->cap = 0;
+}
+
+void sched_dump(const sched_t *s, int rank)
+{
+    static const char *kinds[] = { "send", "recv", "recv_reduce", "copy", "fold" };
+    static const char *bufs[] = { "-", "send", "recv", "tmp" };
+    fprintf(stderr, "schedule %s rank %d: %d steps, chunk %zu, tmp %zu\n", s->algo, rank,
+            s->nsteps, s->chunk, s->tmp_bytes);
+    for (int i = 0; i < s->nsteps; i++) {
+        const sched_step_t *st = &s->steps[i];
+        fprintf(stderr, "  %3d %-11s peer %2d dst %s+%zu src %s+%zu len %zu dep %d stream %d%s%s\n",
+                i, kinds[st->kind], st->peer, bufs[st->dst_buf], st->dst_off, bufs[st->src_buf],
+                st->src_off, st->len, st->dep, st->stream, st->final ? " final" : "",
+                st->after_all ? " after_all" : "");
+    }
+}

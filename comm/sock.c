@@ -1,0 +1,470 @@
+/*
+ * sock.c - TCP/IPv4 socket helpers shared by the bootstrap and the tcp transport.
+ *
+ * Invariants: every descriptor created here is SOCK_CLOEXEC; every blocking helper
+ * waits only in poll() with a timeout derived from its absolute deadline (time_ns()
+ * clock, 0 = none), so a deadline is honoured whether the socket is blocking or not
+ * (I/O uses MSG_DONTWAIT and never blocks inside send/recv). Sends use MSG_NOSIGNAL,
+ * so a closed peer is an error code, never SIGPIPE. Outputs (*fd_p, *out) are written
+ * only on success; on failure any descriptor created here is closed.
+ */
+#define _GNU_SOURCE   /* accept4 */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sock.h"
+#include "status.h"
+#include "util.h"
+
+#define SOCK_BUF_BYTES (4 << 20)
+#define CONNECT_BACKOFF_MIN_NS 1000000ull     /* 1 ms */
+#define CONNECT_BACKOFF_MAX_NS 100000000ull   /* 100 ms */
+
+const char *sock_addr_str(const struct sockaddr_in *a, char *buf, size_t cap)
+{
+    char ip[INET_ADDRSTRLEN];
+    if (inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip)) == NULL)
+        snprintf(ip, sizeof(ip), "?");
+    snprintf(buf, cap, "%s:%u", ip, (unsigned)ntohs(a->sin_port));
+    return buf;
+}
+
+/* poll() timeout in ms for a deadline: -1 = none, 0 = already past (rounded up). */
+static int deadline_ms(uint64_t deadline)
+{
+    if (deadline == 0)
+        return -1;
+    uint64_t now = time_ns();
+    if (now >= deadline)
+        return 0;
+    uint64_t ms = (deadline - now + 999999) / 1000000;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+static int past(uint64_t deadline)
+{
+    return deadline != 0 && time_ns() >= deadline;
+}
+
+/* Waits for `events` on fd. Returns WEFT_OK when ready, TIMEOUT past the deadline. */
+static weft_status_t wait_fd(int fd, short events, uint64_t deadline, const char *what)
+{
+    for (;;) {
+        struct pollfd p = { .fd = fd, .events = events };
+        int ms = deadline_ms(deadline);
+        int r = poll(&p, 1, ms);
+        if (r > 0)
+            return WEFT_OK;
+        if (r < 0 && errno != EINTR)
+            return weft_error(WEFT_ERR_SYSTEM, "%s: poll: %m", what);
+        if (past(deadline))
+            return WEFT_ERR_TIMEOUT;   /* unlogged: the caller words the message */
+    }
+}
+
+/* The peer of fd as "ip:port", or "unknown peer". */
+static const char *peer_str(int fd, char *buf, size_t cap)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    if (getpeername(fd, (struct sockaddr *)&a, &len) != 0 || a.sin_family != AF_INET) {
+        snprintf(buf, cap, "unknown peer");
+        return buf;
+    }
+    return sock_addr_str(&a, buf, cap);
+}
+
+/* ---- address parsing -------------------------------------------------------- */
+
+static weft_status_t parse_port(const char *s, const char *hostport, uint16_t *port_p)
+{
+    char *end;
+    if (*s == '\0' || strspn(s, "0123456789") != strlen(s))
+        return weft_error(WEFT_ERR_INVALID_ARG, "address '%s': port is not a number",
+                          hostport);
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno != 0 || v > 65535)
+        return weft_error(WEFT_ERR_INVALID_ARG, "address '%s': port out of range 0-65535",
+                          hostport);
+    *port_p = (uint16_t)v;
+    return WEFT_OK;
+}
+
+static weft_status_t resolve_host(const char *host, const char *hostport, struct in_addr *out)
+{
+    struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM };
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0) {
+        weft_status_t code = (rc == EAI_NONAME || rc == EAI_FAIL) ? WEFT_ERR_INVALID_ARG
+                                                                  : WEFT_ERR_SYSTEM;
+        return weft_error(code, "address '%s': cannot resolve '%s': %s", hostport, host,
+                          rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+    }
+    *out = ((const struct sockaddr_in *)res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+    return WEFT_OK;
+}
+
+weft_status_t sock_parse_addr(const char *hostport, struct sockaddr_in *out)
+{
+    char host[256];
+    if (hostport == NULL || *hostport == '\0')
+        return weft_error(WEFT_ERR_INVALID_ARG, "empty address (expected host:port)");
+    const char *colon = strrchr(hostport, ':');
+    if (colon == NULL || colon == hostport)
+        return weft_error(WEFT_ERR_INVALID_ARG, "address '%s': expected host:port",
+                          hostport);
+    size_t hlen = (size_t)(colon - hostport);
+    if (hlen >= sizeof(host))
+        return weft_error(WEFT_ERR_INVALID_ARG, "address '%.64s...': host name too long",
+                          hostport);
+    memcpy(host, hostport, hlen);
+    host[hlen] = '\0';
+
+    uint16_t port;
+    struct in_addr ip = { 0 };
+    weft_status_t st = parse_port(colon + 1, hostport, &port);
+    if (st != WEFT_OK)
+        return st;
+    if ((st = resolve_host(host, hostport, &ip)) != WEFT_OK)
+        return st;
+    memset(out, 0, sizeof(*out));
+    out->sin_family = AF_INET;
+    out->sin_addr = ip;
+    out->sin_port = htons(port);
+    return WEFT_OK;
+}
+
+/* ---- listen / accept -------------------------------------------------------- */
+
+weft_status_t sock_listen(struct sockaddr_in *addr, int backlog, int *fd_p)
+{
+    char as[64];
+    sock_addr_str(addr, as, sizeof(as));
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return weft_error(WEFT_ERR_SYSTEM, "listen %s: socket: %m", as);
+    int one = 1;
+    struct sockaddr_in bound;
+    socklen_t len = sizeof(bound);
+    const char *step;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0)
+        step = "setsockopt(SO_REUSEADDR)";
+    else if (bind(fd, (const struct sockaddr *)addr, sizeof(*addr)) != 0)
+        step = "bind";
+    else if (listen(fd, backlog > 0 ? backlog : SOMAXCONN) != 0)
+        step = "listen";
+    else if (getsockname(fd, (struct sockaddr *)&bound, &len) != 0)
+        step = "getsockname";
+    else {
+        *addr = bound;
+        *fd_p = fd;
+        return WEFT_OK;
+    }
+    int err = errno;
+    close(fd);
+    errno = err;
+    return weft_error(WEFT_ERR_SYSTEM, "listen %s: %s: %m", as, step);
+}
+
+weft_status_t sock_accept(int lfd, uint64_t deadline, int *fd_p)
+{
+    for (;;) {
+        weft_status_t st = wait_fd(lfd, POLLIN, deadline, "accept");
+        if (st == WEFT_ERR_TIMEOUT)
+            return weft_error(WEFT_ERR_TIMEOUT, "accept: no connection before the deadline");
+        if (st != WEFT_OK)
+            return st;
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0) {
+            *fd_p = fd;
+            return WEFT_OK;
+        }
+        /* the connection may have gone away between poll and accept: wait again */
+        if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK ||
+            errno == ECONNABORTED || errno == EPROTO)
+            continue;
+        return weft_error(WEFT_ERR_SYSTEM, "accept: %m");
+    }
+}
+
+/* ---- connect ---------------------------------------------------------------- */
+
+static int connect_retryable(int err)
+{
+    return err == ECONNREFUSED || err == ENETUNREACH || err == ETIMEDOUT ||
+           err == EHOSTUNREACH || err == ECONNRESET || err == EAGAIN;
+}
+
+/* Linux may connect a socket to itself (TCP simultaneous open) when the target is a
+ * free local port in the ephemeral range; such a connection is not a listener. */
+static int is_self_connect(int fd)
+{
+    struct sockaddr_in l, p;
+    socklen_t ll = sizeof(l), pl = sizeof(p);
+    if (getsockname(fd, (struct sockaddr *)&l, &ll) != 0 ||
+        getpeername(fd, (struct sockaddr *)&p, &pl) != 0)
+        return 0;
+    return l.sin_port == p.sin_port && l.sin_addr.s_addr == p.sin_addr.s_addr;
+}
+
+/* One nonblocking connect attempt bounded by the deadline. Returns 0 with a connected
+ * (blocking) fd in *fd_p, or an errno value (ETIME past the deadline; fd closed). */
+static int connect_once(const struct sockaddr_in *addr, uint64_t deadline, int *fd_p)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return errno;
+    int err = 0;
+    if (connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) != 0) {
+        err = errno;
+        if (err == EINPROGRESS || err == EINTR) {
+            weft_status_t st = wait_fd(fd, POLLOUT, deadline, "connect");
+            socklen_t len = sizeof(err);
+            if (st == WEFT_ERR_TIMEOUT)
+                err = ETIME;
+            else if (st != WEFT_OK)
+                err = EIO;
+            else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+                err = errno;
+        }
+    }
+    if (err == 0 && is_self_connect(fd))
+        err = ECONNREFUSED;
+    if (err == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+        err = errno;
+    if (err != 0) {
+        close(fd);
+        return err;
+    }
+    *fd_p = fd;
+    return 0;
+}
+
+static void sleep_ns(uint64_t ns)
+{
+    struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000ull),
+                           .tv_nsec = (long)(ns % 1000000000ull) };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+weft_status_t sock_connect(const struct sockaddr_in *addr, uint64_t deadline, int *fd_p)
+{
+    char as[64];
+    sock_addr_str(addr, as, sizeof(as));
+    uint64_t backoff = CONNECT_BACKOFF_MIN_NS;
+    for (;;) {
+        int err = connect_once(addr, deadline, fd_p);
+        if (err == 0)
+            return WEFT_OK;
+        if (err == ETIME)
+            return weft_error(WEFT_ERR_TIMEOUT, "connect %s: no answer before the deadline",
+                              as);
+        if (!connect_retryable(err)) {
+            errno = err;
+            return weft_error(WEFT_ERR_SYSTEM, "connect %s: %m", as);
+        }
+        uint64_t now = time_ns();
+        if (deadline != 0 && now >= deadline) {
+            errno = err;
+            return weft_error(WEFT_ERR_TIMEOUT, "connect %s: gave up at the deadline "
+                              "(last error: %m)", as);
+        }
+        uint64_t nap = backoff;
+        if (deadline != 0 && deadline - now < nap)
+            nap = deadline - now;
+        sleep_ns(nap);
+        backoff = WEFT_MIN(backoff * 2, CONNECT_BACKOFF_MAX_NS);
+    }
+}
+
+/* ---- whole-buffer I/O --------------------------------------------------------- */
+
+static int peer_gone(int err)
+{
+    return err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == ETIMEDOUT ||
+           err == ECONNABORTED || err == EHOSTUNREACH;
+}
+
+/* Error for a failed send/recv; errno holds the cause. */
+static weft_status_t io_error(int fd, const char *what, size_t done, size_t n)
+{
+    int err = errno;
+    char ps[64];
+    peer_str(fd, ps, sizeof(ps));
+    errno = err;
+    if (peer_gone(err))
+        return weft_error(WEFT_ERR_PEER_LOST, "%s %s: connection lost after %zu of %zu "
+                          "bytes: %m", what, ps, done, n);
+    return weft_error(WEFT_ERR_SYSTEM, "%s %s: %m", what, ps);
+}
+
+static weft_status_t io_timeout(int fd, const char *what, size_t done, size_t n)
+{
+    char ps[64];
+    return weft_error(WEFT_ERR_TIMEOUT, "%s %s: deadline passed after %zu of %zu bytes",
+                      what, peer_str(fd, ps, sizeof(ps)), done, n);
+}
+
+weft_status_t sock_send_all(int fd, const void *buf, size_t n, uint64_t deadline)
+{
+    const char *p = (const char *)buf;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = send(fd, p + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (r >= 0) {
+            done += (size_t)r;
+            continue;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return io_error(fd, "send to", done, n);
+        weft_status_t st = wait_fd(fd, POLLOUT, deadline, "send");
+        if (st == WEFT_ERR_TIMEOUT)
+            return io_timeout(fd, "send to", done, n);
+        if (st != WEFT_OK)
+            return st;
+    }
+    return WEFT_OK;
+}
+
+weft_status_t sock_recv_all(int fd, void *buf, size_t n, uint64_t deadline)
+{
+    char *p = (char *)buf;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = recv(fd, p + done, n - done, MSG_DONTWAIT);
+        if (r > 0) {
+            done += (size_t)r;
+            continue;
+        }
+        if (r == 0) {
+            char ps[64];
+            return weft_error(WEFT_ERR_PEER_LOST, "recv from %s: connection closed by peer "
+                              "after %zu of %zu bytes", peer_str(fd, ps, sizeof(ps)),
+                              done, n);
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return io_error(fd, "recv from", done, n);
+        weft_status_t st = wait_fd(fd, POLLIN, deadline, "recv");
+        if (st == WEFT_ERR_TIMEOUT)
+            return io_timeout(fd, "recv from", done, n);
+        if (st != WEFT_OK)
+            return st;
+    }
+    return WEFT_OK;
+}
+
+/* ---- local address ------------------------------------------------------------ */
+
+/* Appends the IPv4 interface names of `ifs` to buf as "lo, eth0". */
+static void list_ifaces(const struct ifaddrs *ifs, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (const struct ifaddrs *i = ifs; i != NULL && used < cap; i = i->ifa_next) {
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET)
+            continue;
+        int w = snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", i->ifa_name);
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+    if (buf[0] == '\0')
+        snprintf(buf, cap, "none");
+}
+
+static weft_status_t iface_addr(const char *ifname, struct sockaddr_in *out)
+{
+    struct ifaddrs *ifs;
+    if (getifaddrs(&ifs) != 0)
+        return weft_error(WEFT_ERR_SYSTEM, "getifaddrs: %m");
+    size_t plen = strlen(ifname);
+    for (struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET ||
+            strncmp(i->ifa_name, ifname, plen) != 0)
+            continue;
+        memset(out, 0, sizeof(*out));
+        out->sin_family = AF_INET;
+        out->sin_addr = ((const struct sockaddr_in *)i->ifa_addr)->sin_addr;
+        freeifaddrs(ifs);
+        return WEFT_OK;
+    }
+    char names[512];
+    list_ifaces(ifs, names, sizeof(names));
+    freeifaddrs(ifs);
+    return weft_error(WEFT_ERR_INVALID_ARG, "no IPv4 interface matches WEFT_SOCKET_IFNAME="
+                      "'%s' (available: %s)", ifname, names);
+}
+
+/* Connecting a UDP socket sends nothing but makes the kernel pick a route and source. */
+static weft_status_t route_addr(const struct sockaddr_in *to, struct sockaddr_in *out)
+{
+    char as[64];
+    sock_addr_str(to, as, sizeof(as));
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return weft_error(WEFT_ERR_SYSTEM, "local address for %s: socket: %m", as);
+    struct sockaddr_in dst = *to, me;
+    socklen_t len = sizeof(me);
+    if (dst.sin_port == 0)
+        dst.sin_port = htons(9);   /* any nonzero port; nothing is sent */
+    if (connect(fd, (const struct sockaddr *)&dst, sizeof(dst)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&me, &len) != 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return weft_error(WEFT_ERR_SYSTEM, "local address for %s: no route: %m", as);
+    }
+    close(fd);
+    me.sin_port = 0;
+    *out = me;
+    return WEFT_OK;
+}
+
+weft_status_t sock_local_addr(const struct sockaddr_in *to, const char *ifname,
+                              struct sockaddr_in *out)
+{
+    if (ifname != NULL && *ifname != '\0')
+        return iface_addr(ifname, out);
+    if (to == NULL)
+        return weft_error(WEFT_ERR_INVALID_ARG, "sock_local_addr: no peer and no interface");
+    return route_addr(to, out);
+}
+
+/* ---- options ------------------------------------------------------------------ */
+
+weft_status_t sock_set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0)
+        return weft_error(WEFT_ERR_SYSTEM, "fcntl(O_NONBLOCK) on fd %d: %m", fd);
+    return WEFT_OK;
+}
+
+/* Failures are ignored: these are performance hints, and a socket without them works. */
+void sock_tune(int fd)
+{
+    int one = 1, bytes = SOCK_BUF_BYTES;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+}

@@ -1,0 +1,272 @@
+/*
+ * tp_shm.c - the shared-memory transport between processes on one host.
+ *
+ * Each rank creates one POSIX shm segment holding an inbound ring per possible sender
+ * (slot s = frames from rank s). A sender maps the receiver's segment and writes frames
+ * into its slot; the receiver reads them in place (the engine copies or reduces
+ * straight out of the ring). A ring is single-producer single-consumer: the producer
+ * owns `tail`, the consumer owns `head`, each on its own cache line; a frame becomes
+ * visible with a release store of tail and is freed with a release store of head.
+ * Frames are 64-byte aligned and never wrap: when one does not fit before the end, a
+ * WRAP marker sends the reader back to offset 0.
+ *
+ * Invariants: a frame is at most ring/4 bytes, so a frame plus a wrap always fits in an
+ * empty ring; the segment name is unlinked as soon as every peer has mapped it, so a
+ * crashed job leaves nothing in /dev/shm.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm_int.h"
+#include "status.h"
+#include "util.h"
+
+#define SHM_MAGIC  0x4d485354464557ull   /* "WEFTSHM" */
+#define WRAP_MAGIC 0x50415257u           /* "WRAP" */
+#define FRAME_HDR_SPACE 64
+
+typedef struct shm_seg_hdr {
+    uint64_t magic;
+    uint64_t nslots;
+    uint64_t slot_bytes;    /* distance between rings */
+    uint64_t ring_bytes;    /* data bytes per ring */
+} shm_seg_hdr_t;
+
+typedef struct shm_ring_ctl {
+    _Alignas(64) uint64_t head;     /* consumer: bytes consumed */
+    _Alignas(64) uint64_t tail;     /* producer: bytes produced */
+} shm_ring_ctl_t;
+
+#define SEG_HDR_BYTES 4096
+#define CTL_BYTES     256           /* ring data starts this far into its slot */
+
+typedef struct shm_local {
+    char name[64];
+    char *base;
+    size_t bytes;
+    int unlinked;
+} shm_local_t;
+
+typedef struct shm_ep {
+    tp_ep_t base;
+    shm_ring_ctl_t *tx_ctl;         /* our slot in the peer's segment */
+    char *tx_data;
+    uint64_t tx_size, tx_tail, tx_head_seen;
+    shm_ring_ctl_t *rx_ctl;         /* the peer's slot in our segment */
+    char *rx_data;
+    uint64_t rx_size, rx_head, rx_tail_seen;
+    uint64_t rx_cur;                /* bytes of the frame handed out by recv_peek */
+    void *peer_map;
+    size_t peer_map_bytes;
+} shm_ep_t;
+
+static int shm_can_connect(const weft_comm_t *comm, const peer_info_t *self,
+                           const peer_info_t *peer)
+{
+    return self->host_id == peer->host_id && peer->shm_name[0] != '\0';
+}
+
+static size_t slot_bytes(size_t ring)
+{
+    return align_up(CTL_BYTES + ring, 4096);
+}
+
+static weft_status_t shm_local_setup(weft_comm_t *comm, peer_info_t *self)
+{
+    shm_local_t *l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
+    size_t ring = align_up(comm->cfg.buffsize, 4096);
+    l->bytes = SEG_HDR_BYTES + (size_t)comm->nranks * slot_bytes(ring);
+    snprintf(l->name, sizeof(l->name), "/weft-%016llx-%d", (unsigned long long)comm->id,
+             comm->rank);
+    int fd = shm_open(l->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        weft_status_t st = weft_error(WEFT_ERR_SYSTEM, "shm: cannot create %s: %m", l->name);
+        free(l);
+        return st;
+    }
+    if (ftruncate(fd, (off_t)l->bytes) != 0) {
+        weft_status_t st = weft_error(WEFT_ERR_SYSTEM, "shm: cannot size %s to %zu bytes "
+                                      "(is /dev/shm large enough?): %m", l->name, l->bytes);
+        close(fd);
+        shm_unlink(l->name);
+        free(l);
+        return st;
+    }
+    l->base = mmap(NULL, l->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (l->base == MAP_FAILED) {
+        weft_status_t st = weft_error(WEFT_ERR_SYSTEM, "shm: cannot map %s: %m", l->name);
+        shm_unlink(l->name);
+        free(l);
+        return st;
+    }
+    shm_seg_hdr_t *h = (shm_seg_hdr_t *)l->base;
+    h->nslots = (uint64_t)comm->nranks;
+    h->slot_bytes = slot_bytes(ring);
+    h->ring_bytes = ring;
+    __atomic_store_n(&h->magic, SHM_MAGIC, __ATOMIC_RELEASE);
+    snprintf(self->shm_name, sizeof(self->shm_name), "%s", l->name);
+    comm->shm_local = l;
+    return WEFT_OK;
+}
+
+static weft_status_t map_peer(const char *name, void **base_p, size_t *bytes_p)
+{
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0)
+        return weft_error(WEFT_ERR_SYSTEM, "shm: cannot open peer segment %s: %m", name);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < SEG_HDR_BYTES) {
+        close(fd);
+        return weft_error(WEFT_ERR_SYSTEM, "shm: peer segment %s is truncated", name);
+    }
+    void *base = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED)
+        return weft_error(WEFT_ERR_SYSTEM, "shm: cannot map peer segment %s: %m", name);
+    *base_p = base;
+    *bytes_p = (size_t)sb.st_size;
+    return WEFT_OK;
+}
+
+static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
+{
+    shm_local_t *l = comm->shm_local;
+    shm_ep_t *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
+    weft_status_t st = map_peer(comm->peers[peer].shm_name, &e->peer_map, &e->peer_map_bytes);
+    if (st != WEFT_OK) {
+        free(e);
+        return st;
+    }
+    const shm_seg_hdr_t *ph = e->peer_map, *mh = (const shm_seg_hdr_t *)l->base;
+    if (__atomic_load_n(&ph->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC ||
+        ph->nslots != (uint64_t)comm->nranks ||
+        SEG_HDR_BYTES + ph->nslots * ph->slot_bytes > e->peer_map_bytes) {
+        munmap(e->peer_map, e->peer_map_bytes);
+        free(e);
+        return weft_error(WEFT_ERR_INTERNAL, "shm: segment of rank %d is not a weft "
+                          "segment of this communicator", peer);
+    }
+    char *tx_slot = (char *)e->peer_map + SEG_HDR_BYTES + (size_t)comm->rank * ph->slot_bytes;
+    char *rx_slot = l->base + SEG_HDR_BYTES + (size_t)peer * mh->slot_bytes;
+    e->tx_ctl = (shm_ring_ctl_t *)tx_slot;
+    e->tx_data = tx_slot + CTL_BYTES;
+    e->tx_size = ph->ring_bytes;
+    e->rx_ctl = (shm_ring_ctl_t *)rx_slot;
+    e->rx_data = rx_slot + CTL_BYTES;
+    e->rx_size = mh->ring_bytes;
+    *ep_p = &e->base;
+    return WEFT_OK;
+}
+
+static weft_status_t shm_post_connect(weft_comm_t *comm)
+{
+    shm_local_t *l = comm->shm_local;
+    if (l && !l->unlinked) {
+        shm_unlink(l->name);
+        l->unlinked = 1;
+    }
+    return WEFT_OK;
+}
+
+static void shm_local_cleanup(weft_comm_t *comm)
+{
+    shm_local_t *l = comm->shm_local;
+    if (l == NULL)
+        return;
+    if (!l->unlinked)
+        shm_unlink(l->name);
+    munmap(l->base, l->bytes);
+    free(l);
+    comm->shm_local = NULL;
+}
+
+static weft_status_t shm_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
+{
+    shm_ep_t *e = (shm_ep_t *)ep;
+    uint64_t total = FRAME_HDR_SPACE + align_up(hdr->len, 64);
+    uint64_t pos = e->tx_tail % e->tx_size, contig = e->tx_size - pos;
+    uint64_t need = contig < total ? contig + total : total;
+    if (e->tx_size - (e->tx_tail - e->tx_head_seen) < need) {
+        e->tx_head_seen = __atomic_load_n(&e->tx_ctl->head, __ATOMIC_ACQUIRE);
+        if (e->tx_size - (e->tx_tail - e->tx_head_seen) < need)
+            return WEFT_IN_PROGRESS;
+    }
+    uint64_t tail = e->tx_tail;
+    if (contig < total) {
+        *(uint32_t *)(e->tx_data + pos) = WRAP_MAGIC;
+        tail += contig;
+        pos = 0;
+    }
+    memcpy(e->tx_data + pos, hdr, sizeof(*hdr));
+    if (hdr->len)
+        memcpy(e->tx_data + pos + FRAME_HDR_SPACE, payload, hdr->len);
+    e->tx_tail = tail + total;
+    __atomic_store_n(&e->tx_ctl->tail, e->tx_tail, __ATOMIC_RELEASE);
+    return WEFT_OK;
+}
+
+static weft_status_t shm_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p,
+                                   const void **payload_p)
+{
+    shm_ep_t *e = (shm_ep_t *)ep;
+    if (e->rx_head == e->rx_tail_seen) {
+        e->rx_tail_seen = __atomic_load_n(&e->rx_ctl->tail, __ATOMIC_ACQUIRE);
+        if (e->rx_head == e->rx_tail_seen)
+            return WEFT_IN_PROGRESS;
+    }
+    uint64_t pos = e->rx_head % e->rx_size;
+    if (*(const uint32_t *)(e->rx_data + pos) == WRAP_MAGIC) {
+        e->rx_head += e->rx_size - pos;
+        pos = 0;
+    }
+    const frame_hdr_t *h = (const frame_hdr_t *)(e->rx_data + pos);
+    uint64_t total = FRAME_HDR_SPACE + align_up(h->len, 64);
+    if (total > e->rx_size - pos || e->rx_tail_seen - e->rx_head < total)
+        return weft_error(WEFT_ERR_INTERNAL, "shm: frame from rank %d claims %u bytes, more "
+                          "than its ring holds", ep->peer, h->len);
+    e->rx_cur = total;
+    *hdr_p = h;
+    *payload_p = e->rx_data + pos + FRAME_HDR_SPACE;
+    return WEFT_OK;
+}
+
+static void shm_recv_release(tp_ep_t *ep)
+{
+    shm_ep_t *e = (shm_ep_t *)ep;
+    e->rx_head += e->rx_cur;
+    e->rx_cur = 0;
+    __atomic_store_n(&e->rx_ctl->head, e->rx_head, __ATOMIC_RELEASE);
+}
+
+static void shm_close(tp_ep_t *ep)
+{
+    shm_ep_t *e = (shm_ep_t *)ep;
+    munmap(e->peer_map, e->peer_map_bytes);
+    free(e);
+}
+
+const tp_ops_t tp_shm_ops = {
+    .name = "shm",
+    /* setup */
+    .can_connect = shm_can_connect,
+    .local_setup = shm_local_setup,
+    .connect = shm_connect,
+    .post_connect = shm_post_connect,
+    .local_cleanup = shm_local_cleanup,
+    /* data */
+    .send = shm_send,
+    .recv_peek = shm_recv_peek,
+    .recv_release = shm_recv_release,
+    /* teardown */
+    .close = shm_close,
+};

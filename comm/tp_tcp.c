@@ -1,0 +1,280 @@
+/*
+ * tp_tcp.c - the TCP transport, between hosts (and on one host when forced).
+ *
+ * One connection per peer, authenticated with WEFT_SECRET like the bootstrap, then
+ * nonblocking with TCP_NODELAY and large buffers. Sends go out with one sendmsg of
+ * header + payload; a partial send is remembered and resumed (the engine retries with
+ * the same frame). Receives read the header, check its length against the staging
+ * buffer before reading the payload into it, and hand the whole frame to the engine.
+ *
+ * Invariants: rank i connects to every j > i and accepts from every j < i (connect.c
+ * orders the calls), so setup never waits in a circle; a closed or reset connection is
+ * WEFT_ERR_PEER_LOST naming the peer.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "comm_int.h"
+#include "auth.h"
+#include "check.h"
+#include "sock.h"
+#include "status.h"
+#include "util.h"
+
+typedef struct tcp_local {
+    int lfd;
+    int *pending;           /* [nranks] accepted, authenticated, not yet claimed */
+} tcp_local_t;
+
+typedef struct tcp_ep {
+    tp_ep_t base;
+    int fd;
+    size_t tx_off;          /* bytes of the current frame already sent */
+    frame_hdr_t rx_hdr;
+    size_t rx_got;          /* bytes of header + payload received */
+    char *rx_buf;
+    size_t rx_cap;
+    size_t max_frame;
+} tcp_ep_t;
+
+static int tcp_can_connect(const weft_comm_t *comm, const peer_info_t *self,
+                           const peer_info_t *peer)
+{
+    return peer->tcp_addr.sin_port != 0;
+}
+
+static uint64_t deadline_of(const weft_comm_t *comm)
+{
+    return time_ns() + (uint64_t)(comm->cfg.timeout_s * 1e9);
+}
+
+static weft_status_t tcp_local_setup(weft_comm_t *comm, peer_info_t *self)
+{
+    tcp_local_t *l = calloc(1, sizeof(*l));
+    int *pending = malloc((size_t)comm->nranks * sizeof(int));
+    if (l == NULL || pending == NULL) {
+        free(l);
+        free(pending);
+        return weft_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory");
+    }
+    for (int i = 0; i < comm->nranks; i++)
+        pending[i] = -1;
+    l->pending = pending;
+    l->lfd = -1;
+    struct sockaddr_in addr;
+    weft_status_t st = sock_local_addr(&comm->rdv_addr, comm->cfg.socket_ifname, &addr);
+    if (st == WEFT_OK) {
+        addr.sin_port = 0;
+        st = sock_listen(&addr, comm->nranks, &l->lfd);
+    }
+    if (st != WEFT_OK) {
+        free(pending);
+        free(l);
+        return st;
+    }
+    self->tcp_addr = addr;
+    comm->tcp_local = l;
+    return WEFT_OK;
+}
+
+static weft_status_t new_ep(weft_comm_t *comm, int fd, tp_ep_t **ep_p)
+{
+    tcp_ep_t *e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        close(fd);
+        return weft_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory");
+    }
+    e->fd = fd;
+    e->max_frame = comm->cfg.buffsize;
+    sock_tune(fd);
+    weft_status_t st = sock_set_nonblock(fd);
+    if (st != WEFT_OK) {
+        close(fd);
+        free(e);
+        return st;
+    }
+    *ep_p = &e->base;
+    return WEFT_OK;
+}
+
+/* Accepts until `peer` has connected; others that arrive first wait in pending. */
+static weft_status_t accept_peer(weft_comm_t *comm, int peer, uint64_t deadline)
+{
+    tcp_local_t *l = comm->tcp_local;
+    while (l->pending[peer] < 0) {
+        int fd, who;
+        RETURN_IF_ERR(sock_accept(l->lfd, deadline, &fd));
+        weft_status_t st = auth_handshake(fd, comm->has_secret ? comm->secret : NULL,
+                                          AUTH_DATA, comm->id, comm->rank, deadline, &who);
+        if (st == WEFT_OK && (who < 0 || who >= comm->rank || l->pending[who] >= 0)) {
+            LOG_WARN(LOG_NET, "tcp: dropped a connection claiming rank %d", who);
+            st = WEFT_ERR_AUTH;
+        }
+        if (st != WEFT_OK) {
+            close(fd);
+            if (st == WEFT_ERR_TIMEOUT)
+                return st;
+            continue;
+        }
+        l->pending[who] = fd;
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t tcp_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
+{
+    tcp_local_t *l = comm->tcp_local;
+    uint64_t deadline = deadline_of(comm);
+    int fd, who;
+    if (peer < comm->rank) {
+        RETURN_IF_ERR(accept_peer(comm, peer, deadline));
+        fd = l->pending[peer];
+        l->pending[peer] = -1;
+        return new_ep(comm, fd, ep_p);
+    }
+    RETURN_IF_ERR(sock_connect(&comm->peers[peer].tcp_addr, deadline, &fd));
+    weft_status_t st = auth_handshake(fd, comm->has_secret ? comm->secret : NULL, AUTH_DATA,
+                                      comm->id, comm->rank, deadline, &who);
+    if (st == WEFT_OK && who != peer)
+        st = weft_error(WEFT_ERR_AUTH, "tcp: rank %d's address answered as rank %d", peer, who);
+    if (st != WEFT_OK) {
+        close(fd);
+        return st;
+    }
+    return new_ep(comm, fd, ep_p);
+}
+
+static weft_status_t tcp_post_connect(weft_comm_t *comm)
+{
+    return WEFT_OK;
+}
+
+static void tcp_local_cleanup(weft_comm_t *comm)
+{
+    tcp_local_t *l = comm->tcp_local;
+    if (l == NULL)
+        return;
+    for (int i = 0; i < comm->nranks; i++)
+        if (l->pending[i] >= 0)
+            close(l->pending[i]);
+    if (l->lfd >= 0)
+        close(l->lfd);
+    free(l->pending);
+    free(l);
+    comm->tcp_local = NULL;
+}
+
+static weft_status_t io_error(const tcp_ep_t *e, const char *what)
+{
+    if (errno == EPIPE || errno == ECONNRESET || errno == 0)
+        return weft_error(WEFT_ERR_PEER_LOST, "tcp: connection to rank %d %s", e->base.peer,
+                          errno == 0 ? "closed by the peer" : "reset");
+    return weft_error(WEFT_ERR_SYSTEM, "tcp: %s rank %d: %m", what, e->base.peer);
+}
+
+static weft_status_t tcp_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
+{
+    tcp_ep_t *e = (tcp_ep_t *)ep;
+    size_t hl = sizeof(*hdr), total = hl + hdr->len;
+    while (e->tx_off < total) {
+        struct iovec iov[2];
+        int n = 0;
+        if (e->tx_off < hl)
+            iov[n++] = (struct iovec){ (char *)hdr + e->tx_off, hl - e->tx_off };
+        size_t poff = e->tx_off > hl ? e->tx_off - hl : 0;
+        if (hdr->len > poff)
+            iov[n++] = (struct iovec){ (char *)payload + poff, hdr->len - poff };
+        struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+        ssize_t w = sendmsg(e->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                return WEFT_IN_PROGRESS;
+            return io_error(e, "send to");
+        }
+        e->tx_off += (size_t)w;
+    }
+    e->tx_off = 0;
+    return WEFT_OK;
+}
+
+/* Reads into dst up to want bytes; WEFT_OK when all arrived. */
+static weft_status_t read_some(tcp_ep_t *e, char *dst, size_t want, size_t *got)
+{
+    while (*got < want) {
+        ssize_t r = recv(e->fd, dst + *got, want - *got, MSG_DONTWAIT);
+        if (r == 0) {
+            errno = 0;
+            return io_error(e, "recv from");
+        }
+        if (r < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                return WEFT_IN_PROGRESS;
+            return io_error(e, "recv from");
+        }
+        *got += (size_t)r;
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t tcp_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p,
+                                   const void **payload_p)
+{
+    tcp_ep_t *e = (tcp_ep_t *)ep;
+    size_t hl = sizeof(e->rx_hdr);
+    if (e->rx_got < hl) {
+        weft_status_t st = read_some(e, (char *)&e->rx_hdr, hl, &e->rx_got);
+        if (st != WEFT_OK)
+            return st;
+        if (e->rx_hdr.len > e->max_frame)
+            return weft_error(WEFT_ERR_INTERNAL, "tcp: frame from rank %d claims %u bytes "
+                              "(limit %zu)", ep->peer, e->rx_hdr.len, e->max_frame);
+        if (e->rx_hdr.len > e->rx_cap) {
+            char *p = realloc(e->rx_buf, e->rx_hdr.len);
+            if (p == NULL)
+                return weft_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory");
+            e->rx_buf = p;
+            e->rx_cap = e->rx_hdr.len;
+        }
+    }
+    size_t pgot = e->rx_got - hl;
+    weft_status_t st = read_some(e, e->rx_buf, e->rx_hdr.len, &pgot);
+    e->rx_got = hl + pgot;
+    if (st != WEFT_OK)
+        return st;
+    *hdr_p = &e->rx_hdr;
+    *payload_p = e->rx_buf;
+    return WEFT_OK;
+}
+
+static void tcp_recv_release(tp_ep_t *ep)
+{
+    ((tcp_ep_t *)ep)->rx_got = 0;
+}
+
+static void tcp_close(tp_ep_t *ep)
+{
+    tcp_ep_t *e = (tcp_ep_t *)ep;
+    close(e->fd);
+    free(e->rx_buf);
+    free(e);
+}
+
+const tp_ops_t tp_tcp_ops = {
+    .name = "tcp",
+    /* setup */
+    .can_connect = tcp_can_connect,
+    .local_setup = tcp_local_setup,
+    .connect = tcp_connect,
+    .post_connect = tcp_post_connect,
+    .local_cleanup = tcp_local_cleanup,
+    /* data */
+    .send = tcp_send,
+    .recv_peek = tcp_recv_peek,
+    .recv_release = tcp_recv_release,
+    /* teardown */
+    .close = tcp_close,
+};
