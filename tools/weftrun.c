@@ -1,0 +1,791 @@
+/*
+ * weftrun.c - the local launcher: starts N ranks of one program on this machine.
+ *
+ *   weftrun -n N [--tag-output] [--timeout SECS] [--addr HOST:PORT] [-x VAR=VALUE]...
+ *           prog [args...]
+ *
+ * Each rank is a child process, leader of its own process group, with WEFT_RANK,
+ * WEFT_WORLD_SIZE, WEFT_LOCAL_RANK, WEFT_LOCAL_SIZE, WEFT_ADDR (where rank 0 will listen)
+ * and WEFT_SECRET (fresh per job unless already set) in its environment. One event loop,
+ * poll() over a signalfd and, with --tag-output, the ranks' output pipes, reaps ranks,
+ * forwards signals, enforces --timeout and relays tagged output. When a rank fails, the
+ * job is stopped: SIGTERM to every other rank, SIGKILL after a 3 s grace period.
+ *
+ * Invariants:
+ *  - The launcher is single-threaded and every signal it acts on is blocked and read from
+ *    the signalfd, so no code runs in signal context. Children get the original signal
+ *    mask and SIGPIPE disposition back before exec.
+ *  - A rank's process group is signalled only while the rank is not yet reaped, so a
+ *    recycled pid is never hit.
+ *  - The first cause of a stop (rank failure, launch failure, --timeout, SIGINT/SIGTERM)
+ *    fixes the exit status and is reported once; exits after it are its consequences.
+ *  - Once a stop begins, every live rank has been signalled and kill_ns is set; at kill_ns
+ *    every rank still alive gets SIGKILL.
+ *  - Tagged output is written one whole line at a time by this one process, so lines never
+ *    interleave; a rank's pipes are drained and closed when the rank is reaped, and a
+ *    partial last line is written with a newline added.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#define MAX_RANKS   4096
+#define GRACE_NS    (3ull * 1000000000ull)  /* SIGTERM -> SIGKILL */
+#define READ_CHUNK  65536
+#define CARRY_MAX   65536       /* a longer line is split into tagged pieces */
+#define DRAIN_MAX   (1 << 20)   /* bytes still read from a reaped rank's pipe */
+#define EXIT_USAGE  2
+#define EXIT_TIMEOUT 124
+#define EXIT_NOEXEC 127
+
+typedef struct {
+    int n;                  /* ranks */
+    int tag_output;
+    double timeout_s;       /* 0: none */
+    const char *addr;       /* NULL: pick a free loopback port */
+    char **xvars;           /* -x VAR=VALUE, borrowed from argv */
+    int nx;
+    char **prog;            /* the program and its arguments: argv's NULL-terminated tail */
+} opts_t;
+
+typedef struct {
+    int fd;                 /* read end of the pipe; -1 when closed or not tagging */
+    int out_fd;             /* 1 or 2: where its tagged lines go */
+    int rank;
+    char *carry;            /* partial line not yet written */
+    size_t ncarry;
+} stream_t;
+
+typedef struct {
+    pid_t pid;              /* also the process group id */
+    int alive;              /* launched and not yet reaped */
+    stream_t out, err;
+} rank_t;
+
+typedef enum { CAUSE_NONE, CAUSE_RANK, CAUSE_LAUNCH, CAUSE_TIMEOUT, CAUSE_SIGNAL } cause_t;
+
+typedef struct {
+    const opts_t *o;
+    rank_t *ranks;          /* [n] */
+    int nalive;
+    int sfd;                /* signalfd for SIGCHLD and the forwarded signals */
+    sigset_t oldmask;       /* restored in children */
+    struct sigaction oldpipe;
+    struct pollfd *pfds;    /* [1 + 2n]: the signalfd, then open pipes */
+    stream_t **pstream;     /* [1 + 2n]: the stream behind each pfds entry */
+    uint64_t deadline_ns;   /* --timeout; 0: none */
+    uint64_t kill_ns;       /* SIGKILL escalation; 0: none pending */
+    cause_t cause;
+    int exit_code;
+    int nstopped;           /* ranks still alive when the stop began */
+    char *obuf;             /* tagged lines being assembled */
+    size_t olen, ocap;
+    int broken[3];          /* writing to fd 1 or 2 failed: drop further output */
+} job_t;
+
+static const int fwd_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+
+/* ---- command line ---------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: weftrun -n N [options] prog [args...]\n"
+        "Start N ranks of prog on this machine, each with WEFT_RANK, WEFT_WORLD_SIZE,\n"
+        "WEFT_LOCAL_RANK, WEFT_LOCAL_SIZE, WEFT_ADDR and WEFT_SECRET set.\n"
+        "\n"
+        "  -n, -np N           number of ranks (1..%d)\n"
+        "  --tag-output        prefix every output line with \"[rank] \"\n"
+        "  --timeout SECS      stop the job after SECS seconds and exit 124\n"
+        "  --addr HOST:PORT    rendezvous address (default 127.0.0.1:<free port>)\n"
+        "  -x VAR=VALUE        set VAR in every rank's environment (repeatable)\n"
+        "  -h, --help          show this help\n"
+        "  --version           show the version\n"
+        "\n"
+        "WEFT_SECRET is passed through when set, else a fresh one is made per job.\n"
+        "A failing rank stops the job: the others get SIGTERM, then SIGKILL after 3 s,\n"
+        "and weftrun exits with the failing rank's status (128+signal if killed).\n"
+        "SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to the ranks.\n",
+        MAX_RANKS);
+}
+
+__attribute__((format(printf, 1, 2), noreturn))
+static void die_usage(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("weftrun: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\nTry 'weftrun --help' for more information.\n", stderr);
+    exit(EXIT_USAGE);
+}
+
+__attribute__((format(printf, 1, 2), noreturn))
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("weftrun: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+/* Matches argv[*i] against option `name`; returns its value ("name=value" or the next
+ * argument, advancing *i), or NULL when argv[*i] is another option. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name)
+{
+    const char *a = argv[*i];
+    size_t len = strlen(name);
+
+    if (strncmp(a, name, len) != 0)
+        return NULL;
+    if (a[len] == '=')
+        return a + len + 1;
+    if (a[len] != '\0')
+        return NULL;
+    if (*i + 1 >= argc)
+        die_usage("option '%s' needs a value", name);
+    return argv[++*i];
+}
+
+static int parse_count(const char *v)
+{
+    char *end;
+    long n;
+
+    errno = 0;
+    n = strtol(v, &end, 10);
+    if (v[0] < '0' || v[0] > '9' || *end != '\0' || errno != 0)
+        die_usage("-n expects a number of ranks, got '%s'", v);
+    if (n < 1 || n > MAX_RANKS)
+        die_usage("-n must be between 1 and %d, got %s", MAX_RANKS, v);
+    return (int)n;
+}
+
+static double parse_timeout(const char *v)
+{
+    char *end;
+    double t = strtod(v, &end);
+
+    if (end == v || *end != '\0' || !isfinite(t) || t <= 0 || t > 1e9)
+        die_usage("--timeout expects a positive number of seconds, got '%s'", v);
+    return t;
+}
+
+static const char *parse_addr(const char *v)
+{
+    const char *colon = strrchr(v, ':');
+    char *end;
+    long port;
+
+    if (!colon || colon == v)
+        die_usage("--addr expects HOST:PORT, got '%s'", v);
+    errno = 0;
+    port = strtol(colon + 1, &end, 10);
+    if (colon[1] == '\0' || *end != '\0' || errno != 0 || port < 1 || port > 65535)
+        die_usage("--addr has a bad port in '%s'", v);
+    return v;
+}
+
+static void parse_args(int argc, char **argv, opts_t *o)
+{
+    const char *v;
+    int i;
+
+    memset(o, 0, sizeof(*o));
+    o->xvars = calloc((size_t)argc, sizeof(char *));
+    if (!o->xvars)
+        die("out of memory");
+    for (i = 1; i < argc && argv[i][0] == '-'; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--")) {
+            i++;
+            break;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (!strcmp(a, "--version")) {
+            printf("weftrun (weft) %d.%d.%d\n", WEFT_VERSION_MAJOR, WEFT_VERSION_MINOR,
+                   WEFT_VERSION_PATCH);
+            exit(0);
+        }
+        if (!strcmp(a, "--tag-output"))
+            o->tag_output = 1;
+        else if ((v = opt_value(argc, argv, &i, "-n")) || (v = opt_value(argc, argv, &i, "-np")))
+            o->n = parse_count(v);
+        else if ((v = opt_value(argc, argv, &i, "--timeout")))
+            o->timeout_s = parse_timeout(v);
+        else if ((v = opt_value(argc, argv, &i, "--addr")))
+            o->addr = parse_addr(v);
+        else if ((v = opt_value(argc, argv, &i, "-x"))) {
+            if (v[0] == '\0' || v[0] == '=')
+                die_usage("-x expects VAR=VALUE, got '%s'", v);
+            o->xvars[o->nx++] = (char *)v;
+        } else
+            die_usage("unknown option '%s'", a);
+    }
+    if (o->n == 0)
+        die_usage("missing -n N (the number of ranks)");
+    if (i >= argc)
+        die_usage("missing the program to run");
+    o->prog = argv + i;
+}
+
+/* ---- job environment -------------------------------------------------------------- */
+
+/* Binds a TCP socket to 127.0.0.1 port 0 and writes "127.0.0.1:PORT" for the port the
+ * kernel chose; the socket is closed again, so rank 0 can bind it. Returns 0 or -1. */
+static int pick_port(char *buf, size_t len)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    socklen_t slen = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int rc = -1;
+
+    if (fd < 0)
+        return -1;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &slen) == 0) {
+        snprintf(buf, len, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+        rc = 0;
+    }
+    close(fd);
+    return rc;
+}
+
+static void set_env(const char *name, const char *value)
+{
+    if (setenv(name, value, 1) != 0)
+        die("cannot set %s: %m", name);
+}
+
+/* Sets what every rank shares in weftrun's own environment, which the children inherit:
+ * the -x variables first, then the job variables (so -x cannot break the job, except
+ * WEFT_SECRET, which -x may provide like the caller's environment can). */
+static void setup_env(const opts_t *o)
+{
+    char addr[300], num[16];
+    const char *secret = getenv("WEFT_SECRET");
+
+    for (int i = 0; i < o->nx; i++)
+        if (putenv(o->xvars[i]) != 0)
+            die("cannot set %s: %m", o->xvars[i]);
+    if (!secret || !*secret) {
+        unsigned char raw[16];
+        char hex[33];
+        if (random_bytes(raw, sizeof(raw)) != 0)
+            die("cannot read /dev/urandom for WEFT_SECRET: %m");
+        for (size_t i = 0; i < sizeof(raw); i++)
+            snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+        set_env("WEFT_SECRET", hex);
+    }
+    if (o->addr)
+        snprintf(addr, sizeof(addr), "%s", o->addr);
+    else if (pick_port(addr, sizeof(addr)) != 0)
+        die("cannot find a free port on 127.0.0.1: %m");
+    set_env("WEFT_ADDR", addr);
+    snprintf(num, sizeof(num), "%d", o->n);
+    set_env("WEFT_WORLD_SIZE", num);
+    set_env("WEFT_LOCAL_SIZE", num);
+}
+
+/* fds 0-2 must be open so that pipes never land on them. */
+static void ensure_std_fds(void)
+{
+    for (int fd = 0; fd < 3; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0)
+            die("cannot open /dev/null: %m");
+}
+
+/* --tag-output holds two pipes per rank: raise the soft fd limit if that needs it. */
+static void ensure_fd_limit(const opts_t *o)
+{
+    struct rlimit rl;
+    rlim_t need = 2 * (rlim_t)o->n + 32;
+
+    if (!o->tag_output || getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need)
+        return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < need)
+        die("--tag-output with %d ranks needs %lu open files; the limit is %lu (ulimit -n)",
+            o->n, (unsigned long)need, (unsigned long)rl.rlim_cur);
+}
+
+/* Blocks the signals weftrun acts on and opens the signalfd that delivers them. */
+static void setup_signals(job_t *job)
+{
+    struct sigaction ign = { .sa_handler = SIG_IGN };
+    sigset_t set;
+
+    sigemptyset(&set);
+    for (size_t i = 0; i < WEFT_ARRAY_LEN(fwd_signals); i++)
+        sigaddset(&set, fwd_signals[i]);
+    sigaddset(&set, SIGCHLD);
+    signal(SIGCHLD, SIG_DFL);  /* an inherited SIG_IGN would make children unwaitable */
+    sigaction(SIGPIPE, &ign, &job->oldpipe);
+    sigprocmask(SIG_BLOCK, &set, &job->oldmask);
+    job->sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (job->sfd < 0)
+        die("signalfd: %m");
+}
+
+/* ---- launching -------------------------------------------------------------------- */
+
+/* In the child: own process group, original signal state, output pipes, rank variables,
+ * then exec. Rank 0 keeps stdin unless it is a terminal (a background process group
+ * reading the terminal would be stopped); the other ranks read /dev/null. */
+__attribute__((noreturn))
+static void child_exec(const job_t *job, int r, int out_w, int err_w)
+{
+    char num[16];
+    int null;
+
+    setpgid(0, 0);
+    sigaction(SIGPIPE, &job->oldpipe, NULL);
+    sigprocmask(SIG_SETMASK, &job->oldmask, NULL);
+    if (out_w >= 0 && (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0))
+        _exit(EXIT_NOEXEC);
+    if ((r != 0 || isatty(0)) && (null = open("/dev/null", O_RDONLY)) >= 0) {
+        dup2(null, 0);
+        close(null);
+    }
+    snprintf(num, sizeof(num), "%d", r);
+    setenv("WEFT_RANK", num, 1);
+    setenv("WEFT_LOCAL_RANK", num, 1);
+    execvp(job->o->prog[0], job->o->prog);
+    dprintf(2, "weftrun: cannot execute '%s': %s\n", job->o->prog[0], strerror(errno));
+    _exit(EXIT_NOEXEC);
+}
+
+static void stream_init(stream_t *s, int fd, int out_fd, int r)
+{
+    s->fd = fd;
+    s->out_fd = out_fd;
+    s->rank = r;
+    s->carry = NULL;
+    s->ncarry = 0;
+    if (fd >= 0)
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+static void close_pair(int p[2])
+{
+    for (int i = 0; i < 2; i++)
+        if (p[i] >= 0)
+            close(p[i]);
+}
+
+/* Starts rank r. Returns 0, or -1 with errno set and nothing left open. */
+static int launch_rank(job_t *job, int r)
+{
+    int out[2] = { -1, -1 }, err[2] = { -1, -1 };
+    rank_t *rk = &job->ranks[r];
+    pid_t pid;
+
+    if (job->o->tag_output && (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0)) {
+        int e = errno;
+        close_pair(out);
+        close_pair(err);
+        errno = e;
+        return -1;
+    }
+    pid = fork();
+    if (pid == 0)
+        child_exec(job, r, out[1], err[1]);
+    if (pid < 0) {
+        int e = errno;
+        close_pair(out);
+        close_pair(err);
+        errno = e;
+        return -1;
+    }
+    setpgid(pid, pid);  /* also done by the child: whichever runs first wins the race */
+    if (out[1] >= 0) {
+        close(out[1]);
+        close(err[1]);
+    }
+    rk->pid = pid;
+    rk->alive = 1;
+    job->nalive++;
+    stream_init(&rk->out, out[0], 1, r);
+    stream_init(&rk->err, err[0], 2, r);
+    return 0;
+}
+
+/* ---- stopping --------------------------------------------------------------------- */
+
+/* Sends sig to the process group of every live rank; returns how many were signalled. */
+static int signal_ranks(job_t *job, int sig)
+{
+    int n = 0;
+
+    for (int r = 0; r < job->o->n; r++) {
+        rank_t *rk = &job->ranks[r];
+        if (!rk->alive)
+            continue;
+        if (kill(-rk->pid, sig) < 0 && errno == ESRCH)
+            kill(rk->pid, sig);  /* it left its group (setsid): reach it at least */
+        n++;
+    }
+    return n;
+}
+
+static void begin_stop(job_t *job, cause_t cause, int code, int sig)
+{
+    job->cause = cause;
+    job->exit_code = code;
+    job->nstopped = signal_ranks(job, sig);
+    job->kill_ns = time_ns() + GRACE_NS;
+}
+
+/* ---- tagged output ---------------------------------------------------------------- */
+
+static void out_put(job_t *job, const void *p, size_t n)
+{
+    if (n == 0)
+        return;
+    if (job->olen + n > job->ocap) {
+        size_t cap = job->ocap ? job->ocap : READ_CHUNK;
+        while (cap < job->olen + n)
+            cap *= 2;
+        job->obuf = realloc(job->obuf, cap);
+        if (!job->obuf)
+            die("out of memory");
+        job->ocap = cap;
+    }
+    memcpy(job->obuf + job->olen, p, n);
+    job->olen += n;
+}
+
+/* Writes the assembled lines to fd, waiting while it is full; on an error such as EPIPE
+ * the stream is marked broken and output to it is dropped from then on. */
+static void out_flush(job_t *job, int fd)
+{
+    size_t off = 0;
+
+    while (off < job->olen && !job->broken[fd]) {
+        ssize_t k = write(fd, job->obuf + off, job->olen - off);
+        if (k > 0) {
+            off += (size_t)k;
+        } else if (k < 0 && errno == EAGAIN) {
+            struct pollfd p = { .fd = fd, .events = POLLOUT };
+            poll(&p, 1, -1);
+        } else if (!(k < 0 && errno == EINTR)) {
+            job->broken[fd] = 1;
+        }
+    }
+    job->olen = 0;
+}
+
+/* Appends one tagged line: the carried partial line, then p[0..n), then a newline
+ * unless p already ends with one. */
+static void put_line(job_t *job, stream_t *s, const char *p, size_t n)
+{
+    char tag[16];
+    int tl = snprintf(tag, sizeof(tag), "[%d] ", s->rank);
+
+    out_put(job, tag, (size_t)tl);
+    out_put(job, s->carry, s->ncarry);
+    out_put(job, p, n);
+    if (n == 0 || p[n - 1] != '\n')
+        out_put(job, "\n", 1);
+    s->ncarry = 0;
+}
+
+static void carry_append(stream_t *s, const char *p, size_t n)
+{
+    char *c = realloc(s->carry, s->ncarry + n);
+    if (!c)
+        die("out of memory");
+    memcpy(c + s->ncarry, p, n);
+    s->carry = c;
+    s->ncarry += n;
+}
+
+/* Tags every complete line of p[0..n) and keeps the rest for the next read. */
+static void relay(job_t *job, stream_t *s, const char *p, size_t n)
+{
+    while (n > 0) {
+        const char *nl = memchr(p, '\n', n);
+        size_t len = nl ? (size_t)(nl - p) + 1 : n;
+        if (nl || s->ncarry + n >= CARRY_MAX) {
+            if (!nl)
+                len = WEFT_MIN(n, CARRY_MAX - WEFT_MIN(s->ncarry, CARRY_MAX));
+            put_line(job, s, p, len);
+        } else {
+            carry_append(s, p, n);
+        }
+        p += len;
+        n -= len;
+    }
+    out_flush(job, s->out_fd);
+}
+
+static void stream_close(job_t *job, stream_t *s)
+{
+    if (s->ncarry > 0) {
+        put_line(job, s, NULL, 0);
+        out_flush(job, s->out_fd);
+    }
+    free(s->carry);
+    s->carry = NULL;
+    close(s->fd);
+    s->fd = -1;
+}
+
+/* Reads once from s and relays it. Returns bytes read, 0 after EOF (stream closed),
+ * or -1 when nothing is ready. */
+static ssize_t stream_pump(job_t *job, stream_t *s)
+{
+    char buf[READ_CHUNK];
+    ssize_t k = read(s->fd, buf, sizeof(buf));
+
+    if (k > 0) {
+        relay(job, s, buf, (size_t)k);
+        return k;
+    }
+    if (k < 0 && (errno == EAGAIN || errno == EINTR))
+        return -1;
+    stream_close(job, s);
+    return 0;
+}
+
+/* The rank is gone: relay what it left in the pipe, then close it. A grandchild that
+ * still holds the pipe open does not keep the job alive. */
+static void stream_drain(job_t *job, stream_t *s)
+{
+    size_t total = 0;
+    ssize_t k;
+
+    if (s->fd < 0)
+        return;
+    while (total < DRAIN_MAX && (k = stream_pump(job, s)) > 0)
+        total += (size_t)k;
+    if (s->fd >= 0)
+        stream_close(job, s);
+}
+
+/* ---- events ----------------------------------------------------------------------- */
+
+static void report_failure(int r, pid_t pid, int status)
+{
+    if (WIFEXITED(status)) {
+        fprintf(stderr, "weftrun: rank %d (pid %d) exited with status %d\n", r, (int)pid,
+                WEXITSTATUS(status));
+        return;
+    }
+    fprintf(stderr, "weftrun: rank %d (pid %d) killed by signal %d (%s)%s\n", r, (int)pid,
+            WTERMSIG(status), strsignal(WTERMSIG(status)),
+            WCOREDUMP(status) ? " (core dumped)" : "");
+}
+
+static void rank_exited(job_t *job, int r, int status)
+{
+    rank_t *rk = &job->ranks[r];
+
+    rk->alive = 0;
+    job->nalive--;
+    stream_drain(job, &rk->out);
+    stream_drain(job, &rk->err);
+    if ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || job->cause != CAUSE_NONE)
+        return;
+    report_failure(r, rk->pid, status);
+    begin_stop(job, CAUSE_RANK,
+               WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), SIGTERM);
+}
+
+static void reap(job_t *job)
+{
+    pid_t pid;
+    int status;
+
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (int r = 0; r < job->o->n; r++) {
+            if (job->ranks[r].alive && job->ranks[r].pid == pid) {
+                rank_exited(job, r, status);
+                break;
+            }
+        }
+    }
+}
+
+/* SIGINT/SIGTERM stop the job (a second one kills at once); the others are forwarded. */
+static void on_signal(job_t *job, int sig)
+{
+    if (sig == SIGCHLD) {
+        reap(job);
+    } else if (sig != SIGINT && sig != SIGTERM) {
+        signal_ranks(job, sig);
+    } else if (job->cause == CAUSE_NONE) {
+        fprintf(stderr, "weftrun: caught signal %d (%s); stopping %d rank(s)\n", sig,
+                strsignal(sig), job->nalive);
+        begin_stop(job, CAUSE_SIGNAL, 128 + sig, sig);
+    } else {
+        signal_ranks(job, sig);
+        job->kill_ns = time_ns();
+    }
+}
+
+static void read_signals(job_t *job)
+{
+    struct signalfd_siginfo si;
+
+    while (read(job->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+        on_signal(job, (int)si.ssi_signo);
+}
+
+static void check_timers(job_t *job)
+{
+    uint64_t now = time_ns();
+
+    if (job->cause == CAUSE_NONE && job->deadline_ns && now >= job->deadline_ns) {
+        fprintf(stderr, "weftrun: job exceeded --timeout of %g s; stopping\n",
+                job->o->timeout_s);
+        begin_stop(job, CAUSE_TIMEOUT, EXIT_TIMEOUT, SIGTERM);
+    }
+    if (job->kill_ns && now >= job->kill_ns) {
+        int n = signal_ranks(job, SIGKILL);
+        if (n > 0)
+            fprintf(stderr, "weftrun: %d rank(s) still running after SIGTERM; sent SIGKILL\n", n);
+        job->kill_ns = 0;
+    }
+}
+
+/* Milliseconds until the next timer, or -1 when none is pending. */
+static int poll_timeout_ms(const job_t *job)
+{
+    uint64_t next = job->kill_ns, now = time_ns();
+
+    if (job->cause == CAUSE_NONE && job->deadline_ns && (!next || job->deadline_ns < next))
+        next = job->deadline_ns;
+    if (!next)
+        return -1;
+    if (next <= now)
+        return 0;
+    return (int)WEFT_MIN((next - now + 999999) / 1000000, (uint64_t)INT_MAX);
+}
+
+static void add_poll(job_t *job, int *np, stream_t *s)
+{
+    if (s->fd < 0)
+        return;
+    job->pfds[*np] = (struct pollfd){ .fd = s->fd, .events = POLLIN };
+    job->pstream[*np] = s;
+    (*np)++;
+}
+
+static void run_loop(job_t *job)
+{
+    while (job->nalive > 0) {
+        int np = 1;
+        job->pfds[0] = (struct pollfd){ .fd = job->sfd, .events = POLLIN };
+        for (int r = 0; r < job->o->n; r++) {
+            add_poll(job, &np, &job->ranks[r].out);
+            add_poll(job, &np, &job->ranks[r].err);
+        }
+        if (poll(job->pfds, (nfds_t)np, poll_timeout_ms(job)) < 0 && errno != EINTR)
+            die("poll: %m");
+        if (job->pfds[0].revents)
+            read_signals(job);
+        for (int i = 1; i < np; i++) {
+            stream_t *s = job->pstream[i];
+            if (job->pfds[i].revents && s->fd == job->pfds[i].fd)  /* not closed by reap */
+                stream_pump(job, s);
+        }
+        check_timers(job);
+    }
+}
+
+/* ---- main ------------------------------------------------------------------------- */
+
+static void launch_all(job_t *job)
+{
+    for (int r = 0; r < job->o->n; r++) {
+        if (launch_rank(job, r) == 0)
+            continue;
+        fprintf(stderr, "weftrun: cannot start rank %d: %s\n", r, strerror(errno));
+        begin_stop(job, CAUSE_LAUNCH, 1, SIGTERM);
+        return;
+    }
+}
+
+static void report_end(const job_t *job)
+{
+    switch (job->cause) {
+    case CAUSE_RANK:
+        fprintf(stderr, "weftrun: job failed: stopped %d other rank(s)\n", job->nstopped);
+        break;
+    case CAUSE_LAUNCH:
+        fprintf(stderr, "weftrun: job failed: stopped %d started rank(s)\n", job->nstopped);
+        break;
+    case CAUSE_TIMEOUT:
+        fprintf(stderr, "weftrun: job timed out: stopped %d rank(s)\n", job->nstopped);
+        break;
+    default:
+        break;
+    }
+}
+
+static void job_free(job_t *job)
+{
+    close(job->sfd);
+    free(job->obuf);
+    free(job->pstream);
+    free(job->pfds);
+    free(job->ranks);
+}
+
+int main(int argc, char **argv)
+{
+    int code;
+
+    opts_t o;
+    job_t job;
+
+    parse_args(argc, argv, &o);
+    memset(&job, 0, sizeof(job));
+    job.o = &o;
+    ensure_std_fds();
+    ensure_fd_limit(&o);
+    setup_env(&o);
+    free(o.xvars);  /* the strings stay: they are argv's, and now in environ */
+    o.xvars = NULL;
+    job.ranks = calloc((size_t)o.n, sizeof(*job.ranks));
+    job.pfds = calloc(2 * (size_t)o.n + 1, sizeof(*job.pfds));
+    job.pstream = calloc(2 * (size_t)o.n + 1, sizeof(*job.pstream));
+    if (!job.ranks || !job.pfds || !job.pstream)
+        die("out of memory");
+    setup_signals(&job);
+    if (o.timeout_s > 0)
+        job.deadline_ns = time_ns() + (uint64_t)(o.timeout_s * 1e9);
+    launch_all(&job);
+    run_loop(&job);
+    report_end(&job);
+    code = job.cause == CAUSE_NONE ? 0 : job.exit_code;
+    job_free(&job);
+    return code;
+}
