@@ -1,0 +1,633 @@
+/*
+ * topo.c - hwloc discovery (this machine or an XML export), GPU/NIC lists, rank placement.
+ *
+ * topo_load builds everything up front: the object counts, the cores ordered NUMA node
+ * by node, and the GPU and NIC tables (sorted by PCI bus id). After that a topo_t is
+ * read-only, so queries and topo_place are pure functions and safe from any thread.
+ *
+ * Invariants:
+ *  - t->hw is a loaded hwloc topology with PCI and OS devices kept (KEEP_IMPORTANT).
+ *  - core_order[0..ncores) is a permutation of the logical indices of the core objects
+ *    (PUs when hwloc reports no cores), grouped by core_numa[] in increasing node order;
+ *    cores whose node is unknown (-1) come last. run_start[] marks the runs of equal
+ *    core_numa, run_start[0] = 0 and run_start[nruns] = ncores.
+ *  - gpus[]/nics[] hold ngpus/nnics entries, sorted by busid, non-PCI ones last; every
+ *    name is NUL-terminated and non-empty.
+ *  - A failed topo_load or topo_place writes nothing to its outputs and leaks nothing.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <hwloc.h>
+
+#include "check.h"
+#include "log.h"
+#include "status.h"
+#include "topo.h"
+
+struct topo {
+    hwloc_topology_t hw;
+    int is_xml;
+    char source[256];
+    char machine[128];
+    int npackages, nnuma, ncores, npus;
+    hwloc_obj_type_t core_type;    /* HWLOC_OBJ_CORE, or HWLOC_OBJ_PU when no cores */
+    int *core_order;               /* (ncores) logical core indices, by NUMA node */
+    int *core_numa;                /* (ncores) NUMA node of core_order[i], -1 unknown */
+    int *run_start;                /* (nruns + 1) where each node's run of cores starts */
+    int nruns;
+    topo_gpu_t *gpus;
+    int ngpus;
+    topo_nic_t *nics;
+    int nnics;
+};
+
+/* ---- small helpers ------------------------------------------------------------- */
+
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src ? src : "");
+}
+
+static void format_busid(hwloc_obj_t pci, char *buf, size_t cap)
+{
+    if (!pci) {
+        buf[0] = '\0';
+        return;
+    }
+    snprintf(buf, cap, "%04x:%02x:%02x.%01x", (unsigned)pci->attr->pcidev.domain,
+             pci->attr->pcidev.bus, pci->attr->pcidev.dev, pci->attr->pcidev.func);
+}
+
+/* The PCI device an OS device hangs off, or NULL. */
+static hwloc_obj_t pci_parent(hwloc_obj_t osdev)
+{
+    hwloc_obj_t p = osdev->parent;
+    return p && p->type == HWLOC_OBJ_PCI_DEVICE ? p : NULL;
+}
+
+/* Nearest NUMA node (logical index) of an I/O object: the first node of its closest
+ * non-I/O ancestor. */
+static int numa_of_io(const topo_t *t, hwloc_obj_t io)
+{
+    hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(t->hw, io);
+    if (!anc || !anc->nodeset)
+        return -1;
+    int os = hwloc_bitmap_first(anc->nodeset);
+    if (os < 0)
+        return -1;
+    hwloc_obj_t node = hwloc_get_numanode_obj_by_os_index(t->hw, (unsigned)os);
+    return node ? (int)node->logical_index : -1;
+}
+
+/* NUMA node (logical) whose CPUs contain cpuset; the first overlapping one otherwise. */
+static int numa_of_cpuset(const topo_t *t, hwloc_const_cpuset_t set)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < t->nnuma; i++) {
+            hwloc_obj_t n = hwloc_get_obj_by_type(t->hw, HWLOC_OBJ_NUMANODE, (unsigned)i);
+            if (!n || !n->cpuset)
+                continue;
+            if (pass == 0 ? hwloc_bitmap_isincluded(set, n->cpuset)
+                          : hwloc_bitmap_intersects(set, n->cpuset))
+                return i;
+        }
+    }
+    return -1;
+}
+
+/* ---- loading ------------------------------------------------------------------- */
+
+static weft_status_t hw_open(topo_t *t, const char *xml_path)
+{
+    int from_xml = xml_path && xml_path[0];
+
+    if (from_xml && access(xml_path, R_OK) != 0)
+        return weft_error(WEFT_ERR_INVALID_ARG, "topo: cannot read topology file '%s': %m",
+                          xml_path);
+    if (hwloc_topology_init(&t->hw) != 0) {
+        t->hw = NULL;
+        return weft_error(WEFT_ERR_SYSTEM, "topo: hwloc_topology_init failed: %m");
+    }
+    hwloc_topology_set_io_types_filter(t->hw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (from_xml && hwloc_topology_set_xml(t->hw, xml_path) != 0)
+        return weft_error(WEFT_ERR_INVALID_ARG,
+                          "topo: '%s' is not a valid hwloc XML topology (%m)", xml_path);
+    if (hwloc_topology_load(t->hw) != 0) {
+        if (from_xml)
+            return weft_error(WEFT_ERR_INVALID_ARG,
+                              "topo: '%s' is not a usable hwloc XML topology (%m)", xml_path);
+        return weft_error(WEFT_ERR_SYSTEM, "topo: hwloc discovery failed: %m");
+    }
+    t->is_xml = from_xml || !hwloc_topology_is_thissystem(t->hw);
+    copy_str(t->source, sizeof(t->source), from_xml ? xml_path : "this machine");
+    return WEFT_OK;
+}
+
+static void scan_counts(topo_t *t)
+{
+    hwloc_obj_t root = hwloc_get_root_obj(t->hw);
+    const char *name = hwloc_obj_get_info_by_name(root, "DMIProductName");
+    if (!name || !name[0])
+        name = hwloc_obj_get_info_by_name(root, "HostName");
+    copy_str(t->machine, sizeof(t->machine), name);
+
+    t->npackages = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_PACKAGE);
+    t->nnuma = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_NUMANODE);
+    t->npus = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_PU);
+    t->ncores = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_CORE);
+    t->core_type = HWLOC_OBJ_CORE;
+    if (t->ncores <= 0) {          /* some platforms expose PUs only */
+        t->ncores = t->npus;
+        t->core_type = HWLOC_OBJ_PU;
+    }
+}
+
+/* Fills run_start from core_numa. */
+static weft_status_t scan_runs(topo_t *t)
+{
+    t->run_start = calloc((size_t)t->ncores + 1, sizeof(int));
+    if (!t->run_start)
+        return weft_error(WEFT_ERR_NO_MEMORY, "topo: out of memory for %d cores", t->ncores);
+    t->nruns = 0;
+    for (int i = 0; i < t->ncores; i++)
+        if (i == 0 || t->core_numa[i] != t->core_numa[i - 1])
+            t->run_start[t->nruns++] = i;
+    t->run_start[t->nruns] = t->ncores;
+    return WEFT_OK;
+}
+
+/* Fills core_order/core_numa: cores grouped by NUMA node, unknown node last. */
+static weft_status_t scan_cores(topo_t *t)
+{
+    int n = t->ncores;
+    int *numa = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+    t->core_order = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+    t->core_numa = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+    if (!numa || !t->core_order || !t->core_numa) {
+        free(numa);
+        return weft_error(WEFT_ERR_NO_MEMORY, "topo: out of memory for %d cores", n);
+    }
+    for (int i = 0; i < n; i++) {
+        hwloc_obj_t c = hwloc_get_obj_by_type(t->hw, t->core_type, (unsigned)i);
+        numa[i] = c ? numa_of_cpuset(t, c->cpuset) : -1;
+    }
+    int pos = 0;
+    for (int node = 0; node <= t->nnuma; node++) {
+        int want = node < t->nnuma ? node : -1;
+        for (int i = 0; i < n; i++) {
+            if (numa[i] == want) {
+                t->core_order[pos] = i;
+                t->core_numa[pos++] = want;
+            }
+        }
+    }
+    free(numa);
+    if (pos != n)
+        return weft_error(WEFT_ERR_INTERNAL, "topo: ordered %d of %d cores", pos, n);
+    return scan_runs(t);
+}
+
+/* Orders devices by bus id, devices off PCI ("") last. */
+static int busid_cmp(const char *a, const char *b)
+{
+    if (!a[0] || !b[0])
+        return (a[0] == '\0') - (b[0] == '\0');
+    return strcmp(a, b);
+}
+
+static int gpu_cmp(const void *a, const void *b)
+{
+    return busid_cmp(((const topo_gpu_t *)a)->busid, ((const topo_gpu_t *)b)->busid);
+}
+
+static int nic_cmp(const void *a, const void *b)
+{
+    return busid_cmp(((const topo_nic_t *)a)->busid, ((const topo_nic_t *)b)->busid);
+}
+
+/* How strongly an OS device says "compute GPU": 0 not at all, higher is preferred as
+ * the GPU's name (CUDA over NVML over the others). */
+static int gpu_osdev_score(hwloc_obj_t o)
+{
+    if (o->type != HWLOC_OBJ_OS_DEVICE)
+        return 0;
+    const char *b = o->subtype;
+    if (!b || !b[0])
+        b = hwloc_obj_get_info_by_name(o, "Backend");
+    if (!b)
+        return 0;
+    if (!strcasecmp(b, "CUDA"))
+        return 4;
+    if (!strcasecmp(b, "NVML") || !strcasecmp(b, "RSMI") || !strcasecmp(b, "LevelZero"))
+        return 3;
+    if (!strcasecmp(b, "OpenCL")) {
+        const char *kind = hwloc_obj_get_info_by_name(o, "OpenCLDeviceType");
+        return kind && !strcasecmp(kind, "GPU") ? 1 : 0;
+    }
+    return 0;
+}
+
+/* NVIDIA display controllers; AMD 3D, display-other and accelerator classes (an AMD
+ * VGA counts only with a compute OS device: server boards carry old ATI VGA chips). */
+static int pci_is_gpu_class(hwloc_obj_t pci)
+{
+    unsigned vendor = pci->attr->pcidev.vendor_id, cls = pci->attr->pcidev.class_id;
+    if (vendor == 0x10de)
+        return (cls >> 8) == 0x03;
+    if (vendor == 0x1002)
+        return cls == 0x0302 || cls == 0x0380 || cls == 0x1200;
+    return 0;
+}
+
+static void add_gpu(topo_t *t, hwloc_obj_t pci, hwloc_obj_t osdev)
+{
+    topo_gpu_t *g = &t->gpus[t->ngpus++];
+    const char *model = osdev ? hwloc_obj_get_info_by_name(osdev, "GPUModel") : NULL;
+    if (!model && pci)
+        model = hwloc_obj_get_info_by_name(pci, "PCIDevice");
+    copy_str(g->name, sizeof(g->name), osdev ? osdev->name : NULL);
+    copy_str(g->model, sizeof(g->model), model);
+    format_busid(pci, g->busid, sizeof(g->busid));
+    g->numa = numa_of_io(t, pci ? pci : osdev);
+}
+
+static weft_status_t scan_gpus(topo_t *t)
+{
+    int cap = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_PCI_DEVICE) +
+              hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_OS_DEVICE);
+    t->gpus = calloc((size_t)(cap > 0 ? cap : 1), sizeof(*t->gpus));
+    if (!t->gpus)
+        return weft_error(WEFT_ERR_NO_MEMORY, "topo: out of memory for gpus");
+
+    for (hwloc_obj_t pci = NULL; (pci = hwloc_get_next_pcidev(t->hw, pci)) != NULL;) {
+        hwloc_obj_t best = NULL;
+        int best_score = 0;
+        for (hwloc_obj_t c = pci->io_first_child; c; c = c->next_sibling) {
+            int s = gpu_osdev_score(c);
+            if (s > best_score) {
+                best = c;
+                best_score = s;
+            }
+        }
+        if (best || pci_is_gpu_class(pci))
+            add_gpu(t, pci, best);
+    }
+    /* compute devices that hwloc could not attach to a PCI device */
+    for (hwloc_obj_t o = NULL; (o = hwloc_get_next_osdev(t->hw, o)) != NULL;)
+        if (!pci_parent(o) && gpu_osdev_score(o) >= 3)
+            add_gpu(t, NULL, o);
+
+    qsort(t->gpus, (size_t)t->ngpus, sizeof(*t->gpus), gpu_cmp);
+    for (int i = 0; i < t->ngpus; i++)
+        if (!t->gpus[i].name[0])
+            snprintf(t->gpus[i].name, sizeof(t->gpus[i].name), "gpu%d", i);
+    return WEFT_OK;
+}
+
+/* InfiniBand: the PCI class says so, or the interface is IPoIB (ibN, 20-byte address). */
+static int nic_osdev_is_ib(hwloc_obj_t pci, hwloc_obj_t o)
+{
+    if (pci && pci->attr->pcidev.class_id == 0x0207)
+        return 1;
+    if (o->attr->osdev.type != HWLOC_OBJ_OSDEV_NETWORK)
+        return 0;
+    const char *addr = hwloc_obj_get_info_by_name(o, "Address");
+    return (o->name && !strncmp(o->name, "ib", 2)) || (addr && strlen(addr) == 59);
+}
+
+/* The entry for this OS device: the one already holding its PCI function with the slot
+ * still free, else a new one. owners[] tracks each entry's PCI device. */
+static topo_nic_t *nic_slot(topo_t *t, hwloc_obj_t *owners, hwloc_obj_t pci, int is_hca)
+{
+    for (int i = 0; pci && i < t->nnics; i++) {
+        char *slot = is_hca ? t->nics[i].hca : t->nics[i].ifname;
+        if (owners[i] == pci && !slot[0])
+            return &t->nics[i];
+    }
+    owners[t->nnics] = pci;
+    topo_nic_t *n = &t->nics[t->nnics++];
+    format_busid(pci, n->busid, sizeof(n->busid));
+    n->numa = -1;
+    return n;
+}
+
+static weft_status_t scan_nics(topo_t *t)
+{
+    int cap = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_OS_DEVICE);
+    size_t ncap = (size_t)(cap > 0 ? cap : 1);
+    hwloc_obj_t *owners = calloc(ncap, sizeof(*owners));
+    t->nics = calloc(ncap, sizeof(*t->nics));
+    if (!owners || !t->nics) {
+        free(owners);
+        return weft_error(WEFT_ERR_NO_MEMORY, "topo: out of memory for nics");
+    }
+    for (hwloc_obj_t o = NULL; (o = hwloc_get_next_osdev(t->hw, o)) != NULL;) {
+        hwloc_obj_osdev_type_t ty = o->attr->osdev.type;
+        if (ty != HWLOC_OBJ_OSDEV_NETWORK && ty != HWLOC_OBJ_OSDEV_OPENFABRICS)
+            continue;
+        hwloc_obj_t pci = pci_parent(o);
+        int is_hca = ty == HWLOC_OBJ_OSDEV_OPENFABRICS;
+        topo_nic_t *n = nic_slot(t, owners, pci, is_hca);
+        copy_str(is_hca ? n->hca : n->ifname, TOPO_NAME_MAX, o->name);
+        n->numa = numa_of_io(t, pci ? pci : o);
+        n->is_ib |= nic_osdev_is_ib(pci, o);
+    }
+    free(owners);
+    qsort(t->nics, (size_t)t->nnics, sizeof(*t->nics), nic_cmp);
+    for (int i = 0; i < t->nnics; i++) {
+        topo_nic_t *n = &t->nics[i];
+        copy_str(n->name, sizeof(n->name), n->hca[0] ? n->hca : n->ifname);
+        if (!n->name[0])
+            snprintf(n->name, sizeof(n->name), "nic%d", i);
+    }
+    return WEFT_OK;
+}
+
+weft_status_t topo_load(const char *xml_path, topo_t **topo_p)
+{
+    weft_status_t st;
+    if (!topo_p)
+        return weft_error(WEFT_ERR_INVALID_ARG, "topo_load: NULL output");
+    topo_t *t = calloc(1, sizeof(*t));
+    if (!t)
+        return weft_error(WEFT_ERR_NO_MEMORY, "topo: out of memory");
+
+    GOTO_IF_ERR(hw_open(t, xml_path), st, fail);
+    scan_counts(t);
+    GOTO_IF_ERR(scan_cores(t), st, fail);
+    GOTO_IF_ERR(scan_gpus(t), st, fail);
+    GOTO_IF_ERR(scan_nics(t), st, fail);
+    LOG_INFO(LOG_TOPO, "topo: %s: %d packages, %d numa nodes, %d cores, %d pus, "
+             "%d gpus, %d nics", t->source, t->npackages, t->nnuma, t->ncores, t->npus,
+             t->ngpus, t->nnics);
+    *topo_p = t;
+    return WEFT_OK;
+fail:
+    topo_free(t);
+    return st;
+}
+
+void topo_free(topo_t *t)
+{
+    if (!t)
+        return;
+    if (t->hw)
+        hwloc_topology_destroy(t->hw);
+    free(t->core_order);
+    free(t->core_numa);
+    free(t->run_start);
+    free(t->gpus);
+    free(t->nics);
+    free(t);
+}
+
+/* ---- queries ------------------------------------------------------------------- */
+
+int topo_is_xml(const topo_t *t) { return t->is_xml; }
+const char *topo_source(const topo_t *t) { return t->source; }
+const char *topo_machine_name(const topo_t *t) { return t->machine; }
+int topo_num_packages(const topo_t *t) { return t->npackages; }
+int topo_num_numa(const topo_t *t) { return t->nnuma; }
+int topo_num_cores(const topo_t *t) { return t->ncores; }
+int topo_num_pus(const topo_t *t) { return t->npus; }
+int topo_num_gpus(const topo_t *t) { return t->ngpus; }
+int topo_num_nics(const topo_t *t) { return t->nnics; }
+
+const topo_gpu_t *topo_gpu(const topo_t *t, int i)
+{
+    return i >= 0 && i < t->ngpus ? &t->gpus[i] : NULL;
+}
+
+const topo_nic_t *topo_nic(const topo_t *t, int i)
+{
+    return i >= 0 && i < t->nnics ? &t->nics[i] : NULL;
+}
+
+/* ---- placement ----------------------------------------------------------------- */
+
+/* Cores [*begin, *end) of core_order for rank r of n, with K cores in R node runs.
+ * n < R: rank r takes whole runs [floor(r*R/n), floor((r+1)*R/n)), so every core is used.
+ * R <= n <= K: run b = [c_b, c_b + k_b) takes ranks [floor(n*c_b/K), floor(n*(c_b+k_b)/K)),
+ * at most k_b of them, and splits into that many contiguous blocks.
+ * n > K: rank r shares core floor(r*K/n). */
+static void core_block(const topo_t *t, int r, int n, int *begin, int *end)
+{
+    long long K = t->ncores, R = t->nruns;
+    if (n > K) {
+        *begin = (int)(r * K / n);
+        *end = *begin + 1;
+        return;
+    }
+    if (n < R) {
+        *begin = t->run_start[r * R / n];
+        *end = t->run_start[(r + 1) * R / n];
+        return;
+    }
+    for (int b = 0; b < R; b++) {
+        int c = t->run_start[b], k = t->run_start[b + 1] - c;
+        long long r0 = n * (long long)c / K, r1 = n * (long long)(c + k) / K;
+        if (r < r1) {
+            long long m = r1 - r0, j = r - r0;
+            *begin = c + (int)(j * k / m);
+            *end = c + (int)((j + 1) * k / m);
+            return;
+        }
+    }
+    *begin = (int)K - 1;           /* unreachable: the last run ends at rank n */
+    *end = (int)K;
+}
+
+/* How many ranks of n run on core position pos (n > K only; else 1). */
+static int ranks_on_core(const topo_t *t, int pos, int n)
+{
+    long long K = t->ncores;
+    if (n <= K)
+        return 1;
+    return (int)(((pos + 1) * (long long)n + K - 1) / K - (pos * (long long)n + K - 1) / K);
+}
+
+/* Position of rank r among the ranks placed on its own NUMA node. Blocks grow with the
+ * rank and core_order is grouped by node, so those ranks are contiguous: count back. */
+static int node_ordinal(const topo_t *t, int r, int n, int numa)
+{
+    int ord = 0;
+    for (int q = r - 1; q >= 0; q--, ord++) {
+        int b, e;
+        core_block(t, q, n, &b, &e);
+        if (t->core_numa[b] != numa)
+            break;
+    }
+    return ord;
+}
+
+static int pick_gpu(const topo_t *t, int r, int n, int numa, int ord)
+{
+    if (t->ngpus == 0)
+        return -1;
+    if (t->ngpus == n)
+        return r;
+    int near = 0;
+    for (int i = 0; i < t->ngpus; i++)
+        near += t->gpus[i].numa == numa;
+    if (near == 0)
+        return r % t->ngpus;
+    int want = ord % near;
+    for (int i = 0; i < t->ngpus; i++)
+        if (t->gpus[i].numa == numa && want-- == 0)
+            return i;
+    return -1;
+}
+
+/* NIC preference tiers: 0 IB on node, 1 any on node, 2 any IB, 3 any. */
+static int nic_in_tier(const topo_nic_t *nic, int tier, int numa)
+{
+    switch (tier) {
+    case 0: return nic->is_ib && nic->numa == numa;
+    case 1: return nic->numa == numa;
+    case 2: return nic->is_ib;
+    default: return 1;
+    }
+}
+
+static int pick_nic(const topo_t *t, int numa, int r, int ord)
+{
+    for (int tier = 0; tier < 4; tier++) {
+        int m = 0;
+        for (int i = 0; i < t->nnics; i++)
+            m += nic_in_tier(&t->nics[i], tier, numa);
+        if (m == 0)
+            continue;
+        int want = (tier < 2 ? ord : r) % m;
+        for (int i = 0; i < t->nnics; i++)
+            if (nic_in_tier(&t->nics[i], tier, numa) && want-- == 0)
+                return i;
+    }
+    return -1;
+}
+
+/* hwloc list string into buf; an overlong list is cut and ends in "...". */
+static void list_to_str(hwloc_const_bitmap_t set, char *buf, size_t cap)
+{
+    int len = hwloc_bitmap_list_snprintf(buf, cap, set);
+    if (len >= (int)cap && cap > 4)
+        memcpy(buf + cap - 4, "...", 4);
+}
+
+/* The OS PU set of core positions [begin, end), or NULL when out of memory. */
+static hwloc_bitmap_t block_cpuset(const topo_t *t, int begin, int end, hwloc_bitmap_t cores)
+{
+    hwloc_bitmap_t cpus = hwloc_bitmap_alloc();
+    if (!cpus)
+        return NULL;
+    for (int i = begin; i < end; i++) {
+        hwloc_obj_t c = hwloc_get_obj_by_type(t->hw, t->core_type,
+                                              (unsigned)t->core_order[i]);
+        if (c)
+            hwloc_bitmap_or(cpus, cpus, c->cpuset);
+        if (cores)
+            hwloc_bitmap_set(cores, (unsigned)t->core_order[i]);
+    }
+    return cpus;
+}
+
+static weft_status_t format_lists(const topo_t *t, topo_place_t *p)
+{
+    hwloc_bitmap_t cores = hwloc_bitmap_alloc();
+    hwloc_bitmap_t cpus = cores ? block_cpuset(t, p->core_begin, p->core_end, cores) : NULL;
+    if (!cpus) {
+        hwloc_bitmap_free(cores);
+        return weft_error(WEFT_ERR_NO_MEMORY, "topo: out of memory for a cpuset");
+    }
+    list_to_str(cores, p->cores, sizeof(p->cores));
+    list_to_str(cpus, p->cpus, sizeof(p->cpus));
+    hwloc_bitmap_free(cores);
+    hwloc_bitmap_free(cpus);
+    return WEFT_OK;
+}
+
+weft_status_t topo_place(const topo_t *t, int local_rank, int local_size,
+                         topo_place_t *out)
+{
+    if (!t || !out || local_size < 1 || local_rank < 0 || local_rank >= local_size)
+        return weft_error(WEFT_ERR_INVALID_ARG, "topo_place: bad local rank %d of %d",
+                          local_rank, local_size);
+    if (t->ncores < 1)
+        return weft_error(WEFT_ERR_INTERNAL, "topo_place: topology has no cores");
+
+    topo_place_t p;
+    memset(&p, 0, sizeof(p));
+    p.local_rank = local_rank;
+    core_block(t, local_rank, local_size, &p.core_begin, &p.core_end);
+    p.ncores = p.core_end - p.core_begin;
+    p.shared = ranks_on_core(t, p.core_begin, local_size) > 1;
+    p.numa = t->core_numa[p.core_begin];
+
+    int ord = node_ordinal(t, local_rank, local_size, p.numa);
+    p.gpu = pick_gpu(t, local_rank, local_size, p.numa, ord);
+    int io_numa = p.gpu >= 0 && t->gpus[p.gpu].numa >= 0 ? t->gpus[p.gpu].numa : p.numa;
+    p.nic = pick_nic(t, io_numa, local_rank, ord);
+    RETURN_IF_ERR(format_lists(t, &p));
+    *out = p;
+    return WEFT_OK;
+}
+
+weft_status_t topo_bind(const topo_t *t, const topo_place_t *p)
+{
+    if (!t || !p || p->core_begin < 0 || p->core_end > t->ncores ||
+        p->core_begin >= p->core_end)
+        return weft_error(WEFT_ERR_INVALID_ARG, "topo_bind: bad placement");
+    if (t->is_xml)
+        return weft_error(WEFT_ERR_UNSUPPORTED,
+                          "topo_bind: topology '%s' is not this machine", t->source);
+    hwloc_bitmap_t cpus = block_cpuset(t, p->core_begin, p->core_end, NULL);
+    if (!cpus)
+        return weft_error(WEFT_ERR_NO_MEMORY, "topo: out of memory for a cpuset");
+    weft_status_t st = WEFT_OK;
+    if (hwloc_set_cpubind(t->hw, cpus, HWLOC_CPUBIND_PROCESS) != 0)
+        st = weft_error(WEFT_ERR_SYSTEM, "topo_bind: cannot bind to cpus %s: %m", p->cpus);
+    else
+        LOG_INFO(LOG_TOPO, "topo: local rank %d bound to cpus %s", p->local_rank, p->cpus);
+    hwloc_bitmap_free(cpus);
+    return st;
+}
+
+/* ---- printing ------------------------------------------------------------------ */
+
+void topo_print(const topo_t *t, FILE *out)
+{
+    fprintf(out, "topology: %s%s\n", t->source, t->is_xml ? " (xml)" : "");
+    if (t->machine[0])
+        fprintf(out, "machine: %s\n", t->machine);
+    fprintf(out, "packages %d, numa nodes %d, cores %d, pus %d\n", t->npackages, t->nnuma,
+            t->ncores, t->npus);
+    fprintf(out, "gpus: %d\n", t->ngpus);
+    for (int i = 0; i < t->ngpus; i++) {
+        const topo_gpu_t *g = &t->gpus[i];
+        fprintf(out, "  gpu %-2d %-12s %-12s numa %-2d %s\n", i, g->name,
+                g->busid[0] ? g->busid : "-", g->numa, g->model);
+    }
+    fprintf(out, "nics: %d\n", t->nnics);
+    for (int i = 0; i < t->nnics; i++) {
+        const topo_nic_t *n = &t->nics[i];
+        char names[2 * TOPO_NAME_MAX + 2];
+        snprintf(names, sizeof(names), "%s%s%s", n->hca, n->hca[0] && n->ifname[0] ? "/" : "",
+                 n->ifname);
+        fprintf(out, "  nic %-2d %-16s %-12s numa %-2d %s\n", i, names,
+                n->busid[0] ? n->busid : "-", n->numa, n->is_ib ? "infiniband" : "ethernet");
+    }
+}
+
+void topo_place_print(const topo_t *t, const topo_place_t *p, FILE *out)
+{
+    const topo_gpu_t *g = topo_gpu(t, p->gpu);
+    const topo_nic_t *n = topo_nic(t, p->nic);
+    fprintf(out, "rank %d: numa %d cores %s (cpus %s)%s gpu %s%s%s%s nic %s%s%s%s\n",
+            p->local_rank, p->numa, p->cores, p->cpus, p->shared ? " shared" : "",
+            g ? g->name : "none", g && g->busid[0] ? " (" : "", g ? g->busid : "",
+            g && g->busid[0] ? ")" : "", n ? n->name : "none",
+            n && n->busid[0] ? " (" : "", n ? n->busid : "", n && n->busid[0] ? ")" : "");
+}
