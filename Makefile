@@ -34,6 +34,7 @@ MPICC    := $(shell command -v mpicc 2>/dev/null)
 MPI_BIN  := $(if $(MPICC),$(BUILD)/bin/mpi_coll_perf)
 
 .PHONY: all lib tools tests test run deps install clean help
+.SECONDARY:
 
 all: lib tools $(PERF_BIN) $(MPI_BIN)
 

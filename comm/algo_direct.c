@@ -102,9 +102,9 @@ static void direct_alltoall(const sched_args_t *a, size_t esz, sched_t *s)
     }
     FOR_PEERS(p, k, r, n) {
         int i = sched_send(s, p, src, (size_t)p * blk, blk, -1);
-        if (i >= 0)
-            s->steps[i].dep = saved;
-        sched_recv(s, MOD(r - k, n), BUF_RECV, (size_t)MOD(r - k, n) * blk, blk);
+        int j = sched_recv(s, MOD(r - k, n), BUF_RECV, (size_t)MOD(r - k, n) * blk, blk);
+        if (i >= 0 && j >= 0)   /* nothing lands in RECV before it is saved */
+            s->steps[i].dep = s->steps[j].dep = saved;
     }
 }
 

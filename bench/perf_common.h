@@ -1,0 +1,678 @@
+/*
+ * perf_common.h - nccl-tests-compatible perf tools: the shared driver and what the MPI peer
+ * shares with it.
+ *
+ * Part 1 (static inline, no libweft calls) is also compiled into bench/mpi_coll_perf.c,
+ * which mpicc builds alone without libweft; sharing it is what makes a weft row and an MPI
+ * row comparable line by line: the dtype table in nccl-tests' names and order, the command
+ * line, the test data pattern and its expected results, and the output table.
+ * Part 2 is the weft driver: each bench/<coll>_perf.c describes its collective in a
+ * perf_coll_t (sizes to counts, bandwidth, inputs and expected outputs, the call) and hands
+ * it to perf_main().
+ *
+ * Data pattern invariant: every input is a small integer, bounded so that every op over
+ * every rank count is exact in every dtype, so results are compared exactly. Sums, min,
+ * max and avg use |x| <= span/nranks (span per dtype: int8/bf16 sums stay within 120,
+ * half within 2000, wider types within 2^20); prod uses +-1 and at most four 2s per
+ * element across all ranks (|product| <= 16). AVG is expected as weft documents it: the
+ * exact sum divided by nranks in the reduced type (integers truncate toward zero; half and
+ * bfloat16 divide in fp32 and round once to nearest even).
+ */
+#ifndef WEFT_BENCH_PERF_COMMON_H
+#define WEFT_BENCH_PERF_COMMON_H
+
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../include/weft.h"   /* relative: mpicc builds the MPI peer without -Iinclude */
+
+/* ---- Part 1: shared, library-free ------------------------------------------------- */
+
+typedef struct {
+    const char *name;      /* nccl-tests' name, printed in the type column */
+    weft_dtype_t dtype;
+    size_t size;
+    int is_signed;         /* holds negative values: signed integers and floats */
+    int is_float;
+    int64_t span;          /* inputs are bounded by span / nranks (see banner) */
+} perf_type_t;
+
+/* nccl-tests' order, which "-d all" follows. */
+static inline const perf_type_t *perf_types(int *n_p)
+{
+    static const perf_type_t types[] = {
+        { "int8", WEFT_INT8, 1, 1, 0, 120 },
+        { "uint8", WEFT_UINT8, 1, 0, 0, 240 },
+        { "int32", WEFT_INT32, 4, 1, 0, 1 << 20 },
+        { "uint32", WEFT_UINT32, 4, 0, 0, 1 << 20 },
+        { "int64", WEFT_INT64, 8, 1, 0, 1 << 20 },
+        { "uint64", WEFT_UINT64, 8, 0, 0, 1 << 20 },
+        { "half", WEFT_FLOAT16, 2, 1, 1, 2000 },
+        { "float", WEFT_FLOAT32, 4, 1, 1, 1 << 20 },
+        { "double", WEFT_FLOAT64, 8, 1, 1, 1 << 20 },
+        { "bfloat16", WEFT_BFLOAT16, 2, 1, 1, 120 },
+    };
+    *n_p = (int)(sizeof(types) / sizeof(types[0]));
+    return types;
+}
+
+/* Index into perf_types() for a name (nccl-tests' names plus common aliases), or -1. */
+static inline int perf_type_index(const char *name)
+{
+    static const struct { const char *alias, *name; } aliases[] = {
+        { "char", "int8" }, { "int", "int32" }, { "float16", "half" }, { "fp16", "half" },
+        { "float32", "float" }, { "fp32", "float" }, { "float64", "double" },
+        { "fp64", "double" }, { "bf16", "bfloat16" },
+    };
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+        if (strcmp(name, aliases[i].alias) == 0)
+            name = aliases[i].name;
+    int n;
+    const perf_type_t *t = perf_types(&n);
+    for (int i = 0; i < n; i++)
+        if (strcmp(name, t[i].name) == 0)
+            return i;
+    return -1;
+}
+
+/* Ops in nccl-tests' order, which "-o all" follows (weft has no premultiplied sum). */
+#define PERF_NOPS 5
+static inline weft_op_t perf_op_at(int i)
+{
+    static const weft_op_t ops[] = { WEFT_SUM, WEFT_PROD, WEFT_MAX, WEFT_MIN, WEFT_AVG };
+    return ops[i];
+}
+
+static inline const char *perf_op_str(weft_op_t op)
+{
+    static const char *names[] = { [WEFT_SUM] = "sum", [WEFT_PROD] = "prod",
+        [WEFT_MIN] = "min", [WEFT_MAX] = "max", [WEFT_AVG] = "avg" };
+    return names[op];
+}
+
+static inline int perf_op_index(const char *name)
+{
+    for (int i = 0; i < PERF_NOPS; i++)
+        if (strcmp(name, perf_op_str(perf_op_at(i))) == 0)
+            return (int)perf_op_at(i);
+    return -1;
+}
+
+/* ---- half and bfloat16, round to nearest even ---- */
+
+static inline uint16_t perf_float_to_half(float f)
+{
+    uint32_t x, sign;
+    memcpy(&x, &f, 4);
+    sign = (x >> 16) & 0x8000u;
+    x &= 0x7fffffffu;
+    if (x >= 0x7f800000u)                        /* inf stays inf, NaN stays quiet NaN */
+        return (uint16_t)(sign | 0x7c00u | (x > 0x7f800000u ? 0x200u : 0));
+    if (x >= 0x477ff000u)                        /* >= 65520 rounds to inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (x < 0x38800000u) {                       /* below 2^-14: subnormal or zero */
+        float a, half = 0.5f;
+        uint32_t r;
+        memcpy(&a, &x, 4);
+        a += half;                               /* the FPU rounds at 2^-24, half's ulp */
+        memcpy(&r, &a, 4);
+        return (uint16_t)(sign | (r - 0x3f000000u));
+    }
+    x += 0xc8000fffu + ((x >> 13) & 1);          /* rebias exponent by -112, round even */
+    return (uint16_t)(sign | (x >> 13));
+}
+
+static inline float perf_half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    uint32_t x;
+    float f;
+    if (exp == 0) {                              /* zero or subnormal: mant * 2^-24 */
+        f = (float)mant * 0x1p-24f;
+        return sign ? -f : f;
+    }
+    x = sign | (exp == 31 ? 0x7f800000u : (exp + 112) << 23) | (mant << 13);
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static inline uint16_t perf_float_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+static inline float perf_bf16_to_float(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+/* ---- the data pattern ---- */
+
+static inline uint64_t perf_mix(uint64_t x)   /* splitmix64's finalizer */
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* The input of `rank` at element `idx`: see the banner for the bounds. */
+static inline int64_t perf_value(const perf_type_t *t, weft_op_t op, uint64_t seed, int rank,
+                                 size_t idx, int nranks)
+{
+    uint64_t h = perf_mix((seed << 48) ^ ((uint64_t)rank << 36) ^ (uint64_t)idx);
+    if (op == WEFT_PROD) {
+        /* At most ceil(nranks/q) <= 4 ranks can hold a 2 for one element. */
+        uint64_t q = nranks < 8 ? 2 : (uint64_t)(nranks + 3) / 4;
+        if ((idx + (uint64_t)rank + seed) % q == 0 && (h & 2))
+            return 2;
+        return (t->is_signed && (h & 1)) ? -1 : 1;
+    }
+    int64_t span = t->span / (nranks > 0 ? nranks : 1);
+    if (span < 1)
+        span = 1;
+    int64_t v = (int64_t)(h % (uint64_t)(span + 1));
+    return t->is_signed ? v - span / 2 : v;
+}
+
+/* op over all ranks' inputs at element idx, exactly (AVG: the sum; perf_store divides). */
+static inline int64_t perf_reduced(const perf_type_t *t, weft_op_t op, uint64_t seed,
+                                   size_t idx, int nranks)
+{
+    int64_t acc = perf_value(t, op, seed, 0, idx, nranks);
+    for (int r = 1; r < nranks; r++) {
+        int64_t v = perf_value(t, op, seed, r, idx, nranks);
+        switch (op) {
+        case WEFT_PROD: acc *= v; break;
+        case WEFT_MIN: acc = v < acc ? v : acc; break;
+        case WEFT_MAX: acc = v > acc ? v : acc; break;
+        default: acc += v; break;                /* SUM, AVG */
+        }
+    }
+    return acc;
+}
+
+/* buf[k] = v in t's dtype; avg_div > 0 divides first, in the reduced type. */
+static inline void perf_store(const perf_type_t *t, void *buf, size_t k, int64_t v, int avg_div)
+{
+    float f = (float)v;
+    double d = (double)v;
+    if (avg_div > 0) {
+        v /= avg_div;                            /* C division truncates toward zero */
+        f /= (float)avg_div;
+        d /= (double)avg_div;
+    }
+    switch (t->dtype) {
+    case WEFT_INT8: ((int8_t *)buf)[k] = (int8_t)v; break;
+    case WEFT_UINT8: ((uint8_t *)buf)[k] = (uint8_t)v; break;
+    case WEFT_INT32: ((int32_t *)buf)[k] = (int32_t)v; break;
+    case WEFT_UINT32: ((uint32_t *)buf)[k] = (uint32_t)v; break;
+    case WEFT_INT64: ((int64_t *)buf)[k] = v; break;
+    case WEFT_UINT64: ((uint64_t *)buf)[k] = (uint64_t)v; break;
+    case WEFT_FLOAT16: ((uint16_t *)buf)[k] = perf_float_to_half(f); break;
+    case WEFT_BFLOAT16: ((uint16_t *)buf)[k] = perf_float_to_bf16(f); break;
+    case WEFT_FLOAT32: ((float *)buf)[k] = f; break;
+    case WEFT_FLOAT64: ((double *)buf)[k] = d; break;
+    }
+}
+
+/* A float element as a double (for comparing values, so that -0 == +0). */
+static inline double perf_load_float(const perf_type_t *t, const void *buf, size_t k)
+{
+    switch (t->dtype) {
+    case WEFT_FLOAT16: return perf_half_to_float(((const uint16_t *)buf)[k]);
+    case WEFT_BFLOAT16: return perf_bf16_to_float(((const uint16_t *)buf)[k]);
+    case WEFT_FLOAT32: return ((const float *)buf)[k];
+    default: return ((const double *)buf)[k];
+    }
+}
+
+/* Elements of got that differ from want: integers bit for bit, floats by value. */
+static inline size_t perf_count_wrong(const perf_type_t *t, const void *got, const void *want,
+                                      size_t count)
+{
+    size_t wrong = 0;
+    if (memcmp(got, want, count * t->size) == 0)
+        return 0;
+    for (size_t k = 0; k < count; k++) {
+        if (t->is_float)
+            wrong += !(perf_load_float(t, got, k) == perf_load_float(t, want, k));
+        else
+            wrong += memcmp((const char *)got + k * t->size,
+                            (const char *)want + k * t->size, t->size) != 0;
+    }
+    return wrong;
+}
+
+/* Fill helpers over element ranges [offset, offset+count). */
+static inline void perf_fill_values(const perf_type_t *t, weft_op_t op, uint64_t seed,
+                                    int rank, int nranks, void *buf, size_t count,
+                                    size_t offset)
+{
+    for (size_t k = 0; k < count; k++)
+        perf_store(t, buf, k, perf_value(t, op, seed, rank, offset + k, nranks), 0);
+}
+
+static inline void perf_fill_reduced_values(const perf_type_t *t, weft_op_t op, uint64_t seed,
+                                            int nranks, void *buf, size_t count, size_t offset)
+{
+    int div = op == WEFT_AVG ? nranks : 0;
+    for (size_t k = 0; k < count; k++)
+        perf_store(t, buf, k, perf_reduced(t, op, seed, offset + k, nranks), div);
+}
+
+/* ---- command line (nccl-tests' flags) ---- */
+
+typedef struct {
+    int nthreads, ngpus;
+    size_t min_bytes, max_bytes, step_bytes, step_factor;
+    int iters, agg_iters, warmup, run_cycles;
+    int parallel_init, check, blocking, stream_null, timeout, graph, cputime, average;
+    int local_register;
+    int type;                   /* index into perf_types(), -1 for all */
+    int op;                     /* weft_op_t, -1 for all */
+    int root;                   /* -1 for all */
+    const char *coll;           /* the MPI peer's -c <collective> */
+} perf_opts_t;
+
+static inline void perf_opts_default(perf_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->nthreads = o->ngpus = 1;
+    o->min_bytes = o->max_bytes = 32u << 20;
+    o->step_bytes = 1u << 20;
+    o->step_factor = 1;
+    o->iters = 20;
+    o->agg_iters = 1;
+    o->warmup = 5;
+    o->run_cycles = 1;
+    o->check = 1;
+    o->average = 1;
+    o->type = perf_type_index("float");
+    o->op = WEFT_SUM;
+}
+
+/* nccl-tests' size syntax: a number with an optional K/M/G (binary) suffix; -1 if bad. */
+static inline double perf_parse_size(const char *s)
+{
+    double v;
+    char unit;
+    int n = sscanf(s, "%lf %c", &v, &unit);
+    if (n < 1 || v < 0)
+        return -1.0;
+    if (n == 1)
+        return v;
+    switch (unit) {
+    case 'G': case 'g': return v * 1024.0 * 1024.0 * 1024.0;
+    case 'M': case 'm': return v * 1024.0 * 1024.0;
+    case 'K': case 'k': return v * 1024.0;
+    default: return -1.0;
+    }
+}
+
+static inline int perf_parse_int(const char *s, long lo, long hi, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 0);
+    if (end == s || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static inline void perf_usage(FILE *f, const char *prog, int mpi_peer)
+{
+    fprintf(f, "USAGE: %s \n\t", prog);
+    if (mpi_peer)
+        fprintf(f, "[-c,--coll <allreduce/reduce_scatter/allgather/broadcast/reduce/alltoall>"
+                   " (a number: as --check)] \n\t"
+                   "[-k,--check <0/1>] \n\t");
+    fprintf(f,
+        "[-t,--nthreads <num threads>] (1 only: one rank per process) \n\t"
+        "[-g,--ngpus <gpus per thread>] (1 only) \n\t"
+        "[-b,--minbytes <min size in bytes>] \n\t"
+        "[-e,--maxbytes <max size in bytes>] \n\t"
+        "[-i,--stepbytes <increment size>] \n\t"
+        "[-f,--stepfactor <increment factor>] \n\t"
+        "[-n,--iters <iteration count>] \n\t"
+        "[-m,--agg_iters <aggregated iteration count>] \n\t"
+        "[-w,--warmup_iters <warmup iteration count>] \n\t"
+        "[-N,--run_cycles <cycle count> run & print each cycle (default: 1; 0=infinite)] \n\t"
+        "[-p,--parallel_init <0/1>] (accepted; ranks are processes) \n\t");
+    if (!mpi_peer)
+        fprintf(f, "[-c,--check <check iteration count>] \n\t");
+    fprintf(f,
+        "[-o,--op <sum/prod/min/max/avg/all>] \n\t"
+        "[-d,--datatype <int8/uint8/int32/uint32/int64/uint64/half/float/double/bfloat16/all>] \n\t"
+        "[-r,--root <root>] (-1: every root) \n\t"
+        "[-z,--blocking <0/1>] (calls always block; 1 adds a barrier after each call) \n\t"
+        "[-y,--stream_null <0/1>] (accepted, no effect) \n\t"
+        "[-T,--timeout <time in seconds>] (%s) \n\t"
+        "[-G,--cudagraph <num graph launches>] (accepted, no CUDA graphs) \n\t"
+        "[-C,--report_cputime <0/1>] \n\t"
+        "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] \n\t"
+        "[-R,--local_register <0/1>] (accepted, no effect) \n\t"
+        "[-h,--help]\n"
+        "Environment: NCCL_TESTS_MIN_BW (or WEFT_TESTS_MIN_BW) fails the run when the average\n"
+        "bus bandwidth is below 90%% of it.%s\n",
+        mpi_peer ? "accepted, no effect" : "sets WEFT_TIMEOUT",
+        mpi_peer ? "" : " Launch with weftrun, mpirun or srun.");
+}
+
+/* Parses argv into o. Returns 0 to run, 1 after printing help, 2 on a bad command line
+ * (message printed to stderr). mpi_peer: -c names the collective, -k is the check. */
+static inline int perf_parse_opts(int argc, char **argv, perf_opts_t *o, int mpi_peer)
+{
+    static const struct option longopts[] = {
+        { "nthreads", required_argument, 0, 't' }, { "ngpus", required_argument, 0, 'g' },
+        { "minbytes", required_argument, 0, 'b' }, { "maxbytes", required_argument, 0, 'e' },
+        { "stepbytes", required_argument, 0, 'i' }, { "stepfactor", required_argument, 0, 'f' },
+        { "iters", required_argument, 0, 'n' }, { "agg_iters", required_argument, 0, 'm' },
+        { "warmup_iters", required_argument, 0, 'w' },
+        { "run_cycles", required_argument, 0, 'N' },
+        { "parallel_init", required_argument, 0, 'p' }, { "check", required_argument, 0, 'k' },
+        { "coll", required_argument, 0, 'c' }, { "op", required_argument, 0, 'o' },
+        { "datatype", required_argument, 0, 'd' }, { "root", required_argument, 0, 'r' },
+        { "blocking", required_argument, 0, 'z' }, { "stream_null", required_argument, 0, 'y' },
+        { "timeout", required_argument, 0, 'T' }, { "cudagraph", required_argument, 0, 'G' },
+        { "report_cputime", required_argument, 0, 'C' },
+        { "average", required_argument, 0, 'a' },
+        { "local_register", required_argument, 0, 'R' }, { "help", no_argument, 0, 'h' },
+        { 0, 0, 0, 0 }
+    };
+    const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+    int c, bad = 0;
+    double sz;
+
+    opterr = 0;
+    while (!bad && (c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:k:o:d:r:z:y:T:G:C:a:R:h",
+                                    longopts, NULL)) != -1) {
+        switch (c) {
+        case 't': bad = perf_parse_int(optarg, 1, 1 << 20, &o->nthreads); break;
+        case 'g': bad = perf_parse_int(optarg, 1, 1 << 20, &o->ngpus); break;
+        case 'b': case 'e': case 'i':
+            sz = perf_parse_size(optarg);
+            if (sz < 0 || sz > 9.2e18) {
+                fprintf(stderr, "%s: invalid size '%s' for -%c\n", prog, optarg, c);
+                return 2;
+            }
+            *(c == 'b' ? &o->min_bytes : c == 'e' ? &o->max_bytes : &o->step_bytes) =
+                (size_t)sz;
+            break;
+        case 'f': {
+            int f = 1;
+            bad = perf_parse_int(optarg, 0, 1 << 20, &f);
+            o->step_factor = (size_t)f;
+            break;
+        }
+        case 'n': bad = perf_parse_int(optarg, 1, 1 << 30, &o->iters); break;
+        case 'm': bad = perf_parse_int(optarg, 1, 1 << 20, &o->agg_iters); break;
+        case 'w': bad = perf_parse_int(optarg, 0, 1 << 30, &o->warmup); break;
+        case 'N': bad = perf_parse_int(optarg, 0, 1 << 30, &o->run_cycles); break;
+        case 'p': bad = perf_parse_int(optarg, 0, 1, &o->parallel_init); break;
+        case 'k': bad = perf_parse_int(optarg, 0, 1 << 20, &o->check); break;
+        case 'c':
+            if (mpi_peer && perf_parse_int(optarg, 0, 1 << 20, &o->check) != 0)
+                o->coll = optarg;
+            else if (!mpi_peer)
+                bad = perf_parse_int(optarg, 0, 1 << 20, &o->check);
+            break;
+        case 'o':
+            o->op = strcmp(optarg, "all") == 0 ? -1 : perf_op_index(optarg);
+            if (o->op == -1 && strcmp(optarg, "all") != 0) {
+                fprintf(stderr, "%s: invalid op '%s' (sum/prod/min/max/avg/all%s)\n", prog,
+                        optarg, strcmp(optarg, "mulsum") == 0 ? "; weft has no mulsum" : "");
+                return 2;
+            }
+            break;
+        case 'd':
+            o->type = strcmp(optarg, "all") == 0 ? -1 : perf_type_index(optarg);
+            if (o->type == -1 && strcmp(optarg, "all") != 0) {
+                fprintf(stderr, "%s: invalid datatype '%s'\n", prog, optarg);
+                return 2;
+            }
+            break;
+        case 'r': bad = perf_parse_int(optarg, -1, 1 << 30, &o->root); break;
+        case 'z': bad = perf_parse_int(optarg, 0, 1, &o->blocking); break;
+        case 'y': bad = perf_parse_int(optarg, 0, 1, &o->stream_null); break;
+        case 'T': bad = perf_parse_int(optarg, 0, 1 << 30, &o->timeout); break;
+        case 'G': bad = perf_parse_int(optarg, 0, 1 << 30, &o->graph); break;
+        case 'C': bad = perf_parse_int(optarg, 0, 1, &o->cputime); break;
+        case 'a': bad = perf_parse_int(optarg, 0, 3, &o->average); break;
+        case 'R': bad = perf_parse_int(optarg, 0, 2, &o->local_register); break;
+        case 'h':
+            perf_usage(stdout, prog, mpi_peer);
+            return 1;
+        default:
+            if (optopt && strchr("tgbeifnmwNpckodrzyTGCaR", optopt))
+                fprintf(stderr, "%s: option -%c needs a value\n", prog, optopt);
+            else
+                fprintf(stderr, "%s: invalid option '%s'\n", prog, argv[optind - 1]);
+            perf_usage(stderr, prog, mpi_peer);
+            return 2;
+        }
+        if (bad)
+            fprintf(stderr, "%s: invalid value '%s' for -%c\n", prog, optarg, c);
+    }
+    if (bad)
+        return 2;
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+        return 2;
+    }
+    if (o->nthreads != 1 || o->ngpus != 1) {
+        fprintf(stderr, "%s: -t %d -g %d: weft runs one rank per process, so only -t 1 -g 1;"
+                " start more ranks with the launcher (weftrun -n N, mpirun -np N)\n",
+                prog, o->nthreads, o->ngpus);
+        return 2;
+    }
+    if (o->min_bytes > o->max_bytes) {
+        fprintf(stderr, "%s: invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu\n", prog,
+                o->min_bytes, o->max_bytes);
+        return 2;
+    }
+    if (o->step_factor <= 1 && o->step_bytes == 0 && o->min_bytes < o->max_bytes) {
+        fprintf(stderr, "%s: -i 0 with -f %zu never reaches maxbytes\n", prog, o->step_factor);
+        return 2;
+    }
+    return 0;
+}
+
+/* Next size of the sweep, or 0 when done (nccl-tests' rule, without its endless loops). */
+static inline size_t perf_next_size(const perf_opts_t *o, size_t size)
+{
+    size_t next = o->step_factor > 1 ? size * o->step_factor : size + o->step_bytes;
+    if (next <= size || next > o->max_bytes)
+        return 0;
+    return next;
+}
+
+/* ---- output, in nccl-tests' format (rank 0 prints) ---- */
+
+static inline void perf_hostname(char *buf, size_t len)
+{
+    if (gethostname(buf, len) != 0)
+        snprintf(buf, len, "unknown");
+    buf[len - 1] = '\0';
+    char *dot = strchr(buf, '.');
+    if (dot)
+        *dot = '\0';
+}
+
+static inline void perf_print_params(const perf_opts_t *o)
+{
+    printf("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
+           "iters: %d agg iters: %d validation: %d graph: %d\n",
+           o->nthreads, o->ngpus, o->min_bytes, o->max_bytes,
+           o->step_factor > 1 ? o->step_factor : o->step_bytes,
+           o->step_factor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->agg_iters,
+           o->check, 0);
+    if (o->blocking)
+        printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+    if (o->parallel_init)
+        printf("# Parallel Init Enabled: threads call into NcclInitRank concurrently \n");
+    printf("#\n# Using devices\n");
+}
+
+/* One "# Using devices" line; device is the local rank, desc names the transport. */
+static inline void perf_device_line(char *buf, size_t len, int rank, int device,
+                                    const char *desc)
+{
+    char host[64];
+    perf_hostname(host, sizeof(host));
+    if (snprintf(buf, len, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] %s\n",
+                 rank, 0, (int)getpid(), host, device, desc) >= (int)len && len > 1)
+        buf[len - 2] = '\n';                     /* keep the line a line when cut */
+}
+
+static inline void perf_print_header(int cputime)
+{
+    const char *t = cputime ? "cputime" : "time";
+    printf("#\n");
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place"
+           "          \n", "", "", "", "", "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
+           "count", "type", "redop", "root", t, "algbw", "busbw", "#wrong", t, "algbw", "busbw",
+           "#wrong");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
+           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+           "");
+}
+
+static inline void perf_print_row_start(size_t bytes, size_t count, const char *type,
+                                        const char *op, int root)
+{
+    printf("%12zu  %12zu  %8s  %6s  %6i", bytes, count, type, op, root);
+}
+
+/* One column group; wrong < 0 prints N/A (checks off with -c 0). */
+static inline void perf_print_result(double usec, double algbw, double busbw, long wrong)
+{
+    char t[32];
+    if (usec >= 10000.0)
+        snprintf(t, sizeof(t), "%7.0f", usec);
+    else if (usec >= 100.0)
+        snprintf(t, sizeof(t), "%7.1f", usec);
+    else
+        snprintf(t, sizeof(t), "%7.2f", usec);
+    if (wrong >= 0)
+        printf("  %7s  %6.2f  %6.2f  %5g", t, algbw, busbw, (double)wrong);
+    else
+        printf("  %7s  %6.2f  %6.2f  %5s", t, algbw, busbw, "N/A");
+}
+
+/* A column group for a call that does not exist (weft refuses in-place sendrecv). */
+static inline void perf_print_na(void)
+{
+    printf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
+}
+
+/* The threshold from NCCL_TESTS_MIN_BW / WEFT_TESTS_MIN_BW, or -1. */
+static inline double perf_min_bw(void)
+{
+    const char *s = getenv("WEFT_TESTS_MIN_BW");
+    if (!s)
+        s = getenv("NCCL_TESTS_MIN_BW");
+    return s ? atof(s) : -1.0;
+}
+
+/* The exit code: 1 on wrong results or an average bandwidth below the floor, else 0. */
+static inline int perf_exit_code(int errors, double avg_bw)
+{
+    double min_bw = perf_min_bw();
+    return errors || (min_bw != -1.0 && avg_bw < min_bw * 0.9) ? 1 : 0;
+}
+
+/* The closing lines, as nccl-tests prints them (its last line is the library's last error). */
+static inline void perf_print_footer(int errors, double avg_bw, const char *last_error)
+{
+    double min_bw = perf_min_bw();
+    printf("# Out of bounds values : %d %s\n", errors, errors ? "FAILED" : "OK");
+    printf("# Avg bus bandwidth    : %g %s\n", avg_bw,
+           min_bw == -1.0 ? "" : (avg_bw < min_bw * 0.9 ? "FAILED" : "OK"));
+    printf("#\n");
+    printf("%s\n", last_error);
+}
+
+/* ---- rows: counts and arguments (also used by the MPI peer) ---- */
+
+/* Element counts for one size (nccl-tests' getCollByteCount). In place, the input starts
+ * at recv + send_inplace_offset*rank elements and the output at recv +
+ * recv_inplace_offset*rank elements. The printed size is max(send, recv) bytes and the
+ * printed count is paramcount, the count argument of the call. */
+typedef struct {
+    size_t sendcount, recvcount, paramcount;
+    size_t send_inplace_offset, recv_inplace_offset;
+} perf_counts_t;
+
+/* What a collective's init and run see for one row. */
+typedef struct {
+    weft_comm_t *comm;
+    int rank, nranks;
+    const perf_type_t *type;
+    weft_op_t op;               /* the op of the call */
+    weft_op_t data_op;          /* the op the data pattern is made for (SUM if none) */
+    int root;                   /* -1 where the collective has none */
+    uint64_t seed;
+    perf_counts_t c;
+    void *expected;             /* recvcount elements, compared with the output */
+} perf_args_t;
+
+enum {
+    PERF_OP = 1,                /* loops and prints ops; else "none" */
+    PERF_REDUCES = 2,           /* the op changes the data; else the data is made for SUM */
+    PERF_ROOT = 4,              /* loops and prints roots; else -1 */
+    PERF_NO_INPLACE = 8,        /* no in-place form: that column group prints N/A */
+};
+
+/* Helpers for init: rank's inputs, or the reduction over all ranks, for elements
+ * [offset, offset + count) of the pattern. */
+static inline void perf_fill(const perf_args_t *a, void *buf, size_t count, size_t offset,
+                             int rank)
+{
+    perf_fill_values(a->type, a->data_op, a->seed, rank, a->nranks, buf, count, offset);
+}
+
+static inline void perf_fill_reduced(const perf_args_t *a, void *buf, size_t count,
+                                     size_t offset)
+{
+    perf_fill_reduced_values(a->type, a->data_op, a->seed, a->nranks, buf, count, offset);
+}
+
+static inline void *perf_elem(const perf_args_t *a, void *buf, size_t k)
+{
+    return (char *)buf + k * a->type->size;
+}
+
+/* ---- Part 2: the weft driver ------------------------------------------------------ */
+
+/* A collective, as its bench/<coll>_perf.c describes it to the driver. */
+typedef struct {
+    const char *name;
+    unsigned flags;
+    void (*counts)(size_t count, int nranks, perf_counts_t *c);
+    /* algbw and busbw in GB/s (1e9 bytes/s) for paramcount `count` taking `sec`. */
+    void (*bw)(size_t count, size_t typesize, double sec, int nranks, double *algbw,
+               double *busbw);
+    /* Writes this rank's inputs at `input` (the in-place location when in place) and the
+     * expected output in a->expected. recv (recvcount elements) is zero. */
+    void (*init)(const perf_args_t *a, void *input, const void *recv);
+    weft_status_t (*run)(const void *send, void *recv, const perf_args_t *a);
+} perf_coll_t;
+
+/* The whole tool: flags, init, sweep, output. Returns the exit code. */
+int perf_main(int argc, char **argv, const perf_coll_t *coll);
+
+#endif /* WEFT_BENCH_PERF_COMMON_H */
