@@ -180,8 +180,9 @@ static weft_status_t do_reduce_scatter(const void *send, void *recv, size_t recv
                  .recv = recv, .count = recvcount, .dtype = dtype, .op = op, .root = -1 };
     RETURN_IF_ERR(check_call(&c, comm, 1, 0));
     size_t esz = weft_dtype_size(dtype);
-    const char *legal = recv && dtype_valid(dtype)
-        ? (const char *)recv - (size_t)comm->rank * recvcount * esz : NULL;
+    /* unsigned arithmetic: a huge count must reach the overflow check, not UB here */
+    const void *legal = recv ? (const void *)((uintptr_t)recv -
+                                              (uintptr_t)comm->rank * recvcount * esz) : NULL;
     RETURN_IF_ERR(check_buffers(&c, comm, (size_t)comm->nranks, 1, legal));
     return run_call(comm, &c, req_p);
 }
@@ -193,7 +194,8 @@ static weft_status_t do_allgather(const void *send, void *recv, size_t sendcount
                  .count = sendcount, .dtype = dtype, .root = -1 };
     RETURN_IF_ERR(check_call(&c, comm, 0, 0));
     size_t esz = weft_dtype_size(dtype);
-    const char *legal = recv ? (const char *)recv + (size_t)comm->rank * sendcount * esz : NULL;
+    const void *legal = recv ? (const void *)((uintptr_t)recv +
+                                              (uintptr_t)comm->rank * sendcount * esz) : NULL;
     RETURN_IF_ERR(check_buffers(&c, comm, 1, (size_t)comm->nranks, legal));
     return run_call(comm, &c, req_p);
 }

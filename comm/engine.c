@@ -71,7 +71,8 @@ weft_status_t engine_start(weft_comm_t *comm, comm_op_t *op)
     RETURN_IF_ERR(tuner_schedule(comm, op));
     const sched_t *s = op->sched;
     RETURN_IF_ERR(ensure_state(comm, s));
-    memset(comm->st, 0, (size_t)s->nsteps * sizeof(step_state_t));
+    if (s->nsteps)
+        memset(comm->st, 0, (size_t)s->nsteps * sizeof(step_state_t));
     for (int p = 0; p < comm->nranks; p++) {
         comm->cursor[2 * p] = s->head_send[p];
         comm->cursor[2 * p + 1] = s->head_recv[p];

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# run.sh - the test suite: every unit test, the multi-process matrix, a perf-tool smoke run.
+#
+#   bash tests/run.sh          (from anywhere; `make test` builds first and then calls this)
+#
+# Nothing is built here. Every run is wrapped in `timeout`, so a hang is a failure with a
+# name. A passing run prints one `ok` line with its time; a failing one prints `FAIL`, why,
+# and the tail of its output. The last line is `N passed, N failed` (runs), and the exit
+# status is non-zero when anything failed.
+#
+# Environment: RUN_TIMEOUT (seconds per run, default 120), RUN_TAIL (lines of output shown
+# for a failure, default 40), RUN_FILTER (a regex: only runs whose name matches).
+set -u
+cd "$(dirname "$0")/.." || exit 2
+
+B=build
+WEFTRUN=$B/bin/weftrun
+TIMEOUT=${RUN_TIMEOUT:-120}
+TAIL=${RUN_TAIL:-40}
+FILTER=${RUN_FILTER:-}
+PASS=0
+FAIL=0
+FAILED_NAMES=()
+LOG=$(mktemp -d "${TMPDIR:-/tmp}/weft-run.XXXXXX")
+trap 'rm -rf "$LOG"' EXIT
+T0=$(date +%s.%N)
+
+# run NAME CMD...: runs CMD under timeout, quietly unless it fails.
+run() {
+    local name=$1
+    shift
+    if [ -n "$FILTER" ] && ! [[ $name =~ $FILTER ]]; then
+        return 0
+    fi
+    local out=$LOG/out t0 t1 rc secs summary why=""
+    t0=$(date +%s.%N)
+    timeout -k 10 "$TIMEOUT" "$@" >"$out" 2>&1 </dev/null
+    rc=$?
+    t1=$(date +%s.%N)
+    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+    # The unit tests' summary line, when there is one: "...: N passed, N failed ...".
+    summary=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$out" | tail -n 1)
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+        why="timed out after ${TIMEOUT}s"
+    elif [ "$rc" != 0 ]; then
+        why="exit status $rc"
+    elif [[ $summary =~ ([1-9][0-9]*)\ failed ]]; then
+        why="exit status 0 but the summary reports failures"
+    fi
+    if [ -z "$why" ]; then
+        PASS=$((PASS + 1))
+        printf 'ok   %-44s %6ss  %s\n' "$name" "$secs" "$summary"
+    else
+        FAIL=$((FAIL + 1))
+        FAILED_NAMES+=("$name")
+        printf 'FAIL %-44s %6ss  %s\n' "$name" "$secs" "$why"
+        printf '     command: %s\n' "$*"
+        tail -n "$TAIL" "$out" | sed 's/^/     | /'
+    fi
+}
+
+# missing NAME WHAT: a run that cannot start is a failure too.
+missing() {
+    if [ -n "$FILTER" ] && ! [[ $1 =~ $FILTER ]]; then
+        return 0
+    fi
+    FAIL=$((FAIL + 1))
+    FAILED_NAMES+=("$1")
+    printf 'FAIL %-44s %6s   %s\n' "$1" "-" "$2 is missing (run make all tests)"
+}
+
+# 1. Standalone unit tests: every build/tests/test_* except the multi-process one.
+found=0
+for t in "$B"/tests/test_*; do
+    [ -f "$t" ] && [ -x "$t" ] || continue
+    case $(basename "$t") in
+    test_coll) continue ;;
+    esac
+    found=1
+    run "$(basename "$t")" "$t"
+done
+[ "$found" = 1 ] || missing "unit tests" "$B/tests/test_*"
+
+# 2. The launcher's own test.
+if [ -f tests/test_weftrun.sh ]; then
+    if [ -x "$WEFTRUN" ]; then
+        run "test_weftrun.sh" bash tests/test_weftrun.sh "$WEFTRUN"
+    else
+        missing "test_weftrun.sh" "$WEFTRUN"
+    fi
+fi
+
+# 3. The multi-process matrix: every collective on 1..5 ranks, shm and tcp.
+if [ ! -x "$WEFTRUN" ]; then
+    missing "multi-process tests" "$WEFTRUN"
+elif [ ! -x "$B/tests/test_coll" ]; then
+    missing "test_coll" "$B/tests/test_coll"
+else
+    for n in 1 2 3 4 5; do
+        quick=()
+        [ "$n" -ge 3 ] && quick=(--quick)
+        run "test_coll -n $n shm" env -u WEFT_TRANSPORT "$WEFTRUN" -n "$n" \
+            "$B/tests/test_coll" "${quick[@]}"
+        run "test_coll -n $n tcp" env WEFT_TRANSPORT=tcp "$WEFTRUN" -n "$n" \
+            "$B/tests/test_coll" "${quick[@]}"
+    done
+    # The tuner sends small messages direct and large ones by ring; forcing each algorithm
+    # gives both every size. Tiny frames and staging make the pipelines wrap many times.
+    run "test_coll -n 3 shm WEFT_ALGO=ring" env -u WEFT_TRANSPORT WEFT_ALGO=ring \
+        "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
+    run "test_coll -n 4 tcp WEFT_ALGO=ring" env WEFT_TRANSPORT=tcp WEFT_ALGO=ring \
+        "$WEFTRUN" -n 4 "$B/tests/test_coll" --quick
+    run "test_coll -n 3 tcp WEFT_ALGO=direct" env WEFT_TRANSPORT=tcp WEFT_ALGO=direct \
+        "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
+    run "test_coll -n 5 shm WEFT_ALGO=direct" env -u WEFT_TRANSPORT WEFT_ALGO=direct \
+        "$WEFTRUN" -n 5 "$B/tests/test_coll" --quick
+    run "test_coll -n 2 shm small frames" env -u WEFT_TRANSPORT WEFT_CHUNK=4096 \
+        WEFT_BUFFSIZE=64K "$WEFTRUN" -n 2 "$B/tests/test_coll"
+    run "test_coll -n 5 tcp small frames" env WEFT_TRANSPORT=tcp WEFT_CHUNK=4096 \
+        WEFT_BUFFSIZE=64K "$WEFTRUN" -n 5 "$B/tests/test_coll" --quick
+fi
+if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_args" ]; then
+    run "test_args -n 2" env -u WEFT_TRANSPORT "$WEFTRUN" -n 2 "$B/tests/test_args"
+fi
+
+# 4. Perf tools: they check their results and exit non-zero when one is wrong.
+if [ -x "$WEFTRUN" ]; then
+    for p in all_reduce reduce_scatter all_gather broadcast reduce alltoall sendrecv; do
+        bin=$B/bin/${p}_perf
+        if [ ! -x "$bin" ]; then
+            missing "${p}_perf" "$bin"
+        elif [ "$p" = all_reduce ]; then
+            run "${p}_perf -n 2" "$WEFTRUN" -n 2 "$bin" -b 8 -e 1M -f 8 -n 2 -w 1
+        else
+            run "${p}_perf -n 3" "$WEFTRUN" -n 3 "$bin" -b 8 -e 64K -f 8 -n 2 -w 1
+        fi
+    done
+fi
+
+T1=$(date +%s.%N)
+total=$(awk -v a="$T0" -v b="$T1" 'BEGIN { printf "%.0f", b - a }')
+if [ "$FAIL" != 0 ]; then
+    echo "failed (${total}s): ${FAILED_NAMES[*]}"
+else
+    echo "all runs passed (${total}s)"
+fi
+echo "$PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]
