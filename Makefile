@@ -30,8 +30,11 @@ PERF_BIN := $(PERF_SRC:bench/%.c=$(BUILD)/bin/%)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOLS    := $(BUILD)/bin/weftrun $(BUILD)/bin/weft-topo
-MPICC    := $(shell command -v mpicc 2>/dev/null)
-MPI_BIN  := $(if $(MPICC),$(BUILD)/bin/mpi_coll_perf)
+# The MPI peers: Open MPI's and MPICH's compilers by their own names, so installing both
+# (Debian's alternatives pick one `mpicc`) never mixes them up.
+MPICC    := $(shell command -v mpicc.openmpi 2>/dev/null || command -v mpicc 2>/dev/null)
+MPICHCC  := $(shell command -v mpicc.mpich 2>/dev/null)
+MPI_BIN  := $(if $(MPICC),$(BUILD)/bin/mpi_coll_perf) $(if $(MPICHCC),$(BUILD)/bin/mpich_coll_perf)
 
 .PHONY: all lib tools tests test run deps install clean help
 .SECONDARY:
@@ -68,9 +71,13 @@ $(BUILD)/bin/%_perf: $(BUILD)/obj/bench/%_perf.o $(BUILD)/obj/bench/perf_common.
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bin/mpi_coll_perf: bench/mpi_coll_perf.c
+$(BUILD)/bin/mpi_coll_perf: bench/mpi_coll_perf.c bench/perf_common.h
 	@mkdir -p $(dir $@)
 	$(MPICC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $<
+
+$(BUILD)/bin/mpich_coll_perf: bench/mpi_coll_perf.c bench/perf_common.h
+	@mkdir -p $(dir $@)
+	$(MPICHCC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $<
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBA)
 	@mkdir -p $(dir $@)
@@ -78,7 +85,7 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBA)
 
 # Debian packages the build, the tests and the benchmarks need; installed only if missing.
 DEB_PKGS = gcc make pkg-config libhwloc-dev hwloc openmpi-bin libopenmpi-dev iproute2 \
-           gnuplot-nox procps
+           gnuplot-nox procps python3 mpich libmpich-dev iperf3
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" \

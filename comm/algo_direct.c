@@ -15,10 +15,7 @@
 #include "frame.h"
 #include "util.h"
 
-#define MOD(x, n) ((((x) % (n)) + (n)) % (n))
 
-/* Peers in the order r+1, r+2, ...: spreads the first frames over different ranks. */
-#define FOR_PEERS(p, k, r, n) for (int k = 1, p = MOD((r) + 1, (n)); k < (n); k++, p = MOD((r) + k, (n)))
 
 static void direct_allreduce(const sched_args_t *a, size_t esz, sched_t *s)
 {
@@ -26,7 +23,7 @@ static void direct_allreduce(const sched_args_t *a, size_t esz, sched_t *s)
     size_t len = a->count * esz;
     s->tmp_bytes = len * (size_t)n;
     sched_copy(s, BUF_TMP, (size_t)r * len, BUF_SEND, 0, len);
-    FOR_PEERS(p, k, r, n) {
+    SCHED_FOR_PEERS(p, k, r, n) {
         sched_send(s, p, BUF_SEND, 0, len, -1);
         sched_recv(s, p, BUF_TMP, (size_t)p * len, len);
     }
@@ -39,7 +36,7 @@ static void direct_reduce_scatter(const sched_args_t *a, size_t esz, sched_t *s)
     size_t blk = a->count * esz;
     s->tmp_bytes = blk * (size_t)n;
     sched_copy(s, BUF_TMP, (size_t)r * blk, BUF_SEND, (size_t)r * blk, blk);
-    FOR_PEERS(p, k, r, n) {
+    SCHED_FOR_PEERS(p, k, r, n) {
         sched_send(s, p, BUF_SEND, (size_t)p * blk, blk, -1);
         sched_recv(s, p, BUF_TMP, (size_t)p * blk, blk);
     }
@@ -52,7 +49,7 @@ static void direct_allgather(const sched_args_t *a, size_t esz, sched_t *s)
     size_t blk = a->count * esz;
     if (!a->inplace)
         sched_copy(s, BUF_RECV, (size_t)r * blk, BUF_SEND, 0, blk);
-    FOR_PEERS(p, k, r, n) {
+    SCHED_FOR_PEERS(p, k, r, n) {
         sched_send(s, p, BUF_SEND, 0, blk, -1);
         sched_recv(s, p, BUF_RECV, (size_t)p * blk, blk);
     }
@@ -68,7 +65,7 @@ static void direct_broadcast(const sched_args_t *a, size_t esz, sched_t *s)
     }
     if (!a->inplace)
         sched_copy(s, BUF_RECV, 0, BUF_SEND, 0, len);
-    FOR_PEERS(p, k, r, n)
+    SCHED_FOR_PEERS(p, k, r, n)
         sched_send(s, p, BUF_SEND, 0, len, -1);
 }
 
@@ -82,7 +79,7 @@ static void direct_reduce(const sched_args_t *a, size_t esz, sched_t *s)
     }
     s->tmp_bytes = len * (size_t)n;
     sched_copy(s, BUF_TMP, (size_t)r * len, BUF_SEND, 0, len);
-    FOR_PEERS(p, k, r, n)
+    SCHED_FOR_PEERS(p, k, r, n)
         sched_recv(s, p, BUF_TMP, (size_t)p * len, len);
     sched_fold(s, BUF_RECV, 0, BUF_TMP, 0, len, n, len, 1);
 }
@@ -100,9 +97,9 @@ static void direct_alltoall(const sched_args_t *a, size_t esz, sched_t *s)
     } else {
         sched_copy(s, BUF_RECV, (size_t)r * blk, BUF_SEND, (size_t)r * blk, blk);
     }
-    FOR_PEERS(p, k, r, n) {
+    SCHED_FOR_PEERS(p, k, r, n) {
         int i = sched_send(s, p, src, (size_t)p * blk, blk, -1);
-        int j = sched_recv(s, MOD(r - k, n), BUF_RECV, (size_t)MOD(r - k, n) * blk, blk);
+        int j = sched_recv(s, SCHED_MOD(r - k, n), BUF_RECV, (size_t)SCHED_MOD(r - k, n) * blk, blk);
         if (i >= 0 && j >= 0)   /* nothing lands in RECV before it is saved */
             s->steps[i].dep = s->steps[j].dep = saved;
     }
@@ -110,7 +107,7 @@ static void direct_alltoall(const sched_args_t *a, size_t esz, sched_t *s)
 
 static void direct_barrier(const sched_args_t *a, sched_t *s)
 {
-    FOR_PEERS(p, k, a->rank, a->nranks) {
+    SCHED_FOR_PEERS(p, k, a->rank, a->nranks) {
         sched_send(s, p, BUF_NONE, 0, 0, -1);
         sched_recv(s, p, BUF_NONE, 0, 0);
     }

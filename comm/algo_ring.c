@@ -17,7 +17,6 @@
 #include "frame.h"
 #include "util.h"
 
-#define MOD(x, n) ((((x) % (n)) + (n)) % (n))
 
 typedef struct {
     size_t count, esz;
@@ -27,14 +26,14 @@ typedef struct {
 static size_t blk_off(const blocks_t *b, int i)
 {
     size_t off, len;
-    sched_block(b->count, b->n, MOD(i, b->n), &off, &len);
+    sched_block(b->count, b->n, SCHED_MOD(i, b->n), &off, &len);
     return off * b->esz;
 }
 
 static size_t blk_len(const blocks_t *b, int i)
 {
     size_t off, len;
-    sched_block(b->count, b->n, MOD(i, b->n), &off, &len);
+    sched_block(b->count, b->n, SCHED_MOD(i, b->n), &off, &len);
     return len * b->esz;
 }
 
@@ -42,7 +41,7 @@ static size_t blk_len(const blocks_t *b, int i)
  * Returns the index of the last receive (the producer of that block). */
 static int ring_rs_into_recv(const sched_args_t *a, const blocks_t *b, sched_t *s)
 {
-    int r = a->rank, n = a->nranks, left = MOD(r - 1, n), right = MOD(r + 1, n);
+    int r = a->rank, n = a->nranks, left = SCHED_MOD(r - 1, n), right = SCHED_MOD(r + 1, n);
     int prev = -1;
     for (int k = 0; k < n - 1; k++) {
         int sb = r - k, rb = r - k - 1;
@@ -60,7 +59,7 @@ static int ring_rs_into_recv(const sched_args_t *a, const blocks_t *b, sched_t *
 static void ring_ag_from(const sched_args_t *a, const blocks_t *b, int first_block, int prev,
                          int first_src, sched_t *s)
 {
-    int r = a->rank, n = a->nranks, left = MOD(r - 1, n), right = MOD(r + 1, n);
+    int r = a->rank, n = a->nranks, left = SCHED_MOD(r - 1, n), right = SCHED_MOD(r + 1, n);
     for (int k = 0; k < n - 1; k++) {
         int sb = first_block - k, rb = first_block - k - 1;
         if (k == 0 && first_src == BUF_SEND)
@@ -81,12 +80,12 @@ static void ring_allreduce(const sched_args_t *a, size_t esz, sched_t *s)
 /* Rank r ends with block r in RECV; partial sums travel in TMP (n blocks). */
 static void ring_reduce_scatter(const sched_args_t *a, size_t esz, sched_t *s)
 {
-    int r = a->rank, n = a->nranks, left = MOD(r - 1, n), right = MOD(r + 1, n);
+    int r = a->rank, n = a->nranks, left = SCHED_MOD(r - 1, n), right = SCHED_MOD(r + 1, n);
     size_t blk = a->count * esz;
     int prev = -1;
     s->tmp_bytes = blk * (size_t)n;
     for (int k = 0; k < n - 1; k++) {
-        int sb = MOD(r - k - 1, n), rb = MOD(r - k - 2, n);
+        int sb = SCHED_MOD(r - k - 1, n), rb = SCHED_MOD(r - k - 2, n);
         if (k == 0)
             sched_send(s, right, BUF_SEND, (size_t)sb * blk, blk, -1);
         else
@@ -109,8 +108,8 @@ static void ring_allgather(const sched_args_t *a, size_t esz, sched_t *s)
 
 static void chain_broadcast(const sched_args_t *a, size_t esz, sched_t *s)
 {
-    int r = a->rank, n = a->nranks, pos = MOD(r - a->root, n);
-    int next = MOD(r + 1, n), prev = MOD(r - 1, n);
+    int r = a->rank, n = a->nranks, pos = SCHED_MOD(r - a->root, n);
+    int next = SCHED_MOD(r + 1, n), prev = SCHED_MOD(r - 1, n);
     size_t len = a->count * esz;
     if (pos == 0) {
         if (!a->inplace)
@@ -127,8 +126,8 @@ static void chain_broadcast(const sched_args_t *a, size_t esz, sched_t *s)
 /* Chain root+1 -> root+2 -> ... -> root; partial results travel in TMP. */
 static void chain_reduce(const sched_args_t *a, size_t esz, sched_t *s)
 {
-    int r = a->rank, n = a->nranks, pos = MOD(r - a->root - 1, n);
-    int next = MOD(r + 1, n), prev = MOD(r - 1, n);
+    int r = a->rank, n = a->nranks, pos = SCHED_MOD(r - a->root - 1, n);
+    int next = SCHED_MOD(r + 1, n), prev = SCHED_MOD(r - 1, n);
     size_t len = a->count * esz;
     if (pos == 0) {
         sched_send(s, next, BUF_SEND, 0, len, -1);

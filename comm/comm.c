@@ -35,6 +35,7 @@ static weft_status_t comm_alloc(int rank, int nranks, const weft_config_t *cfg,
     c->frame_rx = calloc(n, sizeof(uint32_t));
     c->p2p_tx = calloc(n, sizeof(uint32_t));
     c->p2p_rx = calloc(n, sizeof(uint32_t));
+    c->meta_in = calloc(n, sizeof(sched_meta_t));
     const char *secret = getenv("WEFT_SECRET");
     if (secret && *secret) {
         snprintf(c->secret, sizeof(c->secret), "%s", secret);
@@ -42,7 +43,7 @@ static weft_status_t comm_alloc(int rank, int nranks, const weft_config_t *cfg,
     }
     snprintf(c->transport_desc, sizeof(c->transport_desc), "self");
     if (!c->peers || !c->eps || !c->cursor || !c->frame_tx || !c->frame_rx || !c->p2p_tx ||
-        !c->p2p_rx) {
+        !c->p2p_rx || !c->meta_in) {
         weft_comm_destroy(c);
         return weft_error(WEFT_ERR_NO_MEMORY, "comm_init: out of memory");
     }
@@ -177,10 +178,10 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
     if (mine[0] < 0) {
         /* take part in the exchanges connect_all makes, with nothing to connect */
         peer_info_t dummy;
-        int ok;
+        int flags[2] = { 0, 0 };
         memset(&dummy, 0, sizeof(dummy));
         GOTO_IF_ERR(split_exchange(&x, &dummy, NULL, sizeof(dummy)), st, out);
-        GOTO_IF_ERR(split_exchange(&x, &ok, NULL, sizeof(ok)), st, out);
+        GOTO_IF_ERR(split_exchange(&x, flags, NULL, sizeof(flags)), st, out);
         *comm_p = NULL;
         goto out;
     }
@@ -217,6 +218,7 @@ weft_status_t weft_comm_destroy(weft_comm_t *comm)
     free(comm->frame_rx);
     free(comm->p2p_tx);
     free(comm->p2p_rx);
+    free(comm->meta_in);
     free(comm->st);
     free(comm->tmp);
     free(comm);

@@ -91,6 +91,10 @@ struct weft_comm {
     int ncomplete;           /* completed steps of the head op */
     uint32_t *p2p_tx, *p2p_rx;      /* [nranks] point-to-point sequence numbers */
     weft_status_t error;     /* first failure; the communicator is unusable after it */
+    sched_meta_t meta_out;   /* the head op's buffer addresses, for single-copy peers */
+    sched_meta_t *meta_in;   /* [nranks] the peers' */
+    int cma_all;             /* every rank reaches every other with single-copy reads */
+    uint64_t last_check_ns;  /* when idle waits last looked for lost peers */
     struct sockaddr_in rdv_addr;    /* where the bootstrap met */
 
     volatile int aborted;

@@ -100,10 +100,18 @@ static weft_status_t connect_peers(weft_comm_t *comm)
     return WEFT_OK;
 }
 
+/* 1 when this rank reaches every peer over shm with single-copy reads. */
+static int local_cma(const weft_comm_t *comm)
+{
+    for (int p = 0; p < comm->nranks; p++)
+        if (p != comm->rank && !(comm->eps[p] && comm->eps[p]->ops->can_rget(comm->eps[p])))
+            return 0;
+    return 1;
+}
+
 weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, void *ctx)
 {
     peer_info_t self;
-    int ok = 1, all_ok = 1;
     comm->ntransports = 0;
     if (transport_allowed(comm, &tp_shm_ops))
         comm->transports[comm->ntransports++] = &tp_shm_ops;
@@ -114,20 +122,24 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, void *ctx)
     compute_local(comm);
     if (st == WEFT_OK)
         st = connect_peers(comm);
-    ok = st == WEFT_OK;
-    /* barrier: nobody drops names before everyone has connected */
-    int *oks = malloc((size_t)comm->nranks * sizeof(int));
-    if (oks == NULL)
+    /* barrier, which also agrees on what every rank can do: nobody drops names before
+     * everyone has connected, and single copy is used only if all ranks have it */
+    int mine[2] = { st == WEFT_OK, st == WEFT_OK && local_cma(comm) }, all_ok = 1, cma = 1;
+    int *all = malloc(2 * (size_t)comm->nranks * sizeof(int));
+    if (all == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "connect: out of memory");
-    weft_status_t xs = exchange(ctx, &ok, oks, sizeof(int));
-    for (int p = 0; xs == WEFT_OK && p < comm->nranks; p++)
-        all_ok &= oks[p];
-    free(oks);
+    weft_status_t xs = exchange(ctx, mine, all, sizeof(mine));
+    for (int p = 0; xs == WEFT_OK && p < comm->nranks; p++) {
+        all_ok &= all[2 * p];
+        cma &= all[2 * p + 1];
+    }
+    free(all);
     RETURN_IF_ERR(xs);
     if (st != WEFT_OK)
         return st;
     if (!all_ok)
         return weft_error(WEFT_ERR_PEER_LOST, "connect: another rank failed to connect");
+    comm->cma_all = cma && comm->nranks > 1;
     for (int i = 0; i < comm->ntransports; i++)
         RETURN_IF_ERR(comm->transports[i]->post_connect(comm));
     return WEFT_OK;

@@ -41,6 +41,8 @@ static char *buf_ptr(weft_comm_t *comm, comm_op_t *op, int buf)
     case BUF_SEND: return (char *)op->send;
     case BUF_RECV: return (char *)op->recv;
     case BUF_TMP:  return (char *)comm->tmp;
+    case BUF_META_OUT: return (char *)&comm->meta_out;
+    case BUF_META_IN:  return (char *)comm->meta_in;
     default:       return NULL;
     }
 }
@@ -80,6 +82,8 @@ weft_status_t engine_start(weft_comm_t *comm, comm_op_t *op)
     }
     comm->local_cursor = 0;
     comm->ncomplete = 0;
+    comm->meta_out.send = (uint64_t)(uintptr_t)op->send;
+    comm->meta_out.recv = (uint64_t)(uintptr_t)op->recv;
     op->started = 1;
     op->t_start = time_ns();
     return WEFT_OK;
@@ -238,10 +242,35 @@ static weft_status_t progress_recv(weft_comm_t *comm, comm_op_t *op, int i, int 
     return WEFT_OK;
 }
 
-static void run_local(weft_comm_t *comm, comm_op_t *op, const sched_step_t *st)
+/* Single-copy steps: the peer's address comes from its META frame. */
+static weft_status_t run_rget(weft_comm_t *comm, comm_op_t *op, const sched_step_t *st)
+{
+    const sched_args_t *a = &op->args;
+    tp_ep_t *ep = comm->eps[st->peer];
+    const sched_meta_t *m = &comm->meta_in[st->peer];
+    uint64_t raddr = (st->rbuf == BUF_SEND ? m->send : m->recv) + st->roff;
+    char *dst = buf_ptr(comm, op, st->dst_buf) + st->dst_off;
+    if (st->len == 0)
+        return WEFT_OK;
+    if (st->kind == STEP_RGET)
+        return ep->ops->rget(ep, dst, raddr, st->len);
+    size_t esz = weft_dtype_size(a->dtype), chunk = op->sched->chunk;
+    const char *src = buf_ptr(comm, op, st->src_buf) + st->src_off;
+    int div = st->final ? comm->nranks : 0;
+    for (size_t off = 0; off < st->len; off += chunk) {
+        size_t n = WEFT_MIN(chunk, st->len - off);
+        RETURN_IF_ERR(ep->ops->rget(ep, comm->tmp, raddr + off, n));
+        kern_reduce(dst + off, src + off, comm->tmp, n / esz, a->dtype, a->op, div);
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t run_local(weft_comm_t *comm, comm_op_t *op, const sched_step_t *st)
 {
     const sched_args_t *a = &op->args;
     size_t esz = weft_dtype_size(a->dtype);
+    if (st->kind == STEP_RGET || st->kind == STEP_RGET_REDUCE)
+        return run_rget(comm, op, st);
     char *dst = buf_ptr(comm, op, st->dst_buf) + st->dst_off;
     const char *src = buf_ptr(comm, op, st->src_buf) + st->src_off;
     int div = st->final && a->op == WEFT_AVG ? comm->nranks : 0;
@@ -250,7 +279,7 @@ static void run_local(weft_comm_t *comm, comm_op_t *op, const sched_step_t *st)
             kern_divide(dst, src, st->len / esz, a->dtype, div);
         else if (dst != src && st->len)
             memmove(dst, src, st->len);
-        return;
+        return WEFT_OK;
     }
     size_t n = st->len / esz;
     for (int k = 1; k < st->nslots; k++) {
@@ -258,6 +287,7 @@ static void run_local(weft_comm_t *comm, comm_op_t *op, const sched_step_t *st)
         kern_reduce(dst, acc, src + (size_t)k * st->slot_stride, n, a->dtype, a->op,
                     k == st->nslots - 1 ? div : 0);
     }
+    return WEFT_OK;
 }
 
 /* Runs the queue of one direction of one peer as far as it goes. */
@@ -296,7 +326,7 @@ weft_status_t engine_progress(weft_comm_t *comm, comm_op_t *op, int *moved_p)
         int i = s->locals[comm->local_cursor];
         if (!deps_met(comm, s, i))
             break;
-        run_local(comm, op, &s->steps[i]);
+        RETURN_IF_ERR(run_local(comm, op, &s->steps[i]));
         complete_step(comm, i);
         comm->local_cursor++;
         moved = 1;
@@ -374,12 +404,25 @@ static weft_status_t poll_head(weft_comm_t *comm, int *moved)
     return st;
 }
 
-/* Fails the head op when it has run longer than WEFT_TIMEOUT. */
-static void check_timeout(weft_comm_t *comm)
+/* Fails the head op when a peer it waits on is gone, or it ran past WEFT_TIMEOUT.
+ * Called from idle waits only, so the checks cost nothing while data flows. */
+static void check_stalled(weft_comm_t *comm)
 {
     comm_op_t *head = comm->q_head;
-    if (head && head->started && comm->cfg.timeout_s > 0 &&
-        time_ns() - head->t_start > (uint64_t)(comm->cfg.timeout_s * 1e9))
+    uint64_t now = time_ns();
+    if (head == NULL || !head->started || now - comm->last_check_ns < 20000000ull)
+        return;
+    comm->last_check_ns = now;
+    for (int p = 0; p < comm->nranks; p++) {
+        if (comm->cursor[2 * p] < 0 && comm->cursor[2 * p + 1] < 0)
+            continue;
+        weft_status_t st = comm->eps[p]->ops->check_alive(comm->eps[p]);
+        if (st < 0) {
+            finish_head(comm, st);
+            return;
+        }
+    }
+    if (comm->cfg.timeout_s > 0 && now - head->t_start > (uint64_t)(comm->cfg.timeout_s * 1e9))
         finish_head(comm, timeout_error(comm, head));
 }
 
@@ -390,7 +433,7 @@ weft_status_t engine_poll(weft_comm_t *comm)
         return WEFT_OK;
     weft_status_t st = poll_head(comm, &moved);
     if (!moved)
-        check_timeout(comm);
+        check_stalled(comm);
     return st < 0 ? st : WEFT_OK;
 }
 
@@ -408,7 +451,7 @@ weft_status_t engine_wait(weft_comm_t *comm, comm_op_t *op)
         if (idle > comm->cfg.spin)
             sched_yield();
         if ((idle & 1023) == 0)
-            check_timeout(comm);
+            check_stalled(comm);
     }
     return op->status;
 }

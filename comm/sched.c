@@ -111,6 +111,43 @@ int sched_fold(sched_t *s, int dst, size_t dst_off, int src, size_t src_off, siz
     return sched_add(s, st);
 }
 
+int sched_rget(sched_t *s, int peer, int dst, size_t dst_off, int rbuf, size_t roff,
+               size_t len, int dep)
+{
+    sched_step_t st = step_new(STEP_RGET);
+    st.peer = peer;
+    st.dst_buf = (uint8_t)dst;
+    st.dst_off = dst_off;
+    st.rbuf = (uint8_t)rbuf;
+    st.roff = roff;
+    st.len = len;
+    st.dep = dep;
+    return sched_add(s, st);
+}
+
+int sched_rget_reduce(sched_t *s, int peer, int dst, size_t dst_off, int src, size_t src_off,
+                      int rbuf, size_t roff, size_t len, int dep, int final)
+{
+    sched_step_t st = step_new(STEP_RGET_REDUCE);
+    st.peer = peer;
+    st.dst_buf = (uint8_t)dst;
+    st.dst_off = dst_off;
+    st.src_buf = (uint8_t)src;
+    st.src_off = src_off;
+    st.rbuf = (uint8_t)rbuf;
+    st.roff = roff;
+    st.len = len;
+    st.dep = dep;
+    st.final = (uint8_t)final;
+    return sched_add(s, st);
+}
+
+static int is_local(int kind)
+{
+    return kind == STEP_COPY || kind == STEP_FOLD || kind == STEP_RGET ||
+           kind == STEP_RGET_REDUCE;
+}
+
 static int is_recv(int kind)
 {
     return kind == STEP_RECV || kind == STEP_RECV_REDUCE;
@@ -134,7 +171,7 @@ static void link_queues(sched_t *s)
     }
     s->nlocals = 0;
     for (int i = 0; i < s->nsteps; i++)
-        if (s->steps[i].kind == STEP_COPY || s->steps[i].kind == STEP_FOLD)
+        if (is_local(s->steps[i].kind))
             s->locals[s->nlocals++] = i;
 }
 
@@ -146,7 +183,8 @@ static weft_status_t check_steps(const sched_t *s)
             (st->stream >= 0 && s->steps[st->stream].len != st->len))
             return weft_error(WEFT_ERR_INTERNAL, "schedule %s: step %d has a bad dependency",
                               s->algo, i);
-        if ((st->kind == STEP_SEND || is_recv(st->kind)) &&
+        if ((st->kind == STEP_SEND || is_recv(st->kind) || st->kind == STEP_RGET ||
+             st->kind == STEP_RGET_REDUCE) &&
             (st->peer < 0 || st->peer >= s->nranks))
             return weft_error(WEFT_ERR_INTERNAL, "schedule %s: step %d has peer %d",
                               s->algo, i, st->peer);
@@ -189,8 +227,9 @@ void sched_free(sched_t *s)
 
 void sched_dump(const sched_t *s, int rank)
 {
-    static const char *kinds[] = { "send", "recv", "recv_reduce", "copy", "fold" };
-    static const char *bufs[] = { "-", "send", "recv", "tmp" };
+    static const char *kinds[] = { "send", "recv", "recv_reduce", "copy", "fold", "rget",
+                                   "rget_reduce" };
+    static const char *bufs[] = { "-", "send", "recv", "tmp", "meta_out", "meta_in" };
     fprintf(stderr, "schedule %s rank %d: %d steps, chunk %zu, tmp %zu\n", s->algo, rank,
             s->nsteps, s->chunk, s->tmp_bytes);
     for (int i = 0; i < s->nsteps; i++) {

@@ -24,15 +24,27 @@
 
 #include "weft.h"
 
-typedef enum { BUF_NONE = 0, BUF_SEND, BUF_RECV, BUF_TMP } sched_buf_t;
+typedef enum {
+    BUF_NONE = 0, BUF_SEND, BUF_RECV, BUF_TMP,
+    BUF_META_OUT,       /* this rank's buffer addresses, for single-copy peers */
+    BUF_META_IN         /* every rank's addresses, sched_meta_t each, by rank */
+} sched_buf_t;
+
+/* What a rank tells single-copy peers about one call: where its buffers are. */
+typedef struct sched_meta {
+    uint64_t send, recv;
+} sched_meta_t;
 
 typedef enum {
     STEP_SEND,        /* send src[off, off+len) to peer */
     STEP_RECV,        /* receive into dst[off, off+len) from peer */
     STEP_RECV_REDUCE, /* dst = src op incoming, elementwise (dst may equal src) */
     STEP_COPY,        /* dst = src, local */
-    STEP_FOLD         /* dst = src[0] op src[1] op ... op src[nslots-1], in slot order,
+    STEP_FOLD,        /* dst = src[0] op src[1] op ... op src[nslots-1], in slot order,
                          slots `slot_stride` bytes apart; local */
+    STEP_RGET,        /* dst = peer's buffer rbuf[roff, roff+len), read directly (single
+                         copy); local, needs the peer's BUF_META_IN entry */
+    STEP_RGET_REDUCE  /* dst = src op peer's rbuf[roff...], through TMP in chunks; local */
 } step_kind_t;
 
 typedef struct sched_step {
@@ -45,7 +57,9 @@ typedef struct sched_step {
     int32_t dep;
     int32_t stream;
     int32_t nslots;     /* FOLD */
+    uint8_t rbuf;       /* RGET*: BUF_SEND or BUF_RECV of the peer */
     size_t dst_off, src_off, len, slot_stride;   /* bytes */
+    size_t roff;        /* RGET*: offset in the peer's buffer */
 } sched_step_t;
 
 typedef struct sched {
@@ -96,6 +110,16 @@ int sched_copy(sched_t *s, int dst, size_t dst_off, int src, size_t src_off, siz
 int sched_fold(sched_t *s, int dst, size_t dst_off, int src, size_t src_off, size_t len,
                int nslots, size_t slot_stride, int final);
 
+int sched_rget(sched_t *s, int peer, int dst, size_t dst_off, int rbuf, size_t roff,
+               size_t len, int dep);
+int sched_rget_reduce(sched_t *s, int peer, int dst, size_t dst_off, int src, size_t src_off,
+                      int rbuf, size_t roff, size_t len, int dep, int final);
+
+#define SCHED_MOD(x, n) ((((x) % (n)) + (n)) % (n))
+/* Every peer of rank r in the order r+1, r+2, ...: spreads the first frames over ranks. */
+#define SCHED_FOR_PEERS(p, k, r, n)                                              \
+    for (int k = 1, p = SCHED_MOD((r) + 1, (n)); k < (n); k++, p = SCHED_MOD((r) + k, (n)))
+
 /* Block b of n when `count` elements are split as evenly as possible: element offset
  * and length. */
 static inline void sched_block(size_t count, int n, int b, size_t *off, size_t *len)
@@ -110,5 +134,7 @@ weft_status_t algo_ring(const sched_args_t *a, sched_t *s);
 weft_status_t algo_direct(const sched_args_t *a, sched_t *s);
 weft_status_t algo_p2p(const sched_args_t *a, sched_t *s);   /* send, recv, sendrecv */
 weft_status_t algo_local(const sched_args_t *a, sched_t *s); /* one rank */
+weft_status_t algo_cma(const sched_args_t *a, sched_t *s);   /* single copy, one host */
+int algo_cma_supports(int coll);
 
 #endif

@@ -10,19 +10,28 @@
  * Frames are 64-byte aligned and never wrap: when one does not fit before the end, a
  * WRAP marker sends the reader back to offset 0.
  *
+ * Large messages can skip the ring: rget reads straight from the peer's buffer with
+ * process_vm_readv (one copy instead of two), when the kernel lets this process read
+ * the peer's memory (checked at connect with a probe word).
+ *
  * Invariants: a frame is at most ring/4 bytes, so a frame plus a wrap always fits in an
  * empty ring; the segment name is unlinked as soon as every peer has mapped it, so a
  * crashed job leaves nothing in /dev/shm.
  */
+#define _GNU_SOURCE /* process_vm_readv */
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "comm_int.h"
+#include "log.h"
 #include "status.h"
 #include "util.h"
 
@@ -50,6 +59,7 @@ typedef struct shm_local {
     char *base;
     size_t bytes;
     int unlinked;
+    uint64_t cma_probe;             /* peers read this to test single-copy access */
 } shm_local_t;
 
 typedef struct shm_ep {
@@ -63,6 +73,8 @@ typedef struct shm_ep {
     uint64_t rx_cur;                /* bytes of the frame handed out by recv_peek */
     void *peer_map;
     size_t peer_map_bytes;
+    pid_t peer_pid;
+    int cma_ok;                     /* process_vm_readv on the peer works */
 } shm_ep_t;
 
 static int shm_can_connect(const weft_comm_t *comm, const peer_info_t *self,
@@ -113,6 +125,10 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, peer_info_t *self)
     h->ring_bytes = ring;
     __atomic_store_n(&h->magic, SHM_MAGIC, __ATOMIC_RELEASE);
     snprintf(self->shm_name, sizeof(self->shm_name), "%s", l->name);
+    if (random_bytes(&l->cma_probe, sizeof(l->cma_probe)) != 0)
+        l->cma_probe = time_ns() ^ SHM_MAGIC;
+    self->cma_probe_addr = (uint64_t)(uintptr_t)&l->cma_probe;
+    self->cma_probe_val = l->cma_probe;
     comm->shm_local = l;
     return WEFT_OK;
 }
@@ -134,6 +150,35 @@ static weft_status_t map_peer(const char *name, void **base_p, size_t *bytes_p)
     *base_p = base;
     *bytes_p = (size_t)sb.st_size;
     return WEFT_OK;
+}
+
+/* Reads len bytes at the peer's raddr with process_vm_readv (cross-memory attach). */
+static weft_status_t cma_read(pid_t pid, void *dst, uint64_t raddr, size_t len)
+{
+    size_t done = 0;
+    while (done < len) {
+        struct iovec lv = { (char *)dst + done, len - done };
+        struct iovec rv = { (void *)(uintptr_t)(raddr + done), len - done };
+        ssize_t n = process_vm_readv(pid, &lv, 1, &rv, 1, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return errno == ESRCH ? WEFT_ERR_PEER_LOST : WEFT_ERR_SYSTEM;
+        done += (size_t)n;
+    }
+    return WEFT_OK;
+}
+
+/* Single copy works when we can read the peer's probe word and it holds what it said. */
+static int cma_probe(const shm_ep_t *e, const peer_info_t *peer)
+{
+    uint64_t v = 0;
+    if (cma_read(e->peer_pid, &v, peer->cma_probe_addr, sizeof(v)) != WEFT_OK) {
+        LOG_INFO(LOG_SHM, "shm: no single-copy access to rank %u (pid %u): %m", peer->rank,
+                 peer->pid);
+        return 0;
+    }
+    return v == peer->cma_probe_val;
 }
 
 static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
@@ -164,6 +209,8 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     e->rx_ctl = (shm_ring_ctl_t *)rx_slot;
     e->rx_data = rx_slot + CTL_BYTES;
     e->rx_size = mh->ring_bytes;
+    e->peer_pid = (pid_t)comm->peers[peer].pid;
+    e->cma_ok = cma_probe(e, &comm->peers[peer]);
     *ep_p = &e->base;
     return WEFT_OK;
 }
@@ -248,6 +295,33 @@ static void shm_recv_release(tp_ep_t *ep)
     __atomic_store_n(&e->rx_ctl->head, e->rx_head, __ATOMIC_RELEASE);
 }
 
+static weft_status_t shm_rget(tp_ep_t *ep, void *dst, uint64_t raddr, size_t len)
+{
+    shm_ep_t *e = (shm_ep_t *)ep;
+    weft_status_t st = cma_read(e->peer_pid, dst, raddr, len);
+    if (st == WEFT_ERR_PEER_LOST)
+        return weft_error(st, "shm: rank %d (pid %d) is gone", ep->peer, (int)e->peer_pid);
+    if (st != WEFT_OK)
+        return weft_error(st, "shm: single-copy read of %zu bytes from rank %d failed: %m",
+                          len, ep->peer);
+    return WEFT_OK;
+}
+
+/* A peer process that no longer exists will never advance its rings. */
+static weft_status_t shm_check_alive(tp_ep_t *ep)
+{
+    shm_ep_t *e = (shm_ep_t *)ep;
+    if (kill(e->peer_pid, 0) != 0 && errno == ESRCH)
+        return weft_error(WEFT_ERR_PEER_LOST, "shm: rank %d (pid %d) has exited", ep->peer,
+                          (int)e->peer_pid);
+    return WEFT_OK;
+}
+
+static int shm_can_rget(const tp_ep_t *ep)
+{
+    return ((const shm_ep_t *)ep)->cma_ok;
+}
+
 static void shm_close(tp_ep_t *ep)
 {
     shm_ep_t *e = (shm_ep_t *)ep;
@@ -267,6 +341,9 @@ const tp_ops_t tp_shm_ops = {
     .send = shm_send,
     .recv_peek = shm_recv_peek,
     .recv_release = shm_recv_release,
+    .rget = shm_rget,
+    .can_rget = shm_can_rget,
+    .check_alive = shm_check_alive,
     /* teardown */
     .close = shm_close,
 };

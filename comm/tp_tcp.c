@@ -255,6 +255,22 @@ static void tcp_recv_release(tp_ep_t *ep)
     ((tcp_ep_t *)ep)->rx_got = 0;
 }
 
+static weft_status_t tcp_rget(tp_ep_t *ep, void *dst, uint64_t raddr, size_t len)
+{
+    return weft_error(WEFT_ERR_UNSUPPORTED, "tcp: no single-copy reads");
+}
+
+static int tcp_can_rget(const tp_ep_t *ep)
+{
+    return 0;
+}
+
+/* A lost peer shows up as EOF or a reset on the socket, which recv and send report. */
+static weft_status_t tcp_check_alive(tp_ep_t *ep)
+{
+    return WEFT_OK;
+}
+
 static void tcp_close(tp_ep_t *ep)
 {
     tcp_ep_t *e = (tcp_ep_t *)ep;
@@ -275,6 +291,9 @@ const tp_ops_t tp_tcp_ops = {
     .send = tcp_send,
     .recv_peek = tcp_recv_peek,
     .recv_release = tcp_recv_release,
+    .rget = tcp_rget,                  /* unsupported */
+    .can_rget = tcp_can_rget,
+    .check_alive = tcp_check_alive,
     /* teardown */
     .close = tcp_close,
 };

@@ -15,6 +15,9 @@
  *               with the same frame; <0 on failure (WEFT_ERR_PEER_LOST...)
  *   recv_peek   WEFT_OK with the next whole frame (header and payload stay valid until
  *               recv_release), WEFT_IN_PROGRESS when none is complete yet, <0 on failure
+ *   rget        single-copy read of len bytes at the peer's address raddr into dst
+ *               (blocking, whole or error); transports without it return
+ *               WEFT_ERR_UNSUPPORTED, and can_rget says whether this endpoint has it
  */
 #ifndef WEFT_TRANSPORT_H
 #define WEFT_TRANSPORT_H
@@ -43,6 +46,8 @@ typedef struct peer_info {
     char hostname[64];
     char shm_name[64];          /* this rank's inbound shm segment */
     struct sockaddr_in tcp_addr;/* this rank's data listener */
+    uint64_t cma_probe_addr;    /* where this rank keeps cma_probe_val, so peers can */
+    uint64_t cma_probe_val;     /* check that they may read its memory (shm's rget) */
     uint32_t local_rank;        /* filled by the communicator after the exchange */
     uint32_t pad;
 } peer_info_t;
@@ -61,6 +66,11 @@ typedef struct tp_ops {
     weft_status_t (*send)(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload);
     weft_status_t (*recv_peek)(tp_ep_t *ep, const frame_hdr_t **hdr_p, const void **payload_p);
     void (*recv_release)(tp_ep_t *ep);
+    weft_status_t (*rget)(tp_ep_t *ep, void *dst, uint64_t raddr, size_t len);
+    int (*can_rget)(const tp_ep_t *ep);
+    /* WEFT_OK while the peer may still answer, WEFT_ERR_PEER_LOST (logged, naming it)
+     * once it cannot; called by the engine only when a wait has been idle a while */
+    weft_status_t (*check_alive)(tp_ep_t *ep);
 
     /* -- teardown -- */
     void (*close)(tp_ep_t *ep);

@@ -6,6 +6,9 @@
  *   send, recv, sendrecv       p2p
  *   alltoall, barrier          direct (pairwise)
  *   per-rank bytes <= WEFT_DIRECT_MAX (32K)   direct: one exchange, latency-bound sizes
+ *   per-rank bytes >= WEFT_CMA_MIN (1M), all ranks on one host with single-copy access,
+ *   allreduce/reduce_scatter/allgather/broadcast
+ *                              cma: read peers' buffers directly (one copy)
  *   otherwise                  ring (allreduce, reduce_scatter, allgather) or chain
  *                              (broadcast, reduce): bandwidth-bound sizes
  * Frames: WEFT_CHUNK, else 128K on shm and 512K on tcp, never above a quarter of the
@@ -44,9 +47,14 @@ static const char *pick_algo(const weft_comm_t *comm, const sched_args_t *a)
     default:
         break;
     }
+    int cma = comm->cma_all && algo_cma_supports(a->coll);
+    if (!strcmp(comm->cfg.algo, "cma"))
+        return cma ? "cma" : "ring";     /* same answer on every rank: cma_all is agreed */
     if (strcmp(comm->cfg.algo, "auto") != 0)
         return comm->cfg.algo;
-    return per_rank_bytes(a) <= comm->cfg.direct_max ? "direct" : "ring";
+    if (per_rank_bytes(a) <= comm->cfg.direct_max)
+        return "direct";
+    return cma && per_rank_bytes(a) >= comm->cfg.cma_min ? "cma" : "ring";
 }
 
 static size_t pick_chunk(const weft_comm_t *comm, const sched_args_t *a)
@@ -70,6 +78,8 @@ static weft_status_t build(const sched_args_t *a, const char *algo, sched_t *s)
         st = algo_p2p(a, s);
     else if (!strcmp(algo, "direct"))
         st = algo_direct(a, s);
+    else if (!strcmp(algo, "cma"))
+        st = algo_cma(a, s);
     else
         st = algo_ring(a, s);
     if (st != WEFT_OK) {

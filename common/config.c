@@ -115,11 +115,13 @@ static const cfg_knob_t knobs[] = {
     { "WEFT_BUFFSIZE", "4M", "bytes of staging per connection and direction (shm ring size)",
       SIZE(buffsize), NULL },
     /* algorithms */
-    { "WEFT_ALGO", "auto", "auto (tuner), ring, or direct (one-shot exchange)", STR(algo),
-      "auto|ring|direct" },
+    { "WEFT_ALGO", "auto", "auto (tuner), ring, direct (one-shot exchange), or cma (single "
+      "copy between processes of one host)", STR(algo), "auto|ring|direct|cma" },
     { "WEFT_CHUNK", "0", "bytes per frame; 0 lets the tuner decide", SIZE(chunk), NULL },
     { "WEFT_DIRECT_MAX", "32K", "largest per-rank message the tuner sends with the direct algorithm",
       SIZE(direct_max), NULL },
+    { "WEFT_CMA_MIN", "1M", "smallest per-rank message the tuner moves by single-copy reads "
+      "(process_vm_readv) when all ranks share a host", SIZE(cma_min), NULL },
     { "WEFT_SPIN", "2000", "idle polls before a waiting rank yields its core", LNG(spin), NULL },
     /* topology */
     { "WEFT_TOPO_FILE", "", "hwloc XML to use instead of discovering this machine", STR(topo_file), NULL },

@@ -25,6 +25,7 @@ typedef struct weft_config {
     size_t buffsize;          /* WEFT_BUFFSIZE: bytes of staging per connection */
     size_t chunk;             /* WEFT_CHUNK: bytes per frame, 0 = tuner decides */
     size_t direct_max;        /* WEFT_DIRECT_MAX: largest message for the direct algo */
+    size_t cma_min;           /* WEFT_CMA_MIN: smallest message for single-copy (cma) */
     long spin;                /* WEFT_SPIN: idle polls before yielding the core */
 } weft_config_t;
 

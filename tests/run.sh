@@ -90,6 +90,15 @@ if [ -f tests/test_weftrun.sh ]; then
     fi
 fi
 
+# 2b. weft_comm_init under each launcher's conventions, and init's failure paths.
+if [ -f tests/test_launchers.sh ]; then
+    if [ -x "$B/bin/all_reduce_perf" ]; then
+        run "test_launchers.sh" bash tests/test_launchers.sh "$B/bin"
+    else
+        missing "test_launchers.sh" "$B/bin/all_reduce_perf"
+    fi
+fi
+
 # 3. The multi-process matrix: every collective on 1..5 ranks, shm and tcp.
 if [ ! -x "$WEFTRUN" ]; then
     missing "multi-process tests" "$WEFTRUN"
@@ -114,6 +123,10 @@ else
         "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
     run "test_coll -n 5 shm WEFT_ALGO=direct" env -u WEFT_TRANSPORT WEFT_ALGO=direct \
         "$WEFTRUN" -n 5 "$B/tests/test_coll" --quick
+    run "test_coll -n 2 shm WEFT_ALGO=cma" env -u WEFT_TRANSPORT WEFT_ALGO=cma \
+        "$WEFTRUN" -n 2 "$B/tests/test_coll"
+    run "test_coll -n 3 shm WEFT_ALGO=cma" env -u WEFT_TRANSPORT WEFT_ALGO=cma \
+        "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
     run "test_coll -n 2 shm small frames" env -u WEFT_TRANSPORT WEFT_CHUNK=4096 \
         WEFT_BUFFSIZE=64K "$WEFTRUN" -n 2 "$B/tests/test_coll"
     run "test_coll -n 5 tcp small frames" env WEFT_TRANSPORT=tcp WEFT_CHUNK=4096 \

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# test_launchers.sh - weft_comm_init finds its rank under every launcher convention.
+#
+#   bash tests/test_launchers.sh [build/bin]
+#
+# Starts 2-rank jobs the way torchrun, Open MPI's mpirun, MPICH/PMI and Slurm would (their
+# environment variables, set by hand where the launcher is not installed; the real mpirun
+# where it is), runs all_reduce_perf (which checks its results and exits non-zero on a
+# wrong element), and checks the failure paths: no launcher environment, a wrong secret,
+# a rank that disagrees about the job size. Every job runs under `timeout`.
+set -u
+BIN=${1:-build/bin}
+PERF=$BIN/all_reduce_perf
+ARGS=(-b 8 -e 64K -f 8 -n 2 -w 1)
+PASS=0
+FAIL=0
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/weft-launch.XXXXXX")
+trap 'rm -rf "$OUT"' EXIT
+
+ok()   { PASS=$((PASS + 1)); echo "ok - $1"; }
+bad()  { FAIL=$((FAIL + 1)); echo "FAIL - $1"; [ -n "${2:-}" ] && sed 's/^/   | /' "$2" | tail -n 15; }
+port() { echo $((30000 + RANDOM % 30000)); }
+
+# clean_env CMD...: runs CMD without any launcher's variables from our own environment.
+clean_env() {
+    env -u WEFT_RANK -u WEFT_WORLD_SIZE -u WEFT_ADDR -u WEFT_LOCAL_RANK -u WEFT_LOCAL_SIZE \
+        -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT -u OMPI_COMM_WORLD_RANK \
+        -u OMPI_COMM_WORLD_SIZE -u PMI_RANK -u PMI_SIZE -u SLURM_PROCID -u SLURM_NTASKS "$@"
+}
+
+# two_ranks NAME VARS_FOR_RANK_0 -- VARS_FOR_RANK_1: both must exit 0.
+two_ranks() {
+    local name=$1 v0=$2 v1=$3 rc0 rc1
+    clean_env $v0 timeout 60 "$PERF" "${ARGS[@]}" >"$OUT/r0" 2>&1 &
+    local p0=$!
+    clean_env $v1 timeout 60 "$PERF" "${ARGS[@]}" >"$OUT/r1" 2>&1 &
+    local p1=$!
+    wait $p0; rc0=$?
+    wait $p1; rc1=$?
+    if [ $rc0 = 0 ] && [ $rc1 = 0 ] && grep -q "Avg bus bandwidth" "$OUT/r0"; then
+        ok "$name"
+    else
+        cat "$OUT/r0" "$OUT/r1" >"$OUT/both"
+        bad "$name (exit $rc0, $rc1)" "$OUT/both"
+    fi
+}
+
+p=$(port)
+two_ranks "torchrun variables (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)" \
+    "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p" \
+    "RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p"
+
+p=$(port)
+two_ranks "PMI variables (PMI_RANK/PMI_SIZE) with WEFT_ADDR" \
+    "PMI_RANK=0 PMI_SIZE=2 WEFT_ADDR=127.0.0.1:$p" "PMI_RANK=1 PMI_SIZE=2 WEFT_ADDR=127.0.0.1:$p"
+
+job=$((100000 + RANDOM))
+two_ranks "Slurm variables on one node, rendezvous port from the job id" \
+    "SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_NNODES=1 SLURM_JOB_ID=$job SLURM_STEP_ID=0" \
+    "SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_LOCALID=1 SLURM_NNODES=1 SLURM_JOB_ID=$job SLURM_STEP_ID=0"
+
+if command -v mpirun >/dev/null 2>&1; then
+    if clean_env timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$PERF" "${ARGS[@]}" \
+        >"$OUT/mpi" 2>&1 && grep -q "Avg bus bandwidth" "$OUT/mpi"; then
+        ok "Open MPI mpirun -np 2 (OMPI_COMM_WORLD_*, port from the job id)"
+    else
+        bad "Open MPI mpirun -np 2" "$OUT/mpi"
+    fi
+else
+    bad "Open MPI mpirun: not installed (make deps installs openmpi-bin)"
+fi
+
+# No launcher at all: a clear error, not a hang.
+if clean_env timeout 20 "$PERF" "${ARGS[@]}" >"$OUT/none" 2>&1; then
+    bad "no launcher environment: should fail" "$OUT/none"
+elif grep -q "no launcher environment" "$OUT/none"; then
+    ok "no launcher environment: clear error"
+else
+    bad "no launcher environment: message" "$OUT/none"
+fi
+
+# A rank with the wrong secret is refused; the job fails within WEFT_TIMEOUT.
+p=$(port)
+t0=$(date +%s)
+clean_env WEFT_TIMEOUT=3 WEFT_SECRET=right WEFT_RANK=0 WEFT_WORLD_SIZE=2 WEFT_ADDR=127.0.0.1:$p \
+    timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/s0" 2>&1 &
+p0=$!
+clean_env WEFT_TIMEOUT=3 WEFT_SECRET=wrong WEFT_RANK=1 WEFT_WORLD_SIZE=2 WEFT_ADDR=127.0.0.1:$p \
+    timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/s1" 2>&1 &
+p1=$!
+wait $p0; rc0=$?
+wait $p1; rc1=$?
+t1=$(date +%s)
+cat "$OUT/s0" "$OUT/s1" >"$OUT/s"
+if [ $rc0 != 0 ] && [ $rc0 != 124 ] && [ $rc1 != 0 ] && [ $rc1 != 124 ] && [ $((t1 - t0)) -lt 20 ] &&
+    grep -qi "auth" "$OUT/s"; then
+    ok "wrong WEFT_SECRET: refused, both ranks fail within the timeout"
+else
+    bad "wrong WEFT_SECRET (exit $rc0, $rc1 after $((t1 - t0))s)" "$OUT/s"
+fi
+
+# A rank that thinks the job is bigger is dropped; nothing hangs.
+p=$(port)
+clean_env WEFT_TIMEOUT=3 WEFT_RANK=0 WEFT_WORLD_SIZE=2 WEFT_ADDR=127.0.0.1:$p \
+    timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/z0" 2>&1 &
+p0=$!
+clean_env WEFT_TIMEOUT=3 WEFT_RANK=1 WEFT_WORLD_SIZE=3 WEFT_ADDR=127.0.0.1:$p \
+    timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/z1" 2>&1 &
+p1=$!
+wait $p0; rc0=$?
+wait $p1; rc1=$?
+cat "$OUT/z0" "$OUT/z1" >"$OUT/z"
+if [ $rc0 != 0 ] && [ $rc0 != 124 ] && [ $rc1 != 0 ] && [ $rc1 != 124 ]; then
+    ok "ranks disagreeing on the job size: both fail within the timeout"
+else
+    bad "ranks disagreeing on the job size (exit $rc0, $rc1)" "$OUT/z"
+fi
+
+echo "test_launchers: $PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]
