@@ -6,7 +6,7 @@
  *   send, recv, sendrecv       p2p
  *   alltoall, barrier          direct (pairwise)
  *   per-rank bytes <= WEFT_DIRECT_MAX (32K)   direct: one exchange, latency-bound sizes
- *   per-rank bytes >= WEFT_CMA_MIN (1M), all ranks on one host with single-copy access,
+ *   per-rank bytes >= WEFT_CMA_MIN (0 = off), all ranks on one host with single-copy access,
  *   allreduce/reduce_scatter/allgather/broadcast
  *                              cma: read peers' buffers directly (one copy)
  *   otherwise                  ring (allreduce, reduce_scatter, allgather) or chain
@@ -54,7 +54,9 @@ static const char *pick_algo(const weft_comm_t *comm, const sched_args_t *a)
         return comm->cfg.algo;
     if (per_rank_bytes(a) <= comm->cfg.direct_max)
         return "direct";
-    return cma && per_rank_bytes(a) >= comm->cfg.cma_min ? "cma" : "ring";
+    if (cma && comm->cfg.cma_min && per_rank_bytes(a) >= comm->cfg.cma_min)
+        return "cma";
+    return "ring";
 }
 
 static size_t pick_chunk(const weft_comm_t *comm, const sched_args_t *a)

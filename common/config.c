@@ -120,8 +120,9 @@ static const cfg_knob_t knobs[] = {
     { "WEFT_CHUNK", "0", "bytes per frame; 0 lets the tuner decide", SIZE(chunk), NULL },
     { "WEFT_DIRECT_MAX", "32K", "largest per-rank message the tuner sends with the direct algorithm",
       SIZE(direct_max), NULL },
-    { "WEFT_CMA_MIN", "1M", "smallest per-rank message the tuner moves by single-copy reads "
-      "(process_vm_readv) when all ranks share a host", SIZE(cma_min), NULL },
+    { "WEFT_CMA_MIN", "0", "smallest per-rank message the tuner moves by single-copy reads "
+      "(process_vm_readv) when all ranks share a host; 0 = only with WEFT_ALGO=cma "
+      "(slower than the shm ring on VMs, see docs/PERF.md)", SIZE(cma_min), NULL },
     { "WEFT_SPIN", "2000", "idle polls before a waiting rank yields its core", LNG(spin), NULL },
     /* topology */
     { "WEFT_TOPO_FILE", "", "hwloc XML to use instead of discovering this machine", STR(topo_file), NULL },
