@@ -140,6 +140,10 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
         op->seq_rx = comm->p2p_rx[args->peer2]++;
     if (args->coll != COLL_SEND && args->coll != COLL_RECV && args->coll != COLL_SENDRECV)
         op->seq = comm->seq++;
+    op->fr_id = fr_queued(&comm->flight, args->coll,
+                          args->coll == COLL_RECV ? op->seq_rx :
+                          args->coll == COLL_SEND || args->coll == COLL_SENDRECV ? op->seq_tx :
+                          op->seq, args->count, args->dtype, args->op, args->root);
     if (comm->q_tail)
         comm->q_tail->next = op;
     else

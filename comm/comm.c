@@ -74,6 +74,7 @@ weft_status_t weft_comm_init_rank(int rank, int nranks, const char *rendezvous,
                                 "not host:port", rendezvous ? rendezvous : "(null)");
     RETURN_IF_ERR(cfg_load(&cfg));
     log_set_rank(rank);
+    fr_install_signal();
     GOTO_IF_ERR(comm_alloc(rank, nranks, &cfg, &c), st, fail);
     GOTO_IF_ERR(sock_parse_addr(rendezvous, &c->rdv_addr), st, fail);
     GOTO_IF_ERR(bootstrap_open(rank, nranks, rendezvous, c->has_secret ? c->secret : NULL,
@@ -230,6 +231,14 @@ weft_status_t weft_comm_abort(weft_comm_t *comm)
     if (comm == NULL)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_abort: comm is NULL");
     __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
+    return WEFT_OK;
+}
+
+weft_status_t weft_comm_dump(weft_comm_t *comm)
+{
+    if (comm == NULL)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_dump: comm is NULL");
+    fr_dump(&comm->flight, stderr, comm->rank, comm->nranks, comm->id32, "weft_comm_dump");
     return WEFT_OK;
 }
 

@@ -13,6 +13,7 @@
 
 #include "weft.h"
 #include "config.h"
+#include "flight.h"
 #include "schedule.h"
 #include "transport.h"
 
@@ -31,6 +32,7 @@ struct comm_op {
     weft_status_t status;    /* WEFT_IN_PROGRESS until done */
     int started;
     uint64_t t_start;
+    uint64_t fr_id;          /* its flight recorder entry */
     comm_op_t *next;         /* queue link */
     int is_request;          /* heap-allocated for a weft_request_t */
 };
@@ -95,6 +97,7 @@ struct weft_comm {
     sched_meta_t *meta_in;   /* [nranks] the peers' */
     int cma_all;             /* every rank reaches every other with single-copy reads */
     uint64_t last_check_ns;  /* when idle waits last looked for lost peers */
+    flight_t flight;         /* the last FLIGHT_SIZE calls */
     struct sockaddr_in rdv_addr;    /* where the bootstrap met */
 
     volatile int aborted;

@@ -86,6 +86,7 @@ weft_status_t engine_start(weft_comm_t *comm, comm_op_t *op)
     comm->meta_out.recv = (uint64_t)(uintptr_t)op->recv;
     op->started = 1;
     op->t_start = time_ns();
+    fr_started(&comm->flight, op->fr_id, s->algo);
     return WEFT_OK;
 }
 
@@ -225,8 +226,13 @@ static weft_status_t progress_recv(weft_comm_t *comm, comm_op_t *op, int i, int 
             return rc;
         RETURN_IF_ERR(check_header(comm, op, i, h));
         char *dst = buf_ptr(comm, op, st->dst_buf) + st->dst_off + ss->done;
+        if (payload == NULL) {      /* still on the wire: land it, at dst if we can */
+            rc = ep->ops->recv_payload(ep, st->kind == STEP_RECV ? dst : NULL, &payload);
+            if (rc != WEFT_OK)
+                return rc;
+        }
         if (st->kind == STEP_RECV) {
-            if (h->len)
+            if (h->len && payload != dst)
                 memcpy(dst, payload, h->len);
         } else {
             const char *src = buf_ptr(comm, op, st->src_buf) + st->src_off + ss->done;
@@ -372,6 +378,10 @@ static void finish_head(weft_comm_t *comm, weft_status_t st)
     op->next = NULL;
     if (st < 0 && comm->error == WEFT_OK)
         comm->error = st;   /* frames of a failed op may be in flight: the comm is done */
+    fr_finished(&comm->flight, op->fr_id, st);
+    if (st == WEFT_ERR_TIMEOUT || st == WEFT_ERR_PEER_LOST)
+        fr_dump(&comm->flight, stderr, comm->rank, comm->nranks, comm->id32,
+                weft_last_error());
 }
 
 /* One pass on the head; returns what the head did (done, in progress, error). */
@@ -413,6 +423,8 @@ static void check_stalled(weft_comm_t *comm)
     if (head == NULL || !head->started || now - comm->last_check_ns < 20000000ull)
         return;
     comm->last_check_ns = now;
+    if (fr_signal_take())
+        fr_dump(&comm->flight, stderr, comm->rank, comm->nranks, comm->id32, "SIGUSR1");
     for (int p = 0; p < comm->nranks; p++) {
         if (comm->cursor[2 * p] < 0 && comm->cursor[2 * p + 1] < 0)
             continue;

@@ -287,6 +287,12 @@ static weft_status_t shm_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p,
     return WEFT_OK;
 }
 
+/* Never called: recv_peek always hands out the payload in place. */
+static weft_status_t shm_recv_payload(tp_ep_t *ep, void *dst, const void **payload_p)
+{
+    return weft_error(WEFT_ERR_INTERNAL, "shm: payload requested separately");
+}
+
 static void shm_recv_release(tp_ep_t *ep)
 {
     shm_ep_t *e = (shm_ep_t *)ep;
@@ -340,6 +346,7 @@ const tp_ops_t tp_shm_ops = {
     /* data */
     .send = shm_send,
     .recv_peek = shm_recv_peek,
+    .recv_payload = shm_recv_payload,
     .recv_release = shm_recv_release,
     .rget = shm_rget,
     .can_rget = shm_can_rget,

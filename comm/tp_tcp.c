@@ -4,8 +4,9 @@
  * One connection per peer, authenticated with WEFT_SECRET like the bootstrap, then
  * nonblocking with TCP_NODELAY and large buffers. Sends go out with one sendmsg of
  * header + payload; a partial send is remembered and resumed (the engine retries with
- * the same frame). Receives read the header, check its length against the staging
- * buffer before reading the payload into it, and hand the whole frame to the engine.
+ * the same frame). Receives read the header and hand it to the engine, which checks it
+ * and then has the payload read straight into the destination (plain receives) or
+ * into a staging buffer (receives that reduce).
  *
  * Invariants: rank i connects to every j > i and accepts from every j < i (connect.c
  * orders the calls), so setup never waits in a circle; a closed or reset connection is
@@ -220,6 +221,7 @@ static weft_status_t read_some(tcp_ep_t *e, char *dst, size_t want, size_t *got)
     return WEFT_OK;
 }
 
+/* The header first: the engine checks it before any payload byte is read. */
 static weft_status_t tcp_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p,
                                    const void **payload_p)
 {
@@ -232,6 +234,18 @@ static weft_status_t tcp_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p,
         if (e->rx_hdr.len > e->max_frame)
             return weft_error(WEFT_ERR_INTERNAL, "tcp: frame from rank %d claims %u bytes "
                               "(limit %zu)", ep->peer, e->rx_hdr.len, e->max_frame);
+    }
+    *hdr_p = &e->rx_hdr;
+    *payload_p = e->rx_hdr.len == 0 ? e->rx_buf : NULL;
+    return WEFT_OK;
+}
+
+/* Reads the payload to dst (or to staging when dst is NULL), resuming partial reads. */
+static weft_status_t tcp_recv_payload(tp_ep_t *ep, void *dst, const void **payload_p)
+{
+    tcp_ep_t *e = (tcp_ep_t *)ep;
+    size_t hl = sizeof(e->rx_hdr);
+    if (dst == NULL) {
         if (e->rx_hdr.len > e->rx_cap) {
             char *p = realloc(e->rx_buf, e->rx_hdr.len);
             if (p == NULL)
@@ -239,15 +253,14 @@ static weft_status_t tcp_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p,
             e->rx_buf = p;
             e->rx_cap = e->rx_hdr.len;
         }
+        dst = e->rx_buf;
     }
     size_t pgot = e->rx_got - hl;
-    weft_status_t st = read_some(e, e->rx_buf, e->rx_hdr.len, &pgot);
+    weft_status_t st = read_some(e, dst, e->rx_hdr.len, &pgot);
     e->rx_got = hl + pgot;
-    if (st != WEFT_OK)
-        return st;
-    *hdr_p = &e->rx_hdr;
-    *payload_p = e->rx_buf;
-    return WEFT_OK;
+    if (st == WEFT_OK)
+        *payload_p = dst;
+    return st;
 }
 
 static void tcp_recv_release(tp_ep_t *ep)
@@ -290,6 +303,7 @@ const tp_ops_t tp_tcp_ops = {
     /* data */
     .send = tcp_send,
     .recv_peek = tcp_recv_peek,
+    .recv_payload = tcp_recv_payload,
     .recv_release = tcp_recv_release,
     .rget = tcp_rget,                  /* unsupported */
     .can_rget = tcp_can_rget,

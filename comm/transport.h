@@ -13,8 +13,12 @@
  *   send        pushes one frame; WEFT_OK once the frame is wholly taken (the payload
  *               may be reused), WEFT_IN_PROGRESS when it could not be (yet) - call again
  *               with the same frame; <0 on failure (WEFT_ERR_PEER_LOST...)
- *   recv_peek   WEFT_OK with the next whole frame (header and payload stay valid until
- *               recv_release), WEFT_IN_PROGRESS when none is complete yet, <0 on failure
+ *   recv_peek   WEFT_OK with the next frame's header (valid until recv_release) and,
+ *               when the transport already holds it, its payload; WEFT_IN_PROGRESS when
+ *               no header is complete yet, <0 on failure. A NULL *payload_p means the
+ *               payload is still on the wire: the engine checks the header, then calls
+ *   recv_payload to land it at dst (a plain receive: no staging copy) or, with dst NULL,
+ *               in the transport's staging (*payload_p); WEFT_IN_PROGRESS until whole
  *   rget        single-copy read of len bytes at the peer's address raddr into dst
  *               (blocking, whole or error); transports without it return
  *               WEFT_ERR_UNSUPPORTED, and can_rget says whether this endpoint has it
@@ -65,6 +69,7 @@ typedef struct tp_ops {
     /* -- data -- */
     weft_status_t (*send)(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload);
     weft_status_t (*recv_peek)(tp_ep_t *ep, const frame_hdr_t **hdr_p, const void **payload_p);
+    weft_status_t (*recv_payload)(tp_ep_t *ep, void *dst, const void **payload_p);
     void (*recv_release)(tp_ep_t *ep);
     weft_status_t (*rget)(tp_ep_t *ep, void *dst, uint64_t raddr, size_t len);
     int (*can_rget)(const tp_ep_t *ep);

@@ -80,6 +80,11 @@ int weft_comm_size(const weft_comm_t *comm);
 /* The local (same-host) rank and size, from the launcher or from the bootstrap. */
 int weft_comm_local_rank(const weft_comm_t *comm);
 int weft_comm_local_size(const weft_comm_t *comm);
+/* Prints this rank's flight recorder to stderr: its last 64 calls on comm (sequence,
+ * collective, count, dtype, op, root, algorithm, state, timing). Also printed on a
+ * timeout, on a lost peer, and when the process receives SIGUSR1 while waiting in weft
+ * (unless the application installed its own SIGUSR1 handler). */
+weft_status_t weft_comm_dump(weft_comm_t *comm);
 /* "shm", "tcp" or "mixed": the transports this communicator's connections use. */
 const char *weft_comm_transport(const weft_comm_t *comm);
 

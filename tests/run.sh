@@ -74,7 +74,7 @@ found=0
 for t in "$B"/tests/test_*; do
     [ -f "$t" ] && [ -x "$t" ] || continue
     case $(basename "$t") in
-    test_coll) continue ;;
+    test_coll | test_fail) continue ;;   # multi-process: run under weftrun below
     esac
     found=1
     run "$(basename "$t")" "$t"
@@ -131,6 +131,15 @@ else
         WEFT_BUFFSIZE=64K "$WEFTRUN" -n 2 "$B/tests/test_coll"
     run "test_coll -n 5 tcp small frames" env WEFT_TRANSPORT=tcp WEFT_CHUNK=4096 \
         WEFT_BUFFSIZE=64K "$WEFTRUN" -n 5 "$B/tests/test_coll" --quick
+fi
+# 3b. Failure paths of a running job: lost peer, silent peer, mismatch, recorder dump.
+if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
+    for t in shm tcp; do
+        for m in peer_exit timeout mismatch dump; do
+            run "test_fail $m $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=1 \
+                "$WEFTRUN" -n 2 "$B/tests/test_fail" "$m"
+        done
+    done
 fi
 if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_args" ]; then
     run "test_args -n 2" env -u WEFT_TRANSPORT "$WEFTRUN" -n 2 "$B/tests/test_args"
