@@ -41,6 +41,7 @@ int main(int argc, char **argv)
 {
     static const perf_coll_t coll = {
         .name = "all_gather",
+        .kind = PERF_COLL_ALLGATHER,
         .flags = 0,
         .counts = counts,
         .bw = bw,

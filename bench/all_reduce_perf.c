@@ -34,6 +34,7 @@ int main(int argc, char **argv)
 {
     static const perf_coll_t coll = {
         .name = "all_reduce",
+        .kind = PERF_COLL_ALLREDUCE,
         .flags = PERF_OP | PERF_REDUCES,
         .counts = counts,
         .bw = bw,

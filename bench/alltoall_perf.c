@@ -41,6 +41,7 @@ int main(int argc, char **argv)
 {
     static const perf_coll_t coll = {
         .name = "alltoall",
+        .kind = PERF_COLL_ALLTOALL,
         .flags = 0,
         .counts = counts,
         .bw = bw,

@@ -36,6 +36,7 @@ int main(int argc, char **argv)
 {
     static const perf_coll_t coll = {
         .name = "broadcast",
+        .kind = PERF_COLL_BROADCAST,
         .flags = PERF_ROOT,
         .counts = counts,
         .bw = bw,

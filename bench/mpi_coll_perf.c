@@ -9,7 +9,8 @@
  * largest and smallest size, per size one untimed call, a barrier, `iters` timed calls
  * moving through the buffers, the time combined over ranks per -a, then checked calls on
  * fresh data), with the same size-to-count rules, bus-bandwidth factors, data pattern and
- * output table (shared through perf_common.h), so that rows compare line by line.
+ * output table (shared through perf_common.h), so that rows compare line by line, and the
+ * same memory-bandwidth bound section under it (host copy bandwidth measured the same way).
  *
  * In-place columns use MPI_IN_PLACE, whose layouts are MPI's: reduce_scatter leaves the
  * result at the start of the buffer; allgather finds each rank's block in place; bcast is
@@ -26,26 +27,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "perf_common.h"
 
-enum coll_kind { ALLREDUCE, REDUCE_SCATTER, ALLGATHER, BROADCAST, REDUCE, ALLTOALL };
-
 typedef struct {
     const char *name;
-    enum coll_kind kind;
+    perf_kind_t kind;
     unsigned flags;             /* PERF_OP, PERF_REDUCES, PERF_ROOT */
 } mpi_coll_t;
 
 static const mpi_coll_t colls[] = {
-    { "allreduce", ALLREDUCE, PERF_OP | PERF_REDUCES },
-    { "reduce_scatter", REDUCE_SCATTER, PERF_OP | PERF_REDUCES },
-    { "allgather", ALLGATHER, 0 },
-    { "broadcast", BROADCAST, PERF_ROOT },
-    { "reduce", REDUCE, PERF_OP | PERF_REDUCES | PERF_ROOT },
-    { "alltoall", ALLTOALL, 0 },
+    { "allreduce", PERF_COLL_ALLREDUCE, PERF_OP | PERF_REDUCES },
+    { "reduce_scatter", PERF_COLL_REDUCE_SCATTER, PERF_OP | PERF_REDUCES },
+    { "allgather", PERF_COLL_ALLGATHER, 0 },
+    { "broadcast", PERF_COLL_BROADCAST, PERF_ROOT },
+    { "reduce", PERF_COLL_REDUCE, PERF_OP | PERF_REDUCES | PERF_ROOT },
+    { "alltoall", PERF_COLL_ALLTOALL, 0 },
 };
 
 typedef struct {
@@ -62,6 +60,7 @@ typedef struct {
     double bw_sum;
     int bw_count;
     int rep;
+    perf_bound_t bound;
 } mpi_run_t;
 
 #define MPI_CHECK(call)                                                               \
@@ -83,30 +82,23 @@ static void mpi_fail(int rc, const char *file, int line)
     exit(1);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- the collectives: counts, bandwidth, data, call ---- */
 
-static void counts(enum coll_kind k, size_t count, int nranks, perf_counts_t *c)
+static void counts(perf_kind_t k, size_t count, int nranks, perf_counts_t *c)
 {
     size_t n = (size_t)nranks, base = count / n;
     memset(c, 0, sizeof(*c));
     switch (k) {
-    case REDUCE_SCATTER:        /* MPI_IN_PLACE: input in recv, result at its start */
+    case PERF_COLL_REDUCE_SCATTER:  /* MPI_IN_PLACE: input in recv, result at its start */
         c->sendcount = base * n;
         c->recvcount = c->paramcount = base;
         break;
-    case ALLGATHER:
+    case PERF_COLL_ALLGATHER:
         c->sendcount = c->paramcount = base;
         c->recvcount = base * n;
         c->send_inplace_offset = base;
         break;
-    case ALLTOALL:
+    case PERF_COLL_ALLTOALL:
         c->paramcount = base;
         c->sendcount = c->recvcount = base * n;
         break;
@@ -116,45 +108,48 @@ static void counts(enum coll_kind k, size_t count, int nranks, perf_counts_t *c)
     }
 }
 
-static void bandwidth(enum coll_kind k, size_t count, size_t ts, double sec, int n,
+static void bandwidth(perf_kind_t k, size_t count, size_t ts, double sec, int n,
                       double *algbw, double *busbw)
 {
-    int spread = k == REDUCE_SCATTER || k == ALLGATHER || k == ALLTOALL;
+    int spread = k == PERF_COLL_REDUCE_SCATTER || k == PERF_COLL_ALLGATHER ||
+                 k == PERF_COLL_ALLTOALL;
     *algbw = (double)(count * ts * (spread ? (size_t)n : 1)) / 1.0e9 / sec;
-    *busbw = *algbw * (k == ALLREDUCE ? 2.0 * (n - 1) / n
-                       : spread       ? (double)(n - 1) / n
-                                      : 1.0);
+    *busbw = *algbw * (k == PERF_COLL_ALLREDUCE ? 2.0 * (n - 1) / n
+                       : spread                 ? (double)(n - 1) / n
+                                                : 1.0);
 }
 
-static void init(enum coll_kind k, const perf_args_t *a, void *input, const void *recv)
+static void init(perf_kind_t k, const perf_args_t *a, void *input, const void *recv)
 {
     size_t block = a->c.paramcount;
-    if (k != BROADCAST || a->rank == a->root)
-        perf_fill(a, input, a->c.sendcount, 0, k == BROADCAST ? a->root : a->rank);
+    if (k != PERF_COLL_BROADCAST || a->rank == a->root)
+        perf_fill(a, input, a->c.sendcount, 0, k == PERF_COLL_BROADCAST ? a->root : a->rank);
     switch (k) {
-    case ALLREDUCE:
+    case PERF_COLL_ALLREDUCE:
         perf_fill_reduced(a, a->expected, a->c.recvcount, 0);
         break;
-    case REDUCE_SCATTER:
+    case PERF_COLL_REDUCE_SCATTER:
         perf_fill_reduced(a, a->expected, a->c.recvcount, (size_t)a->rank * block);
         break;
-    case ALLGATHER:
+    case PERF_COLL_ALLGATHER:
         for (int j = 0; j < a->nranks; j++)
             perf_fill(a, perf_elem(a, a->expected, (size_t)j * block), block, 0, j);
         break;
-    case BROADCAST:
+    case PERF_COLL_BROADCAST:
         perf_fill(a, a->expected, a->c.recvcount, 0, a->root);
         break;
-    case REDUCE:
+    case PERF_COLL_REDUCE:
         if (a->rank == a->root)
             perf_fill_reduced(a, a->expected, a->c.recvcount, 0);
         else
             memcpy(a->expected, recv, a->c.recvcount * a->type->size);
         break;
-    case ALLTOALL:
+    case PERF_COLL_ALLTOALL:
         for (int j = 0; j < a->nranks; j++)
             perf_fill(a, perf_elem(a, a->expected, (size_t)j * block), block,
                       (size_t)a->rank * block, j);
+        break;
+    case PERF_COLL_SENDRECV:    /* not a -c choice */
         break;
     }
 }
@@ -168,20 +163,30 @@ static void call(mpi_run_t *r, const void *send, void *recv, int in_place)
     MPI_Comm w = MPI_COMM_WORLD;
 
     switch (r->coll->kind) {
-    case ALLREDUCE: MPI_CHECK(MPI_Allreduce(s, recv, n, t, r->mop, w)); break;
-    case REDUCE_SCATTER: MPI_CHECK(MPI_Reduce_scatter_block(s, recv, n, t, r->mop, w)); break;
-    case ALLGATHER: MPI_CHECK(MPI_Allgather(s, n, t, recv, n, t, w)); break;
-    case ALLTOALL: MPI_CHECK(MPI_Alltoall(s, n, t, recv, n, t, w)); break;
-    case BROADCAST:
+    case PERF_COLL_ALLREDUCE:
+        MPI_CHECK(MPI_Allreduce(s, recv, n, t, r->mop, w));
+        break;
+    case PERF_COLL_REDUCE_SCATTER:
+        MPI_CHECK(MPI_Reduce_scatter_block(s, recv, n, t, r->mop, w));
+        break;
+    case PERF_COLL_ALLGATHER:
+        MPI_CHECK(MPI_Allgather(s, n, t, recv, n, t, w));
+        break;
+    case PERF_COLL_ALLTOALL:
+        MPI_CHECK(MPI_Alltoall(s, n, t, recv, n, t, w));
+        break;
+    case PERF_COLL_BROADCAST:
         if (!in_place && a->rank == a->root)
             memcpy(recv, send, a->c.paramcount * a->type->size);
         MPI_CHECK(MPI_Bcast(recv, n, t, a->root, w));
         break;
-    case REDUCE:                /* MPI_IN_PLACE is for the root only */
+    case PERF_COLL_REDUCE:      /* MPI_IN_PLACE is for the root only */
         if (a->rank != a->root)
             MPI_CHECK(MPI_Reduce(in_place ? recv : send, NULL, n, t, r->mop, a->root, w));
         else
             MPI_CHECK(MPI_Reduce(s, recv, n, t, r->mop, a->root, w));
+        break;
+    case PERF_COLL_SENDRECV:
         break;
     }
 }
@@ -303,11 +308,11 @@ static void bench_time(mpi_run_t *r, int in_place)
     start_coll(r, in_place, 0);
     MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
 
-    double t0 = now_s();
+    double t0 = perf_now();
     for (int iter = 0; iter < o->iters; iter++)
         for (int aiter = 0; aiter < o->agg_iters; aiter++)
             start_coll(r, in_place, iter * o->agg_iters + aiter);
-    double sec = combine_time(r, (now_s() - t0) / ((double)o->iters * o->agg_iters));
+    double sec = combine_time(r, (perf_now() - t0) / ((double)o->iters * o->agg_iters));
 
     bandwidth(r->coll->kind, r->a.c.paramcount, r->a.type->size, sec, r->nranks, &algbw,
               &busbw);
@@ -316,6 +321,7 @@ static void bench_time(mpi_run_t *r, int in_place)
     long wrong = check_calls(r, in_place);
     if (r->rank == 0)
         perf_print_result(sec * 1.0e6, algbw, busbw, wrong);
+    perf_bound_record(&r->bound, row_bytes(&r->a), in_place, sec, busbw);
     r->bw_sum += busbw;
     r->bw_count++;
 }
@@ -417,15 +423,49 @@ static void print_devices(mpi_run_t *r)
     }
 }
 
-static void limit_memory(mpi_run_t *r)
+/* The number of ranks on this host. */
+static int local_size(void)
 {
-    uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
     int local = 1;
     MPI_Comm node;
     MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
                                   &node));
     MPI_CHECK(MPI_Comm_size(node, &local));
     MPI_CHECK(MPI_Comm_free(&node));
+    return local;
+}
+
+static void barrier_fn(void *ctx)
+{
+    (void)ctx;
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+}
+
+/* As perf_common.c's: the copy bandwidth per rank 0's -B (none, given, or measured by all
+ * ranks at once, the slowest rank's), and whether any host runs more ranks than cores. */
+static void measure_copy_bw(mpi_run_t *r)
+{
+    perf_bound_t *b = &r->bound;
+    double opt = r->o.copy_bw, mine;
+    int over;
+
+    MPI_CHECK(MPI_Bcast(&opt, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+    perf_bound_init(b, r->coll->kind, r->nranks, opt, local_size());
+    if (b->off)
+        return;
+    if (!b->given) {
+        mine = perf_copy_bw(b->copy_bytes, barrier_fn, NULL);
+        MPI_CHECK(MPI_Allreduce(&mine, &b->copy_bw, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD));
+    }
+    over = b->oversubscribed;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &over, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    b->oversubscribed = over != 0;
+}
+
+static void limit_memory(mpi_run_t *r)
+{
+    uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    int local = local_size();
     uint64_t mine = phys / (uint64_t)local, cap = 0;
     uint64_t reserve = mine / 4 < (1ull << 30) ? mine / 4 : (1ull << 30);
 
@@ -527,6 +567,7 @@ int main(int argc, char **argv)
     if (r->rank == 0)
         perf_print_params(&r->o);
     print_devices(r);
+    measure_copy_bw(r);                         /* before the buffers: less memory at once */
     limit_memory(r);
     alloc_buffers(r);
     r->a.expected = r->expected;
@@ -538,9 +579,10 @@ int main(int argc, char **argv)
     int errors = (int)sum_over_ranks((uint64_t)r->errors);
     double avg_bw = r->bw_count ? r->bw_sum / r->bw_count : 0.0;
     if (r->rank == 0)
-        perf_print_footer(errors, avg_bw, "");
+        perf_print_footer(errors, avg_bw, &r->bound, "");
     rc = perf_exit_code(errors, avg_bw);
 
+    perf_bound_free(&r->bound);
     free(r->send);
     free(r->recv);
     free(r->expected);

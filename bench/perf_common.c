@@ -7,7 +7,9 @@
  * the smallest size, and for each size time the out-of-place call then the in-place call:
  * one untimed call, a barrier, `iters` timed calls (per-iteration time combined over ranks
  * as -a says), then -c checked calls on fresh data with the wrong elements summed over
- * ranks. Rows, units and bus-bandwidth factors are nccl-tests'.
+ * ranks. Rows, units and bus-bandwidth factors are nccl-tests'. Before the sweep, all ranks
+ * measure the host's copy bandwidth together (unless -B gives it); under the table, rows of
+ * 1 MB or more are set against the memory-bandwidth bound (see perf_common.h).
  *
  * Invariants: every rank makes the same sequence of weft calls (each decision comes from
  * the command line, nranks, or a value all ranks agreed on), so one rank's failure cannot
@@ -19,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "perf_common.h"
@@ -37,6 +38,7 @@ typedef struct {
     double bw_sum;
     int bw_count;
     int rep;                    /* bumps the data seed for each check */
+    perf_bound_t bound;         /* copy bandwidth and the rows the bound section lists */
 } perf_run_t;
 
 #define PERF_CHECK(r, call)                                                   \
@@ -59,13 +61,6 @@ static void perf_fail(perf_run_t *r, weft_status_t st, const char *file, int lin
     if (r->comm)
         weft_comm_abort(r->comm);
     exit(1);
-}
-
-static double perf_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- one row ---- */
@@ -194,6 +189,7 @@ static void bench_time(perf_run_t *r, int in_place)
     long wrong = check_calls(r, in_place);
     if (r->rank == 0)
         perf_print_result(sec * 1.0e6, algbw, busbw, wrong);
+    perf_bound_record(&r->bound, row_bytes(&r->a), in_place, sec, busbw);
     r->bw_sum += busbw;
     r->bw_count++;
 }
@@ -283,6 +279,34 @@ static void print_devices(perf_run_t *r)
             printf("%s", all + (size_t)i * LINE);
         }
     free(all);
+}
+
+static void barrier_fn(void *ctx)
+{
+    perf_run_t *r = ctx;
+    PERF_CHECK(r, weft_barrier(r->comm));
+}
+
+/* The copy bandwidth for the bound section, as rank 0's -B says: none, given, or measured
+ * by all ranks at once and taken from the slowest. Also agrees whether any host runs more
+ * ranks than cores. */
+static void measure_copy_bw(perf_run_t *r)
+{
+    perf_bound_t *b = &r->bound;
+    double opt = r->o.copy_bw, mine;
+    uint64_t over;
+
+    PERF_CHECK(r, weft_broadcast(&opt, &opt, 1, WEFT_FLOAT64, 0, r->comm));
+    perf_bound_init(b, r->coll->kind, r->nranks, opt, weft_comm_local_size(r->comm));
+    if (b->off)
+        return;
+    if (!b->given) {
+        mine = perf_copy_bw(b->copy_bytes, barrier_fn, r);
+        PERF_CHECK(r, weft_allreduce(&mine, &b->copy_bw, 1, WEFT_FLOAT64, WEFT_MIN, r->comm));
+    }
+    over = (uint64_t)b->oversubscribed;
+    PERF_CHECK(r, weft_allreduce(&over, &over, 1, WEFT_UINT64, WEFT_MAX, r->comm));
+    b->oversubscribed = over != 0;
 }
 
 /* Caps max_bytes so send, recv and expected fit in this host's memory per local rank
@@ -388,6 +412,7 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
         perf_print_params(&r->o);
     }
     print_devices(r);
+    measure_copy_bw(r);                         /* before the buffers: less memory at once */
     limit_memory(r);
     alloc_buffers(r);
     r->a.expected = r->expected;
@@ -399,9 +424,10 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
     int errors = (int)sum_over_ranks(r, (uint64_t)r->errors);
     double avg_bw = r->bw_count ? r->bw_sum / r->bw_count : 0.0;
     if (r->rank == 0)
-        perf_print_footer(errors, avg_bw, weft_last_error());
+        perf_print_footer(errors, avg_bw, &r->bound, weft_last_error());
     rc = perf_exit_code(errors, avg_bw);
 
+    perf_bound_free(&r->bound);
     free(r->send);
     free(r->recv);
     free(r->expected);

@@ -5,7 +5,8 @@
  * Part 1 (static inline, no libweft calls) is also compiled into bench/mpi_coll_perf.c,
  * which mpicc builds alone without libweft; sharing it is what makes a weft row and an MPI
  * row comparable line by line: the dtype table in nccl-tests' names and order, the command
- * line, the test data pattern and its expected results, and the output table.
+ * line, the test data pattern and its expected results, the output table, and the
+ * memory-bandwidth bound printed under it (the host copy test and the traffic model).
  * Part 2 is the weft driver: each bench/<coll>_perf.c describes its collective in a
  * perf_coll_t (sizes to counts, bandwidth, inputs and expected outputs, the call) and hands
  * it to perf_main().
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../include/weft.h"   /* relative: mpicc builds the MPI peer without -Iinclude */
@@ -285,6 +287,7 @@ typedef struct {
     int op;                     /* weft_op_t, -1 for all */
     int root;                   /* -1 for all */
     const char *coll;           /* the MPI peer's -c <collective> */
+    double copy_bw;             /* -B: host copy GB/s per rank; -1 measures, 0 no bound */
 } perf_opts_t;
 
 static inline void perf_opts_default(perf_opts_t *o)
@@ -302,6 +305,7 @@ static inline void perf_opts_default(perf_opts_t *o)
     o->average = 1;
     o->type = perf_type_index("float");
     o->op = WEFT_SUM;
+    o->copy_bw = -1.0;
 }
 
 /* nccl-tests' size syntax: a number with an optional K/M/G (binary) suffix; -1 if bad. */
@@ -329,6 +333,17 @@ static inline int perf_parse_int(const char *s, long lo, long hi, int *out)
     if (end == s || *end != '\0' || v < lo || v > hi)
         return -1;
     *out = (int)v;
+    return 0;
+}
+
+/* A bandwidth in GB/s: a finite number >= 0; -1 if bad. */
+static inline int perf_parse_bw(const char *s, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !(v >= 0.0 && v < 1e12))
+        return -1;
+    *out = v;
     return 0;
 }
 
@@ -364,9 +379,11 @@ static inline void perf_usage(FILE *f, const char *prog, int mpi_peer)
         "[-C,--report_cputime <0/1>] \n\t"
         "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] \n\t"
         "[-R,--local_register <0/1>] (accepted, no effect) \n\t"
+        "[-B,--copy_bw <GB/s>] host copy bandwidth per rank for the memory-bandwidth bound\n\t"
+        "    under the table (default: measured at startup; 0: no bound section) \n\t"
         "[-h,--help]\n"
         "Environment: NCCL_TESTS_MIN_BW (or WEFT_TESTS_MIN_BW) fails the run when the average\n"
-        "bus bandwidth is below 90%% of it.%s\n",
+        "bus bandwidth is below 90%% of it; WEFT_PERF_COPY_BW is the default for -B.%s\n",
         mpi_peer ? "accepted, no effect" : "sets WEFT_TIMEOUT",
         mpi_peer ? "" : " Launch with weftrun, mpirun or srun.");
 }
@@ -389,15 +406,22 @@ static inline int perf_parse_opts(int argc, char **argv, perf_opts_t *o, int mpi
         { "timeout", required_argument, 0, 'T' }, { "cudagraph", required_argument, 0, 'G' },
         { "report_cputime", required_argument, 0, 'C' },
         { "average", required_argument, 0, 'a' },
-        { "local_register", required_argument, 0, 'R' }, { "help", no_argument, 0, 'h' },
+        { "local_register", required_argument, 0, 'R' },
+        { "copy_bw", required_argument, 0, 'B' }, { "help", no_argument, 0, 'h' },
         { 0, 0, 0, 0 }
     };
     const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+    const char *env = getenv("WEFT_PERF_COPY_BW");
     int c, bad = 0;
     double sz;
 
+    if (env && perf_parse_bw(env, &o->copy_bw) != 0) {
+        fprintf(stderr, "%s: invalid WEFT_PERF_COPY_BW '%s' (GB/s, 0 for no bound)\n", prog,
+                env);
+        return 2;
+    }
     opterr = 0;
-    while (!bad && (c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:k:o:d:r:z:y:T:G:C:a:R:h",
+    while (!bad && (c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:k:o:d:r:z:y:T:G:C:a:R:B:h",
                                     longopts, NULL)) != -1) {
         switch (c) {
         case 't': bad = perf_parse_int(optarg, 1, 1 << 20, &o->nthreads); break;
@@ -452,11 +476,12 @@ static inline int perf_parse_opts(int argc, char **argv, perf_opts_t *o, int mpi
         case 'C': bad = perf_parse_int(optarg, 0, 1, &o->cputime); break;
         case 'a': bad = perf_parse_int(optarg, 0, 3, &o->average); break;
         case 'R': bad = perf_parse_int(optarg, 0, 2, &o->local_register); break;
+        case 'B': bad = perf_parse_bw(optarg, &o->copy_bw); break;
         case 'h':
             perf_usage(stdout, prog, mpi_peer);
             return 1;
         default:
-            if (optopt && strchr("tgbeifnmwNpckodrzyTGCaR", optopt))
+            if (optopt && strchr("tgbeifnmwNpckodrzyTGCaRB", optopt))
                 fprintf(stderr, "%s: option -%c needs a value\n", prog, optopt);
             else
                 fprintf(stderr, "%s: invalid option '%s'\n", prog, argv[optind - 1]);
@@ -497,6 +522,260 @@ static inline size_t perf_next_size(const perf_opts_t *o, size_t size)
     if (next <= size || next > o->max_bytes)
         return 0;
     return next;
+}
+
+/* ---- the memory-bandwidth bound, printed under the table ----
+ *
+ * Model: ranks on one host move data with single copies (a rank reads or writes a peer's
+ * buffer directly, as weft's CMA algorithms do). A call then moves at least n*T bytes
+ * through the host's memory (bytes read + bytes written, summed over the n ranks), for
+ * the row's printed size S; T, the traffic per rank, is:
+ *
+ *   allreduce       S*(3-1/n)  reduce its own block: read n blocks of S/n, write S/n; then
+ *                              read the other n-1 reduced blocks and write them: 2S(n-1)/n
+ *   reduce_scatter  S*(1+1/n)  the first half of allreduce (S: the whole send buffer)
+ *   allgather       2S         read every block of S/n once, write it once (S: recv buffer);
+ *                   2S(n-1)/n  in place, where the own block is already in place
+ *   broadcast       2S         every rank reads S and writes S (the root: send to recv);
+ *                   2S(n-1)/n  in place, where the root has nothing to move
+ *   reduce          S*(1+1/n)  the root reads n buffers of S and writes S, S*(n+1) in all,
+ *                              whether the root does it alone or each rank reduces a block
+ *                              into the root's buffer
+ *   alltoall        2S         read every block and write it (the own block is a copy too);
+ *                   2S(n-1)/n  in place, where the own block stays
+ *   sendrecv        2S         one copy of S
+ *
+ * The copy bandwidth B (GB/s, bytes copied per second) is a rank's median memcpy of
+ * 256 MB (less on small hosts) while every rank copies at once, the slowest rank's: a
+ * rank's share of the host's memory bandwidth. A memcpy of b bytes moves 2b bytes, so the
+ * host moves at most n*2B bytes/s and a call takes at least t_b = n*T / (n*2B) = T/(2B).
+ * The total, not the busiest rank's traffic, is what bounds the time: where ranks differ
+ * (broadcast in place, reduce done by the root), an idle rank's share of the bandwidth is
+ * free for the others. %bound = t_b / measured time (out of place and in place each with
+ * its own T); bound-busbw = the busbw at t_b, i.e. busbw / %bound. With more ranks than
+ * cores on a host, ranks take turns on cores and neither B nor the bound means much.
+ */
+
+/* Seconds on a monotonic clock (the drivers time their calls with it too). */
+static inline double perf_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The collectives; the bound model is per collective. */
+typedef enum {
+    PERF_COLL_ALLREDUCE,
+    PERF_COLL_REDUCE_SCATTER,
+    PERF_COLL_ALLGATHER,
+    PERF_COLL_BROADCAST,
+    PERF_COLL_REDUCE,
+    PERF_COLL_ALLTOALL,
+    PERF_COLL_SENDRECV,
+} perf_kind_t;
+
+/* T/S for one call over n ranks: the traffic per rank, as the model above says. */
+static inline double perf_traffic(perf_kind_t kind, int n, int in_place)
+{
+    double own = in_place ? 2.0 / n : 0.0;      /* the own block in place need not move */
+    switch (kind) {
+    case PERF_COLL_ALLREDUCE: return 3.0 - 1.0 / n;
+    case PERF_COLL_REDUCE_SCATTER:
+    case PERF_COLL_REDUCE: return 1.0 + 1.0 / n;
+    case PERF_COLL_ALLGATHER:
+    case PERF_COLL_BROADCAST:
+    case PERF_COLL_ALLTOALL: return 2.0 - own;
+    default: return 2.0;                        /* sendrecv */
+    }
+}
+
+static inline const char *perf_traffic_formula(perf_kind_t kind)
+{
+    switch (kind) {
+    case PERF_COLL_ALLREDUCE: return "S*(3-1/n)";
+    case PERF_COLL_REDUCE_SCATTER:
+    case PERF_COLL_REDUCE: return "S*(1+1/n)";
+    case PERF_COLL_ALLGATHER:
+    case PERF_COLL_BROADCAST:
+    case PERF_COLL_ALLTOALL: return "2*S, in place 2*S*(n-1)/n";
+    default: return "2*S";
+    }
+}
+
+#define PERF_COPY_BYTES ((size_t)256 << 20)
+#define PERF_COPY_REPS 5
+#define PERF_BOUND_MIN_BYTES ((size_t)1 << 20)  /* rows the bound section lists */
+
+/* The copy test's size: 256 MB, halved while its two buffers would take more than a
+ * quarter of a host's memory shared by local_ranks ranks. */
+static inline size_t perf_copy_bytes(int local_ranks)
+{
+    uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t share = phys / (uint64_t)(local_ranks > 0 ? local_ranks : 1) / 8;
+    size_t bytes = PERF_COPY_BYTES;
+    while (bytes > PERF_BOUND_MIN_BYTES && bytes > share)
+        bytes /= 2;
+    return bytes;
+}
+
+typedef void perf_barrier_fn_t(void *ctx);
+
+/* This rank's copy bandwidth in GB/s: the median of PERF_COPY_REPS memcpys of `bytes`
+ * between two touched buffers, each after barrier(ctx) so that all ranks copy at once.
+ * Calls barrier PERF_COPY_REPS times whatever happens; returns 0 if it cannot allocate. */
+static inline double perf_copy_bw(size_t bytes, perf_barrier_fn_t *barrier, void *ctx)
+{
+    char *src = malloc(bytes), *dst = malloc(bytes);
+    double gbs[PERF_COPY_REPS];
+    int ok = src && dst;
+
+    if (ok) {
+        memset(src, 0x5a, bytes);
+        memset(dst, 0xa5, bytes);               /* not 0: malloc + memset 0 may be calloc */
+    }
+    for (int i = 0; i < PERF_COPY_REPS; i++) {
+        barrier(ctx);
+        double t0 = perf_now();
+        if (ok)
+            memcpy(dst, src, bytes);
+        __asm__ volatile("" : : "r"(dst) : "memory");  /* dst escapes: the copy stays */
+        gbs[i] = (double)bytes / 1.0e9 / (perf_now() - t0);
+    }
+    free(src);
+    free(dst);
+    for (int i = 1; i < PERF_COPY_REPS; i++)       /* insertion sort, for the median */
+        for (int j = i; j > 0 && gbs[j] < gbs[j - 1]; j--) {
+            double t = gbs[j];
+            gbs[j] = gbs[j - 1];
+            gbs[j - 1] = t;
+        }
+    return ok ? gbs[PERF_COPY_REPS / 2] : 0.0;
+}
+
+/* One table row of PERF_BOUND_MIN_BYTES or more; [0] out of place, [1] in place. */
+typedef struct {
+    size_t bytes;
+    double sec[2];              /* < 0: no such call (sendrecv in place) */
+    double busbw[2];
+} perf_bound_row_t;
+
+/* What the bound section prints. The rows array is owned: perf_bound_free frees it. */
+typedef struct {
+    perf_kind_t kind;
+    int nranks;
+    int off;                    /* -B 0: no section */
+    int given;                  /* copy_bw came from -B or WEFT_PERF_COPY_BW */
+    double copy_bw;             /* GB/s per rank; 0 where it could not be measured */
+    size_t copy_bytes;
+    int local_ranks, cores;     /* this host's */
+    int oversubscribed;         /* some host runs more ranks than it has cores */
+    perf_bound_row_t *rows;
+    size_t nrows, cap;
+    int open;                   /* the last row waits for its in-place column */
+} perf_bound_t;
+
+/* Sets b up from -B (copy_bw: < 0 measure, 0 off, > 0 given); the driver then measures
+ * B where asked and combines copy_bw (min) and oversubscribed (max) over ranks. */
+static inline void perf_bound_init(perf_bound_t *b, perf_kind_t kind, int nranks,
+                                   double copy_bw, int local_ranks)
+{
+    memset(b, 0, sizeof(*b));
+    b->kind = kind;
+    b->nranks = nranks;
+    b->off = copy_bw == 0.0;
+    b->given = copy_bw > 0.0;
+    b->copy_bw = copy_bw > 0.0 ? copy_bw : 0.0;
+    b->copy_bytes = perf_copy_bytes(local_ranks);
+    b->local_ranks = local_ranks;
+    b->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    b->oversubscribed = b->cores > 0 && local_ranks > b->cores;
+}
+
+/* Keeps one column group's result: out of place opens a row, in place completes it. */
+static inline void perf_bound_record(perf_bound_t *b, size_t bytes, int in_place, double sec,
+                                     double busbw)
+{
+    if (b->off || bytes < PERF_BOUND_MIN_BYTES)
+        return;
+    if (in_place) {
+        if (b->open) {
+            b->rows[b->nrows - 1].sec[1] = sec;
+            b->rows[b->nrows - 1].busbw[1] = busbw;
+        }
+        b->open = 0;
+        return;
+    }
+    if (b->nrows == b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 64;
+        perf_bound_row_t *rows = realloc(b->rows, cap * sizeof(*rows));
+        b->open = 0;
+        if (!rows)
+            return;                             /* the section lists fewer rows */
+        b->rows = rows;
+        b->cap = cap;
+    }
+    b->rows[b->nrows++] = (perf_bound_row_t){ bytes, { sec, -1.0 }, { busbw, 0.0 } };
+    b->open = 1;
+}
+
+static inline void perf_bound_free(perf_bound_t *b)
+{
+    free(b->rows);
+    b->rows = NULL;
+    b->nrows = b->cap = 0;
+}
+
+/* t_b / sec for column c of row w, or -1 where there is nothing to compare. */
+static inline double perf_bound_fraction(const perf_bound_t *b, const perf_bound_row_t *w,
+                                         int c)
+{
+    double tb = perf_traffic(b->kind, b->nranks, c) * (double)w->bytes / (2.0e9 * b->copy_bw);
+    return w->sec[c] > 0.0 && tb > 0.0 ? tb / w->sec[c] : -1.0;
+}
+
+/* The section, under "# Avg bus bandwidth"; every line starts with '#'. */
+static inline void perf_bound_print(const perf_bound_t *b)
+{
+    if (b->off)
+        return;
+    printf("#\n");
+    if (b->copy_bw <= 0.0) {
+        printf("# Host copy bandwidth : not measured (cannot allocate 2 x %zu MB)\n",
+               b->copy_bytes >> 20);
+        return;
+    }
+    if (b->given)
+        printf("# Host copy bandwidth : %.2f GB/s per rank (given by -B or WEFT_PERF_COPY_BW)\n",
+               b->copy_bw);
+    else
+        printf("# Host copy bandwidth : %.2f GB/s per rank (memcpy %zu MB, %d ranks at once)\n",
+               b->copy_bw, b->copy_bytes >> 20, b->nranks);
+    printf("# Memory bound        : single copy, T = %s bytes read + written per rank"
+           " (host total / n; S = size, n = %d);\n", perf_traffic_formula(b->kind), b->nranks);
+    printf("#   bound time = T / (2 x copy bandwidth); %%bound = bound time / measured time;"
+           " bound-busbw = busbw at the out-of-place bound time\n");
+    if (b->oversubscribed)
+        printf("# Note: more ranks than cores on a host (%d ranks, %d cores here): ranks take"
+               " turns on cores, so the bound is not meaningful\n", b->local_ranks, b->cores);
+    if (b->nrows == 0) {
+        printf("# (no rows of %zu bytes or more)\n", PERF_BOUND_MIN_BYTES);
+        return;
+    }
+    printf("#  %10s  %11s  %10s  %9s\n", "size", "bound-busbw", "oop-%bound", "ip-%bound");
+    for (size_t i = 0; i < b->nrows; i++) {
+        const perf_bound_row_t *w = &b->rows[i];
+        double f0 = perf_bound_fraction(b, w, 0), f1 = perf_bound_fraction(b, w, 1);
+        printf("#  %10zu", w->bytes);
+        if (f0 > 0.0)
+            printf("  %11.2f  %9.1f%%", w->busbw[0] / f0, 100.0 * f0);
+        else
+            printf("  %11s  %10s", "N/A", "N/A");
+        if (f1 > 0.0)
+            printf("  %8.1f%%\n", 100.0 * f1);
+        else
+            printf("  %9s\n", "N/A");
+    }
 }
 
 /* ---- output, in nccl-tests' format (rank 0 prints) ---- */
@@ -595,13 +874,17 @@ static inline int perf_exit_code(int errors, double avg_bw)
     return errors || (min_bw != -1.0 && avg_bw < min_bw * 0.9) ? 1 : 0;
 }
 
-/* The closing lines, as nccl-tests prints them (its last line is the library's last error). */
-static inline void perf_print_footer(int errors, double avg_bw, const char *last_error)
+/* The closing lines, as nccl-tests prints them (its last line is the library's last error),
+ * with the bound section (NULL: none) after the average. */
+static inline void perf_print_footer(int errors, double avg_bw, const perf_bound_t *bound,
+                                     const char *last_error)
 {
     double min_bw = perf_min_bw();
     printf("# Out of bounds values : %d %s\n", errors, errors ? "FAILED" : "OK");
     printf("# Avg bus bandwidth    : %g %s\n", avg_bw,
            min_bw == -1.0 ? "" : (avg_bw < min_bw * 0.9 ? "FAILED" : "OK"));
+    if (bound)
+        perf_bound_print(bound);
     printf("#\n");
     printf("%s\n", last_error);
 }
@@ -661,6 +944,7 @@ static inline void *perf_elem(const perf_args_t *a, void *buf, size_t k)
 /* A collective, as its bench/<coll>_perf.c describes it to the driver. */
 typedef struct {
     const char *name;
+    perf_kind_t kind;
     unsigned flags;
     void (*counts)(size_t count, int nranks, perf_counts_t *c);
     /* algbw and busbw in GB/s (1e9 bytes/s) for paramcount `count` taking `sec`. */

@@ -38,6 +38,7 @@ int main(int argc, char **argv)
 {
     static const perf_coll_t coll = {
         .name = "reduce",
+        .kind = PERF_COLL_REDUCE,
         .flags = PERF_OP | PERF_REDUCES | PERF_ROOT,
         .counts = counts,
         .bw = bw,

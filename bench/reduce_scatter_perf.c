@@ -39,6 +39,7 @@ int main(int argc, char **argv)
 {
     static const perf_coll_t coll = {
         .name = "reduce_scatter",
+        .kind = PERF_COLL_REDUCE_SCATTER,
         .flags = PERF_OP | PERF_REDUCES,
         .counts = counts,
         .bw = bw,

@@ -39,6 +39,7 @@ int main(int argc, char **argv)
 {
     static const perf_coll_t coll = {
         .name = "sendrecv",
+        .kind = PERF_COLL_SENDRECV,
         .flags = PERF_OP | PERF_NO_INPLACE,
         .counts = counts,
         .bw = bw,
