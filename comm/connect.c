@@ -140,6 +140,8 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, void *ctx)
     if (!all_ok)
         return weft_error(WEFT_ERR_PEER_LOST, "connect: another rank failed to connect");
     comm->cma_all = cma && comm->nranks > 1;
+    if (comm->cfg.spin < 0)     /* spinning only helps when every rank has a core */
+        comm->cfg.spin = comm->local_size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 2000;
     for (int i = 0; i < comm->ntransports; i++)
         RETURN_IF_ERR(comm->transports[i]->post_connect(comm));
     return WEFT_OK;

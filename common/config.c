@@ -46,10 +46,15 @@ static int parse_double(const char *s, void *field, size_t cap)
     return 0;
 }
 
+/* A count, or "auto" (stored as -1) where the caller picks a value at run time. */
 static int parse_long(const char *s, void *field, size_t cap)
 {
     (void)cap;
     char *end;
+    if (!strcmp(s, "auto")) {
+        *(long *)field = -1;
+        return 0;
+    }
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end != '\0' || v < 0)
@@ -123,7 +128,8 @@ static const cfg_knob_t knobs[] = {
     { "WEFT_CMA_MIN", "0", "smallest per-rank message the tuner moves by single-copy reads "
       "(process_vm_readv) when all ranks share a host; 0 = only with WEFT_ALGO=cma "
       "(slower than the shm ring on VMs, see docs/PERF.md)", SIZE(cma_min), NULL },
-    { "WEFT_SPIN", "2000", "idle polls before a waiting rank yields its core", LNG(spin), NULL },
+    { "WEFT_SPIN", "auto", "idle polls before a waiting rank yields its core; auto = 2000, "
+      "or 0 when a host has more ranks than cores", LNG(spin), NULL },
     /* topology */
     { "WEFT_TOPO_FILE", "", "hwloc XML to use instead of discovering this machine", STR(topo_file), NULL },
 };

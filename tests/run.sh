@@ -154,7 +154,7 @@ if [ -x "$WEFTRUN" ]; then
         elif [ "$p" = all_reduce ]; then
             run "${p}_perf -n 2" "$WEFTRUN" -n 2 "$bin" -b 8 -e 1M -f 8 -n 2 -w 1
         else
-            run "${p}_perf -n 3" "$WEFTRUN" -n 3 "$bin" -b 8 -e 64K -f 8 -n 2 -w 1
+            run "${p}_perf -n 3" "$WEFTRUN" -n 3 "$bin" -b 8 -e 64K -f 8 -n 2 -w 1 -B 0
         fi
     done
 fi
