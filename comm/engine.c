@@ -342,25 +342,22 @@ weft_status_t engine_progress(weft_comm_t *comm, comm_op_t *op, int *moved_p)
 }
 
 /* Names the peers the head op still waits on, for a timeout message. */
-static void describe_waiting(const weft_comm_t *comm, const comm_op_t *op, char *buf,
-                             size_t cap)
+static void describe_waiting(const weft_comm_t *comm, char *buf, size_t cap)
 {
     size_t n = 0;
     buf[0] = '\0';
     for (int p = 0; p < comm->nranks && n + 16 < cap; p++) {
         int tx = comm->cursor[2 * p], rx = comm->cursor[2 * p + 1];
-        if (rx >= 0)
-            n += (size_t)snprintf(buf + n, cap - n, "%s%d(recv)", n ? "," : "", p);
-        else if (tx >= 0)
-            n += (size_t)snprintf(buf + n, cap - n, "%s%d(send)", n ? "," : "", p);
+        if (rx >= 0 || tx >= 0)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%d(%s)", n ? "," : "", p,
+                                  rx >= 0 ? "recv" : "send");
     }
-    (void)op;
 }
 
 static weft_status_t timeout_error(weft_comm_t *comm, comm_op_t *op)
 {
     char waiting[512];
-    describe_waiting(comm, op, waiting, sizeof(waiting));
+    describe_waiting(comm, waiting, sizeof(waiting));
     return weft_error(WEFT_ERR_TIMEOUT, "rank %d: %s seq %u (count %zu, %s) timed out after "
                       "%.1f s (WEFT_TIMEOUT) waiting for rank(s) %s", comm->rank,
                       coll_name(op->args.coll), op->seq, op->args.count,
