@@ -108,7 +108,6 @@ static weft_status_t done_request(weft_comm_t *comm, weft_request_t **req_p)
         return weft_error(WEFT_ERR_NO_MEMORY, "out of memory");
     r->comm = comm;
     r->op.status = WEFT_OK;
-    r->op.is_request = 1;
     *req_p = r;
     return WEFT_OK;
 }
@@ -124,10 +123,8 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
             return weft_error(WEFT_ERR_NO_MEMORY, "out of memory");
         req->comm = comm;
         op = &req->op;
-        op->is_request = 1;
     }
     memset(op, 0, sizeof(*op));
-    op->is_request = req != NULL;
     op->args = *args;
     op->send = send;
     op->recv = recv;

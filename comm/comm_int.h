@@ -34,7 +34,6 @@ struct comm_op {
     uint64_t t_start;
     uint64_t fr_id;          /* its flight recorder entry */
     comm_op_t *next;         /* queue link */
-    int is_request;          /* heap-allocated for a weft_request_t */
 };
 
 struct weft_request {
