@@ -85,7 +85,8 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBA)
 
 # Debian packages the build, the tests and the benchmarks need; installed only if missing.
 DEB_PKGS = gcc make pkg-config libhwloc-dev hwloc openmpi-bin libopenmpi-dev iproute2 \
-           gnuplot-nox procps python3 mpich libmpich-dev iperf3
+           gnuplot-nox procps python3 mpich libmpich-dev iperf3 \
+           libopenblas-dev python3-torch bible-kjv clang libclang-rt-14-dev
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" \
