@@ -33,6 +33,41 @@ typedef struct {
 } boot_msg_t;
 
 #define BOOT_MAGIC 0x544f4f42u   /* "BOOT" */
+#define BOOT_FAIL  0x4c494146u   /* "FAIL": rank 0 tells the others init failed; len is
+                                  * the rank to blame, pad the weft_status_t */
+
+/* Rank 0, failing: tells every connected rank who is to blame (best effort, 0.2 s). */
+static void tell_failure(bootstrap_t *bs, int culprit, weft_status_t st)
+{
+    boot_msg_t m = { BOOT_FAIL, (uint32_t)bs->nranks, (uint32_t)culprit, (uint32_t)st };
+    uint64_t deadline = time_ns() + 200000000ull;
+    char keep[512];
+    snprintf(keep, sizeof(keep), "%s", weft_last_error());
+    for (int r = 1; r < bs->nranks; r++)
+        if (bs->fds[r] >= 0 && r != culprit)
+            sock_send_all(bs->fds[r], &m, sizeof(m), deadline);
+    weft_error_quiet(st, "%s", keep);       /* the sends may have overwritten it */
+}
+
+/* Checks a message header from rank 0 (any bytes); WEFT_OK when it announces len bytes. */
+weft_status_t bootstrap_check_msg(const void *buf, int nranks, size_t len)
+{
+    boot_msg_t m;
+    memcpy(&m, buf, sizeof(m));
+    if (m.magic == BOOT_FAIL && m.nranks == (uint32_t)nranks) {
+        weft_status_t st = (int32_t)m.pad == WEFT_ERR_TIMEOUT ? WEFT_ERR_TIMEOUT
+                                                              : WEFT_ERR_PEER_LOST;
+        if (m.len < (uint32_t)nranks)
+            return weft_error(st, "bootstrap: init failed: rank %u %s (rank 0 says)", m.len,
+                              st == WEFT_ERR_TIMEOUT ? "never arrived" : "was lost");
+        return weft_error(st, "bootstrap: init failed at rank 0");
+    }
+    if (m.magic != BOOT_MAGIC || m.nranks != (uint32_t)nranks || m.len != len)
+        return weft_error(WEFT_ERR_MISMATCH, "bootstrap: rank 0 sent a %u-byte record for %u "
+                          "ranks (magic %#x), expected %zu for %d (different weft versions?)",
+                          m.len, m.nranks, m.magic, len, nranks);
+    return WEFT_OK;
+}
 
 /* Rank 0: accept until every other rank is connected. */
 static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
@@ -40,7 +75,17 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
     int have = 1;
     while (have < bs->nranks) {
         int fd, peer;
-        RETURN_IF_ERR(sock_accept(lfd, bs->deadline, &fd));
+        weft_status_t ast = sock_accept(lfd, bs->deadline, &fd);
+        if (ast != WEFT_OK) {
+            int missing = 1;
+            while (missing < bs->nranks && bs->fds[missing] >= 0)
+                missing++;
+            weft_error_quiet(ast, "bootstrap: %d of %d ranks arrived; rank %d (and any "
+                             "other missing) did not: %s", have, bs->nranks, missing,
+                             weft_last_error());
+            tell_failure(bs, missing, ast);
+            return ast;
+        }
         weft_status_t st = auth_handshake(fd, secret, AUTH_BOOTSTRAP, 0, 0, bs->deadline, &peer);
         boot_msg_t m;
         if (st == WEFT_OK)
@@ -111,6 +156,9 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous, const
         }
     } else if (rank != 0) {
         st = join(bs, &addr, secret);
+        if (st != WEFT_OK && st != WEFT_ERR_AUTH)
+            weft_error_quiet(st, "bootstrap: cannot join rank 0 at %s: %s", rendezvous,
+                             weft_last_error());
     }
     if (st != WEFT_OK) {
         bootstrap_close(bs);
@@ -124,23 +172,62 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
 {
     bootstrap_t *bs = ctx;
     boot_msg_t m = { BOOT_MAGIC, (uint32_t)bs->nranks, (uint32_t)len, 0 };
+    weft_status_t st;
     if (bs->rank != 0) {
-        RETURN_IF_ERR(sock_send_all(bs->fds[0], &m, sizeof(m), bs->deadline));
-        RETURN_IF_ERR(sock_send_all(bs->fds[0], mine, len, bs->deadline));
-        return sock_recv_all(bs->fds[0], all, len * (size_t)bs->nranks, bs->deadline);
+        int fd = bs->fds[0];
+        st = sock_send_all(fd, &m, sizeof(m), bs->deadline);
+        if (st == WEFT_OK)
+            st = sock_send_all(fd, mine, len, bs->deadline);
+        if (st == WEFT_OK)
+            st = sock_recv_all(fd, &m, sizeof(m), bs->deadline);
+        if (st == WEFT_OK) {    /* rank 0's own report needs no prefix */
+            st = bootstrap_check_msg(&m, bs->nranks, len * (size_t)bs->nranks);
+            if (st != WEFT_OK)
+                return st;
+            st = sock_recv_all(fd, all, len * (size_t)bs->nranks, bs->deadline);
+        }
+        if (st != WEFT_OK && st != WEFT_ERR_TIMEOUT) {
+            /* rank 0 may have said why before it went: its report is queued here */
+            char keep[512];
+            snprintf(keep, sizeof(keep), "%s", weft_last_error());
+            boot_msg_t f;
+            if (sock_recv_all(fd, &f, sizeof(f), time_ns() + 100000000ull) == WEFT_OK &&
+                f.magic == BOOT_FAIL)
+                return bootstrap_check_msg(&f, bs->nranks, 0);
+            weft_error_quiet(st, "%s", keep);
+        }
+        if (st != WEFT_OK)
+            weft_error_quiet(st, "bootstrap: rank 0 (the rendezvous) %s: %s",
+                             st == WEFT_ERR_TIMEOUT ? "did not answer" : "was lost",
+                             weft_last_error());
+        return st;
     }
     memcpy(all, mine, len);
     for (int r = 1; r < bs->nranks; r++) {
         boot_msg_t got;
-        RETURN_IF_ERR(sock_recv_all(bs->fds[r], &got, sizeof(got), bs->deadline));
-        if (got.magic != BOOT_MAGIC || got.len != len)
-            return weft_error(WEFT_ERR_MISMATCH, "bootstrap: rank %d sent a %u-byte record, "
-                              "expected %zu (different weft versions?)", r, got.len, len);
-        RETURN_IF_ERR(sock_recv_all(bs->fds[r], (char *)all + (size_t)r * len, len,
-                                    bs->deadline));
+        st = sock_recv_all(bs->fds[r], &got, sizeof(got), bs->deadline);
+        if (st == WEFT_OK && (got.magic != BOOT_MAGIC || got.len != len))
+            st = weft_error(WEFT_ERR_MISMATCH, "bootstrap: rank %d sent a %u-byte record, "
+                            "expected %zu (different weft versions?)", r, got.len, len);
+        if (st == WEFT_OK)
+            st = sock_recv_all(bs->fds[r], (char *)all + (size_t)r * len, len, bs->deadline);
+        if (st != WEFT_OK) {
+            weft_error_quiet(st, "bootstrap: rank %d: %s", r, weft_last_error());
+            tell_failure(bs, r, st);
+            return st;
+        }
     }
-    for (int r = 1; r < bs->nranks; r++)
-        RETURN_IF_ERR(sock_send_all(bs->fds[r], all, len * (size_t)bs->nranks, bs->deadline));
+    m.len = (uint32_t)(len * (size_t)bs->nranks);
+    for (int r = 1; r < bs->nranks; r++) {
+        st = sock_send_all(bs->fds[r], &m, sizeof(m), bs->deadline);
+        if (st == WEFT_OK)
+            st = sock_send_all(bs->fds[r], all, len * (size_t)bs->nranks, bs->deadline);
+        if (st != WEFT_OK) {
+            weft_error_quiet(st, "bootstrap: rank %d: %s", r, weft_last_error());
+            tell_failure(bs, r, st);
+            return st;
+        }
+    }
     return WEFT_OK;
 }
 

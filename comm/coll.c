@@ -32,8 +32,8 @@ static weft_status_t check_comm(const char *fn, const weft_comm_t *comm)
     if (comm == NULL)
         return BAD("%s: comm is NULL", fn);
     if (comm->error != WEFT_OK)
-        return weft_error_quiet(comm->error, "%s: communicator failed earlier (%s); "
-                                "destroy it", fn, weft_status_str(comm->error));
+        return weft_error_quiet(comm->error, "%s: the communicator failed earlier (%s); "
+                                "destroy it", fn, comm->error_msg);
     return WEFT_OK;
 }
 

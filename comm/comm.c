@@ -231,6 +231,7 @@ weft_status_t weft_comm_abort(weft_comm_t *comm)
     if (comm == NULL)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_abort: comm is NULL");
     __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
+    fail_abort_peers(comm);     /* they see WEFT_ERR_PEER_LOST; a pending call here ends */
     return WEFT_OK;
 }
 

@@ -31,6 +31,7 @@ struct comm_op {
     sched_t *sched;          /* borrowed from the cache while the op runs */
     weft_status_t status;    /* WEFT_IN_PROGRESS until done */
     int started;
+    int posted_wait;         /* told the peers it is waiting (comm/fail.c) */
     uint64_t t_start;
     uint64_t fr_id;          /* its flight recorder entry */
     comm_op_t *next;         /* queue link */
@@ -92,6 +93,8 @@ struct weft_comm {
     int ncomplete;           /* completed steps of the head op */
     uint32_t *p2p_tx, *p2p_rx;      /* [nranks] point-to-point sequence numbers */
     weft_status_t error;     /* first failure; the communicator is unusable after it */
+    char error_msg[512];     /* ... and its message, repeated by later calls */
+    tp_state_t fail;         /* what this rank posts to its peers about that failure */
     sched_meta_t meta_out;   /* the head op's buffer addresses, for single-copy peers */
     sched_meta_t *meta_in;   /* [nranks] the peers' */
     int cma_all;             /* every rank reaches every other with single-copy reads */
@@ -110,6 +113,22 @@ weft_status_t engine_wait(weft_comm_t *comm, comm_op_t *op);
 /* One pass over the queue head, for weft_test. */
 weft_status_t engine_poll(weft_comm_t *comm);
 
+/* Fills d with the call as frames and peer states describe it. */
+void engine_call_desc(const comm_op_t *op, call_desc_t *d);
+
+/* fail.c: failure propagation between ranks (see the file's banner). */
+/* records who is to blame for a failure being raised (first one wins) */
+void fail_note(weft_comm_t *comm, weft_status_t st, int other, const call_desc_t *theirs);
+/* posts the communicator's first failure to every peer */
+void fail_publish(weft_comm_t *comm, const comm_op_t *op, weft_status_t st);
+/* a lost peer p: fails with what p posted before it went, if anything, else st */
+weft_status_t fail_explain_lost(weft_comm_t *comm, const comm_op_t *op, int p,
+                                weft_status_t st);
+/* from idle waits: tells peers what op waits in, and fails it on their news */
+weft_status_t fail_probe(weft_comm_t *comm, comm_op_t *op);
+/* thread-safe: every peer will see this rank as gone */
+void fail_abort_peers(weft_comm_t *comm);
+
 /* tuner.c: picks algorithm and chunk, builds or finds the schedule. */
 weft_status_t tuner_schedule(weft_comm_t *comm, comm_op_t *op);
 void tuner_cache_clear(weft_comm_t *comm);
@@ -126,6 +145,9 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous, const
 /* allgather of fixed-size blobs through rank 0; usable as exchange_fn_t */
 weft_status_t bootstrap_exchange(void *bs, const void *mine, void *all, size_t len);
 void bootstrap_close(bootstrap_t *bs);
+/* Checks a header rank 0 sends (any bytes): WEFT_OK when it announces len bytes for
+ * nranks; rank 0's failure report or garbage otherwise, with the error set. */
+weft_status_t bootstrap_check_msg(const void *buf, int nranks, size_t len);
 
 /* env.c: the launcher's environment */
 typedef struct launch_env {

@@ -24,17 +24,6 @@
 #include "status.h"
 #include "util.h"
 
-const char *coll_name(int coll)
-{
-    static const char *names[COLL_NUM] = {
-        [COLL_ALLREDUCE] = "allreduce", [COLL_REDUCE_SCATTER] = "reduce_scatter",
-        [COLL_ALLGATHER] = "allgather", [COLL_BROADCAST] = "broadcast",
-        [COLL_REDUCE] = "reduce", [COLL_ALLTOALL] = "alltoall", [COLL_SEND] = "send",
-        [COLL_RECV] = "recv", [COLL_BARRIER] = "barrier", [COLL_SENDRECV] = "sendrecv",
-    };
-    return coll > 0 && coll < COLL_NUM && names[coll] ? names[coll] : "unknown";
-}
-
 static char *buf_ptr(weft_comm_t *comm, comm_op_t *op, int buf)
 {
     switch (buf) {
@@ -163,52 +152,61 @@ static weft_status_t progress_send(weft_comm_t *comm, comm_op_t *op, int i, int 
     }
 }
 
-static weft_status_t mismatch(const weft_comm_t *comm, const comm_op_t *op,
-                              const frame_hdr_t *h, int peer, const char *what)
+/* Fills d with this rank's call as frames and peer states describe it. */
+void engine_call_desc(const comm_op_t *op, call_desc_t *d)
 {
     const sched_args_t *a = &op->args;
-    const char *hd = weft_dtype_name(h->dtype), *ho = weft_op_name(h->op);
-    return weft_error(WEFT_ERR_MISMATCH,
-                      "rank %d: %s: rank %d sent %s(count=%llu, %s, %s, root=%d) seq %u, "
-                      "but this rank called %s(count=%zu, %s, %s, root=%d) seq %u",
-                      comm->rank, what, peer, coll_name(h->coll),
-                      (unsigned long long)h->count, hd ? hd : "?", ho ? ho : "?",
-                      (int)h->root, h->seq, coll_name(a->coll), a->count,
-                      weft_dtype_name(a->dtype), weft_op_name(a->op), a->root, op->seq);
+    memset(d, 0, sizeof(*d));
+    d->count = a->count;
+    d->seq = op->seq;
+    d->root = a->root;
+    d->coll = (uint8_t)a->coll;
+    d->dtype = (uint8_t)a->dtype;
+    d->op = (uint8_t)a->op;
 }
 
-/* Checks a received header against what step i of op expects from `peer`. */
-static weft_status_t check_header(const weft_comm_t *comm, const comm_op_t *op, int i,
+/* Checks a received header against what step i of op expects from its peer. */
+static weft_status_t check_header(weft_comm_t *comm, const comm_op_t *op, int i,
                                   const frame_hdr_t *h)
 {
     const sched_args_t *a = &op->args;
     const sched_step_t *st = &op->sched->steps[i];
-    int peer = st->peer;
-    size_t esz = weft_dtype_size(a->dtype);
-    if (h->magic != FRAME_MAGIC || h->version != FRAME_VERSION)
-        return weft_error(WEFT_ERR_INTERNAL, "rank %d: corrupt frame from rank %d "
-                          "(magic %#x version %u)", comm->rank, peer, h->magic, h->version);
-    if (h->comm_id != comm->id32 || h->src_rank != (uint32_t)peer)
-        return weft_error(WEFT_ERR_INTERNAL, "rank %d: frame from rank %d carries comm %#x "
-                          "rank %u, expected comm %#x", comm->rank, peer, h->comm_id,
-                          h->src_rank, comm->id32);
-    int p2p = a->coll == COLL_RECV || a->coll == COLL_SENDRECV;
-    uint64_t want_count = a->coll == COLL_SENDRECV ? a->count2 : a->count;
-    if (p2p) {
-        if (h->coll != COLL_SEND || h->count != want_count || h->dtype != a->dtype ||
-            h->seq != op->seq_rx)
-            return mismatch(comm, op, h, peer, "point-to-point mismatch");
-    } else if (h->coll != a->coll || h->count != a->count || h->dtype != a->dtype ||
-               h->op != a->op || h->root != a->root || h->seq != op->seq) {
-        return mismatch(comm, op, h, peer, "collective mismatch");
+    frame_expect_t e = {
+        .comm_id = comm->id32, .peer = (uint32_t)st->peer,
+        .p2p = a->coll == COLL_RECV || a->coll == COLL_SENDRECV,
+        .frame = comm->frame_rx[st->peer], .room = st->len - comm->st[i].done,
+        .esz = (uint32_t)weft_dtype_size(a->dtype),
+    };
+    engine_call_desc(op, &e.call);
+    if (e.p2p) {
+        e.call.count = a->coll == COLL_SENDRECV ? a->count2 : a->count;
+        e.call.seq = op->seq_rx;
     }
-    step_state_t *ss = &comm->st[i];
-    if (h->frame != comm->frame_rx[peer] || h->len > st->len - ss->done ||
-        h->len % esz != 0 || (h->len == 0 && st->len != 0))
-        return weft_error(WEFT_ERR_INTERNAL, "rank %d: frame %u from rank %d has length %u "
-                          "(expected frame %u, at most %zu bytes)", comm->rank, h->frame,
-                          peer, h->len, comm->frame_rx[peer], st->len - ss->done);
-    return WEFT_OK;
+    char why[400];
+    frame_verdict_t v = frame_check(h, &e, why, sizeof(why));
+    if (v == FRAME_OK)
+        return WEFT_OK;
+    if (v == FRAME_MISMATCH) {
+        call_desc_t theirs;
+        call_desc_of_hdr(h, &theirs);
+        fail_note(comm, WEFT_ERR_MISMATCH, st->peer, &theirs);
+        /* A frame left over from an earlier call: say what this rank made of that call
+         * (two ranks that both took themselves for a broadcast's root end up here). */
+        if (!e.p2p && h->seq > e.call.seq)
+            return weft_error(WEFT_ERR_MISMATCH, "rank %d: %s; rank %d has completed seq "
+                              "%u as some other call", comm->rank, why, st->peer, e.call.seq);
+        const fr_entry_t *past = e.p2p || h->seq == e.call.seq ? NULL
+                                 : fr_find_coll(&comm->flight, h->seq);
+        if (past) {
+            call_desc_t d = { .count = past->count, .seq = past->seq, .root = past->root,
+                              .coll = past->coll, .dtype = past->dtype, .op = past->op };
+            char pd[128];
+            return weft_error(WEFT_ERR_MISMATCH, "rank %d: %s; this rank's seq %u was %s",
+                              comm->rank, why, h->seq, call_desc_str(&d, pd, sizeof(pd)));
+        }
+        return weft_error(WEFT_ERR_MISMATCH, "rank %d: %s", comm->rank, why);
+    }
+    return weft_error(WEFT_ERR_INTERNAL, "rank %d: %s", comm->rank, why);
 }
 
 static weft_status_t progress_recv(weft_comm_t *comm, comm_op_t *op, int i, int *moved)
@@ -323,10 +321,13 @@ weft_status_t engine_progress(weft_comm_t *comm, comm_op_t *op, int *moved_p)
     const sched_t *s = op->sched;
     int moved = 0;
     for (int p = 0; p < comm->nranks; p++) {
+        weft_status_t rc = WEFT_OK;
         if (comm->cursor[2 * p] >= 0)
-            RETURN_IF_ERR(progress_queue(comm, op, &comm->cursor[2 * p], 1, &moved));
-        if (comm->cursor[2 * p + 1] >= 0)
-            RETURN_IF_ERR(progress_queue(comm, op, &comm->cursor[2 * p + 1], 0, &moved));
+            rc = progress_queue(comm, op, &comm->cursor[2 * p], 1, &moved);
+        if (rc == WEFT_OK && comm->cursor[2 * p + 1] >= 0)
+            rc = progress_queue(comm, op, &comm->cursor[2 * p + 1], 0, &moved);
+        if (rc < 0)
+            return rc == WEFT_ERR_PEER_LOST ? fail_explain_lost(comm, op, p, rc) : rc;
     }
     while (comm->local_cursor < s->nlocals) {
         int i = s->locals[comm->local_cursor];
@@ -358,6 +359,11 @@ static weft_status_t timeout_error(weft_comm_t *comm, comm_op_t *op)
 {
     char waiting[512];
     describe_waiting(comm, waiting, sizeof(waiting));
+    for (int p = 0; p < comm->nranks; p++)
+        if (comm->cursor[2 * p] >= 0 || comm->cursor[2 * p + 1] >= 0) {
+            fail_note(comm, WEFT_ERR_TIMEOUT, p, NULL);
+            break;
+        }
     return weft_error(WEFT_ERR_TIMEOUT, "rank %d: %s seq %u (count %zu, %s) timed out after "
                       "%.1f s (WEFT_TIMEOUT) waiting for rank(s) %s", comm->rank,
                       coll_name(op->args.coll), op->seq, op->args.count,
@@ -368,13 +374,19 @@ static weft_status_t timeout_error(weft_comm_t *comm, comm_op_t *op)
 static void finish_head(weft_comm_t *comm, weft_status_t st)
 {
     comm_op_t *op = comm->q_head;
+    if (st < 0 && st != WEFT_ERR_ABORTED && comm->aborted)   /* our own shutdown's echo */
+        st = weft_error(WEFT_ERR_ABORTED, "rank %d: communicator aborted", comm->rank);
     op->status = st;
     comm->q_head = op->next;
     if (comm->q_head == NULL)
         comm->q_tail = NULL;
     op->next = NULL;
-    if (st < 0 && comm->error == WEFT_OK)
-        comm->error = st;   /* frames of a failed op may be in flight: the comm is done */
+    if (st < 0 && comm->error == WEFT_OK) {
+        /* frames of a failed op may be in flight: the comm is done, and says so */
+        comm->error = st;
+        snprintf(comm->error_msg, sizeof(comm->error_msg), "%s", weft_last_error());
+        fail_publish(comm, op, st);
+    }
     fr_finished(&comm->flight, op->fr_id, st);
     if (st == WEFT_ERR_TIMEOUT || st == WEFT_ERR_PEER_LOST)
         fr_dump(&comm->flight, stderr, comm->rank, comm->nranks, comm->id32,
@@ -393,7 +405,8 @@ static weft_status_t poll_head(weft_comm_t *comm, int *moved)
         return WEFT_ERR_ABORTED;
     }
     if (comm->error != WEFT_OK) {
-        finish_head(comm, comm->error);
+        finish_head(comm, weft_error_quiet(comm->error, "rank %d: the communicator failed "
+                                           "earlier: %s", comm->rank, comm->error_msg));
         return comm->error;
     }
     if (!head->started) {
@@ -427,9 +440,14 @@ static void check_stalled(weft_comm_t *comm)
             continue;
         weft_status_t st = comm->eps[p]->ops->check_alive(comm->eps[p]);
         if (st < 0) {
-            finish_head(comm, st);
+            finish_head(comm, fail_explain_lost(comm, head, p, st));
             return;
         }
+    }
+    weft_status_t st = fail_probe(comm, head);
+    if (st < 0) {
+        finish_head(comm, st);
+        return;
     }
     if (comm->cfg.timeout_s > 0 && now - head->t_start > (uint64_t)(comm->cfg.timeout_s * 1e9))
         finish_head(comm, timeout_error(comm, head));
@@ -459,8 +477,8 @@ weft_status_t engine_wait(weft_comm_t *comm, comm_op_t *op)
         idle++;
         if (idle > comm->cfg.spin)
             sched_yield();
-        if ((idle & 1023) == 0)
-            check_stalled(comm);
+        if ((idle & 63) == 0)
+            check_stalled(comm);   /* rate-limited inside */
     }
     return op->status;
 }

@@ -35,6 +35,17 @@ uint64_t fr_queued(flight_t *f, int coll, uint32_t seq, uint64_t count, int dtyp
     return id;
 }
 
+const fr_entry_t *fr_find_coll(const flight_t *f, uint32_t seq)
+{
+    for (uint64_t k = 0; k < FLIGHT_SIZE && k < f->next; k++) {
+        const fr_entry_t *e = &f->e[(f->next - 1 - k) % FLIGHT_SIZE];
+        if (e->seq == seq && e->coll != COLL_SEND && e->coll != COLL_RECV &&
+            e->coll != COLL_SENDRECV)
+            return e;
+    }
+    return NULL;
+}
+
 void fr_started(flight_t *f, uint64_t id, const char *algo)
 {
     fr_entry_t *e = entry(f, id);

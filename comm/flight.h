@@ -36,6 +36,8 @@ typedef struct flight {
 /* Returns the id to pass to the later calls. */
 uint64_t fr_queued(flight_t *f, int coll, uint32_t seq, uint64_t count, int dtype, int op,
                    int root);
+/* The most recent collective (not point-to-point) call with sequence number seq. */
+const fr_entry_t *fr_find_coll(const flight_t *f, uint32_t seq);
 void fr_started(flight_t *f, uint64_t id, const char *algo);
 void fr_finished(flight_t *f, uint64_t id, weft_status_t st);
 void fr_dump(const flight_t *f, FILE *out, int rank, int nranks, uint32_t comm_id,

@@ -46,13 +46,19 @@ typedef struct shm_seg_hdr {
     uint64_t ring_bytes;    /* data bytes per ring */
 } shm_seg_hdr_t;
 
+/* The producer also owns the mailbox: its latest tp_state_t under a sequence lock
+ * (state_gen odd while it writes), and `gone`, set when it gave up on the consumer. */
 typedef struct shm_ring_ctl {
     _Alignas(64) uint64_t head;     /* consumer: bytes consumed */
     _Alignas(64) uint64_t tail;     /* producer: bytes produced */
+    _Alignas(64) uint64_t state_gen;
+    uint64_t gone;
+    uint64_t state[sizeof(tp_state_t) / 8];
 } shm_ring_ctl_t;
 
 #define SEG_HDR_BYTES 4096
 #define CTL_BYTES     256           /* ring data starts this far into its slot */
+_Static_assert(sizeof(shm_ring_ctl_t) <= CTL_BYTES, "ring control fits before the data");
 
 typedef struct shm_local {
     char name[64];
@@ -328,14 +334,59 @@ static weft_status_t shm_rget(tp_ep_t *ep, void *dst, uint64_t raddr, size_t len
     return WEFT_OK;
 }
 
-/* A peer process that no longer exists will never advance its rings. */
+/* A peer that exited or gave up will never advance its rings; what it wrote before
+ * is still ours to read (our segment outlives it), so it is lost only once drained. */
 static weft_status_t shm_check_alive(tp_ep_t *ep)
 {
     shm_ep_t *e = (shm_ep_t *)ep;
-    if (kill(e->peer_pid, 0) != 0 && errno == ESRCH)
+    int exited = kill(e->peer_pid, 0) != 0 && errno == ESRCH;
+    int gone = __atomic_load_n(&e->rx_ctl->gone, __ATOMIC_ACQUIRE) != 0;
+    if (!exited && !gone)
+        return WEFT_OK;
+    if (__atomic_load_n(&e->rx_ctl->tail, __ATOMIC_ACQUIRE) != e->rx_head)
+        return WEFT_OK;
+    if (exited)
         return weft_error(WEFT_ERR_PEER_LOST, "shm: rank %d (pid %d) has exited", ep->peer,
                           (int)e->peer_pid);
+    return weft_error(WEFT_ERR_PEER_LOST, "shm: rank %d (pid %d) aborted or destroyed its "
+                      "communicator", ep->peer, (int)e->peer_pid);
+}
+
+/* Sequence lock, word by word so that neither side ever reads a torn word. */
+static void shm_post_state(tp_ep_t *ep, const tp_state_t *s)
+{
+    shm_ep_t *e = (shm_ep_t *)ep;
+    uint64_t w[sizeof(*s) / 8], gen = __atomic_load_n(&e->tx_ctl->state_gen, __ATOMIC_RELAXED);
+    memcpy(w, s, sizeof(w));
+    __atomic_store_n(&e->tx_ctl->state_gen, gen + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    for (size_t i = 0; i < sizeof(w) / 8; i++)
+        __atomic_store_n(&e->tx_ctl->state[i], w[i], __ATOMIC_RELAXED);
+    __atomic_store_n(&e->tx_ctl->state_gen, gen + 2, __ATOMIC_RELEASE);
+}
+
+static weft_status_t shm_peer_state(tp_ep_t *ep, tp_state_t *s)
+{
+    shm_ep_t *e = (shm_ep_t *)ep;
+    uint64_t w[sizeof(*s) / 8];
+    for (int tries = 0; tries < 1000; tries++) {
+        uint64_t g1 = __atomic_load_n(&e->rx_ctl->state_gen, __ATOMIC_ACQUIRE);
+        for (size_t i = 0; i < sizeof(w) / 8; i++)
+            w[i] = __atomic_load_n(&e->rx_ctl->state[i], __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if ((g1 & 1) == 0 && __atomic_load_n(&e->rx_ctl->state_gen, __ATOMIC_RELAXED) == g1) {
+            memcpy(s, w, sizeof(*s));
+            return WEFT_OK;
+        }
+    }
+    memset(s, 0, sizeof(*s));       /* a writer that died mid-post: nothing to read */
     return WEFT_OK;
+}
+
+static void shm_abort(tp_ep_t *ep)
+{
+    shm_ep_t *e = (shm_ep_t *)ep;
+    __atomic_store_n(&e->tx_ctl->gone, 1, __ATOMIC_RELEASE);
 }
 
 static int shm_can_rget(const tp_ep_t *ep)
@@ -346,6 +397,7 @@ static int shm_can_rget(const tp_ep_t *ep)
 static void shm_close(tp_ep_t *ep)
 {
     shm_ep_t *e = (shm_ep_t *)ep;
+    shm_abort(ep);          /* a peer still waiting on us must not wait for our pid */
     munmap(e->peer_map, e->peer_map_bytes);
     free(e);
 }
@@ -366,6 +418,10 @@ const tp_ops_t tp_shm_ops = {
     .rget = shm_rget,
     .can_rget = shm_can_rget,
     .check_alive = shm_check_alive,
+    /* peer states */
+    .post_state = shm_post_state,
+    .peer_state = shm_peer_state,
+    .abort = shm_abort,
     /* teardown */
     .close = shm_close,
 };

@@ -8,6 +8,10 @@
  * and then has the payload read straight into the destination (plain receives) or
  * into a staging buffer (receives that reduce).
  *
+ * Peer states (comm/fail.c) travel in the stream as COLL_STATE frames, sent between data
+ * frames and consumed by recv_peek before the engine sees the next header; a peer's
+ * state is therefore seen once the data it sent before has been read.
+ *
  * Invariants: rank i connects to every j > i and accepts from every j < i (connect.c
  * orders the calls), so setup never waits in a circle; a closed or reset connection is
  * WEFT_ERR_PEER_LOST naming the peer.
@@ -31,10 +35,22 @@ typedef struct tcp_local {
     int *pending;           /* [nranks] accepted, authenticated, not yet claimed */
 } tcp_local_t;
 
+typedef struct state_frame {
+    frame_hdr_t hdr;
+    tp_state_t state;
+} state_frame_t;
+
 typedef struct tcp_ep {
     tp_ep_t base;
     int fd;
     size_t tx_off;          /* bytes of the current frame already sent */
+    state_frame_t st_tx;    /* the state frame being sent, st_off bytes of it so far */
+    size_t st_off;
+    tp_state_t st_next;     /* posted while another state frame was half sent */
+    int st_pending;         /* st_tx (1) or st_next too (2) waits to go out */
+    tp_state_t st_rx;       /* the peer's latest */
+    int broken;             /* the connection failed: only salvage reads it now */
+    char st_rx_buf[sizeof(tp_state_t)];
     frame_hdr_t rx_hdr;
     size_t rx_got;          /* bytes of header + payload received */
     char *rx_buf;
@@ -169,18 +185,62 @@ static void tcp_local_cleanup(weft_comm_t *comm)
     comm->tcp_local = NULL;
 }
 
-static weft_status_t io_error(const tcp_ep_t *e, const char *what)
+static weft_status_t io_error(tcp_ep_t *e, const char *what)
 {
+    e->broken = 1;
     if (errno == EPIPE || errno == ECONNRESET || errno == 0)
         return weft_error(WEFT_ERR_PEER_LOST, "tcp: connection to rank %d %s", e->base.peer,
                           errno == 0 ? "closed by the peer" : "reset");
     return weft_error(WEFT_ERR_SYSTEM, "tcp: %s rank %d: %m", what, e->base.peer);
 }
 
+/* Sends pending state frames, never splitting a data frame: WEFT_OK when none is left,
+ * WEFT_IN_PROGRESS when the socket is full. Quiet: errors show up on the data path. */
+static weft_status_t flush_states(tcp_ep_t *e)
+{
+    while (e->st_pending) {
+        char *p = (char *)&e->st_tx;
+        ssize_t w = send(e->fd, p + e->st_off, sizeof(e->st_tx) - e->st_off,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR
+                   ? WEFT_IN_PROGRESS : WEFT_ERR_PEER_LOST;
+        e->st_off += (size_t)w;
+        if (e->st_off < sizeof(e->st_tx))
+            continue;
+        e->st_off = 0;
+        e->st_pending--;
+        e->st_tx.state = e->st_next;
+    }
+    return WEFT_OK;
+}
+
+static void tcp_post_state(tp_ep_t *ep, const tp_state_t *s)
+{
+    tcp_ep_t *e = (tcp_ep_t *)ep;
+    if (e->st_pending && e->st_off > 0) {   /* the one on the wire must finish first */
+        e->st_next = *s;
+        e->st_pending = 2;
+    } else {
+        memset(&e->st_tx.hdr, 0, sizeof(e->st_tx.hdr));
+        e->st_tx.hdr.magic = FRAME_MAGIC;
+        e->st_tx.hdr.version = FRAME_VERSION;
+        e->st_tx.hdr.coll = COLL_STATE;
+        e->st_tx.hdr.len = sizeof(tp_state_t);
+        e->st_tx.state = *s;
+        e->st_next = *s;
+        e->st_pending = 1;
+    }
+    if (e->tx_off == 0)
+        flush_states(e);
+}
+
 static weft_status_t tcp_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
 {
     tcp_ep_t *e = (tcp_ep_t *)ep;
     size_t hl = sizeof(*hdr), total = hl + hdr->len;
+    if (e->tx_off == 0 && e->st_pending && flush_states(e) != WEFT_OK)
+        return WEFT_IN_PROGRESS;    /* a real failure shows on the next data send */
     while (e->tx_off < total) {
         struct iovec iov[2];
         int n = 0;
@@ -199,6 +259,8 @@ static weft_status_t tcp_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *p
         e->tx_off += (size_t)w;
     }
     e->tx_off = 0;
+    if (e->st_pending)
+        flush_states(e);
     return WEFT_OK;
 }
 
@@ -221,20 +283,44 @@ static weft_status_t read_some(tcp_ep_t *e, char *dst, size_t want, size_t *got)
     return WEFT_OK;
 }
 
-/* The header first: the engine checks it before any payload byte is read. */
+/* Reads the payload of a state frame whose header is in rx_hdr; WEFT_OK once whole. */
+static weft_status_t read_state(tcp_ep_t *e)
+{
+    size_t hl = sizeof(e->rx_hdr), pgot = e->rx_got - hl;
+    if (e->rx_hdr.len != sizeof(tp_state_t) || e->rx_hdr.magic != FRAME_MAGIC)
+        return weft_error(WEFT_ERR_INTERNAL, "tcp: state frame from rank %d has %u bytes",
+                          e->base.peer, e->rx_hdr.len);
+    weft_status_t st = read_some(e, e->st_rx_buf, sizeof(tp_state_t), &pgot);
+    e->rx_got = hl + pgot;
+    if (st == WEFT_OK) {
+        memcpy(&e->st_rx, e->st_rx_buf, sizeof(e->st_rx));
+        e->rx_got = 0;
+    }
+    return st;
+}
+
+/* The header first: the engine checks it before any payload byte is read. State
+ * frames are taken here and never reach the engine. */
 static weft_status_t tcp_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p,
                                    const void **payload_p)
 {
     tcp_ep_t *e = (tcp_ep_t *)ep;
     size_t hl = sizeof(e->rx_hdr);
-    if (e->rx_got < hl) {
-        weft_status_t st = read_some(e, (char *)&e->rx_hdr, hl, &e->rx_got);
+    for (;;) {
+        if (e->rx_got < hl) {
+            weft_status_t st = read_some(e, (char *)&e->rx_hdr, hl, &e->rx_got);
+            if (st != WEFT_OK)
+                return st;
+        }
+        if (e->rx_hdr.coll != COLL_STATE)
+            break;
+        weft_status_t st = read_state(e);
         if (st != WEFT_OK)
             return st;
-        if (e->rx_hdr.len > e->max_frame)
-            return weft_error(WEFT_ERR_INTERNAL, "tcp: frame from rank %d claims %u bytes "
-                              "(limit %zu)", ep->peer, e->rx_hdr.len, e->max_frame);
     }
+    if (e->rx_hdr.len > e->max_frame)
+        return weft_error(WEFT_ERR_INTERNAL, "tcp: frame from rank %d claims %u bytes "
+                          "(limit %zu)", ep->peer, e->rx_hdr.len, e->max_frame);
     *hdr_p = &e->rx_hdr;
     *payload_p = e->rx_hdr.len == 0 ? e->rx_buf : NULL;
     return WEFT_OK;
@@ -284,9 +370,75 @@ static weft_status_t tcp_check_alive(tp_ep_t *ep)
     return WEFT_OK;
 }
 
+/* recv without a message: 1 once got reached want, 0 when the stream has no more. */
+static int recv_quiet(tcp_ep_t *e, char *dst, size_t want, size_t *got)
+{
+    while (*got < want) {
+        ssize_t r = recv(e->fd, dst ? dst + *got : e->st_rx_buf,
+                         dst ? want - *got : WEFT_MIN(want - *got, sizeof(e->st_rx_buf)),
+                         MSG_DONTWAIT);
+        if (r <= 0)
+            return 0;
+        *got += (size_t)r;
+    }
+    return 1;
+}
+
+/* The connection failed, but what the peer sent before it went is still queued here:
+ * read it all, keeping the state frames (a FAILED one says why the peer left) and
+ * dropping data (the call that wanted it has failed). Quiet: the failure is reported. */
+static void salvage(tcp_ep_t *e)
+{
+    size_t hl = sizeof(e->rx_hdr);
+    for (;;) {
+        if (e->rx_got < hl && !recv_quiet(e, (char *)&e->rx_hdr, hl, &e->rx_got))
+            return;
+        if (e->rx_hdr.magic != FRAME_MAGIC)
+            return;
+        size_t pgot = e->rx_got - hl;
+        int is_state = e->rx_hdr.coll == COLL_STATE && e->rx_hdr.len == sizeof(tp_state_t);
+        if (!recv_quiet(e, is_state ? e->st_rx_buf : NULL, e->rx_hdr.len, &pgot))
+            return;
+        if (is_state)
+            memcpy(&e->st_rx, e->st_rx_buf, sizeof(e->st_rx));
+        e->rx_got = 0;
+    }
+}
+
+/* Reads up to the next data header (taking state frames on the way): a peer that
+ * closed or reset shows up here too. *s is filled even then: the last state the peer
+ * sent before its connection failed. */
+static weft_status_t tcp_peer_state(tp_ep_t *ep, tp_state_t *s)
+{
+    tcp_ep_t *e = (tcp_ep_t *)ep;
+    const frame_hdr_t *h;
+    const void *payload;
+    weft_status_t st = WEFT_OK;
+    if (!e->broken && (e->rx_got == 0 || e->rx_hdr.coll == COLL_STATE))
+        st = tcp_recv_peek(ep, &h, &payload);
+    if (e->broken) {
+        salvage(e);
+        st = WEFT_ERR_PEER_LOST;
+    }
+    *s = e->st_rx;
+    return st < 0 ? st : WEFT_OK;
+}
+
+/* shutdown, not close: the fd stays ours until tcp_close, and any thread may call it. */
+static void tcp_abort(tp_ep_t *ep)
+{
+    shutdown(((tcp_ep_t *)ep)->fd, SHUT_RDWR);
+}
+
 static void tcp_close(tp_ep_t *ep)
 {
     tcp_ep_t *e = (tcp_ep_t *)ep;
+    /* Unread bytes at close make the kernel reset the connection, which can throw away
+     * data the peer has not read yet: read what is queued (late state frames) first. */
+    char sink[4096];
+    shutdown(e->fd, SHUT_WR);
+    while (recv(e->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
+        ;
     close(e->fd);
     free(e->rx_buf);
     free(e);
@@ -308,6 +460,10 @@ const tp_ops_t tp_tcp_ops = {
     .rget = tcp_rget,                  /* unsupported */
     .can_rget = tcp_can_rget,
     .check_alive = tcp_check_alive,
+    /* peer states */
+    .post_state = tcp_post_state,
+    .peer_state = tcp_peer_state,
+    .abort = tcp_abort,
     /* teardown */
     .close = tcp_close,
 };

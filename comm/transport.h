@@ -77,6 +77,17 @@ typedef struct tp_ops {
      * once it cannot; called by the engine only when a wait has been idle a while */
     weft_status_t (*check_alive)(tp_ep_t *ep);
 
+    /* -- peer states (comm/fail.c): outside the data frames, never blocking -- */
+    /* tells the peer s; the latest post wins; best effort, and never sets the last
+     * error (it runs while a failure's message is being reported) */
+    void (*post_state)(tp_ep_t *ep, const tp_state_t *s);
+    /* the peer's latest post (kind TP_STATE_NONE before any); <0 when it is gone, with
+     * *s still filled: the last state it posted before going */
+    weft_status_t (*peer_state)(tp_ep_t *ep, tp_state_t *s);
+    /* from any thread, at any time: this rank gives up on the peer, which then sees
+     * WEFT_ERR_PEER_LOST once it has read what was sent before (abort, destroy) */
+    void (*abort)(tp_ep_t *ep);
+
     /* -- teardown -- */
     void (*close)(tp_ep_t *ep);
 } tp_ops_t;

@@ -6,6 +6,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "status.h"
 #include "log.h"
@@ -41,9 +42,12 @@ void weft_error_clear(void)
     last_error[0] = '\0';
 }
 
+/* Through a copy, so a message may quote weft_last_error() (adding context to it). */
 static void error_vset(const char *fmt, va_list ap)
 {
-    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    char buf[sizeof(last_error)];
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    memcpy(last_error, buf, sizeof(buf));
 }
 
 weft_status_t weft_error(weft_status_t code, const char *fmt, ...)

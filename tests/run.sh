@@ -132,13 +132,24 @@ else
     run "test_coll -n 5 tcp small frames" env WEFT_TRANSPORT=tcp WEFT_CHUNK=4096 \
         WEFT_BUFFSIZE=64K "$WEFTRUN" -n 5 "$B/tests/test_coll" --quick
 fi
-# 3b. Failure paths of a running job: lost peer, silent peer, mismatch, recorder dump.
+# 3b. Failure paths of a running job: lost peer, silent peer, recorder dump, abort, a
+# mismatch in each field (3 ranks: not every rank sees the odd one's frames), and the
+# fault-injection loops (20 random kills per transport).
 if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
     for t in shm tcp; do
-        for m in peer_exit timeout mismatch dump; do
+        for m in peer_exit timeout dump; do
             run "test_fail $m $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=1 \
                 "$WEFTRUN" -n 2 "$B/tests/test_fail" "$m"
         done
+        run "test_fail peer_exit -n 4 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 4 \
+            "$B/tests/test_fail" peer_exit
+        run "test_fail abort -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
+            "$B/tests/test_fail" abort
+        for f in count dtype op root reduce_root coll; do
+            run "test_fail mismatch $f -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
+                "$B/tests/test_fail" mismatch "$f"
+        done
+        run "test_faults.sh $t" bash tests/test_faults.sh "$B" "$t" 20
     done
 fi
 if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_args" ]; then

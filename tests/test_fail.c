@@ -1,17 +1,30 @@
 /*
- * test_fail.c - failure paths of a running job: a lost peer, a hung peer, a mismatch.
+ * test_fail.c - failure paths of a running job, on every rank.
  *
- *   weftrun -n 2 build/tests/test_fail peer_exit|timeout|mismatch|dump
+ *   weftrun -n N build/tests/test_fail MODE [ARGS]
  *
- * peer_exit  rank 1 exits in the middle of the job; rank 0's next all-reduce must return
- *            WEFT_ERR_PEER_LOST naming rank 1 within 2 s (shm and tcp)
- * timeout    rank 1 stays silent for 4 s; rank 0 (WEFT_TIMEOUT=1) must get WEFT_ERR_TIMEOUT
- *            after about 1 s, naming rank 1, with the flight recorder printed
- * mismatch   the ranks call all-reduce with different counts; both must get
- *            WEFT_ERR_MISMATCH naming both calls, and no byte past either buffer changes
- * dump       weft_comm_dump prints the recorder with the calls made so far
- * Each rank exits 0 when it saw what it should, 1 otherwise.
+ * peer_exit     the last rank exits in the middle of the job; every other rank's next
+ *               all-reduce returns WEFT_ERR_PEER_LOST naming it within 2 s
+ * timeout       rank 1 stays silent for 4 s; rank 0 (WEFT_TIMEOUT=1) gets WEFT_ERR_TIMEOUT
+ *               after about 1 s, naming rank 1, with the flight recorder printed
+ * mismatch F    rank 1 calls something different in field F (count, dtype, op, root,
+ *               coll, reduce_root); every rank gets WEFT_ERR_MISMATCH within 2 s with a
+ *               message holding both calls' values of F, and no byte past any buffer
+ *               changes. A rank whose part of the call was consistent may complete it
+ *               (see docs/FAILURES.md); its next call must then fail the same way.
+ * abort         rank 0 is blocked in a receive; another thread calls weft_comm_abort
+ *               after 0.3 s: rank 0 gets WEFT_ERR_ABORTED, every other rank (blocked
+ *               too) WEFT_ERR_PEER_LOST naming rank 0, within 2 s of the abort
+ * kill SEED F   rank SEED % N SIGKILLs itself at a random moment (0-0.4 s) of a loop of collectives of random sizes, after writing the time to
+ *               file F; every survivor gets WEFT_ERR_PEER_LOST naming it within 2 s of
+ *               that time (survivors ignore weftrun's SIGTERM for the 3 s grace period)
+ * init_kill S F like kill, but 0-60 ms into weft_comm_init (see init_kill below)
+ * dump          weft_comm_dump prints the recorder with the calls made so far
+ * Each rank prints one ok/FAIL line per check and exits 0 when it saw what it should.
  */
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,18 +36,29 @@
 static double now_s(void)
 {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(CLOCK_MONOTONIC, &t);   /* one clock for every process on the host */
     return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* got == want within max_secs, and the message holds every needle (NULL-terminated). */
+static int expectv(int rank, const char *what, weft_status_t got, weft_status_t want,
+                   const char *const *needles, double secs, double max_secs)
+{
+    const char *msg = weft_last_error();
+    int ok = got == want && secs <= max_secs;
+    for (int i = 0; ok && needles && needles[i]; i++)
+        ok = strstr(msg, needles[i]) != NULL;
+    printf("%s rank %d %s: %s after %.2f s (want %s within %.1f s): %s\n", ok ? "ok" : "FAIL",
+           rank, what, weft_status_str(got), secs, weft_status_str(want), max_secs, msg);
+    fflush(stdout);
+    return ok ? 0 : 1;
 }
 
 static int expect(int rank, const char *what, weft_status_t got, weft_status_t want,
                   const char *needle, double secs, double max_secs)
 {
-    const char *msg = weft_last_error();
-    int ok = got == want && (needle == NULL || strstr(msg, needle)) && secs <= max_secs;
-    printf("%s rank %d %s: %s after %.2f s (want %s within %.1f s): %s\n", ok ? "ok" : "FAIL",
-           rank, what, weft_status_str(got), secs, weft_status_str(want), max_secs, msg);
-    return ok ? 0 : 1;
+    const char *n[2] = { needle, NULL };
+    return expectv(rank, what, got, want, n, secs, max_secs);
 }
 
 static int warm_up(weft_comm_t *c, float *buf, size_t n)
@@ -45,16 +69,207 @@ static int warm_up(weft_comm_t *c, float *buf, size_t n)
     return 0;
 }
 
+/* Rank 1 differs from the others in one field; the needles are both values of it. */
+static int mismatch(weft_comm_t *c, int rank, const char *field, float *buf)
+{
+    int odd = rank == 1;
+    size_t cnt = 100;
+    weft_status_t st;
+    const char *needles[3] = { NULL, NULL, NULL };
+    for (int i = 0; i < 64; i++)
+        buf[256 + i] = -7.0f;           /* guard: past every call's buffer */
+    double t0 = now_s();
+    if (!strcmp(field, "count")) {
+        needles[0] = "count=100", needles[1] = "count=200";
+        st = weft_allreduce(buf, buf, odd ? 200 : cnt, WEFT_FLOAT32, WEFT_SUM, c);
+    } else if (!strcmp(field, "dtype")) {
+        needles[0] = "float,", needles[1] = "int32,";
+        st = weft_allreduce(buf, buf, cnt, odd ? WEFT_INT32 : WEFT_FLOAT32, WEFT_SUM, c);
+    } else if (!strcmp(field, "op")) {
+        needles[0] = "sum", needles[1] = "max";
+        st = weft_allreduce(buf, buf, cnt, WEFT_FLOAT32, odd ? WEFT_MAX : WEFT_SUM, c);
+    } else if (!strcmp(field, "root")) {
+        needles[0] = "root=0", needles[1] = "root=1";
+        st = weft_broadcast(buf, buf, cnt, WEFT_FLOAT32, odd ? 1 : 0, c);
+    } else if (!strcmp(field, "reduce_root")) {
+        needles[0] = "root=0", needles[1] = "root=1";
+        st = weft_reduce(buf, buf + 128, cnt, WEFT_FLOAT32, WEFT_SUM, odd ? 1 : 0, c);
+    } else if (!strcmp(field, "coll")) {
+        needles[0] = "allreduce", needles[1] = "broadcast";
+        st = odd ? weft_broadcast(buf, buf, cnt, WEFT_FLOAT32, 0, c)
+                 : weft_allreduce(buf, buf, cnt, WEFT_FLOAT32, WEFT_SUM, c);
+    } else {
+        fprintf(stderr, "test_fail: unknown mismatch field %s\n", field);
+        return 2;
+    }
+    const char *what = "mismatched call";
+    if (st == WEFT_OK) {                /* consistent here: the next call must fail */
+        printf("note rank %d: its part of the mismatched call was consistent\n", rank);
+        what = "call after the mismatched one";
+        st = weft_barrier(c);
+    }
+    /* Its own value always; the other one too, unless what this rank saw was only a peer
+     * that had already moved on (it cannot know that peer's view of the call). */
+    if (odd) {
+        const char *t = needles[0];
+        needles[0] = needles[1];
+        needles[1] = t;
+    }
+    if (strstr(weft_last_error(), "has completed seq"))
+        needles[1] = NULL;
+    int bad = expectv(rank, what, st, WEFT_ERR_MISMATCH, needles, now_s() - t0, 2.0);
+    for (int i = 0; i < 64; i++)
+        if (buf[256 + i] != -7.0f) {
+            printf("FAIL rank %d: a byte past the buffer changed\n", rank);
+            bad = 1;
+            break;
+        }
+    return bad;
+}
+
+typedef struct { weft_comm_t *c; double t_abort; } abort_arg_t;
+
+static void *abort_later(void *p)
+{
+    abort_arg_t *a = p;
+    usleep(300000);
+    a->t_abort = now_s();
+    weft_comm_abort(a->c);
+    return NULL;
+}
+
+/* Everyone blocks in a receive nobody sends; rank 0 is aborted from another thread. */
+static int abort_test(weft_comm_t *c, int rank, int nranks, float *buf)
+{
+    abort_arg_t a = { c, 0 };
+    pthread_t th;
+    int src = rank == 0 ? nranks - 1 : 0;
+    if (rank == 0 && pthread_create(&th, NULL, abort_later, &a) != 0)
+        return 1;
+    double t0 = now_s();
+    weft_status_t st = weft_recv(buf, 8, WEFT_FLOAT32, src, c);
+    double t = now_s() - t0;
+    if (rank == 0) {
+        pthread_join(th, NULL);
+        return expect(rank, "aborted receive", st, WEFT_ERR_ABORTED, "aborted",
+                      now_s() - a.t_abort, 1.0);
+    }
+    return expect(rank, "receive from the aborted rank", st, WEFT_ERR_PEER_LOST, "rank 0",
+                  t, 0.3 + 2.0);
+}
+
+/* The victim kills itself from a thread at a random moment; the others time the news. */
+typedef struct { const char *file; useconds_t delay; } kill_arg_t;
+
+static void *kill_later(void *p)
+{
+    const kill_arg_t *a = p;
+    usleep(a->delay);
+    FILE *f = fopen(a->file, "w");
+    if (f) {
+        fprintf(f, "%.9f\n", now_s());
+        fclose(f);
+    }
+    raise(SIGKILL);
+    return NULL;
+}
+
+static int kill_test(weft_comm_t *c, int rank, int nranks, unsigned seed, const char *file)
+{
+    int victim = (int)(seed % (unsigned)nranks);
+    char needle[32];
+    size_t max = 1 << 20;
+    float *buf = calloc(max, sizeof(float)), *out = calloc(max, sizeof(float));
+    pthread_t th;
+    unsigned rs = seed * 7919u;
+    kill_arg_t ka = { file, (useconds_t)(rand_r(&rs) % 400000) };
+    if (buf == NULL || out == NULL)
+        return 1;
+    signal(SIGTERM, SIG_IGN);           /* weftrun stops the job: report first */
+    if (rank == victim && pthread_create(&th, NULL, kill_later, &ka) != 0)
+        return 1;
+    srand(seed);                        /* the same sizes on every rank */
+    weft_status_t st = WEFT_OK;
+    for (long i = 0; st == WEFT_OK; i++) {
+        size_t n = (size_t)1 << (rand() % 21);
+        switch (rand() % 4) {
+        case 0: st = weft_allreduce(buf, buf, n, WEFT_FLOAT32, WEFT_SUM, c); break;
+        case 1: st = weft_broadcast(buf, buf, n, WEFT_FLOAT32, (int)(i % nranks), c); break;
+        case 2: st = weft_allgather(buf, out, n / (size_t)nranks, WEFT_FLOAT32, c); break;
+        default: st = weft_barrier(c); break;
+        }
+    }
+    double t_fail = now_s(), t_kill = 0;
+    FILE *f = fopen(file, "r");
+    if (f == NULL || fscanf(f, "%lf", &t_kill) != 1) {
+        printf("FAIL rank %d: %s failed (%s) but the victim left no time in %s\n", rank,
+               "a collective", weft_last_error(), file);
+        return 1;
+    }
+    fclose(f);
+    snprintf(needle, sizeof(needle), "rank %d", victim);
+    return expect(rank, "survivor", st, WEFT_ERR_PEER_LOST, needle, t_fail - t_kill, 2.0);
+}
+
+/* Rank SEED % N SIGKILLs itself 0-60 ms into init (from a thread, so at a random point
+ * of it). The others: init fails with PEER_LOST or TIMEOUT within WEFT_TIMEOUT + 1 s,
+ * or, when the victim died after init, the next all-reduce fails within 2 s. */
+static int init_kill(unsigned seed, const char *file)
+{
+    const char *r = getenv("WEFT_RANK"), *n = getenv("WEFT_WORLD_SIZE");
+    const char *to = getenv("WEFT_TIMEOUT");
+    int rank = r ? atoi(r) : -1, nranks = n ? atoi(n) : 0;
+    double limit = (to ? atof(to) : 300) + 1.0;
+    unsigned rs = seed * 7919u;
+    kill_arg_t ka = { file, (useconds_t)(rand_r(&rs) % 60000) };
+    pthread_t th;
+    if (rank < 0 || nranks < 2)
+        return 2;
+    signal(SIGTERM, SIG_IGN);
+    if (rank == (int)(seed % (unsigned)nranks) &&
+        pthread_create(&th, NULL, kill_later, &ka) != 0)
+        return 1;
+    double t0 = now_s();
+    weft_comm_t *c;
+    weft_status_t st = weft_comm_init(&c);
+    if (st != WEFT_OK) {
+        int ok = (st == WEFT_ERR_PEER_LOST || st == WEFT_ERR_TIMEOUT) && now_s() - t0 <= limit;
+        printf("%s rank %d init: %s after %.2f s (want peer lost or timeout within %.1f s): "
+               "%s\n", ok ? "ok" : "FAIL", rank, weft_status_str(st), now_s() - t0, limit,
+               weft_last_error());
+        return !ok;
+    }
+    float x = 1;
+    for (;;) {
+        st = weft_allreduce(&x, &x, 1, WEFT_FLOAT32, WEFT_SUM, c);
+        if (st != WEFT_OK)
+            break;
+        usleep(1000);
+    }
+    double t_kill = 0;
+    FILE *f = fopen(file, "r");
+    if (f == NULL || fscanf(f, "%lf", &t_kill) != 1)
+        return 1;
+    fclose(f);
+    return expect(rank, "after init, survivor", st, WEFT_ERR_PEER_LOST, NULL,
+                  now_s() - t_kill, 2.0);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "init_kill") && argc > 3) {
+        int bad = init_kill((unsigned)atoi(argv[2]), argv[3]);
+        fflush(stdout);
+        _exit(bad);
+    }
     weft_comm_t *c;
     weft_status_t st = weft_comm_init(&c);
     if (st != WEFT_OK) {
         printf("FAIL init: %s: %s\n", weft_status_str(st), weft_last_error());
         return 1;
     }
-    int rank = weft_comm_rank(c);
+    int rank = weft_comm_rank(c), nranks = weft_comm_size(c);
     size_t n = 1 << 20;
     float *buf = calloc(n + 64, sizeof(float));
     if (buf == NULL || warm_up(c, buf, n))
@@ -62,13 +277,16 @@ int main(int argc, char **argv)
     int bad = 0;
     double t0;
     if (!strcmp(mode, "peer_exit")) {
-        if (rank == 1)
+        if (rank == nranks - 1)
             _exit(0);                   /* no destroy: the process is simply gone */
+        char needle[32];
+        snprintf(needle, sizeof(needle), "rank %d", nranks - 1);
         t0 = now_s();
         st = weft_allreduce(buf, buf, n, WEFT_FLOAT32, WEFT_SUM, c);
-        bad = expect(rank, "after peer exit", st, WEFT_ERR_PEER_LOST, "rank 1", now_s() - t0, 2.0);
+        bad = expect(rank, "after peer exit", st, WEFT_ERR_PEER_LOST, needle, now_s() - t0, 2.0);
         st = weft_allreduce(buf, buf, 1, WEFT_FLOAT32, WEFT_SUM, c);
-        bad |= expect(rank, "next call on the failed comm", st, WEFT_ERR_PEER_LOST, NULL, 0, 1.0);
+        bad |= expect(rank, "next call on the failed comm", st, WEFT_ERR_PEER_LOST,
+                      "failed earlier", 0, 1.0);
     } else if (!strcmp(mode, "timeout")) {
         if (rank == 1) {
             sleep(4);
@@ -77,29 +295,21 @@ int main(int argc, char **argv)
         t0 = now_s();
         st = weft_allreduce(buf, buf, 8, WEFT_FLOAT32, WEFT_SUM, c);
         bad = expect(rank, "silent peer", st, WEFT_ERR_TIMEOUT, "rank(s) 1", now_s() - t0, 3.0);
-    } else if (!strcmp(mode, "mismatch")) {
-        size_t cnt = rank == 0 ? 100 : 200;
-        for (int i = 0; i < 64; i++)
-            buf[cnt + i] = -7.0f;
-        t0 = now_s();
-        st = weft_allreduce(buf, buf, cnt, WEFT_FLOAT32, WEFT_SUM, c);
-        bad = expect(rank, "different counts", st, WEFT_ERR_MISMATCH, "count=", now_s() - t0, 2.0);
-        for (int i = 0; i < 64; i++)
-            if (buf[cnt + i] != -7.0f) {
-                printf("FAIL rank %d: byte past the buffer changed\n", rank);
-                bad = 1;
-                break;
-            }
-        fflush(stdout);
-        _exit(bad);                     /* the comm is failed; peers may be gone */
+    } else if (!strcmp(mode, "mismatch") && argc > 2) {
+        bad = mismatch(c, rank, argv[2], buf);
+    } else if (!strcmp(mode, "abort")) {
+        bad = abort_test(c, rank, nranks, buf);
+    } else if (!strcmp(mode, "kill") && argc > 3) {
+        bad = kill_test(c, rank, nranks, (unsigned)atoi(argv[2]), argv[3]);
     } else if (!strcmp(mode, "dump")) {
         st = weft_comm_dump(c);
         bad = st != WEFT_OK;
         weft_comm_destroy(c);
     } else {
-        fprintf(stderr, "usage: test_fail peer_exit|timeout|mismatch|dump\n");
+        fprintf(stderr, "usage: test_fail peer_exit|timeout|mismatch FIELD|abort|"
+                "kill SEED FILE|init_kill SEED FILE|dump\n");
         return 2;
     }
     fflush(stdout);
-    _exit(bad);
+    _exit(bad);                         /* the comm may be failed and peers gone */
 }

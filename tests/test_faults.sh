@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# test_faults.sh - fault injection: kill a rank at a random point, many times over.
+#
+#   bash tests/test_faults.sh BUILD_DIR TRANSPORT [TRIALS]     (TRIALS default 20)
+#
+# Each trial is one job of 2-4 ranks (weftrun, WEFT_TIMEOUT=2) running test_fail in one of
+# two modes, alternating: `kill` (a rank SIGKILLs itself at a random moment of a loop of
+# collectives of random sizes) and `init_kill` (0-60 ms into weft_comm_init). A trial
+# passes when every survivor printed an ok line (PEER_LOST naming the victim within 2 s,
+# or for init a PEER_LOST/TIMEOUT within WEFT_TIMEOUT + 1 s), none printed FAIL, weftrun
+# exited with 128+9 and named the rank killed by signal 9, and the job ended within 20 s.
+# Prints one line per trial and `test_faults.sh: N passed, M failed`.
+set -u
+B=${1:?usage: test_faults.sh BUILD_DIR TRANSPORT [TRIALS]}
+T=${2:?transport}
+TRIALS=${3:-20}
+D=$(mktemp -d "${TMPDIR:-/tmp}/weft-faults.XXXXXX")
+trap 'rm -rf "$D"' EXIT
+pass=0 fail=0
+for ((i = 1; i <= TRIALS; i++)); do
+    n=$((2 + i % 3))
+    mode=kill
+    [ $((i % 4)) = 0 ] && mode=init_kill
+    seed=$((i * 37 + ${#T}))
+    victim=$((seed % n))
+    out=$D/out.$i
+    WEFT_TRANSPORT=$T WEFT_TIMEOUT=2 timeout -k 5 20 "$B/bin/weftrun" -n "$n" \
+        "$B/tests/test_fail" "$mode" "$seed" "$D/t.$i" >"$out" 2>&1
+    rc=$?
+    oks=$(grep -c '^ok' "$out")
+    why=""
+    if [ "$rc" = 124 ] || [ "$rc" = 137 -a ! -s "$out" ]; then
+        why="job hung (timeout)"
+    elif [ "$rc" != 137 ]; then
+        why="weftrun exit status $rc, want 137 (rank $victim killed)"
+    elif ! grep -q "rank $victim (pid [0-9]*) killed by signal 9" "$out"; then
+        why="weftrun did not name rank $victim as killed by signal 9"
+    elif grep -q '^FAIL' "$out" || [ "$oks" != $((n - 1)) ]; then
+        why="$oks of $((n - 1)) survivors reported correctly"
+    fi
+    if [ -z "$why" ]; then
+        pass=$((pass + 1))
+        printf 'ok   trial %2d: %-9s n=%d victim %d: %s\n' "$i" "$mode" "$n" "$victim" \
+            "$(grep '^ok' "$out" | sed -E 's/.*: (peer lost|timeout) after ([0-9.]+ s).*/\1 \2/' |
+               tr '\n' ' ')"
+    else
+        fail=$((fail + 1))
+        printf 'FAIL trial %2d: %-9s n=%d victim %d: %s\n' "$i" "$mode" "$n" "$victim" "$why"
+        sed 's/^/     | /' "$out" | tail -n 20
+    fi
+done
+echo "test_faults.sh: $pass passed, $fail failed"
+[ "$fail" = 0 ]
