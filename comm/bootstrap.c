@@ -33,6 +33,7 @@ typedef struct {
 } boot_msg_t;
 
 #define BOOT_MAGIC 0x544f4f42u   /* "BOOT" */
+#define HELLO_WAIT_NS 2000000000ull
 #define BOOT_FAIL  0x4c494146u   /* "FAIL": rank 0 tells the others init failed; len is
                                   * the rank to blame, pad the weft_status_t */
 
@@ -86,10 +87,14 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
             tell_failure(bs, missing, ast);
             return ast;
         }
-        weft_status_t st = auth_handshake(fd, secret, AUTH_BOOTSTRAP, 0, 0, bs->deadline, &peer);
+        /* A real rank says hello as soon as it connects; a stranger that says nothing
+         * may hold the (one-at-a-time) accept loop for HELLO_WAIT_NS at most. */
+        uint64_t hello_deadline = WEFT_MIN(bs->deadline, time_ns() + HELLO_WAIT_NS);
+        weft_status_t st = auth_handshake(fd, secret, AUTH_BOOTSTRAP, 0, 0, hello_deadline,
+                                          &peer);
         boot_msg_t m;
         if (st == WEFT_OK)
-            st = sock_recv_all(fd, &m, sizeof(m), bs->deadline);
+            st = sock_recv_all(fd, &m, sizeof(m), hello_deadline);
         if (st == WEFT_OK && (m.magic != BOOT_MAGIC || m.nranks != (uint32_t)bs->nranks ||
                               peer <= 0 || peer >= bs->nranks || bs->fds[peer] >= 0)) {
             LOG_WARN(LOG_BOOT, "bootstrap: dropped a connection claiming rank %d of %u "
@@ -99,7 +104,7 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
         }
         if (st != WEFT_OK) {
             close(fd);
-            if (st == WEFT_ERR_TIMEOUT)
+            if (st == WEFT_ERR_TIMEOUT && time_ns() >= bs->deadline)
                 return st;
             continue;       /* a stray or hostile connection: keep waiting */
         }

@@ -64,7 +64,7 @@ typedef struct tp_state {
 _Static_assert(sizeof(call_desc_t) == 24 && sizeof(tp_state_t) == 64,
                "peer states are part of the wire format");
 
-/* What check_frame compares a header with: the receiving step's view. */
+/* What frame_check compares a header with: the receiving step's view. */
 typedef struct frame_expect {
     uint32_t comm_id;
     uint32_t peer;      /* the rank the frame must come from */

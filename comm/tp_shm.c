@@ -19,6 +19,7 @@
  * crashed job leaves nothing in /dev/shm.
  */
 #define _GNU_SOURCE /* process_vm_readv */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -89,6 +90,33 @@ static int shm_can_connect(const weft_comm_t *comm, const peer_info_t *self,
     return self->host_id == peer->host_id && peer->shm_name[0] != '\0';
 }
 
+/* Segments are named /weft-<comm id>-<rank>-p<pid> and unlinked once every peer has
+ * mapped them; only a job that died during init leaves one. The next job on the host
+ * removes those whose creator no longer exists (a pid from another pid namespace looks
+ * dead too: weft assumes one /dev/shm per pid namespace, as containers give). */
+static void remove_stale_segments(void)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *de;
+    if (d == NULL)
+        return;
+    while ((de = readdir(d)) != NULL) {
+        unsigned long long id;
+        int rank, pid, end = 0;
+        if (sscanf(de->d_name, "weft-%16llx-%d-p%d%n", &id, &rank, &pid, &end) != 3 ||
+            de->d_name[end] != '\0' || pid <= 0)
+            continue;
+        if (kill(pid, 0) != 0 && errno == ESRCH) {
+            char name[300];
+            snprintf(name, sizeof(name), "/%s", de->d_name);
+            if (shm_unlink(name) == 0)
+                LOG_INFO(LOG_SHM, "shm: removed %s, left by a job that died (pid %d)", name,
+                         pid);
+        }
+    }
+    closedir(d);
+}
+
 static size_t slot_bytes(size_t ring)
 {
     return align_up(CTL_BYTES + ring, 4096);
@@ -101,8 +129,9 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, peer_info_t *self)
         return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
     size_t ring = align_up(comm->cfg.buffsize, 4096);
     l->bytes = SEG_HDR_BYTES + (size_t)comm->nranks * slot_bytes(ring);
-    snprintf(l->name, sizeof(l->name), "/weft-%016llx-%d", (unsigned long long)comm->id,
-             comm->rank);
+    remove_stale_segments();
+    snprintf(l->name, sizeof(l->name), "/weft-%016llx-%d-p%d", (unsigned long long)comm->id,
+             comm->rank, (int)getpid());
     int fd = shm_open(l->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
         weft_status_t st = weft_error(WEFT_ERR_SYSTEM, "shm: cannot create %s: %m", l->name);

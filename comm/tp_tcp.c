@@ -125,15 +125,18 @@ static weft_status_t accept_peer(weft_comm_t *comm, int peer, uint64_t deadline)
     while (l->pending[peer] < 0) {
         int fd, who;
         RETURN_IF_ERR(sock_accept(l->lfd, deadline, &fd));
+        /* as in bootstrap.c: a silent stranger holds the accept loop 2 s at most */
+        uint64_t hello_deadline = WEFT_MIN(deadline, time_ns() + 2000000000ull);
         weft_status_t st = auth_handshake(fd, comm->has_secret ? comm->secret : NULL,
-                                          AUTH_DATA, comm->id, comm->rank, deadline, &who);
+                                          AUTH_DATA, comm->id, comm->rank, hello_deadline,
+                                          &who);
         if (st == WEFT_OK && (who < 0 || who >= comm->rank || l->pending[who] >= 0)) {
             LOG_WARN(LOG_NET, "tcp: dropped a connection claiming rank %d", who);
             st = WEFT_ERR_AUTH;
         }
         if (st != WEFT_OK) {
             close(fd);
-            if (st == WEFT_ERR_TIMEOUT)
+            if (st == WEFT_ERR_TIMEOUT && time_ns() >= deadline)
                 return st;
             continue;
         }

@@ -8,12 +8,14 @@
 # and the tail of its output. The last line is `N passed, N failed` (runs), and the exit
 # status is non-zero when anything failed.
 #
-# Environment: RUN_TIMEOUT (seconds per run, default 120), RUN_TAIL (lines of output shown
-# for a failure, default 40), RUN_FILTER (a regex: only runs whose name matches).
+# Environment: BUILD (the build directory, default build; `make test SAN=...
+# BUILD=build/asan` tests a sanitizer build), RUN_TIMEOUT (seconds per run, default 120),
+# RUN_TAIL (lines of output shown for a failure, default 40), RUN_FILTER (a regex: only
+# runs whose name matches).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 
-B=build
+B=${BUILD:-build}
 WEFTRUN=$B/bin/weftrun
 TIMEOUT=${RUN_TIMEOUT:-120}
 TAIL=${RUN_TAIL:-40}
@@ -149,8 +151,14 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
             run "test_fail mismatch $f -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
                 "$B/tests/test_fail" mismatch "$f"
         done
+        run "test_fail leaks -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
+            "$B/tests/test_fail" leaks
         run "test_faults.sh $t" bash tests/test_faults.sh "$B" "$t" 20
     done
+fi
+# 3c. Strangers at the rendezvous port: refused, logged, and the job goes on.
+if [ -x "$B/bin/all_reduce_perf" ]; then
+    run "test_hostile.py" /usr/bin/python3 tests/test_hostile.py "$B"
 fi
 if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_args" ]; then
     run "test_args -n 2" env -u WEFT_TRANSPORT "$WEFTRUN" -n 2 "$B/tests/test_args"
@@ -168,6 +176,13 @@ if [ -x "$WEFTRUN" ]; then
             run "${p}_perf -n 3" "$WEFTRUN" -n 3 "$bin" -b 8 -e 64K -f 8 -n 2 -w 1 -B 0
         fi
     done
+fi
+
+# 5. The trainer against PyTorch (logits, loss, every gradient, a 10-step trajectory).
+if [ -x "$B/bin/weft-train" ] && [ -x "$B/tests/test_train" ]; then
+    run "test_train_ref.sh" bash tests/test_train_ref.sh "$B"
+else
+    missing "test_train_ref.sh" "$B/bin/weft-train"
 fi
 
 T1=$(date +%s.%N)

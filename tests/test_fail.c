@@ -19,9 +19,12 @@
  *               file F; every survivor gets WEFT_ERR_PEER_LOST naming it within 2 s of
  *               that time (survivors ignore weftrun's SIGTERM for the 3 s grace period)
  * init_kill S F like kill, but 0-60 ms into weft_comm_init (see init_kill below)
+ * leaks         four communicators made and destroyed (one aborted): no fd and no shm
+ *               segment of this process is left afterwards
  * dump          weft_comm_dump prints the recorder with the calls made so far
  * Each rank prints one ok/FAIL line per check and exits 0 when it saw what it should.
  */
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -255,9 +258,74 @@ static int init_kill(unsigned seed, const char *file)
                   now_s() - t_kill, 2.0);
 }
 
+static int count_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* Our shm segments still named in /dev/shm (they are unlinked once connected). */
+static int count_segments(void)
+{
+    char tag[32];
+    int n = 0;
+    DIR *d = opendir("/dev/shm");
+    struct dirent *de;
+    snprintf(tag, sizeof(tag), "-p%d", (int)getpid());
+    while (d && (de = readdir(d)) != NULL)
+        n += !strncmp(de->d_name, "weft-", 5) && strstr(de->d_name, tag) != NULL;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* init/all-reduce/destroy three times, then init/abort/destroy: same fds after as
+ * before, and no segment of ours left in /dev/shm. */
+static int leaks(void)
+{
+    int rank = -1, bad = 0, fd0 = count_fds();
+    float x[1024] = { 0 };
+    for (int round = 0; round < 4; round++) {
+        weft_comm_t *c;
+        weft_status_t st = weft_comm_init(&c);
+        if (st != WEFT_OK) {
+            printf("FAIL init round %d: %s\n", round, weft_last_error());
+            return 1;
+        }
+        rank = weft_comm_rank(c);
+        st = weft_allreduce(x, x, 1024, WEFT_FLOAT32, WEFT_SUM, c);
+        if (st != WEFT_OK) {
+            printf("FAIL all-reduce round %d: %s\n", round, weft_last_error());
+            return 1;
+        }
+        if (round == 3)
+            weft_comm_abort(c);
+        weft_comm_destroy(c);
+        if (count_segments() != 0) {
+            printf("FAIL rank %d round %d: a shm segment is left in /dev/shm\n", rank, round);
+            bad = 1;
+        }
+    }
+    int fd1 = count_fds();
+    printf("%s rank %d: %d fds before 4 communicators (one aborted), %d after\n",
+           fd1 == fd0 && !bad ? "ok" : "FAIL", rank, fd0, fd1);
+    return bad || fd1 != fd0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "leaks")) {
+        int bad = leaks();
+        fflush(stdout);
+        return bad;
+    }
     if (!strcmp(mode, "init_kill") && argc > 3) {
         int bad = init_kill((unsigned)atoi(argv[2]), argv[3]);
         fflush(stdout);
@@ -307,7 +375,7 @@ int main(int argc, char **argv)
         weft_comm_destroy(c);
     } else {
         fprintf(stderr, "usage: test_fail peer_exit|timeout|mismatch FIELD|abort|"
-                "kill SEED FILE|init_kill SEED FILE|dump\n");
+                "kill SEED FILE|init_kill SEED FILE|leaks|dump\n");
         return 2;
     }
     fflush(stdout);

@@ -9,7 +9,8 @@
 # passes when every survivor printed an ok line (PEER_LOST naming the victim within 2 s,
 # or for init a PEER_LOST/TIMEOUT within WEFT_TIMEOUT + 1 s), none printed FAIL, weftrun
 # exited with 128+9 and named the rank killed by signal 9, and the job ended within 20 s.
-# Prints one line per trial and `test_faults.sh: N passed, M failed`.
+# Then the stale-segment check below. Prints one line per trial and
+# `test_faults.sh: N passed, M failed`.
 set -u
 B=${1:?usage: test_faults.sh BUILD_DIR TRANSPORT [TRIALS]}
 T=${2:?transport}
@@ -49,5 +50,25 @@ for ((i = 1; i <= TRIALS; i++)); do
         sed 's/^/     | /' "$out" | tail -n 20
     fi
 done
+# Stale segments: the trials' victims may have died holding a named segment, and a fake
+# one of a dead process and one of a live process are added; the next job must remove
+# the dead ones (any weft-*-p<pid> whose pid is gone) and keep the live one.
+(exit 0) & dead=$!
+wait "$dead"
+touch "/dev/shm/weft-00000000feedf00d-1-p$dead" "/dev/shm/weft-00000000feedf00d-1-p$$"
+WEFT_TRANSPORT=$T timeout -k 5 20 "$B/bin/weftrun" -n 2 "$B/tests/test_fail" dump >/dev/null 2>&1
+left=""
+for f in /dev/shm/weft-*-p*; do
+    [ -e "$f" ] || continue
+    kill -0 "${f##*-p}" 2>/dev/null || left="$left $f"
+done
+if [ -n "$left" ] || [ ! -e "/dev/shm/weft-00000000feedf00d-1-p$$" ]; then
+    fail=$((fail + 1))
+    echo "FAIL stale segments: left behind:${left:- none}; live one kept: $([ -e "/dev/shm/weft-00000000feedf00d-1-p$$" ] && echo yes || echo no)"
+else
+    pass=$((pass + 1))
+    echo "ok   stale segments of dead jobs removed by the next job, a live one kept"
+fi
+rm -f "/dev/shm/weft-00000000feedf00d-1-p$$"
 echo "test_faults.sh: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -1,0 +1,185 @@
+#!/usr/bin/python3
+"""test_hostile.py - strangers at a weft port must not disturb the job.
+
+    /usr/bin/python3 tests/test_hostile.py BUILD_DIR
+
+A 2-rank job (WEFT_SECRET set, torchrun-style variables) runs all_reduce_perf, which
+checks every result. Rank 0 starts alone; before rank 1 is started, its rendezvous port
+receives: random bytes, a truncated hello, a hello with every field garbage, a hello
+that claims "no secret", a hello with an all-ones length-like tail, a connection closed
+at once, one that connects and says nothing (it must not hold the job up), and a replay
+of the bytes the real rank 1 sent to an earlier job's rendezvous (recorded through a
+proxy: the nonces make it worthless). The job must then complete with correct results,
+rank 0 must have logged the refusals, and nothing may crash or hang (every step is
+time-bounded). Prints `test_hostile.py: N passed, M failed`.
+"""
+import os, random, socket, subprocess, sys, threading, time
+
+B = sys.argv[1] if len(sys.argv) > 1 else "build"
+PERF = [f"{B}/bin/all_reduce_perf", "-b", "8", "-e", "1M", "-f", "16", "-n", "2", "-w", "1"]
+passed = failed = 0
+
+
+def check(ok, what):
+    global passed, failed
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def rank_env(rank, port, secret="sesame"):
+    e = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+             WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2", WEFT_SECRET=secret,
+             WEFT_TIMEOUT="20")
+    for k in ("WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_ADDR", "OMPI_COMM_WORLD_RANK",
+              "PMI_RANK", "SLURM_PROCID"):
+        e.pop(k, None)
+    return e
+
+
+def start(rank, port):
+    return subprocess.Popen(PERF, env=rank_env(rank, port), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def wait_listening(port, deadline=10.0):
+    t0 = time.time()
+    while time.time() - t0 < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def send(port, data, hold=0.0):
+    """Sends data (None: nothing, and holds the connection), then waits for rank 0 to
+    drop it (at most 5 s); returns the seconds until it did."""
+    t0 = time.time()
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=2)
+        if data:
+            s.sendall(data)
+        if data is not None:
+            s.shutdown(socket.SHUT_WR)
+        time.sleep(hold)
+        s.settimeout(5)
+        while s.recv(4096):
+            pass
+        s.close()
+    except OSError:
+        pass
+    return time.time() - t0
+
+
+def record_rank1(real_port):
+    """Runs a job whose rank 1 reaches rank 0 through a proxy; returns rank 1's bytes."""
+    proxy = socket.socket()
+    proxy.bind(("127.0.0.1", 0))
+    proxy.listen(1)
+    pport = proxy.getsockname()[1]
+    got = bytearray()
+
+    def pump(a, b, keep):
+        try:
+            while True:
+                d = a.recv(65536)
+                if not d:
+                    break
+                if keep is not None:
+                    keep.extend(d)
+                b.sendall(d)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def serve():
+        proxy.settimeout(20)
+        c, _ = proxy.accept()
+        u = socket.create_connection(("127.0.0.1", real_port))
+        threading.Thread(target=pump, args=(c, u, got), daemon=True).start()
+        pump(u, c, None)
+
+    threading.Thread(target=serve, daemon=True).start()
+    r0 = start(0, real_port)
+    wait_listening(real_port)
+    r1 = subprocess.Popen(PERF, env=rank_env(1, pport), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    ok = r0.wait(60) == 0 and r1.wait(60) == 0
+    return ok, bytes(got)
+
+
+def main():
+    rng = random.Random(7)
+    ok, rec = record_rank1(free_port())
+    check(ok and len(rec) >= 80, f"recorded a real rank 1 through a proxy ({len(rec)} bytes)")
+    port = free_port()
+    r0 = start(0, port)
+    if not wait_listening(port):
+        check(False, "rank 0 listens on its rendezvous port")
+        r0.kill()
+        return
+    hello = b"WEFTAUTH" + (1).to_bytes(4, "little") + (1).to_bytes(4, "little")
+    attacks = {
+        "random bytes": bytes(rng.getrandbits(8) for _ in range(1000)),
+        "truncated hello": hello[:13],
+        "garbage hello": b"WEFTAUTH" + bytes([0xFF] * 40) + bytes([0xFF] * 32),
+        "hello claiming no secret": hello + (1).to_bytes(4, "little") +
+            (1).to_bytes(4, "little") + bytes(8) + bytes(16) + bytes(32) + bytes(16),
+        "hello for rank 2**31 with huge fields": hello + bytes(4) +
+            (0x7FFFFFFF).to_bytes(4, "little") + bytes([0xFF] * 8) + bytes(16) +
+            bytes([0xFF] * 48),
+        "empty connection": b"",
+        "replay of a real rank 1": rec,
+    }
+    for d in attacks.values():          # one at a time: each must be answered and dropped
+        send(port, d)
+    check(r0.poll() is None, "rank 0 is still running after " + ", ".join(attacks))
+    held = []
+    silent = threading.Thread(target=lambda: held.append(send(port, None)), daemon=True)
+    silent.start()                      # a stranger that connects and says nothing
+    time.sleep(0.2)
+    t_job = time.time()
+    r1 = start(1, port)
+    try:
+        out1, _ = r1.communicate(timeout=60)
+        out0, _ = r0.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        r0.kill(), r1.kill()
+        check(False, "the job finished within 60 s")
+        return
+    check(r0.returncode == 0 and r1.returncode == 0 and "Out of bounds values : 0 OK" in out0,
+          f"the job completed with correct results (exit {r0.returncode}, {r1.returncode})")
+    silent.join(10)
+    check(time.time() - t_job < 15 and held and held[0] < 4,
+          f"a silent stranger was dropped after {held[0] if held else -1:.1f} s and did not "
+          f"hold the job up (job took {time.time() - t_job:.1f} s)")
+    warns = [line for line in out0.splitlines() if " weft WARN " in line]
+    for line in warns:
+        print("     | " + line)
+    # one line per refused stranger (the empty and the silent ones may end as one)
+    check(len(warns) >= len(attacks),
+          f"rank 0 logged the refused connections ({len(warns)} warnings)")
+    if failed:
+        print(out0[-3000:])
+
+
+if __name__ == "__main__":
+    main()
+    print(f"test_hostile.py: {passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
