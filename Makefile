@@ -17,7 +17,7 @@ INCS    = -Iinclude -Icommon -Ikernels -Itopo -Icomm
 HWLOC_CFLAGS := $(shell pkg-config --cflags hwloc 2>/dev/null)
 HWLOC_LIBS   := $(shell pkg-config --libs hwloc 2>/dev/null)
 ifneq ($(SAN),)
-CFLAGS_BASE += -fsanitize=$(SAN) -fno-omit-frame-pointer
+CFLAGS_BASE += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDSAN    = -fsanitize=$(SAN)
 endif
 CFLAGS  += $(CFLAGS_BASE) $(INCS) $(HWLOC_CFLAGS)
@@ -30,16 +30,23 @@ PERF_BIN := $(PERF_SRC:bench/%.c=$(BUILD)/bin/%)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOLS    := $(BUILD)/bin/weftrun $(BUILD)/bin/weft-topo
+# The trainer: kernels/nn/ (model kernels) and trainer/ go into libweft_train.a, which
+# needs OpenBLAS (libweft itself does not); trainer/weft_train_cli.c is weft-train.
+TRAIN_SRC := $(filter-out %_cli.c,$(wildcard kernels/nn/*.c trainer/*.c))
+TRAIN_OBJ := $(TRAIN_SRC:%.c=$(BUILD)/obj/%.o)
+TRAIN_LIB := $(BUILD)/lib/libweft_train.a
+TRAIN_BIN := $(BUILD)/bin/weft-train
+KJV       := $(BUILD)/data/kjv.txt
 # The MPI peers: Open MPI's and MPICH's compilers by their own names, so installing both
 # (Debian's alternatives pick one `mpicc`) never mixes them up.
 MPICC    := $(shell command -v mpicc.openmpi 2>/dev/null || command -v mpicc 2>/dev/null)
 MPICHCC  := $(shell command -v mpicc.mpich 2>/dev/null)
 MPI_BIN  := $(if $(MPICC),$(BUILD)/bin/mpi_coll_perf) $(if $(MPICHCC),$(BUILD)/bin/mpich_coll_perf)
 
-.PHONY: all lib tools tests test run deps install clean help
+.PHONY: all lib tools tests test run deps install clean help fuzz
 .SECONDARY:
 
-all: lib tools $(PERF_BIN) $(MPI_BIN)
+all: lib tools $(PERF_BIN) $(MPI_BIN) $(TRAIN_BIN)
 
 lib: $(BUILD)/lib/libweft.so $(BUILD)/lib/libweft.a
 tools: $(TOOLS)
@@ -79,6 +86,21 @@ $(BUILD)/bin/mpich_coll_perf: bench/mpi_coll_perf.c bench/perf_common.h
 	@mkdir -p $(dir $@)
 	$(MPICHCC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $<
 
+$(TRAIN_OBJ) $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/tests/test_train.o: \
+    CFLAGS += -Itrainer -Ikernels/nn -fopenmp-simd -fno-math-errno
+
+$(TRAIN_LIB): $(TRAIN_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(TRAIN_BIN): $(BUILD)/obj/trainer/weft_train_cli.o $(TRAIN_LIB) $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
+
+$(BUILD)/tests/test_train: $(BUILD)/obj/tests/test_train.o $(TRAIN_LIB) $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS)
@@ -100,13 +122,24 @@ deps:
 
 test: deps
 	$(MAKE) all tests
-	bash tests/run.sh
+	BUILD=$(BUILD) bash tests/run.sh
 
 # The main job: an all-reduce sweep on two local ranks (nccl-tests format).
 RUN_RANKS ?= 2
 run: deps
 	$(MAKE) all
 	$(BUILD)/bin/weftrun -n $(RUN_RANKS) $(BUILD)/bin/all_reduce_perf -b 8 -e 128M -f 2 -w 5 -n 20
+	$(MAKE) $(KJV)
+	$(RUN_TRAIN)
+
+# The text that `make run` trains on (package bible-kjv), and the ~2-minute run itself.
+$(KJV):
+	@mkdir -p $(dir $@)
+	bible "Gen1:1-Rev22:21" > $@.tmp && mv $@.tmp $@
+
+RUN_TRAIN = OPENBLAS_NUM_THREADS=1 $(TRAIN_BIN) --data $(KJV) --layers 4 --dim 128 \
+    --heads 4 --ctx 128 -b 16 -t 128 --steps 700 --lr 2e-3 --warmup 50 --schedule cosine \
+    --wd 0.1 --val-every 100 --val-batches 16 --sample 400
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
@@ -115,8 +148,33 @@ install: all
 	install -m 755 $(BUILD)/lib/libweft.so $(DESTDIR)$(PREFIX)/lib/libweft.so.0
 	ln -sf libweft.so.0 $(DESTDIR)$(PREFIX)/lib/libweft.so
 	install -m 644 include/weft.h $(DESTDIR)$(PREFIX)/include/
-	install -m 755 $(TOOLS) $(PERF_BIN) $(MPI_BIN) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(TOOLS) $(PERF_BIN) $(MPI_BIN) $(TRAIN_BIN) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' weft.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft.pc
+
+# libFuzzer targets (tests/fuzz/fuzz_*.c) against the library built again with clang,
+# coverage and ASan/UBSan in $(BUILD)/fuzz; each runs FUZZ_SECS seconds from its seed
+# corpus tests/fuzz/corpus_<name>/ (new finds go to $(BUILD)/fuzz/work/, not the tree).
+FUZZ_SECS ?= 60
+FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN  := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/bin/%)
+FUZZ_LIB  := $(BUILD)/fuzz/lib/libweft.a
+fuzz: deps
+	$(MAKE) BUILD=$(BUILD)/fuzz CC=clang OPT=-O1 SAN=fuzzer-no-link,address,undefined \
+	    $(FUZZ_LIB)
+	$(MAKE) $(FUZZ_BIN)
+	@for f in $(FUZZ_BIN); do \
+	    n=$$(basename $$f); seeds=tests/fuzz/corpus_$${n#fuzz_}; work=$(BUILD)/fuzz/work/$$n; \
+	    mkdir -p $$work; echo "make fuzz: $$n for $(FUZZ_SECS) s (seeds: $$seeds)"; \
+	    $$f -max_total_time=$(FUZZ_SECS) -max_len=4096 -timeout=10 -print_final_stats=1 \
+	        -artifact_prefix=$(BUILD)/fuzz/ $$work $$seeds >$$work.log 2>&1; rc=$$?; \
+	    grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|==[0-9]+==|SUMMARY)" $$work.log; \
+	    test $$rc = 0 || { tail -n 30 $$work.log; echo "make fuzz: $$n FAILED (input saved in $(BUILD)/fuzz/)"; exit 1; }; \
+	done
+
+$(BUILD)/fuzz/bin/%: tests/fuzz/%.c $(FUZZ_LIB)
+	@mkdir -p $(dir $@)
+	clang -std=gnu11 -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
+	    $(INCS) -o $@ $^ $(HWLOC_LIBS) -lrt -lm -pthread
 
 clean:
 	rm -rf $(BUILD)

@@ -1,0 +1,236 @@
+/*
+ * model.c - the GPT-2 parameter layout, initialisation and buffer management.
+ *
+ * Invariants: params_mem holds exactly num_params floats in llm.c's tensor order (the
+ * checkpoint body); grads_mem, m_mem and v_mem mirror that layout; the padded rows
+ * [V, Vp) of wte are zero after init and receive zero gradient, so they stay zero under
+ * AdamW (decay of zero is zero). Activations are carved for the (B, T) given to
+ * train_gpt2_prepare; smaller batches reuse the front of each region.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "rng.h"
+#include "status.h"
+#include "train_int.h"
+
+const char *const train_param_names[TRAIN_NUM_PARAM_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb",
+};
+
+int train_padded_vocab(int vocab_size)
+{
+    return (vocab_size + 127) / 128 * 128;
+}
+
+int train_param_decays(int i)
+{
+    // wte, wpe, qkvw, attprojw, fcw, fcprojw
+    return i == 0 || i == 1 || i == 4 || i == 6 || i == 10 || i == 12;
+}
+
+weft_status_t train_gpt2_cfg_check(const train_gpt2_cfg_t *c)
+{
+    if (c->max_seq_len <= 0 || c->vocab_size <= 0 || c->num_layers <= 0 ||
+        c->num_heads <= 0 || c->channels <= 0)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG,
+                                "model sizes must be positive (maxT %d V %d L %d NH %d C %d)",
+                                c->max_seq_len, c->vocab_size, c->num_layers,
+                                c->num_heads, c->channels);
+    if (c->channels % c->num_heads != 0)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "channels %d not divisible by heads %d",
+                                c->channels, c->num_heads);
+    if (c->padded_vocab_size < c->vocab_size)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "padded vocab %d < vocab %d",
+                                c->padded_vocab_size, c->vocab_size);
+    // every tensor, and the whole model, must fit comfortably in memory indexes
+    if (c->channels > (1 << 16) || c->max_seq_len > (1 << 20) || c->num_layers > 4096 ||
+        c->padded_vocab_size > (1 << 24) || c->num_heads > c->channels)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "model sizes out of range");
+    return WEFT_OK;
+}
+
+size_t train_param_sizes(size_t s[TRAIN_NUM_PARAM_TENSORS], const train_gpt2_cfg_t *cfg)
+{
+    size_t Vp = cfg->padded_vocab_size, C = cfg->channels, maxT = cfg->max_seq_len;
+    size_t L = cfg->num_layers;
+    s[0] = Vp * C;             // wte
+    s[1] = maxT * C;           // wpe
+    s[2] = L * C;              // ln1w
+    s[3] = L * C;              // ln1b
+    s[4] = L * 3 * C * C;      // qkvw
+    s[5] = L * 3 * C;          // qkvb
+    s[6] = L * C * C;          // attprojw
+    s[7] = L * C;              // attprojb
+    s[8] = L * C;              // ln2w
+    s[9] = L * C;              // ln2b
+    s[10] = L * 4 * C * C;     // fcw
+    s[11] = L * 4 * C;         // fcb
+    s[12] = L * C * 4 * C;     // fcprojw
+    s[13] = L * C;             // fcprojb
+    s[14] = C;                 // lnfw
+    s[15] = C;                 // lnfb
+    size_t total = 0;
+    for (int i = 0; i < TRAIN_NUM_PARAM_TENSORS; i++)
+        total += s[i];
+    return total;
+}
+
+void train_params_carve(train_params_t *p, float *mem,
+                        const size_t sizes[TRAIN_NUM_PARAM_TENSORS])
+{
+    float **ptrs[TRAIN_NUM_PARAM_TENSORS] = {
+        &p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb, &p->attprojw,
+        &p->attprojb, &p->ln2w, &p->ln2b, &p->fcw, &p->fcb, &p->fcprojw, &p->fcprojb,
+        &p->lnfw, &p->lnfb,
+    };
+    for (int i = 0; i < TRAIN_NUM_PARAM_TENSORS; i++) {
+        *ptrs[i] = mem;
+        mem += sizes[i];
+    }
+}
+
+/* regions start on 64-byte boundaries */
+static size_t align_floats(size_t n)
+{
+    return (n + 15) / 16 * 16;
+}
+
+float *train_alloc_floats(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)) != 0)
+        return NULL;
+    memset(p, 0, (n ? n : 1) * sizeof(float));
+    return p;
+}
+
+weft_status_t train_gpt2_create(train_gpt2_t **model_p, const train_gpt2_cfg_t *cfg)
+{
+    weft_status_t st = train_gpt2_cfg_check(cfg);
+    if (st != WEFT_OK)
+        return st;
+    train_gpt2_t *m = calloc(1, sizeof(*m));
+    if (!m)
+        return weft_error_quiet(WEFT_ERR_NO_MEMORY, "model: out of memory");
+    m->cfg = *cfg;
+    m->num_params = train_param_sizes(m->param_sizes, cfg);
+    m->params_mem = train_alloc_floats(m->num_params);
+    if (!m->params_mem) {
+        size_t n = m->num_params;
+        free(m);
+        return weft_error_quiet(WEFT_ERR_NO_MEMORY, "model: cannot allocate %zu parameters",
+                                n);
+    }
+    train_params_carve(&m->params, m->params_mem, m->param_sizes);
+    m->mean_loss = -1.0f;
+    *model_p = m;
+    return WEFT_OK;
+}
+
+void train_gpt2_destroy(train_gpt2_t *m)
+{
+    if (!m)
+        return;
+    free(m->params_mem);
+    free(m->grads_mem);
+    free(m->m_mem);
+    free(m->v_mem);
+    free(m->acts_mem);
+    free(m->scratch_mem);
+    free(m);
+}
+
+static void fill_normal(float *x, size_t n, double std, train_rng_t *rng)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(train_rng_normal(rng) * std);
+}
+
+void train_gpt2_init(train_gpt2_t *m, uint64_t seed)
+{
+    const train_gpt2_cfg_t *c = &m->cfg;
+    size_t C = c->channels, L = c->num_layers;
+    train_params_t *p = &m->params;
+    train_rng_t rng;
+    train_rng_seed(&rng, seed, TRAIN_RNG_INIT);
+    memset(m->params_mem, 0, m->num_params * sizeof(float));
+    double resid_std = 0.02 / sqrt(2.0 * (double)L);
+    fill_normal(p->wte, (size_t)c->vocab_size * C, 0.02, &rng);   // rows [V, Vp) stay 0
+    fill_normal(p->wpe, m->param_sizes[1], 0.02, &rng);
+    fill_normal(p->qkvw, m->param_sizes[4], 0.02, &rng);
+    fill_normal(p->attprojw, m->param_sizes[6], resid_std, &rng);
+    fill_normal(p->fcw, m->param_sizes[10], 0.02, &rng);
+    fill_normal(p->fcprojw, m->param_sizes[12], resid_std, &rng);
+    for (size_t i = 0; i < L * C; i++) {
+        p->ln1w[i] = 1.0f;
+        p->ln2w[i] = 1.0f;
+    }
+    for (size_t i = 0; i < C; i++)
+        p->lnfw[i] = 1.0f;
+}
+
+size_t train_gpt2_true_params(const train_gpt2_t *m)
+{
+    size_t pad = (size_t)(m->cfg.padded_vocab_size - m->cfg.vocab_size) * m->cfg.channels;
+    return m->num_params - pad;
+}
+
+weft_status_t train_gpt2_prepare(train_gpt2_t *m, int B, int T)
+{
+    const train_gpt2_cfg_t *c = &m->cfg;
+    if (B <= 0 || T <= 0 || T > c->max_seq_len)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG,
+                                "batch %d x %d invalid (sequence length must be 1..%d)",
+                                B, T, c->max_seq_len);
+    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size;
+    size_t BT = (size_t)B * T;
+    size_t sizes[] = {
+        BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * C, L * BT * C,
+        L * B * NH * T * T, L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * C,
+        L * BT * 4 * C, L * BT * C, BT * C, BT, BT, BT * V, BT, BT,
+    };
+    float **ptrs[] = {
+        &m->acts.encoded, &m->acts.ln1, &m->acts.ln1_mean, &m->acts.ln1_rstd, &m->acts.qkv,
+        &m->acts.atty, &m->acts.att, &m->acts.residual2, &m->acts.ln2, &m->acts.ln2_mean,
+        &m->acts.ln2_rstd, &m->acts.fch, &m->acts.fch_gelu, &m->acts.residual3,
+        &m->acts.lnf, &m->acts.lnf_mean, &m->acts.lnf_rstd, &m->acts.logits,
+        &m->acts.lse, &m->acts.losses,
+    };
+    size_t ssizes[] = { BT * C, BT * C, BT * 3 * C, BT * 4 * C, (size_t)T * T };
+    float **sptrs[] = { &m->scratch.dresidual, &m->scratch.dln, &m->scratch.dqkv,
+                        &m->scratch.dfch, &m->scratch.datt };
+    size_t nacts = 0, nscratch = 0;
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        nacts += align_floats(sizes[i]);
+    for (size_t i = 0; i < sizeof(ssizes) / sizeof(ssizes[0]); i++)
+        nscratch += align_floats(ssizes[i]);
+    free(m->acts_mem);
+    free(m->scratch_mem);
+    m->scratch_mem = NULL;
+    m->acts_mem = train_alloc_floats(nacts);
+    if (m->acts_mem)
+        m->scratch_mem = train_alloc_floats(nscratch);
+    if (!m->grads_mem)
+        m->grads_mem = train_alloc_floats(m->num_params);
+    if (!m->acts_mem || !m->scratch_mem || !m->grads_mem)
+        return weft_error_quiet(WEFT_ERR_NO_MEMORY, "model: cannot allocate activations "
+                                "for batch %d x %d (%zu floats)", B, T, nacts);
+    float *p = m->acts_mem;
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        *ptrs[i] = p;
+        p += align_floats(sizes[i]);
+    }
+    p = m->scratch_mem;
+    for (size_t i = 0; i < sizeof(ssizes) / sizeof(ssizes[0]); i++) {
+        *sptrs[i] = p;
+        p += align_floats(ssizes[i]);
+    }
+    train_params_carve(&m->grads, m->grads_mem, m->param_sizes);
+    m->B = B;
+    m->T = T;
+    return WEFT_OK;
+}

@@ -1,0 +1,242 @@
+/*
+ * train.c - the weft-train job: model, data, the step loop, evaluation, save, sample.
+ *
+ * One step = zero_grad, then K = accum micro-batches of forward + backward (each
+ * backward scaled by 1/K, so the gradient is that of the mean loss over all K*B*T
+ * tokens), then clipping and one AdamW update. The step's loss is the mean of the K
+ * micro-batch losses. Val data is --val, or else the last 10% of --data.
+ *
+ * Invariants: every buffer is owned by this function and freed on every path (goto
+ * cleanup); nothing here exits; --steps 0 --save-model F writes the initial model.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "checkpoint.h"
+#include "status.h"
+#include "train.h"
+#include "util.h"
+
+void train_opts_default(train_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->layers = 4;
+    o->dim = 128;
+    o->heads = 4;
+    o->ctx = 128;
+    o->seed = 1337;
+    o->B = 8;
+    o->accum = 1;
+    o->shuffle = 1;
+    o->steps = 100;
+    o->schedule = TRAIN_SCHED_CONSTANT;
+    o->lr = 3e-4f;
+    o->wd = 0.0f;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.95f;
+    o->eps = 1e-8f;
+    o->clip = 1.0f;
+    o->val_every = 0;
+    o->val_batches = 8;
+    o->threads = 1;
+}
+
+float train_lr_at(const train_opts_t *o, int step)
+{
+    if (step <= o->warmup)
+        return o->lr * (float)step / (float)o->warmup;
+    if (o->schedule == TRAIN_SCHED_CONSTANT || o->steps <= o->warmup)
+        return o->lr;
+    double frac = (double)(step - o->warmup) / (double)(o->steps - o->warmup);
+    double min_lr = 0.1 * o->lr;
+    return (float)(min_lr + 0.5 * (o->lr - min_lr) * (1.0 + cos(M_PI * frac)));
+}
+
+static weft_status_t build_model(train_gpt2_t **m_p, const train_opts_t *o, int text)
+{
+    if (o->model_path)
+        return train_checkpoint_read(m_p, o->model_path);
+    int V = o->vocab > 0 ? o->vocab : (text ? 256 : 50257);
+    train_gpt2_cfg_t cfg = { .max_seq_len = o->ctx, .vocab_size = V,
+                             .padded_vocab_size = train_padded_vocab(V),
+                             .num_layers = o->layers, .num_heads = o->heads,
+                             .channels = o->dim };
+    weft_status_t st = train_gpt2_create(m_p, &cfg);
+    if (st == WEFT_OK)
+        train_gpt2_init(*m_p, o->seed);
+    return st;
+}
+
+typedef struct {
+    train_tokens_t train, val;
+    train_loader_t train_ld, val_ld;
+    int have_data, have_val;
+} run_data_t;
+
+static weft_status_t load_data(run_data_t *d, const train_opts_t *o, int T)
+{
+    if (!o->data_path)
+        return WEFT_OK;
+    RETURN_IF_ERR(train_tokens_read(&d->train, o->data_path));
+    d->have_data = 1;
+    if (o->val_path)
+        RETURN_IF_ERR(train_tokens_read(&d->val, o->val_path));
+    else
+        RETURN_IF_ERR(train_tokens_split(&d->train, &d->val, T));
+    d->have_val = 1;
+    return WEFT_OK;
+}
+
+static weft_status_t check_vocab(const run_data_t *d, int V)
+{
+    int mx = d->train.max_token > d->val.max_token ? d->train.max_token : d->val.max_token;
+    if (d->have_data && mx >= V)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "data has token %d but the model's "
+                                "vocabulary is %d%s", mx, V,
+                                d->train.is_text ? " (text trains with --vocab 256)" : "");
+    return WEFT_OK;
+}
+
+static void print_header(FILE *out, const train_gpt2_t *m, const train_opts_t *o,
+                         const run_data_t *d, int T)
+{
+    const train_gpt2_cfg_t *c = &m->cfg;
+    fprintf(out, "weft-train: model L=%d C=%d NH=%d maxT=%d V=%d Vp=%d, %zu parameters "
+            "(%s)\n", c->num_layers, c->channels, c->num_heads, c->max_seq_len,
+            c->vocab_size, c->padded_vocab_size, m->num_params,
+            o->model_path ? o->model_path : "initialised");
+    if (d->have_data)
+        fprintf(out, "weft-train: data %s (%s), %zu train tokens, %zu val tokens%s\n",
+                o->data_path, d->train.is_text ? "text bytes" : "llm.c shard", d->train.n,
+                d->val.n, o->val_path ? "" : " (last 10% held out)");
+    fprintf(out, "weft-train: B=%d T=%d accum=%d steps=%d lr=%g %s warmup=%d wd=%g "
+            "clip=%g %s %s threads=%d seed=%llu\n", o->B, T, o->accum, o->steps, o->lr,
+            o->schedule == TRAIN_SCHED_COSINE ? "cosine" : "constant", o->warmup, o->wd,
+            o->clip, o->shuffle ? "shuffled" : "in-order", o->bf16 ? "bf16" : "fp32",
+            o->threads, (unsigned long long)o->seed);
+    fflush(out);
+}
+
+/* One optimisation step; fills s (except the derived rates). */
+static weft_status_t train_step(train_gpt2_t *m, train_loader_t *ld, const train_opts_t *o,
+                                int step, int *x, int *y, train_stats_t *s)
+{
+    double t0, loss = 0.0;
+    train_gpt2_zero_grad(m);
+    for (int k = 0; k < o->accum; k++) {
+        t0 = time_s();
+        train_loader_next(ld, x, y);
+        s->ms_data += (time_s() - t0) * 1e3;
+        t0 = time_s();
+        RETURN_IF_ERR(train_gpt2_forward(m, x, y, ld->B, ld->T));
+        s->ms_fwd += (time_s() - t0) * 1e3;
+        loss += m->mean_loss;
+        t0 = time_s();
+        RETURN_IF_ERR(train_gpt2_backward(m, 1.0f / (float)o->accum));
+        s->ms_bwd += (time_s() - t0) * 1e3;
+    }
+    t0 = time_s();
+    s->lr = train_lr_at(o, step);
+    s->norm = train_gpt2_clip_grad(m, o->clip);
+    RETURN_IF_ERR(train_gpt2_update(m, s->lr, o->beta1, o->beta2, o->eps, o->wd, step));
+    s->ms_opt = (time_s() - t0) * 1e3;
+    s->loss = (float)(loss / o->accum);
+    s->step = step;
+    return WEFT_OK;
+}
+
+static weft_status_t run_val(train_gpt2_t *m, run_data_t *d, const train_opts_t *o,
+                             int step, int *x, int *y, FILE *out, FILE *json)
+{
+    size_t fit = d->val_ld.nwin / (size_t)o->B;
+    int nb = o->val_batches;
+    if ((size_t)nb > fit)
+        nb = fit > 0 ? (int)fit : 1;
+    float vl;
+    RETURN_IF_ERR(train_eval(&vl, m, &d->val_ld, nb, x, y));
+    train_log_val(out, json, step, vl, nb);
+    return WEFT_OK;
+}
+
+weft_status_t train_run(const train_opts_t *o, FILE *out)
+{
+    weft_status_t st = WEFT_OK;
+    train_gpt2_t *m = NULL;
+    run_data_t d = { 0 };
+    FILE *json = NULL;
+    int *x = NULL, *y = NULL;
+
+    if (o->steps > 0 && !o->data_path)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "training needs --data FILE");
+    if (o->B <= 0 || o->accum <= 0 || o->steps < 0 || o->T < 0 || o->val_batches <= 0)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "-b, --accum, --val-batches must be "
+                                "positive and --steps, -t not negative");
+    // the data first (its kind picks the default vocabulary), then the model
+    int T_req = o->T > 0 ? o->T : o->ctx;
+    GOTO_IF_ERR(load_data(&d, o, T_req), st, cleanup);
+    GOTO_IF_ERR(build_model(&m, o, d.have_data ? d.train.is_text : 1), st, cleanup);
+    int T = o->T > 0 ? o->T : m->cfg.max_seq_len;
+    GOTO_IF_ERR(check_vocab(&d, m->cfg.vocab_size), st, cleanup);
+    GOTO_IF_ERR(train_gpt2_prepare(m, o->B, T), st, cleanup);
+    if (o->bf16)
+        GOTO_IF_ERR(train_gpt2_set_bf16(m, 1), st, cleanup);
+    x = malloc((size_t)o->B * T * sizeof(int));
+    y = malloc((size_t)o->B * T * sizeof(int));
+    if (!x || !y) {
+        st = weft_error_quiet(WEFT_ERR_NO_MEMORY, "out of memory");
+        goto cleanup;
+    }
+    if (d.have_data) {
+        GOTO_IF_ERR(train_loader_init(&d.train_ld, &d.train, o->B, T, o->shuffle, o->seed),
+                    st, cleanup);
+        GOTO_IF_ERR(train_loader_init(&d.val_ld, &d.val, o->B, T, 0, o->seed), st, cleanup);
+    }
+    if (o->json_path && !(json = fopen(o->json_path, "w"))) {
+        st = weft_error_quiet(WEFT_ERR_SYSTEM, "cannot create %s", o->json_path);
+        goto cleanup;
+    }
+    print_header(out, m, o, &d, T);
+
+    const train_gpt2_cfg_t *c = &m->cfg;
+    double flops_per_token = 6.0 * (double)train_gpt2_true_params(m) +
+                             12.0 * c->num_layers * c->channels * (double)T;
+    for (int step = 1; step <= o->steps; step++) {
+        train_stats_t s = { 0 };
+        double t0 = time_s();
+        GOTO_IF_ERR(train_step(m, &d.train_ld, o, step, x, y, &s), st, cleanup);
+        double secs = time_s() - t0;
+        double tokens = (double)o->B * T * o->accum;
+        s.tokens_per_s = tokens / secs;
+        s.flops_per_s = flops_per_token * tokens / secs;
+        s.rss_mib = train_peak_rss_mib();
+        train_log_step(out, json, &s);
+        if (o->val_every > 0 && (step % o->val_every == 0 || step == o->steps))
+            GOTO_IF_ERR(run_val(m, &d, o, step, x, y, out, json), st, cleanup);
+    }
+    if (o->save_path) {
+        GOTO_IF_ERR(train_checkpoint_write(m, o->save_path), st, cleanup);
+        fprintf(out, "weft-train: saved %s\n", o->save_path);
+    }
+    if (o->sample > 0) {
+        int np = 0;
+        if (d.have_val)
+            for (; np < 16 && (size_t)np < d.val.n && np < T; np++)
+                x[np] = d.val.tokens[np];
+        int text = d.have_data ? d.train.is_text : m->cfg.vocab_size == 256;
+        GOTO_IF_ERR(train_sample(m, x, np, o->sample, text,
+                                 o->seed, out), st, cleanup);
+    }
+cleanup:
+    if (json)
+        fclose(json);
+    free(x);
+    free(y);
+    train_loader_free(&d.train_ld);
+    train_loader_free(&d.val_ld);
+    train_tokens_free(&d.train);
+    train_tokens_free(&d.val);
+    train_gpt2_destroy(m);
+    return st;
+}

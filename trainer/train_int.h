@@ -1,0 +1,20 @@
+/*
+ * train_int.h - cross-file internals of the trainer (not a public interface).
+ */
+#ifndef WEFT_TRAIN_INT_H
+#define WEFT_TRAIN_INT_H
+
+#include "model.h"
+
+/* 64-byte aligned, zeroed; NULL when out of memory. */
+float *train_alloc_floats(size_t n);
+
+/* The model's linear layers (gpt2_bf16.c): the one place a lower-precision product
+ * would be switched in; today kern_matmul_* in fp32. */
+void train_mm_forward(train_gpt2_t *m, float *out, const float *inp, const float *weight,
+                      const float *bias, int N, int C, int OC);
+void train_mm_backward(train_gpt2_t *m, float *dinp, float *dweight, float *dbias,
+                       const float *dout, const float *inp, const float *weight,
+                       int N, int C, int OC);
+
+#endif
