@@ -145,7 +145,9 @@ weft_status_t fail_probe(weft_comm_t *comm, comm_op_t *op)
         weft_status_t st = comm->eps[p]->ops->peer_state(comm->eps[p], &s);
         if (s.kind == TP_STATE_FAILED)
             return adopt(comm, op, p, &s);
-        if (st < 0) {
+        /* a closed connection matters only to a call that still needs that peer: one
+         * that has finished its part and destroyed its communicator closes it too */
+        if (st < 0 && (comm->cursor[2 * p] >= 0 || comm->cursor[2 * p + 1] >= 0)) {
             fail_note(comm, st, p, NULL);
             return st;
         }
