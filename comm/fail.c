@@ -73,8 +73,8 @@ static weft_status_t adopt(weft_comm_t *comm, const comm_op_t *op, int p, const 
     const fr_entry_t *past = about->seq == mine.seq || !is_coll(about->coll) ? NULL
                              : fr_find_coll(&comm->flight, about->seq);
     if (past) {     /* this rank is past (or before) that call: say what it made of it */
-        call_desc_t d = { .count = past->count, .seq = past->seq, .root = past->root,
-                          .coll = past->coll, .dtype = past->dtype, .op = past->op };
+        call_desc_t d;
+        fr_call_desc(past, &d);
         size_t n = strlen(ours);
         snprintf(ours + n, sizeof(ours) - n, ", and its seq %u was ", d.seq);
         n = strlen(ours);

@@ -46,6 +46,17 @@ const fr_entry_t *fr_find_coll(const flight_t *f, uint32_t seq)
     return NULL;
 }
 
+void fr_call_desc(const fr_entry_t *e, call_desc_t *d)
+{
+    memset(d, 0, sizeof(*d));
+    d->count = e->count;
+    d->seq = e->seq;
+    d->root = e->root;
+    d->coll = e->coll;
+    d->dtype = e->dtype;
+    d->op = e->op;
+}
+
 void fr_started(flight_t *f, uint64_t id, const char *algo)
 {
     fr_entry_t *e = entry(f, id);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "frame.h"
 #include "weft.h"
 
 #define FLIGHT_SIZE 64
@@ -38,6 +39,8 @@ uint64_t fr_queued(flight_t *f, int coll, uint32_t seq, uint64_t count, int dtyp
                    int root);
 /* The most recent collective (not point-to-point) call with sequence number seq. */
 const fr_entry_t *fr_find_coll(const flight_t *f, uint32_t seq);
+/* The entry's call as frames describe it (for messages about an earlier call). */
+void fr_call_desc(const fr_entry_t *e, call_desc_t *d);
 void fr_started(flight_t *f, uint64_t id, const char *algo);
 void fr_finished(flight_t *f, uint64_t id, weft_status_t st);
 void fr_dump(const flight_t *f, FILE *out, int rank, int nranks, uint32_t comm_id,
