@@ -49,6 +49,7 @@ static weft_status_t local_setup(weft_comm_t *comm, peer_info_t *self)
     self->rank = (uint32_t)comm->rank;
     self->pid = (uint32_t)getpid();
     self->host_id = host_id_compute(self->hostname, sizeof(self->hostname));
+    shm_remove_stale_segments();
     for (int i = 0; i < comm->ntransports; i++)
         RETURN_IF_ERR(comm->transports[i]->local_setup(comm, self));
     return WEFT_OK;

@@ -93,8 +93,9 @@ static int shm_can_connect(const weft_comm_t *comm, const peer_info_t *self,
 /* Segments are named /weft-<comm id>-<rank>-p<pid> and unlinked once every peer has
  * mapped them; only a job that died during init leaves one. The next job on the host
  * removes those whose creator no longer exists (a pid from another pid namespace looks
- * dead too: weft assumes one /dev/shm per pid namespace, as containers give). */
-static void remove_stale_segments(void)
+ * dead too: weft assumes one /dev/shm per pid namespace, as containers give). Every
+ * communicator init calls it, whatever its transports, so a tcp-only job cleans up too. */
+void shm_remove_stale_segments(void)
 {
     DIR *d = opendir("/dev/shm");
     struct dirent *de;
@@ -129,7 +130,6 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, peer_info_t *self)
         return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
     size_t ring = align_up(comm->cfg.buffsize, 4096);
     l->bytes = SEG_HDR_BYTES + (size_t)comm->nranks * slot_bytes(ring);
-    remove_stale_segments();
     snprintf(l->name, sizeof(l->name), "/weft-%016llx-%d-p%d", (unsigned long long)comm->id,
              comm->rank, (int)getpid());
     int fd = shm_open(l->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);

@@ -96,4 +96,7 @@ typedef struct tp_ops {
 extern const tp_ops_t tp_shm_ops;
 extern const tp_ops_t tp_tcp_ops;
 
+/* Unlinks the weft shm segments in /dev/shm whose creating process is gone. */
+void shm_remove_stale_segments(void);
+
 #endif
