@@ -86,7 +86,7 @@ $(BUILD)/bin/mpich_coll_perf: bench/mpi_coll_perf.c bench/perf_common.h
 	@mkdir -p $(dir $@)
 	$(MPICHCC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $<
 
-$(TRAIN_OBJ) $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/tests/test_train.o: \
+$(TRAIN_OBJ) $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/tests/test_train.o $(BUILD)/obj/tests/test_nn.o: \
     CFLAGS += -Itrainer -Ikernels/nn -fopenmp-simd -fno-math-errno
 
 $(TRAIN_LIB): $(TRAIN_OBJ)
@@ -97,7 +97,7 @@ $(TRAIN_BIN): $(BUILD)/obj/trainer/weft_train_cli.o $(TRAIN_LIB) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
 
-$(BUILD)/tests/test_train: $(BUILD)/obj/tests/test_train.o $(TRAIN_LIB) $(LIBA)
+$(BUILD)/tests/test_train $(BUILD)/tests/test_nn: $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TRAIN_LIB) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
 
