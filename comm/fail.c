@@ -148,6 +148,7 @@ weft_status_t fail_probe(weft_comm_t *comm, comm_op_t *op)
         /* a closed connection matters only to a call that still needs that peer: one
          * that has finished its part and destroyed its communicator closes it too */
         if (st < 0 && (comm->cursor[2 * p] >= 0 || comm->cursor[2 * p + 1] >= 0)) {
+            st = weft_error(st, "%s", weft_last_error());   /* peer_state did not log it */
             fail_note(comm, st, p, NULL);
             return st;
         }

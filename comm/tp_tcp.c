@@ -50,6 +50,7 @@ typedef struct tcp_ep {
     int st_pending;         /* st_tx (1) or st_next too (2) waits to go out */
     tp_state_t st_rx;       /* the peer's latest */
     int broken;             /* the connection failed: only salvage reads it now */
+    int quiet;              /* in peer_state: a failure is the caller's to report */
     char st_rx_buf[sizeof(tp_state_t)];
     frame_hdr_t rx_hdr;
     size_t rx_got;          /* bytes of header + payload received */
@@ -190,11 +191,13 @@ static void tcp_local_cleanup(weft_comm_t *comm)
 
 static weft_status_t io_error(tcp_ep_t *e, const char *what)
 {
+    weft_status_t (*err)(weft_status_t, const char *, ...) =
+        e->quiet ? weft_error_quiet : weft_error;
     e->broken = 1;
     if (errno == EPIPE || errno == ECONNRESET || errno == 0)
-        return weft_error(WEFT_ERR_PEER_LOST, "tcp: connection to rank %d %s", e->base.peer,
-                          errno == 0 ? "closed by the peer" : "reset");
-    return weft_error(WEFT_ERR_SYSTEM, "tcp: %s rank %d: %m", what, e->base.peer);
+        return err(WEFT_ERR_PEER_LOST, "tcp: connection to rank %d %s", e->base.peer,
+                   errno == 0 ? "closed by the peer" : "reset");
+    return err(WEFT_ERR_SYSTEM, "tcp: %s rank %d: %m", what, e->base.peer);
 }
 
 /* Sends pending state frames, never splitting a data frame: WEFT_OK when none is left,
@@ -409,16 +412,19 @@ static void salvage(tcp_ep_t *e)
 }
 
 /* Reads up to the next data header (taking state frames on the way): a peer that
- * closed or reset shows up here too. *s is filled even then: the last state the peer
- * sent before its connection failed. */
+ * closed or reset shows up here too, without a log line (the caller judges it). *s is
+ * filled even then: the last state the peer sent before its connection failed. */
 static weft_status_t tcp_peer_state(tp_ep_t *ep, tp_state_t *s)
 {
     tcp_ep_t *e = (tcp_ep_t *)ep;
     const frame_hdr_t *h;
     const void *payload;
     weft_status_t st = WEFT_OK;
-    if (!e->broken && (e->rx_got == 0 || e->rx_hdr.coll == COLL_STATE))
+    if (!e->broken && (e->rx_got == 0 || e->rx_hdr.coll == COLL_STATE)) {
+        e->quiet = 1;   /* a peer that closed after its part is no failure (fail_probe) */
         st = tcp_recv_peek(ep, &h, &payload);
+        e->quiet = 0;
+    }
     if (e->broken) {
         salvage(e);
         st = WEFT_ERR_PEER_LOST;

@@ -82,7 +82,8 @@ typedef struct tp_ops {
      * error (it runs while a failure's message is being reported) */
     void (*post_state)(tp_ep_t *ep, const tp_state_t *s);
     /* the peer's latest post (kind TP_STATE_NONE before any); <0 when it is gone, with
-     * *s still filled: the last state it posted before going */
+     * *s still filled: the last state it posted before going; the last error then says
+     * why, unlogged (a peer gone after its part is no failure: the caller judges) */
     weft_status_t (*peer_state)(tp_ep_t *ep, tp_state_t *s);
     /* from any thread, at any time: this rank gives up on the peer, which then sees
      * WEFT_ERR_PEER_LOST once it has read what was sent before (abort, destroy) */
