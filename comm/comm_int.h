@@ -102,8 +102,13 @@ struct weft_comm {
     flight_t flight;         /* the last FLIGHT_SIZE calls */
     struct sockaddr_in rdv_addr;    /* where the bootstrap met */
 
-    volatile int aborted;
+    int aborted;             /* set by weft_comm_abort from any thread: atomics only */
 };
+
+static inline int comm_is_aborted(const weft_comm_t *comm)
+{
+    return __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE);
+}
 
 /* engine.c */
 weft_status_t engine_start(weft_comm_t *comm, comm_op_t *op);

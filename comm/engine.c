@@ -3,8 +3,9 @@
  *
  * One pass visits every peer's send queue and receive queue and the local steps, and
  * moves whatever can move without blocking; a blocking call repeats passes on the
- * caller's thread (spinning WEFT_SPIN idle passes, then yielding the core each pass)
- * until its operation completes, fails, times out or the communicator is aborted.
+ * caller's thread (spinning WEFT_SPIN idle passes, then yielding the core each pass, or
+ * sleeping on the shm doorbell when ranks outnumber cores: tp_shm.c) until its
+ * operation completes, fails, times out or the communicator is aborted.
  *
  * Invariants:
  *   - every received header is checked against the running operation before its
@@ -374,7 +375,7 @@ static weft_status_t timeout_error(weft_comm_t *comm, comm_op_t *op)
 static void finish_head(weft_comm_t *comm, weft_status_t st)
 {
     comm_op_t *op = comm->q_head;
-    if (st < 0 && st != WEFT_ERR_ABORTED && comm->aborted)   /* our own shutdown's echo */
+    if (st < 0 && st != WEFT_ERR_ABORTED && comm_is_aborted(comm))   /* our own echo */
         st = weft_error(WEFT_ERR_ABORTED, "rank %d: communicator aborted", comm->rank);
     op->status = st;
     comm->q_head = op->next;
@@ -399,14 +400,16 @@ static weft_status_t poll_head(weft_comm_t *comm, int *moved)
     comm_op_t *head = comm->q_head;
     weft_status_t st;
     *moved = 0;
-    if (comm->aborted) {
+    if (comm_is_aborted(comm)) {
         finish_head(comm, weft_error(WEFT_ERR_ABORTED, "rank %d: communicator aborted",
                                      comm->rank));
+        *moved = 1;
         return WEFT_ERR_ABORTED;
     }
     if (comm->error != WEFT_OK) {
         finish_head(comm, weft_error_quiet(comm->error, "rank %d: the communicator failed "
                                            "earlier: %s", comm->rank, comm->error_msg));
+        *moved = 1;
         return comm->error;
     }
     if (!head->started) {
@@ -470,11 +473,21 @@ weft_status_t engine_wait(weft_comm_t *comm, comm_op_t *op)
     while (op->status == WEFT_IN_PROGRESS) {
         int moved;
         poll_head(comm, &moved);
-        if (moved) {
+        if (moved || op->status != WEFT_IN_PROGRESS) {
             idle = 0;
             continue;
         }
         idle++;
+        uint32_t bell;
+        if (idle > comm->cfg.spin && shm_bell_arm(comm, &bell)) {
+            poll_head(comm, &moved);         /* armed: a peer acting now rings the bell */
+            shm_bell_sleep(comm, bell, !moved && op->status == WEFT_IN_PROGRESS);
+            if (moved)
+                idle = 0;
+            else
+                check_stalled(comm);         /* rate-limited inside */
+            continue;
+        }
         if (idle > comm->cfg.spin)
             sched_yield();
         if ((idle & 63) == 0)

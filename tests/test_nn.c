@@ -11,6 +11,7 @@
  *
  * Invariants: exits non-zero when anything failed.
  */
+#include <cblas.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -409,6 +410,7 @@ static void test_bf16_gemm(void)
 
 int main(void)
 {
+    openblas_set_num_threads(1);   /* one thread, as weft-train runs: no BLAS threads racing */
     test_layernorm();
     test_matmul();
     test_attention();

@@ -14,6 +14,7 @@
  *
  * Invariants: exits non-zero when anything failed; temporary files live under TMPDIR.
  */
+#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -579,6 +580,7 @@ static void test_bf16(void)
 
 int main(int argc, char **argv)
 {
+    openblas_set_num_threads(1);   /* one thread, as weft-train runs: no BLAS threads racing */
     const char *t = getenv("TMPDIR");
     snprintf(tmpdir, sizeof(tmpdir), "%s/test_train.%d", t ? t : "/tmp", (int)getpid());
     rout = stdout;

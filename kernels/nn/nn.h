@@ -18,8 +18,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Runtime dispatch: one clone per instruction-set level, picked by the loader (ifunc). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* Runtime dispatch: one clone per instruction-set level, picked by the loader (ifunc).
+ * Not under ThreadSanitizer: the loader runs the resolvers before its runtime is up. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__)
 #define KERN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define KERN_CLONES
