@@ -14,13 +14,6 @@
  * process_vm_readv (one copy instead of two), when the kernel lets this process read
  * the peer's memory (checked at connect with a probe word).
  *
- * When ranks outnumber cores (WEFT_SPIN resolves to 0), a rank with nothing to do sleeps
- * on a doorbell in its own segment header instead of yielding: a futex word that every
- * peer bumps (and wakes) after it writes a frame to it or frees ring space it waits for.
- * The sleeper sets `sleepers` before its last poll; a peer tests it after its tail/head
- * store, both sequentially consistent, so a wake-up cannot fall between them. Sleeps are
- * bounded (WAKE_NS) so the stall checks still run.
- *
  * Invariants: a frame is at most ring/4 bytes, so a frame plus a wrap always fits in an
  * empty ring; the segment name is unlinked as soon as every peer has mapped it, so a
  * crashed job leaves nothing in /dev/shm.
@@ -29,17 +22,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "comm_int.h"
@@ -56,11 +45,7 @@ typedef struct shm_seg_hdr {
     uint64_t nslots;
     uint64_t slot_bytes;    /* distance between rings */
     uint64_t ring_bytes;    /* data bytes per ring */
-    _Alignas(64) uint32_t bell;   /* futex word: bumped by peers after they act */
-    uint32_t sleepers;            /* the owner is (about to be) asleep on bell */
 } shm_seg_hdr_t;
-
-#define WAKE_NS 2000000ull  /* longest doorbell sleep: 2 ms */
 
 /* The producer also owns the mailbox: its latest tp_state_t under a sequence lock
  * (state_gen odd while it writes), and `gone`, set when it gave up on the consumer. */
@@ -82,7 +67,6 @@ typedef struct shm_local {
     size_t bytes;
     int unlinked;
     uint64_t cma_probe;             /* peers read this to test single-copy access */
-    int bell;                       /* doorbells on: ranks outnumber cores, all peers shm */
 } shm_local_t;
 
 typedef struct shm_ep {
@@ -98,7 +82,6 @@ typedef struct shm_ep {
     size_t peer_map_bytes;
     pid_t peer_pid;
     int cma_ok;                     /* process_vm_readv on the peer works */
-    int bell;                       /* ring the peer's doorbell after acting */
 } shm_ep_t;
 
 static int shm_can_connect(const weft_comm_t *comm, const peer_info_t *self,
@@ -282,8 +265,6 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     return WEFT_OK;
 }
 
-/* Doorbells when no rank spins (WEFT_SPIN 0, the default when ranks outnumber cores) and
- * every peer is on shm: then a sleeper misses nothing by waiting on its own bell. */
 static weft_status_t shm_post_connect(weft_comm_t *comm)
 {
     shm_local_t *l = comm->shm_local;
@@ -291,53 +272,7 @@ static weft_status_t shm_post_connect(weft_comm_t *comm)
         shm_unlink(l->name);
         l->unlinked = 1;
     }
-    if (l == NULL)
-        return WEFT_OK;
-    l->bell = comm->cfg.spin == 0 && comm->nranks > 1;
-    for (int p = 0; p < comm->nranks; p++)
-        if (p != comm->rank && (comm->eps[p] == NULL || comm->eps[p]->ops != &tp_shm_ops))
-            l->bell = 0;
-    for (int p = 0; p < comm->nranks; p++)
-        if (comm->eps[p] != NULL && comm->eps[p]->ops == &tp_shm_ops)
-            ((shm_ep_t *)comm->eps[p])->bell = l->bell;
     return WEFT_OK;
-}
-
-static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *ts)
-{
-    return syscall(SYS_futex, word, op, val, ts, NULL, 0);
-}
-
-/* After a sequentially consistent store the peer may be waiting on: wake it if it
- * sleeps (or is about to; it re-polls after raising sleepers). */
-static void ring_bell(shm_ep_t *e)
-{
-    shm_seg_hdr_t *ph = e->peer_map;
-    if (__atomic_load_n(&ph->sleepers, __ATOMIC_SEQ_CST)) {
-        __atomic_fetch_add(&ph->bell, 1, __ATOMIC_SEQ_CST);
-        futex(&ph->bell, FUTEX_WAKE, INT_MAX, NULL);
-    }
-}
-
-int shm_bell_arm(weft_comm_t *comm, uint32_t *v)
-{
-    shm_local_t *l = comm->shm_local;
-    if (l == NULL || !l->bell)
-        return 0;
-    shm_seg_hdr_t *h = (shm_seg_hdr_t *)l->base;
-    __atomic_store_n(&h->sleepers, 1, __ATOMIC_SEQ_CST);
-    *v = __atomic_load_n(&h->bell, __ATOMIC_SEQ_CST);
-    return 1;
-}
-
-void shm_bell_sleep(weft_comm_t *comm, uint32_t v, int sleep)
-{
-    shm_seg_hdr_t *h = (shm_seg_hdr_t *)((shm_local_t *)comm->shm_local)->base;
-    if (sleep) {
-        struct timespec ts = { 0, (long)WAKE_NS };
-        futex(&h->bell, FUTEX_WAIT, v, &ts);   /* EAGAIN: rung since arm; EINTR, ETIMEDOUT */
-    }
-    __atomic_store_n(&h->sleepers, 0, __ATOMIC_RELAXED);
 }
 
 static void shm_local_cleanup(weft_comm_t *comm)
@@ -373,12 +308,7 @@ static weft_status_t shm_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *p
     if (hdr->len)
         memcpy(e->tx_data + pos + FRAME_HDR_SPACE, payload, hdr->len);
     e->tx_tail = tail + total;
-    if (e->bell) {
-        __atomic_store_n(&e->tx_ctl->tail, e->tx_tail, __ATOMIC_SEQ_CST);
-        ring_bell(e);
-    } else {
-        __atomic_store_n(&e->tx_ctl->tail, e->tx_tail, __ATOMIC_RELEASE);
-    }
+    __atomic_store_n(&e->tx_ctl->tail, e->tx_tail, __ATOMIC_RELEASE);
     return WEFT_OK;
 }
 
@@ -418,12 +348,7 @@ static void shm_recv_release(tp_ep_t *ep)
     shm_ep_t *e = (shm_ep_t *)ep;
     e->rx_head += e->rx_cur;
     e->rx_cur = 0;
-    if (e->bell) {   /* the sender may wait for this space */
-        __atomic_store_n(&e->rx_ctl->head, e->rx_head, __ATOMIC_SEQ_CST);
-        ring_bell(e);
-    } else {
-        __atomic_store_n(&e->rx_ctl->head, e->rx_head, __ATOMIC_RELEASE);
-    }
+    __atomic_store_n(&e->rx_ctl->head, e->rx_head, __ATOMIC_RELEASE);
 }
 
 static weft_status_t shm_rget(tp_ep_t *ep, void *dst, uint64_t raddr, size_t len)
@@ -467,9 +392,7 @@ static void shm_post_state(tp_ep_t *ep, const tp_state_t *s)
      * that sees one new word also sees the odd generation after it */
     for (size_t i = 0; i < sizeof(w) / 8; i++)
         __atomic_store_n(&e->tx_ctl->state[i], w[i], __ATOMIC_RELEASE);
-    __atomic_store_n(&e->tx_ctl->state_gen, gen + 2, __ATOMIC_SEQ_CST);
-    if (e->bell)
-        ring_bell(e);
+    __atomic_store_n(&e->tx_ctl->state_gen, gen + 2, __ATOMIC_RELEASE);
 }
 
 static weft_status_t shm_peer_state(tp_ep_t *ep, tp_state_t *s)
@@ -492,9 +415,7 @@ static weft_status_t shm_peer_state(tp_ep_t *ep, tp_state_t *s)
 static void shm_abort(tp_ep_t *ep)
 {
     shm_ep_t *e = (shm_ep_t *)ep;
-    __atomic_store_n(&e->tx_ctl->gone, 1, __ATOMIC_SEQ_CST);
-    if (e->bell)
-        ring_bell(e);
+    __atomic_store_n(&e->tx_ctl->gone, 1, __ATOMIC_RELEASE);
 }
 
 static int shm_can_rget(const tp_ep_t *ep)

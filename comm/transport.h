@@ -100,11 +100,4 @@ extern const tp_ops_t tp_tcp_ops;
 /* Unlinks the weft shm segments in /dev/shm whose creating process is gone. */
 void shm_remove_stale_segments(void);
 
-/* Doorbell sleep for ranks without a core of their own (tp_shm.c): arm returns 0 when
- * this communicator has no doorbell, else raises the sleeper flag and reads the bell
- * into *v; the caller then polls once more and calls sleep with sleep = (nothing moved),
- * which waits until a peer acts (at most 2 ms) and lowers the flag. */
-int shm_bell_arm(weft_comm_t *comm, uint32_t *v);
-void shm_bell_sleep(weft_comm_t *comm, uint32_t v, int sleep);
-
 #endif
