@@ -70,10 +70,63 @@ static size_t pick_chunk(const weft_comm_t *comm, const sched_args_t *a)
     return chunk / esz * esz;
 }
 
-static weft_status_t build(const sched_args_t *a, const char *algo, sched_t *s)
+/*
+ * Root agreement (WEFT_ROOT_CHECK). Ranks that disagree only about a rooted
+ * collective's root must all fail in that call, so no rank may finish before every
+ * rank has shown the root it believes in:
+ *   broadcast  every other rank first sends the root an empty frame; the root moves
+ *              no data until it has one from each (one extra hop, before the data);
+ *   reduce     the root, once it has everything, sends every other rank an empty
+ *              frame that rank waits for (one extra hop, after the data).
+ * Each empty frame's header names the sender's root and is checked like any frame. A
+ * rank that believes in another root sends to, or waits on, a different rank: whoever
+ * reads its frames fails with WEFT_ERR_MISMATCH, and when nobody does, every rank is
+ * left waiting and the stall probe compares their calls (comm/fail.c).
+ */
+static int root_guard_before(const sched_args_t *a, sched_t *s)
+{
+    if (a->coll != COLL_BROADCAST)
+        return -1;
+    if (a->rank != a->root) {
+        sched_send(s, a->root, BUF_NONE, 0, 0, -1);
+        return -1;
+    }
+    SCHED_FOR_PEERS(p, k, a->rank, a->nranks)
+        sched_recv(s, p, BUF_NONE, 0, 0);
+    int gate = sched_copy(s, BUF_NONE, 0, BUF_NONE, 0, 0);   /* done when all arrived */
+    if (gate >= 0)
+        s->steps[gate].after_all = 1;
+    return gate;
+}
+
+static void root_guard_after(const sched_args_t *a, sched_t *s, int gate)
+{
+    for (int i = gate + 1; gate >= 0 && i < s->nsteps; i++) {
+        sched_step_t *st = &s->steps[i];
+        if (st->dep < 0 && st->kind != STEP_COPY && st->kind != STEP_FOLD)
+            st->dep = gate;    /* the root's transfers wait for every rank's frame */
+    }
+    if (a->coll != COLL_REDUCE)
+        return;
+    if (a->rank != a->root) {
+        sched_recv(s, a->root, BUF_NONE, 0, 0);
+        return;
+    }
+    SCHED_FOR_PEERS(p, k, a->rank, a->nranks) {
+        int i = sched_send(s, p, BUF_NONE, 0, 0, -1);
+        if (i >= 0)
+            s->steps[i].after_all = 1;
+    }
+}
+
+static weft_status_t build(const sched_args_t *a, const char *algo, int root_check,
+                           sched_t *s)
 {
     weft_status_t st;
     sched_init(s, algo, a->chunk);
+    int guard = root_check && a->nranks > 1 &&
+                (a->coll == COLL_BROADCAST || a->coll == COLL_REDUCE);
+    int gate = guard ? root_guard_before(a, s) : -1;
     if (!strcmp(algo, "local"))
         st = algo_local(a, s);
     else if (!strcmp(algo, "p2p"))
@@ -84,6 +137,8 @@ static weft_status_t build(const sched_args_t *a, const char *algo, sched_t *s)
         st = algo_cma(a, s);
     else
         st = algo_ring(a, s);
+    if (st == WEFT_OK && guard)
+        root_guard_after(a, s, gate);
     if (st != WEFT_OK) {
         sched_free(s);
         return st;
@@ -120,7 +175,7 @@ weft_status_t tuner_schedule(weft_comm_t *comm, comm_op_t *op)
     sched_t *s = malloc(sizeof(*s));
     if (s == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "tuner: out of memory");
-    weft_status_t st = build(a, algo, s);
+    weft_status_t st = build(a, algo, comm->cfg.root_check, s);
     if (st != WEFT_OK) {
         free(s);
         return st;

@@ -130,6 +130,9 @@ static const cfg_knob_t knobs[] = {
       "(slower than the shm ring on VMs, see docs/PERF.md)", SIZE(cma_min), NULL },
     { "WEFT_SPIN", "auto", "idle polls before a waiting rank yields its core; auto = 2000, "
       "or 0 when a host has more ranks than cores", LNG(spin), NULL },
+    { "WEFT_ROOT_CHECK", "1", "1: broadcast and reduce spend one extra hop so that ranks that "
+      "disagree on the root all fail in that call (0: the others fail on their next call)",
+      LNG(root_check), "0|1" },
     /* topology */
     { "WEFT_TOPO_FILE", "", "hwloc XML to use instead of discovering this machine", STR(topo_file), NULL },
 };

@@ -27,6 +27,7 @@ typedef struct weft_config {
     size_t direct_max;        /* WEFT_DIRECT_MAX: largest message for the direct algo */
     size_t cma_min;           /* WEFT_CMA_MIN: smallest message for single-copy (cma) */
     long spin;                /* WEFT_SPIN: idle polls before yielding the core; -1 = auto */
+    long root_check;          /* WEFT_ROOT_CHECK: rooted collectives confirm the root */
 } weft_config_t;
 
 /* Parses every WEFT_* tunable. On a bad value returns WEFT_ERR_INVALID_ARG naming it

@@ -147,10 +147,21 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
             "$B/tests/test_fail" peer_exit
         run "test_fail abort -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
             "$B/tests/test_fail" abort
-        for f in count dtype op root reduce_root coll; do
+        for f in count dtype op root root_other reduce_root coll; do
             run "test_fail mismatch $f -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
                 "$B/tests/test_fail" mismatch "$f"
         done
+        # the root check under every algorithm and rank count, and without it
+        for f in root reduce_root; do
+            run "test_fail mismatch $f -n 2 $t ring" env WEFT_TRANSPORT=$t WEFT_ALGO=ring \
+                "$WEFTRUN" -n 2 "$B/tests/test_fail" mismatch "$f"
+            run "test_fail mismatch $f -n 4 $t ring" env WEFT_TRANSPORT=$t WEFT_ALGO=ring \
+                "$WEFTRUN" -n 4 "$B/tests/test_fail" mismatch "$f"
+            run "test_fail mismatch $f -n 3 $t WEFT_ROOT_CHECK=0" env WEFT_TRANSPORT=$t \
+                WEFT_ROOT_CHECK=0 "$WEFTRUN" -n 3 "$B/tests/test_fail" mismatch "$f"
+        done
+        [ "$t" = shm ] && run "test_fail mismatch root -n 3 shm cma" env WEFT_TRANSPORT=shm \
+            WEFT_ALGO=cma "$WEFTRUN" -n 3 "$B/tests/test_fail" mismatch root
         run "test_fail leaks -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
             "$B/tests/test_fail" leaks
         run "test_faults.sh $t" bash tests/test_faults.sh "$B" "$t" 20

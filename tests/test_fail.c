@@ -10,8 +10,9 @@
  * mismatch F    rank 1 calls something different in field F (count, dtype, op, root,
  *               coll, reduce_root); every rank gets WEFT_ERR_MISMATCH within 2 s with a
  *               message holding both calls' values of F, and no byte past any buffer
- *               changes. A rank whose part of the call was consistent may complete it
- *               (see docs/FAILURES.md); its next call must then fail the same way.
+ *               changes (root_other: rank 1 names rank 2 as the root). With
+ *               WEFT_ROOT_CHECK=0 a rank whose part of the call was consistent may
+ *               complete it (docs/FAILURES.md); its next call must then fail that way.
  * abort         rank 0 is blocked in a receive; another thread calls weft_comm_abort
  *               after 0.3 s: rank 0 gets WEFT_ERR_ABORTED, every other rank (blocked
  *               too) WEFT_ERR_PEER_LOST naming rank 0, within 2 s of the abort
@@ -94,6 +95,9 @@ static int mismatch(weft_comm_t *c, int rank, const char *field, float *buf)
     } else if (!strcmp(field, "root")) {
         needles[0] = "root=0", needles[1] = "root=1";
         st = weft_broadcast(buf, buf, cnt, WEFT_FLOAT32, odd ? 1 : 0, c);
+    } else if (!strcmp(field, "root_other")) {   /* rank 1 names another rank, not itself */
+        needles[0] = "root=0", needles[1] = "root=2";
+        st = weft_broadcast(buf, buf, cnt, WEFT_FLOAT32, odd ? 2 : 0, c);
     } else if (!strcmp(field, "reduce_root")) {
         needles[0] = "root=0", needles[1] = "root=1";
         st = weft_reduce(buf, buf + 128, cnt, WEFT_FLOAT32, WEFT_SUM, odd ? 1 : 0, c);
@@ -106,7 +110,10 @@ static int mismatch(weft_comm_t *c, int rank, const char *field, float *buf)
         return 2;
     }
     const char *what = "mismatched call";
-    if (st == WEFT_OK) {                /* consistent here: the next call must fail */
+    const char *rc = getenv("WEFT_ROOT_CHECK");
+    if (st == WEFT_OK && rc && !strcmp(rc, "0")) {
+        /* without the root check a rank whose part was consistent may finish: its next
+         * call must fail */
         printf("note rank %d: its part of the mismatched call was consistent\n", rank);
         what = "call after the mismatched one";
         st = weft_barrier(c);
