@@ -169,8 +169,13 @@ static weft_status_t tcp_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     return new_ep(comm, fd, ep_p);
 }
 
+static void tcp_local_cleanup(weft_comm_t *comm);
+
+/* Every rank has connected: the listener goes, so a stranger who finds the port later
+ * is refused by the kernel instead of waiting in a backlog nobody reads. */
 static weft_status_t tcp_post_connect(weft_comm_t *comm)
 {
+    tcp_local_cleanup(comm);
     return WEFT_OK;
 }
 

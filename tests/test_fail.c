@@ -20,8 +20,9 @@
  *               file F; every survivor gets WEFT_ERR_PEER_LOST naming it within 2 s of
  *               that time (survivors ignore weftrun's SIGTERM for the 3 s grace period)
  * init_kill S F like kill, but 0-60 ms into weft_comm_init (see init_kill below)
- * leaks         four communicators made and destroyed (one aborted): no fd and no shm
- *               segment of this process is left afterwards
+ * leaks         four communicators made and destroyed (one aborted): no listening
+ *               socket once each is up, and no fd and no shm segment of this process
+ *               is left afterwards
  * dump          weft_comm_dump prints the recorder with the calls made so far
  * Each rank prints one ok/FAIL line per check and exits 0 when it saw what it should.
  */
@@ -292,6 +293,42 @@ static int count_segments(void)
     return n;
 }
 
+/* Listening TCP sockets this process holds (a connected communicator needs none: a
+ * stranger must get a refusal, not a backlog slot nobody reads). */
+static int count_listeners(void)
+{
+    char line[512], path[300], link[64];
+    unsigned long inodes[256];
+    int ni = 0, n = 0;
+    FILE *f = fopen("/proc/self/net/tcp", "r");
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f) && ni < 256) {
+        unsigned st;
+        unsigned long ino;
+        if (sscanf(line, " %*d: %*s %*s %x %*s %*s %*s %*s %*s %lu", &st, &ino) == 2 &&
+            st == 0x0A)
+            inodes[ni++] = ino;
+    }
+    fclose(f);
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+        ssize_t len = readlink(path, link, sizeof(link) - 1);
+        unsigned long ino;
+        if (len <= 0)
+            continue;
+        link[len] = '\0';
+        if (sscanf(link, "socket:[%lu]", &ino) == 1)
+            for (int i = 0; i < ni; i++)
+                n += inodes[i] == ino;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
 /* init/all-reduce/destroy three times, then init/abort/destroy: same fds after as
  * before, and no segment of ours left in /dev/shm. */
 static int leaks(void)
@@ -306,6 +343,12 @@ static int leaks(void)
             return 1;
         }
         rank = weft_comm_rank(c);
+        int nl = count_listeners();
+        if (nl != 0) {
+            printf("FAIL rank %d round %d: %d listening sockets left open after init\n",
+                   rank, round, nl);
+            bad = 1;
+        }
         st = weft_allreduce(x, x, 1024, WEFT_FLOAT32, WEFT_SUM, c);
         if (st != WEFT_OK) {
             printf("FAIL all-reduce round %d: %s\n", round, weft_last_error());
