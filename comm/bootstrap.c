@@ -11,6 +11,8 @@
  * fails authentication or names a bad or duplicate rank is logged and dropped without
  * disturbing the job. Every wait has the init deadline.
  */
+#define _GNU_SOURCE     /* POLLRDHUP */
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,6 +28,7 @@ struct bootstrap {
     int rank, nranks;
     int *fds;               /* rank 0: [nranks] connections to the others; else fds[0] */
     uint64_t deadline;
+    int lost;               /* rank 0: a rank bootstrap_watch saw go, or -1 */
 };
 
 typedef struct {
@@ -150,6 +153,7 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous, const
     bs->rank = rank;
     bs->nranks = nranks;
     bs->fds = fds;
+    bs->lost = -1;
     bs->deadline = time_ns() + (uint64_t)(timeout_s * 1e9);
     weft_status_t st = WEFT_OK;
     if (rank == 0 && nranks > 1) {
@@ -207,6 +211,9 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
                              weft_last_error());
         return st;
     }
+    if (bs->lost >= 0)      /* the others have been told (bootstrap_watch) */
+        return weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: rank %d was lost during "
+                                "setup", bs->lost);
     memcpy(all, mine, len);
     for (int r = 1; r < bs->nranks; r++) {
         boot_msg_t got;
@@ -229,6 +236,35 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
             st = sock_send_all(bs->fds[r], all, len * (size_t)bs->nranks, bs->deadline);
         if (st != WEFT_OK) {
             weft_error_quiet(st, "bootstrap: rank %d: %s", r, weft_last_error());
+            tell_failure(bs, r, st);
+            return st;
+        }
+    }
+    return WEFT_OK;
+}
+
+weft_status_t bootstrap_watch(void *ctx)
+{
+    bootstrap_t *bs = ctx;
+    if (bs->lost >= 0)
+        return weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: rank %d was lost during "
+                                "setup", bs->lost);
+    if (bs->rank != 0) {
+        /* rank 0 sends nothing between exchanges but a failure report */
+        struct pollfd p = { .fd = bs->fds[0], .events = POLLIN | POLLRDHUP };
+        if (bs->fds[0] >= 0 && poll(&p, 1, 0) > 0)
+            return weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: rank 0 stopped the "
+                                    "setup");
+        return WEFT_OK;
+    }
+    /* the others may have sent their next record already: only a close is news */
+    for (int r = 1; r < bs->nranks; r++) {
+        struct pollfd p = { .fd = bs->fds[r], .events = POLLRDHUP };
+        if (bs->fds[r] >= 0 && poll(&p, 1, 0) > 0 &&
+            (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+            bs->lost = r;
+            weft_status_t st = weft_error(WEFT_ERR_PEER_LOST, "bootstrap: rank %d was lost "
+                                          "during setup (its rendezvous connection closed)", r);
             tell_failure(bs, r, st);
             return st;
         }

@@ -92,7 +92,7 @@ weft_status_t weft_comm_init_rank(int rank, int nranks, const char *rendezvous,
     if (st != WEFT_OK)
         goto fail;
     comm_set_id(c, id);
-    GOTO_IF_ERR(connect_all(c, bootstrap_exchange, bs), st, fail);
+    GOTO_IF_ERR(connect_all(c, bootstrap_exchange, bootstrap_watch, bs), st, fail);
     bootstrap_close(bs);
     LOG_INFO(LOG_INIT, "comm %#x: rank %d of %d ready (local %d of %d, %s)", c->id32, rank,
              nranks, c->local_rank, c->local_size, c->transport_desc);
@@ -191,7 +191,7 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
     uint64_t h = hash_bytes(HASH_SEED, &comm->id, sizeof(comm->id));
     h = hash_bytes(h, &split_no, sizeof(split_no));
     comm_set_id(c, hash_bytes(h, &mine[0], sizeof(mine[0])));
-    st = connect_all(c, split_exchange, &x);
+    st = connect_all(c, split_exchange, NULL, &x);
     if (st != WEFT_OK) {
         weft_comm_destroy(c);
         goto out;

@@ -15,6 +15,7 @@
 #include "config.h"
 #include "flight.h"
 #include "schedule.h"
+#include "sock.h"
 #include "transport.h"
 
 #define SCHED_CACHE_SIZE 64
@@ -67,6 +68,8 @@ struct weft_comm {
     int has_secret;
 
     peer_info_t *peers;      /* [nranks], from the address exchange */
+    sock_watch_t setup_watch; /* while connecting: asks the bootstrap whether a rank was
+                                 lost, so setup waits end then (fn NULL: no watch) */
     tp_ep_t **eps;           /* [nranks], NULL for self */
     const tp_ops_t *transports[4];
     int ntransports;
@@ -140,7 +143,9 @@ void tuner_cache_clear(weft_comm_t *comm);
 
 /* connect.c: transport setup over an address exchange. */
 typedef weft_status_t (*exchange_fn_t)(void *ctx, const void *mine, void *all, size_t len);
-weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, void *ctx);
+/* watch (may be NULL) is asked every 50 ms of a connection wait whether to go on */
+weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
+                          weft_status_t (*watch)(void *ctx), void *ctx);
 void connect_close_all(weft_comm_t *comm);
 
 /* bootstrap.c: the rank-0 rendezvous store for weft_comm_init*. */
@@ -150,6 +155,10 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous, const
 /* allgather of fixed-size blobs through rank 0; usable as exchange_fn_t */
 weft_status_t bootstrap_exchange(void *bs, const void *mine, void *all, size_t len);
 void bootstrap_close(bootstrap_t *bs);
+/* Between exchanges (a connect_all watch): PEER_LOST once a rank is known lost. Rank 0
+ * sees a rank's rendezvous connection close and tells every other rank; they see that
+ * report (or rank 0's own connection close) arrive. */
+weft_status_t bootstrap_watch(void *bs);
 /* Checks a header rank 0 sends (any bytes): WEFT_OK when it announces len bytes for
  * nranks; rank 0's failure report or garbage otherwise, with the error set. */
 weft_status_t bootstrap_check_msg(const void *buf, int nranks, size_t len);

@@ -110,7 +110,8 @@ static int local_cma(const weft_comm_t *comm)
     return 1;
 }
 
-weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, void *ctx)
+weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
+                          weft_status_t (*watch)(void *ctx), void *ctx)
 {
     peer_info_t self;
     comm->ntransports = 0;
@@ -121,8 +122,11 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, void *ctx)
     weft_status_t st = local_setup(comm, &self);
     RETURN_IF_ERR(exchange(ctx, &self, comm->peers, sizeof(self)));
     compute_local(comm);
-    if (st == WEFT_OK)
+    if (st == WEFT_OK) {
+        comm->setup_watch = (sock_watch_t){ watch, ctx };
         st = connect_peers(comm);
+        comm->setup_watch = (sock_watch_t){ NULL, NULL };
+    }
     /* barrier, which also agrees on what every rank can do: nobody drops names before
      * everyone has connected, and single copy is used only if all ranks have it */
     int mine[2] = { st == WEFT_OK, st == WEFT_OK && local_cma(comm) }, all_ok = 1, cma = 1;

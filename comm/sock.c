@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "sock.h"
 #include "status.h"
 #include "util.h"
@@ -31,6 +32,7 @@
 #define SOCK_BUF_BYTES (4 << 20)
 #define CONNECT_BACKOFF_MIN_NS 1000000ull     /* 1 ms */
 #define CONNECT_BACKOFF_MAX_NS 100000000ull   /* 100 ms */
+#define WATCH_SLICE_MS 50                       /* how often a watched wait asks for news */
 
 const char *sock_addr_str(const struct sockaddr_in *a, char *buf, size_t cap)
 {
@@ -58,12 +60,16 @@ static int past(uint64_t deadline)
     return deadline != 0 && time_ns() >= deadline;
 }
 
-/* Waits for `events` on fd. Returns WEFT_OK when ready, TIMEOUT past the deadline. */
-static weft_status_t wait_fd(int fd, short events, uint64_t deadline, const char *what)
+/* Waits for `events` on fd. Returns WEFT_OK when ready, TIMEOUT past the deadline, or
+ * the watch's status when it reports one (asked every WATCH_SLICE_MS of waiting). */
+static weft_status_t wait_fd(int fd, short events, uint64_t deadline, const char *what,
+                             const sock_watch_t *w)
 {
     for (;;) {
         struct pollfd p = { .fd = fd, .events = events };
         int ms = deadline_ms(deadline);
+        if (w && w->fn && (ms < 0 || ms > WATCH_SLICE_MS))
+            ms = WATCH_SLICE_MS;
         int r = poll(&p, 1, ms);
         if (r > 0)
             return WEFT_OK;
@@ -71,6 +77,8 @@ static weft_status_t wait_fd(int fd, short events, uint64_t deadline, const char
             return weft_error(WEFT_ERR_SYSTEM, "%s: poll: %m", what);
         if (past(deadline))
             return WEFT_ERR_TIMEOUT;   /* unlogged: the caller words the message */
+        if (w && w->fn)
+            RETURN_IF_ERR(w->fn(w->ctx));
     }
 }
 
@@ -181,10 +189,10 @@ weft_status_t sock_listen(struct sockaddr_in *addr, int backlog, int *fd_p)
     return weft_error(WEFT_ERR_SYSTEM, "listen %s: %s: %m", as, step);
 }
 
-weft_status_t sock_accept(int lfd, uint64_t deadline, int *fd_p)
+weft_status_t sock_accept_watched(int lfd, uint64_t deadline, const sock_watch_t *w, int *fd_p)
 {
     for (;;) {
-        weft_status_t st = wait_fd(lfd, POLLIN, deadline, "accept");
+        weft_status_t st = wait_fd(lfd, POLLIN, deadline, "accept", w);
         if (st == WEFT_ERR_TIMEOUT)
             return weft_error(WEFT_ERR_TIMEOUT, "accept: no connection before the deadline");
         if (st != WEFT_OK)
@@ -224,7 +232,8 @@ static int is_self_connect(int fd)
 
 /* One nonblocking connect attempt bounded by the deadline. Returns 0 with a connected
  * (blocking) fd in *fd_p, or an errno value (ETIME past the deadline; fd closed). */
-static int connect_once(const struct sockaddr_in *addr, uint64_t deadline, int *fd_p)
+static int connect_once(const struct sockaddr_in *addr, uint64_t deadline,
+                        const sock_watch_t *w, weft_status_t *wst, int *fd_p)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -233,12 +242,12 @@ static int connect_once(const struct sockaddr_in *addr, uint64_t deadline, int *
     if (connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) != 0) {
         err = errno;
         if (err == EINPROGRESS || err == EINTR) {
-            weft_status_t st = wait_fd(fd, POLLOUT, deadline, "connect");
+            weft_status_t st = wait_fd(fd, POLLOUT, deadline, "connect", w);
             socklen_t len = sizeof(err);
             if (st == WEFT_ERR_TIMEOUT)
                 err = ETIME;
             else if (st != WEFT_OK)
-                err = EIO;
+                err = EIO, *wst = st;
             else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
                 err = errno;
         }
@@ -263,15 +272,19 @@ static void sleep_ns(uint64_t ns)
         ;
 }
 
-weft_status_t sock_connect(const struct sockaddr_in *addr, uint64_t deadline, int *fd_p)
+weft_status_t sock_connect_watched(const struct sockaddr_in *addr, uint64_t deadline,
+                                   const sock_watch_t *w, int *fd_p)
 {
     char as[64];
     sock_addr_str(addr, as, sizeof(as));
     uint64_t backoff = CONNECT_BACKOFF_MIN_NS;
     for (;;) {
-        int err = connect_once(addr, deadline, fd_p);
+        weft_status_t wst = WEFT_OK;
+        int err = connect_once(addr, deadline, w, &wst, fd_p);
         if (err == 0)
             return WEFT_OK;
+        if (wst != WEFT_OK)
+            return wst;            /* the watch's news, or poll failing (logged) */
         if (err == ETIME)
             return weft_error(WEFT_ERR_TIMEOUT, "connect %s: no answer before the deadline",
                               as);
@@ -290,7 +303,19 @@ weft_status_t sock_connect(const struct sockaddr_in *addr, uint64_t deadline, in
             nap = deadline - now;
         sleep_ns(nap);
         backoff = WEFT_MIN(backoff * 2, CONNECT_BACKOFF_MAX_NS);
+        if (w && w->fn)
+            RETURN_IF_ERR(w->fn(w->ctx));
     }
+}
+
+weft_status_t sock_connect(const struct sockaddr_in *addr, uint64_t deadline, int *fd_p)
+{
+    return sock_connect_watched(addr, deadline, NULL, fd_p);
+}
+
+weft_status_t sock_accept(int lfd, uint64_t deadline, int *fd_p)
+{
+    return sock_accept_watched(lfd, deadline, NULL, fd_p);
 }
 
 /* ---- whole-buffer I/O --------------------------------------------------------- */
@@ -335,7 +360,7 @@ weft_status_t sock_send_all(int fd, const void *buf, size_t n, uint64_t deadline
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return io_error(fd, "send to", done, n);
-        weft_status_t st = wait_fd(fd, POLLOUT, deadline, "send");
+        weft_status_t st = wait_fd(fd, POLLOUT, deadline, "send", NULL);
         if (st == WEFT_ERR_TIMEOUT)
             return io_timeout(fd, "send to", done, n);
         if (st != WEFT_OK)
@@ -364,7 +389,7 @@ weft_status_t sock_recv_all(int fd, void *buf, size_t n, uint64_t deadline)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return io_error(fd, "recv from", done, n);
-        weft_status_t st = wait_fd(fd, POLLIN, deadline, "recv");
+        weft_status_t st = wait_fd(fd, POLLIN, deadline, "recv", NULL);
         if (st == WEFT_ERR_TIMEOUT)
             return io_timeout(fd, "recv from", done, n);
         if (st != WEFT_OK)

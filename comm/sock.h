@@ -22,6 +22,15 @@ weft_status_t sock_listen(struct sockaddr_in *addr, int backlog, int *fd_p);
 weft_status_t sock_connect(const struct sockaddr_in *addr, uint64_t deadline, int *fd_p);
 /* Accepts one connection before the deadline. */
 weft_status_t sock_accept(int lfd, uint64_t deadline, int *fd_p);
+/* The same, asking `fn` every 50 ms of waiting whether to go on: a status other than
+ * WEFT_OK ends the wait with that status (a rank lost elsewhere during setup). */
+typedef struct sock_watch {
+    weft_status_t (*fn)(void *ctx);
+    void *ctx;
+} sock_watch_t;
+weft_status_t sock_connect_watched(const struct sockaddr_in *addr, uint64_t deadline,
+                                   const sock_watch_t *w, int *fd_p);
+weft_status_t sock_accept_watched(int lfd, uint64_t deadline, const sock_watch_t *w, int *fd_p);
 /* Whole-buffer blocking I/O on a (blocking or nonblocking) socket. */
 weft_status_t sock_send_all(int fd, const void *buf, size_t n, uint64_t deadline);
 weft_status_t sock_recv_all(int fd, void *buf, size_t n, uint64_t deadline);

@@ -125,7 +125,7 @@ static weft_status_t accept_peer(weft_comm_t *comm, int peer, uint64_t deadline)
     tcp_local_t *l = comm->tcp_local;
     while (l->pending[peer] < 0) {
         int fd, who;
-        RETURN_IF_ERR(sock_accept(l->lfd, deadline, &fd));
+        RETURN_IF_ERR(sock_accept_watched(l->lfd, deadline, &comm->setup_watch, &fd));
         /* as in bootstrap.c: a silent stranger holds the accept loop 2 s at most */
         uint64_t hello_deadline = WEFT_MIN(deadline, time_ns() + 2000000000ull);
         weft_status_t st = auth_handshake(fd, comm->has_secret ? comm->secret : NULL,
@@ -157,7 +157,8 @@ static weft_status_t tcp_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
         l->pending[peer] = -1;
         return new_ep(comm, fd, ep_p);
     }
-    RETURN_IF_ERR(sock_connect(&comm->peers[peer].tcp_addr, deadline, &fd));
+    RETURN_IF_ERR(sock_connect_watched(&comm->peers[peer].tcp_addr, deadline,
+                                       &comm->setup_watch, &fd));
     weft_status_t st = auth_handshake(fd, comm->has_secret ? comm->secret : NULL, AUTH_DATA,
                                       comm->id, comm->rank, deadline, &who);
     if (st == WEFT_OK && who != peer)

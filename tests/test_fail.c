@@ -20,6 +20,8 @@
  *               file F; every survivor gets WEFT_ERR_PEER_LOST naming it within 2 s of
  *               that time (survivors ignore weftrun's SIGTERM for the 3 s grace period)
  * init_kill S F like kill, but 0-60 ms into weft_comm_init (see init_kill below)
+ * connect_kill S F  (tcp) like init_kill, but once the victim holds its first data
+ *               connection: every survivor's init fails with PEER_LOST naming it in 2 s
  * leaks         four communicators made and destroyed (one aborted): no listening
  *               socket once each is up, and no fd and no shm segment of this process
  *               is left afterwards
@@ -169,13 +171,53 @@ static int abort_test(weft_comm_t *c, int rank, int nranks, float *buf)
                   t, 0.3 + 2.0);
 }
 
-/* The victim kills itself from a thread at a random moment; the others time the news. */
-typedef struct { const char *file; useconds_t delay; } kill_arg_t;
+/* TCP sockets of this process in kernel state `state` (0x01 established, 0x0A listen),
+ * from /proc/self/net/tcp matched against the socket inodes of /proc/self/fd. */
+static int count_tcp(unsigned state)
+{
+    char line[512], path[300], link[64];
+    unsigned long inodes[256];
+    int ni = 0, n = 0;
+    FILE *f = fopen("/proc/self/net/tcp", "r");
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f) && ni < 256) {
+        unsigned st;
+        unsigned long ino;
+        if (sscanf(line, " %*d: %*s %*s %x %*s %*s %*s %*s %*s %lu", &st, &ino) == 2 &&
+            st == state)
+            inodes[ni++] = ino;
+    }
+    fclose(f);
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+        ssize_t len = readlink(path, link, sizeof(link) - 1);
+        unsigned long ino;
+        if (len <= 0)
+            continue;
+        link[len] = '\0';
+        if (sscanf(link, "socket:[%lu]", &ino) == 1)
+            for (int i = 0; i < ni; i++)
+                n += inodes[i] == ino;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
 
+/* The victim kills itself from a thread at a random moment; the others time the news. */
+typedef struct { const char *file; useconds_t delay; int sockets; } kill_arg_t;
+
+/* After `delay`, or (sockets > 0) once the process holds that many established TCP
+ * connections: writes the time to the file and SIGKILLs the process. */
 static void *kill_later(void *p)
 {
     const kill_arg_t *a = p;
     usleep(a->delay);
+    while (a->sockets > 0 && count_tcp(0x01) < a->sockets)
+        usleep(100);
     FILE *f = fopen(a->file, "w");
     if (f) {
         fprintf(f, "%.9f\n", now_s());
@@ -193,7 +235,7 @@ static int kill_test(weft_comm_t *c, int rank, int nranks, unsigned seed, const 
     float *buf = calloc(max, sizeof(float)), *out = calloc(max, sizeof(float));
     pthread_t th;
     unsigned rs = seed * 7919u;
-    kill_arg_t ka = { file, (useconds_t)(rand_r(&rs) % 400000) };
+    kill_arg_t ka = { file, (useconds_t)(rand_r(&rs) % 400000), 0 };
     if (buf == NULL || out == NULL)
         return 1;
     signal(SIGTERM, SIG_IGN);           /* weftrun stops the job: report first */
@@ -224,25 +266,41 @@ static int kill_test(weft_comm_t *c, int rank, int nranks, unsigned seed, const 
 
 /* Rank SEED % N SIGKILLs itself 0-60 ms into init (from a thread, so at a random point
  * of it). The others: init fails with PEER_LOST or TIMEOUT within WEFT_TIMEOUT + 1 s,
- * or, when the victim died after init, the next all-reduce fails within 2 s. */
-static int init_kill(unsigned seed, const char *file)
+ * or, when the victim died after init, the next all-reduce fails within 2 s.
+ * at_connect (tcp): the victim dies once it holds its first data connection, so in the
+ * middle of the data connections' setup; then every survivor's init must fail with
+ * PEER_LOST naming it within 2 s (it had joined the rendezvous: its loss can be seen). */
+static int init_kill(unsigned seed, const char *file, int at_connect)
 {
     const char *r = getenv("WEFT_RANK"), *n = getenv("WEFT_WORLD_SIZE");
     const char *to = getenv("WEFT_TIMEOUT");
     int rank = r ? atoi(r) : -1, nranks = n ? atoi(n) : 0;
+    int victim = nranks > 0 ? (int)(seed % (unsigned)nranks) : 0;
     double limit = (to ? atof(to) : 300) + 1.0;
     unsigned rs = seed * 7919u;
-    kill_arg_t ka = { file, (useconds_t)(rand_r(&rs) % 60000) };
+    /* rank 0 holds a bootstrap connection to every rank, the others one to rank 0 */
+    kill_arg_t ka = { file, at_connect ? 0 : (useconds_t)(rand_r(&rs) % 60000),
+                      at_connect ? (victim == 0 ? nranks - 1 : 1) + 1 : 0 };
     pthread_t th;
+    char needle[32];
     if (rank < 0 || nranks < 2)
         return 2;
     signal(SIGTERM, SIG_IGN);
-    if (rank == (int)(seed % (unsigned)nranks) &&
-        pthread_create(&th, NULL, kill_later, &ka) != 0)
+    if (rank == victim && pthread_create(&th, NULL, kill_later, &ka) != 0)
         return 1;
     double t0 = now_s();
     weft_comm_t *c;
     weft_status_t st = weft_comm_init(&c);
+    if (st != WEFT_OK && at_connect) {
+        double t_kill = 0;
+        FILE *f = fopen(file, "r");
+        if (f == NULL || fscanf(f, "%lf", &t_kill) != 1)
+            return 1;
+        fclose(f);
+        snprintf(needle, sizeof(needle), "rank %d", victim);
+        return expect(rank, "init, survivor", st, WEFT_ERR_PEER_LOST, needle,
+                      now_s() - t_kill, 2.0);
+    }
     if (st != WEFT_OK) {
         int ok = (st == WEFT_ERR_PEER_LOST || st == WEFT_ERR_TIMEOUT) && now_s() - t0 <= limit;
         printf("%s rank %d init: %s after %.2f s (want peer lost or timeout within %.1f s): "
@@ -293,42 +351,6 @@ static int count_segments(void)
     return n;
 }
 
-/* Listening TCP sockets this process holds (a connected communicator needs none: a
- * stranger must get a refusal, not a backlog slot nobody reads). */
-static int count_listeners(void)
-{
-    char line[512], path[300], link[64];
-    unsigned long inodes[256];
-    int ni = 0, n = 0;
-    FILE *f = fopen("/proc/self/net/tcp", "r");
-    if (f == NULL)
-        return -1;
-    while (fgets(line, sizeof(line), f) && ni < 256) {
-        unsigned st;
-        unsigned long ino;
-        if (sscanf(line, " %*d: %*s %*s %x %*s %*s %*s %*s %*s %lu", &st, &ino) == 2 &&
-            st == 0x0A)
-            inodes[ni++] = ino;
-    }
-    fclose(f);
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *de;
-    while (d && (de = readdir(d)) != NULL) {
-        snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
-        ssize_t len = readlink(path, link, sizeof(link) - 1);
-        unsigned long ino;
-        if (len <= 0)
-            continue;
-        link[len] = '\0';
-        if (sscanf(link, "socket:[%lu]", &ino) == 1)
-            for (int i = 0; i < ni; i++)
-                n += inodes[i] == ino;
-    }
-    if (d)
-        closedir(d);
-    return n;
-}
-
 /* init/all-reduce/destroy three times, then init/abort/destroy: same fds after as
  * before, and no segment of ours left in /dev/shm. */
 static int leaks(void)
@@ -343,7 +365,7 @@ static int leaks(void)
             return 1;
         }
         rank = weft_comm_rank(c);
-        int nl = count_listeners();
+        int nl = count_tcp(0x0A);   /* a communicator that is up needs no listener */
         if (nl != 0) {
             printf("FAIL rank %d round %d: %d listening sockets left open after init\n",
                    rank, round, nl);
@@ -376,8 +398,8 @@ int main(int argc, char **argv)
         fflush(stdout);
         return bad;
     }
-    if (!strcmp(mode, "init_kill") && argc > 3) {
-        int bad = init_kill((unsigned)atoi(argv[2]), argv[3]);
+    if ((!strcmp(mode, "init_kill") || !strcmp(mode, "connect_kill")) && argc > 3) {
+        int bad = init_kill((unsigned)atoi(argv[2]), argv[3], !strcmp(mode, "connect_kill"));
         fflush(stdout);
         _exit(bad);
     }
@@ -425,7 +447,7 @@ int main(int argc, char **argv)
         weft_comm_destroy(c);
     } else {
         fprintf(stderr, "usage: test_fail peer_exit|timeout|mismatch FIELD|abort|"
-                "kill SEED FILE|init_kill SEED FILE|leaks|dump\n");
+                "kill SEED FILE|init_kill SEED FILE|connect_kill SEED FILE|leaks|dump\n");
         return 2;
     }
     fflush(stdout);

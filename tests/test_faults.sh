@@ -4,10 +4,12 @@
 #   bash tests/test_faults.sh BUILD_DIR TRANSPORT [TRIALS]     (TRIALS default 20)
 #
 # Each trial is one job of 2-4 ranks (weftrun, WEFT_TIMEOUT=2) running test_fail in one of
-# two modes, alternating: `kill` (a rank SIGKILLs itself at a random moment of a loop of
-# collectives of random sizes) and `init_kill` (0-60 ms into weft_comm_init). A trial
-# passes when every survivor printed an ok line (PEER_LOST naming the victim within 2 s,
-# or for init a PEER_LOST/TIMEOUT within WEFT_TIMEOUT + 1 s), none printed FAIL, weftrun
+# three modes: `kill` (a rank SIGKILLs itself at a random moment of a loop of collectives
+# of random sizes), `init_kill` (0-60 ms into weft_comm_init) and, on tcp, `connect_kill`
+# (once the victim holds its first data connection). A trial passes when every survivor
+# printed an ok line (PEER_LOST naming the victim within 2 s; for init_kill a PEER_LOST or
+# TIMEOUT within WEFT_TIMEOUT + 1 s, since the victim may die before it joined the
+# rendezvous, where nothing can tell it from a late starter), none printed FAIL, weftrun
 # exited with 128+9 and named the rank killed by signal 9, and the job ended within 20 s.
 # Then the stale-segment check below. Prints one line per trial and
 # `test_faults.sh: N passed, M failed`.
@@ -22,7 +24,9 @@ for ((i = 1; i <= TRIALS; i++)); do
     n=$((2 + i % 3))
     mode=kill
     [ $((i % 4)) = 0 ] && mode=init_kill
+    [ $((i % 4)) = 2 ] && [ "$T" = tcp ] && mode=connect_kill
     seed=$((i * 37 + ${#T}))
+    [ "$mode" = connect_kill ] && seed=$((i / 4))   # victims 0, 1, 2, 3, 0 (n 4, 2, 3, 4, 2)
     victim=$((seed % n))
     out=$D/out.$i
     WEFT_TRANSPORT=$T WEFT_TIMEOUT=2 timeout -k 5 20 "$B/bin/weftrun" -n "$n" \
