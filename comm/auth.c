@@ -48,6 +48,7 @@ typedef struct auth_hello {
 typedef struct auth_ctx {
     const char *purpose_name;
     char peer[64];
+    const sock_watch_t *watch;  /* asked during every wait (sock.h), or NULL */
 } auth_ctx_t;
 
 static void put_le32(uint8_t *p, uint32_t v)
@@ -201,10 +202,10 @@ static weft_status_t hello_exchange(int fd, const auth_hello_t *me, uint64_t dea
 {
     uint8_t out[AUTH_HELLO_LEN], in[AUTH_HELLO_LEN];
     hello_encode(me, out);
-    weft_status_t st = sock_send_all(fd, out, sizeof(out), deadline);
+    weft_status_t st = sock_send_all_watched(fd, out, sizeof(out), deadline, ctx->watch);
     if (st != WEFT_OK)
         return io_context(st, "sending its hello", ctx);
-    st = sock_recv_all(fd, in, sizeof(in), deadline);
+    st = sock_recv_all_watched(fd, in, sizeof(in), deadline, ctx->watch);
     if (st != WEFT_OK)
         return io_context(st, "receiving the peer's hello", ctx);
     if ((st = hello_decode(in, ctx, peer)) != WEFT_OK)
@@ -220,10 +221,10 @@ static weft_status_t mac_exchange(int fd, const char *secret, const auth_hello_t
     uint8_t out[SHA256_LEN] = { 0 }, in[SHA256_LEN];
     if (secret != NULL)
         mac_compute(secret, me, peer, out);
-    weft_status_t st = sock_send_all(fd, out, sizeof(out), deadline);
+    weft_status_t st = sock_send_all_watched(fd, out, sizeof(out), deadline, ctx->watch);
     if (st != WEFT_OK)
         return io_context(st, "sending its MAC", ctx);
-    st = sock_recv_all(fd, in, sizeof(in), deadline);
+    st = sock_recv_all_watched(fd, in, sizeof(in), deadline, ctx->watch);
     if (st != WEFT_OK)
         return io_context(st, "receiving the peer's MAC", ctx);
     return mac_check(secret, me, peer, in, ctx);
@@ -231,6 +232,14 @@ static weft_status_t mac_exchange(int fd, const char *secret, const auth_hello_t
 
 weft_status_t auth_handshake(int fd, const char *secret, int purpose, uint64_t comm_id,
                              int my_rank, uint64_t deadline, int *peer_rank_p)
+{
+    return auth_handshake_watched(fd, secret, purpose, comm_id, my_rank, deadline, NULL,
+                                  peer_rank_p);
+}
+
+weft_status_t auth_handshake_watched(int fd, const char *secret, int purpose,
+                                     uint64_t comm_id, int my_rank, uint64_t deadline,
+                                     const sock_watch_t *watch, int *peer_rank_p)
 {
     if (fd < 0 || peer_rank_p == NULL || my_rank < 0 ||
         (unsigned)my_rank >= AUTH_RANK_LIMIT ||
@@ -242,6 +251,7 @@ weft_status_t auth_handshake(int fd, const char *secret, int purpose, uint64_t c
 
     auth_ctx_t ctx;
     ctx_init(&ctx, fd, purpose);
+    ctx.watch = watch;
     auth_hello_t me = {
         .version = AUTH_VERSION, .purpose = (uint32_t)purpose,
         .flags = secret != NULL ? 0 : AUTH_FLAG_NO_SECRET,

@@ -17,10 +17,15 @@
 #include <stdint.h>
 
 #include "weft.h"
+#include "sock.h"
 
 enum { AUTH_BOOTSTRAP = 1, AUTH_DATA = 2 };
 
 weft_status_t auth_handshake(int fd, const char *secret, int purpose, uint64_t comm_id,
                              int my_rank, uint64_t deadline, int *peer_rank_p);
+/* The same, asking `watch` during every wait (sock.h: sock_watch_t). */
+weft_status_t auth_handshake_watched(int fd, const char *secret, int purpose,
+                                     uint64_t comm_id, int my_rank, uint64_t deadline,
+                                     const sock_watch_t *watch, int *peer_rank_p);
 
 #endif

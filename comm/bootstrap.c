@@ -177,6 +177,30 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous, const
     return WEFT_OK;
 }
 
+/* Rank 0: waits until rank r has sent something, watching every other rank's connection
+ * for a close meanwhile: a rank lost while r is still busy (r may be waiting for that
+ * very rank) is reported at once. Returns the lost rank, or -1 when r's turn came (or the
+ * deadline passed: r's recv words that). */
+static int wait_turn(bootstrap_t *bs, int r, struct pollfd *p)
+{
+    for (;;) {
+        int n = 0;
+        for (int q = 1; q < bs->nranks; q++)
+            p[n++] = (struct pollfd){ .fd = bs->fds[q], .events = q == r ? POLLIN : POLLRDHUP };
+        uint64_t now = time_ns();
+        if (now >= bs->deadline)
+            return -1;
+        int ms = (int)WEFT_MIN((bs->deadline - now) / 1000000 + 1, 100);
+        if (poll(p, (nfds_t)n, ms) <= 0)
+            continue;
+        if (p[r - 1].revents)
+            return -1;
+        for (int q = 1; q < bs->nranks; q++)
+            if (p[q - 1].revents & (POLLRDHUP | POLLHUP | POLLERR))
+                return q;
+    }
+}
+
 weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t len)
 {
     bootstrap_t *bs = ctx;
@@ -215,8 +239,20 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
         return weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: rank %d was lost during "
                                 "setup", bs->lost);
     memcpy(all, mine, len);
+    struct pollfd *pfd = malloc((size_t)bs->nranks * sizeof(*pfd));
+    if (pfd == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
     for (int r = 1; r < bs->nranks; r++) {
         boot_msg_t got;
+        int lost = wait_turn(bs, r, pfd);
+        if (lost > 0) {
+            free(pfd);
+            bs->lost = lost;
+            st = weft_error(WEFT_ERR_PEER_LOST, "bootstrap: rank %d was lost (its rendezvous "
+                            "connection closed)", lost);
+            tell_failure(bs, lost, st);
+            return st;
+        }
         st = sock_recv_all(bs->fds[r], &got, sizeof(got), bs->deadline);
         if (st == WEFT_OK && (got.magic != BOOT_MAGIC || got.len != len))
             st = weft_error(WEFT_ERR_MISMATCH, "bootstrap: rank %d sent a %u-byte record, "
@@ -224,11 +260,13 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
         if (st == WEFT_OK)
             st = sock_recv_all(bs->fds[r], (char *)all + (size_t)r * len, len, bs->deadline);
         if (st != WEFT_OK) {
+            free(pfd);
             weft_error_quiet(st, "bootstrap: rank %d: %s", r, weft_last_error());
             tell_failure(bs, r, st);
             return st;
         }
     }
+    free(pfd);
     m.len = (uint32_t)(len * (size_t)bs->nranks);
     for (int r = 1; r < bs->nranks; r++) {
         st = sock_send_all(bs->fds[r], &m, sizeof(m), bs->deadline);

@@ -34,6 +34,8 @@ struct comm_op {
     int started;
     int posted_wait;         /* told the peers it is waiting (comm/fail.c) */
     uint64_t t_start;
+    uint64_t t_queued;       /* set when it was queued first in line (it starts at once),
+                                else 0 */
     uint64_t fr_id;          /* its flight recorder entry */
     comm_op_t *next;         /* queue link */
 };

@@ -18,7 +18,7 @@ static fr_entry_t *entry(flight_t *f, uint64_t id)
 }
 
 uint64_t fr_queued(flight_t *f, int coll, uint32_t seq, uint64_t count, int dtype, int op,
-                   int root)
+                   int root, uint64_t now)
 {
     uint64_t id = f->next++;
     fr_entry_t *e = &f->e[id % FLIGHT_SIZE];
@@ -31,7 +31,7 @@ uint64_t fr_queued(flight_t *f, int coll, uint32_t seq, uint64_t count, int dtyp
     e->root = root;
     e->count = count;
     e->state = FR_QUEUED;
-    e->t_queued = time_ns();
+    e->t_queued = now;
     return id;
 }
 
@@ -57,13 +57,13 @@ void fr_call_desc(const fr_entry_t *e, call_desc_t *d)
     d->op = e->op;
 }
 
-void fr_started(flight_t *f, uint64_t id, const char *algo)
+void fr_started(flight_t *f, uint64_t id, const char *algo, uint64_t now)
 {
     fr_entry_t *e = entry(f, id);
     if (e) {
         e->state = FR_RUNNING;
         e->algo = algo;
-        e->t_start = time_ns();
+        e->t_start = now;
     }
 }
 

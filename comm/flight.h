@@ -35,13 +35,15 @@ typedef struct flight {
 } flight_t;
 
 /* Returns the id to pass to the later calls. */
+/* Times are time_ns() values the caller already has (a clock read costs ~40 ns in a VM,
+ * a tenth of a small all-reduce). */
 uint64_t fr_queued(flight_t *f, int coll, uint32_t seq, uint64_t count, int dtype, int op,
-                   int root);
+                   int root, uint64_t now);
 /* The most recent collective (not point-to-point) call with sequence number seq. */
 const fr_entry_t *fr_find_coll(const flight_t *f, uint32_t seq);
 /* The entry's call as frames describe it (for messages about an earlier call). */
 void fr_call_desc(const fr_entry_t *e, call_desc_t *d);
-void fr_started(flight_t *f, uint64_t id, const char *algo);
+void fr_started(flight_t *f, uint64_t id, const char *algo, uint64_t now);
 void fr_finished(flight_t *f, uint64_t id, weft_status_t st);
 void fr_dump(const flight_t *f, FILE *out, int rank, int nranks, uint32_t comm_id,
              const char *why);

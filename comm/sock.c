@@ -346,7 +346,8 @@ static weft_status_t io_timeout(int fd, const char *what, size_t done, size_t n)
                       what, peer_str(fd, ps, sizeof(ps)), done, n);
 }
 
-weft_status_t sock_send_all(int fd, const void *buf, size_t n, uint64_t deadline)
+weft_status_t sock_send_all_watched(int fd, const void *buf, size_t n, uint64_t deadline,
+                                    const sock_watch_t *w)
 {
     const char *p = (const char *)buf;
     size_t done = 0;
@@ -360,7 +361,7 @@ weft_status_t sock_send_all(int fd, const void *buf, size_t n, uint64_t deadline
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return io_error(fd, "send to", done, n);
-        weft_status_t st = wait_fd(fd, POLLOUT, deadline, "send", NULL);
+        weft_status_t st = wait_fd(fd, POLLOUT, deadline, "send", w);
         if (st == WEFT_ERR_TIMEOUT)
             return io_timeout(fd, "send to", done, n);
         if (st != WEFT_OK)
@@ -369,7 +370,8 @@ weft_status_t sock_send_all(int fd, const void *buf, size_t n, uint64_t deadline
     return WEFT_OK;
 }
 
-weft_status_t sock_recv_all(int fd, void *buf, size_t n, uint64_t deadline)
+weft_status_t sock_recv_all_watched(int fd, void *buf, size_t n, uint64_t deadline,
+                                    const sock_watch_t *w)
 {
     char *p = (char *)buf;
     size_t done = 0;
@@ -389,13 +391,23 @@ weft_status_t sock_recv_all(int fd, void *buf, size_t n, uint64_t deadline)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return io_error(fd, "recv from", done, n);
-        weft_status_t st = wait_fd(fd, POLLIN, deadline, "recv", NULL);
+        weft_status_t st = wait_fd(fd, POLLIN, deadline, "recv", w);
         if (st == WEFT_ERR_TIMEOUT)
             return io_timeout(fd, "recv from", done, n);
         if (st != WEFT_OK)
             return st;
     }
     return WEFT_OK;
+}
+
+weft_status_t sock_send_all(int fd, const void *buf, size_t n, uint64_t deadline)
+{
+    return sock_send_all_watched(fd, buf, n, deadline, NULL);
+}
+
+weft_status_t sock_recv_all(int fd, void *buf, size_t n, uint64_t deadline)
+{
+    return sock_recv_all_watched(fd, buf, n, deadline, NULL);
 }
 
 /* ---- local address ------------------------------------------------------------ */

@@ -22,8 +22,14 @@ weft_status_t sock_listen(struct sockaddr_in *addr, int backlog, int *fd_p);
 weft_status_t sock_connect(const struct sockaddr_in *addr, uint64_t deadline, int *fd_p);
 /* Accepts one connection before the deadline. */
 weft_status_t sock_accept(int lfd, uint64_t deadline, int *fd_p);
-/* The same, asking `fn` every 50 ms of waiting whether to go on: a status other than
- * WEFT_OK ends the wait with that status (a rank lost elsewhere during setup). */
+
+/* Whole-buffer blocking I/O on a (blocking or nonblocking) socket. */
+weft_status_t sock_send_all(int fd, const void *buf, size_t n, uint64_t deadline);
+weft_status_t sock_recv_all(int fd, void *buf, size_t n, uint64_t deadline);
+/* The waits above, asking w->fn every 50 ms of waiting whether to go on (w NULL or
+ * w->fn NULL: never): a status other than WEFT_OK ends the wait with that status. The
+ * tcp transport's setup watches the bootstrap this way, so that a rank lost elsewhere
+ * ends every rank's wait for a connection. */
 typedef struct sock_watch {
     weft_status_t (*fn)(void *ctx);
     void *ctx;
@@ -31,9 +37,10 @@ typedef struct sock_watch {
 weft_status_t sock_connect_watched(const struct sockaddr_in *addr, uint64_t deadline,
                                    const sock_watch_t *w, int *fd_p);
 weft_status_t sock_accept_watched(int lfd, uint64_t deadline, const sock_watch_t *w, int *fd_p);
-/* Whole-buffer blocking I/O on a (blocking or nonblocking) socket. */
-weft_status_t sock_send_all(int fd, const void *buf, size_t n, uint64_t deadline);
-weft_status_t sock_recv_all(int fd, void *buf, size_t n, uint64_t deadline);
+weft_status_t sock_send_all_watched(int fd, const void *buf, size_t n, uint64_t deadline,
+                                    const sock_watch_t *w);
+weft_status_t sock_recv_all_watched(int fd, void *buf, size_t n, uint64_t deadline,
+                                    const sock_watch_t *w);
 /* The local address this host uses to reach `to` (a UDP connect trick, no traffic),
  * or the address of interface `ifname` (prefix match) when ifname is non-empty. */
 weft_status_t sock_local_addr(const struct sockaddr_in *to, const char *ifname,

@@ -128,9 +128,9 @@ static weft_status_t accept_peer(weft_comm_t *comm, int peer, uint64_t deadline)
         RETURN_IF_ERR(sock_accept_watched(l->lfd, deadline, &comm->setup_watch, &fd));
         /* as in bootstrap.c: a silent stranger holds the accept loop 2 s at most */
         uint64_t hello_deadline = WEFT_MIN(deadline, time_ns() + 2000000000ull);
-        weft_status_t st = auth_handshake(fd, comm->has_secret ? comm->secret : NULL,
-                                          AUTH_DATA, comm->id, comm->rank, hello_deadline,
-                                          &who);
+        weft_status_t st = auth_handshake_watched(fd, comm->has_secret ? comm->secret : NULL,
+                                                  AUTH_DATA, comm->id, comm->rank,
+                                                  hello_deadline, &comm->setup_watch, &who);
         if (st == WEFT_OK && (who < 0 || who >= comm->rank || l->pending[who] >= 0)) {
             LOG_WARN(LOG_NET, "tcp: dropped a connection claiming rank %d", who);
             st = WEFT_ERR_AUTH;
@@ -139,6 +139,8 @@ static weft_status_t accept_peer(weft_comm_t *comm, int peer, uint64_t deadline)
             close(fd);
             if (st == WEFT_ERR_TIMEOUT && time_ns() >= deadline)
                 return st;
+            if (comm->setup_watch.fn)   /* the watch's news ended it: not a stranger */
+                RETURN_IF_ERR(comm->setup_watch.fn(comm->setup_watch.ctx));
             continue;
         }
         l->pending[who] = fd;
@@ -159,8 +161,10 @@ static weft_status_t tcp_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     }
     RETURN_IF_ERR(sock_connect_watched(&comm->peers[peer].tcp_addr, deadline,
                                        &comm->setup_watch, &fd));
-    weft_status_t st = auth_handshake(fd, comm->has_secret ? comm->secret : NULL, AUTH_DATA,
-                                      comm->id, comm->rank, deadline, &who);
+    /* watched: a peer that died after its kernel took the connection never answers */
+    weft_status_t st = auth_handshake_watched(fd, comm->has_secret ? comm->secret : NULL,
+                                              AUTH_DATA, comm->id, comm->rank, deadline,
+                                              &comm->setup_watch, &who);
     if (st == WEFT_OK && who != peer)
         st = weft_error(WEFT_ERR_AUTH, "tcp: rank %d's address answered as rank %d", peer, who);
     if (st != WEFT_OK) {
