@@ -116,17 +116,18 @@ def record_rank1(real_port):
         pump(u, c, None)
 
     threading.Thread(target=serve, daemon=True).start()
+    t0 = time.time()
     r0 = start(0, real_port)
     wait_listening(real_port)
     r1 = subprocess.Popen(PERF, env=rank_env(1, pport), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
     ok = r0.wait(60) == 0 and r1.wait(60) == 0
-    return ok, bytes(got)
+    return ok, bytes(got), time.time() - t0
 
 
 def main():
     rng = random.Random(7)
-    ok, rec = record_rank1(free_port())
+    ok, rec, t_plain = record_rank1(free_port())   # also: how long a job takes here
     check(ok and len(rec) >= 80, f"recorded a real rank 1 through a proxy ({len(rec)} bytes)")
     port = free_port()
     r0 = start(0, port)
@@ -166,9 +167,12 @@ def main():
     check(r0.returncode == 0 and r1.returncode == 0 and "Out of bounds values : 0 OK" in out0,
           f"the job completed with correct results (exit {r0.returncode}, {r1.returncode})")
     silent.join(10)
-    check(time.time() - t_job < 15 and held and held[0] < 4,
+    # the accept loop gives a silent stranger 2 s at most (docs/FAILURES.md, Gaps); the
+    # bound is relative to a plain job, which a sanitizer build makes slow
+    t_done = time.time() - t_job
+    check(t_done < t_plain + 10 and held and held[0] < 4,
           f"a silent stranger was dropped after {held[0] if held else -1:.1f} s and did not "
-          f"hold the job up (job took {time.time() - t_job:.1f} s)")
+          f"hold the job up (job took {t_done:.1f} s, a plain one {t_plain:.1f} s)")
     warns = [line for line in out0.splitlines() if " weft WARN " in line]
     for line in warns:
         print("     | " + line)
