@@ -137,7 +137,7 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
         op->seq_rx = comm->p2p_rx[args->peer2]++;
     if (args->coll != COLL_SEND && args->coll != COLL_RECV && args->coll != COLL_SENDRECV)
         op->seq = comm->seq++;
-    uint64_t now = time_ns();
+    uint64_t now = time_ns_coarse();
     op->t_queued = comm->q_head == NULL ? now : 0;   /* first in line: starts right away */
     op->fr_id = fr_queued(&comm->flight, args->coll,
                           args->coll == COLL_RECV ? op->seq_rx :

@@ -76,7 +76,7 @@ weft_status_t engine_start(weft_comm_t *comm, comm_op_t *op)
     comm->meta_out.send = (uint64_t)(uintptr_t)op->send;
     comm->meta_out.recv = (uint64_t)(uintptr_t)op->recv;
     op->started = 1;
-    op->t_start = op->t_queued ? op->t_queued : time_ns();
+    op->t_start = op->t_queued ? op->t_queued : time_ns_coarse();
     fr_started(&comm->flight, op->fr_id, s->algo, op->t_start);
     return WEFT_OK;
 }

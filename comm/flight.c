@@ -73,7 +73,7 @@ void fr_finished(flight_t *f, uint64_t id, weft_status_t st)
     if (e) {
         e->state = st == WEFT_OK ? FR_DONE : FR_FAILED;
         e->status = st;
-        e->t_end = time_ns();
+        e->t_end = time_ns_coarse();
     }
 }
 

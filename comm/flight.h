@@ -26,7 +26,7 @@ typedef struct fr_entry {
     uint64_t count;
     const char *algo;        /* static string, or NULL before the schedule exists */
     weft_status_t status;
-    uint64_t t_queued, t_start, t_end;   /* time_ns() */
+    uint64_t t_queued, t_start, t_end;   /* time_ns_coarse(): at the clock's tick */
 } fr_entry_t;
 
 typedef struct flight {
@@ -35,8 +35,9 @@ typedef struct flight {
 } flight_t;
 
 /* Returns the id to pass to the later calls. */
-/* Times are time_ns() values the caller already has (a clock read costs ~40 ns in a VM,
- * a tenth of a small all-reduce). */
+/* Times are time_ns_coarse() values the caller already has (util.h: a precise clock read
+ * costs a tenth of a small all-reduce in a VM), so durations of the recorder are
+ * multiples of the coarse clock's tick (4 ms here). */
 uint64_t fr_queued(flight_t *f, int coll, uint32_t seq, uint64_t count, int dtype, int op,
                    int root, uint64_t now);
 /* The most recent collective (not point-to-point) call with sequence number seq. */

@@ -27,6 +27,16 @@ static inline uint64_t time_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The same clock at its tick (CLOCK_MONOTONIC_COARSE: a few ms of resolution, never
+ * ahead of time_ns()), for once-per-call bookkeeping: ~3 ns instead of ~25 ns a read on
+ * this VM's kvm-clock, which is a tenth of a small all-reduce. */
+static inline uint64_t time_ns_coarse(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static inline double time_s(void)
 {
     return (double)time_ns() * 1e-9;
