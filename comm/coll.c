@@ -139,10 +139,13 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
         op->seq = comm->seq++;
     uint64_t now = time_ns_coarse();
     op->t_queued = comm->q_head == NULL ? now : 0;   /* first in line: starts right away */
-    op->fr_id = fr_queued(&comm->flight, args->coll,
-                          args->coll == COLL_RECV ? op->seq_rx :
-                          args->coll == COLL_SEND || args->coll == COLL_SENDRECV ? op->seq_tx :
-                          op->seq, args->count, args->dtype, args->op, args->root, now);
+    call_desc_t d;
+    engine_call_desc(op, &d);
+    if (args->coll == COLL_RECV)
+        d.seq = op->seq_rx;
+    else if (args->coll == COLL_SEND || args->coll == COLL_SENDRECV)
+        d.seq = op->seq_tx;
+    op->fr_id = fr_queued(&comm->flight, &d, now);
     if (comm->q_tail)
         comm->q_tail->next = op;
     else

@@ -200,11 +200,9 @@ static weft_status_t check_header(weft_comm_t *comm, const comm_op_t *op, int i,
         const fr_entry_t *past = e.p2p || h->seq == e.call.seq ? NULL
                                  : fr_find_coll(&comm->flight, h->seq);
         if (past) {
-            call_desc_t d;
-            fr_call_desc(past, &d);
             char pd[128];
             return weft_error(WEFT_ERR_MISMATCH, "rank %d: %s; this rank's seq %u was %s",
-                              comm->rank, why, h->seq, call_desc_str(&d, pd, sizeof(pd)));
+                              comm->rank, why, h->seq, call_desc_str(&past->call, pd, sizeof(pd)));
         }
         return weft_error(WEFT_ERR_MISMATCH, "rank %d: %s", comm->rank, why);
     }

@@ -73,8 +73,7 @@ static weft_status_t adopt(weft_comm_t *comm, const comm_op_t *op, int p, const 
     const fr_entry_t *past = about->seq == mine.seq || !is_coll(about->coll) ? NULL
                              : fr_find_coll(&comm->flight, about->seq);
     if (past) {     /* this rank is past (or before) that call: say what it made of it */
-        call_desc_t d;
-        fr_call_desc(past, &d);
+        call_desc_t d = past->call;
         size_t n = strlen(ours);
         snprintf(ours + n, sizeof(ours) - n, ", and its seq %u was ", d.seq);
         n = strlen(ours);

@@ -17,19 +17,13 @@ static fr_entry_t *entry(flight_t *f, uint64_t id)
     return e->id == id ? e : NULL;
 }
 
-uint64_t fr_queued(flight_t *f, int coll, uint32_t seq, uint64_t count, int dtype, int op,
-                   int root, uint64_t now)
+uint64_t fr_queued(flight_t *f, const call_desc_t *call, uint64_t now)
 {
     uint64_t id = f->next++;
     fr_entry_t *e = &f->e[id % FLIGHT_SIZE];
     memset(e, 0, sizeof(*e));
     e->id = id;
-    e->seq = seq;
-    e->coll = (uint8_t)coll;
-    e->dtype = (uint8_t)dtype;
-    e->op = (uint8_t)op;
-    e->root = root;
-    e->count = count;
+    e->call = *call;
     e->state = FR_QUEUED;
     e->t_queued = now;
     return id;
@@ -39,22 +33,11 @@ const fr_entry_t *fr_find_coll(const flight_t *f, uint32_t seq)
 {
     for (uint64_t k = 0; k < FLIGHT_SIZE && k < f->next; k++) {
         const fr_entry_t *e = &f->e[(f->next - 1 - k) % FLIGHT_SIZE];
-        if (e->seq == seq && e->coll != COLL_SEND && e->coll != COLL_RECV &&
-            e->coll != COLL_SENDRECV)
+        if (e->call.seq == seq && e->call.coll != COLL_SEND && e->call.coll != COLL_RECV &&
+            e->call.coll != COLL_SENDRECV)
             return e;
     }
     return NULL;
-}
-
-void fr_call_desc(const fr_entry_t *e, call_desc_t *d)
-{
-    memset(d, 0, sizeof(*d));
-    d->count = e->count;
-    d->seq = e->seq;
-    d->root = e->root;
-    d->coll = e->coll;
-    d->dtype = e->dtype;
-    d->op = e->op;
 }
 
 void fr_started(flight_t *f, uint64_t id, const char *algo, uint64_t now)
@@ -90,12 +73,13 @@ void fr_dump(const flight_t *f, FILE *out, int rank, int nranks, uint32_t comm_i
             "status");
     for (uint64_t id = first; id < f->next; id++) {
         const fr_entry_t *e = &f->e[id % FLIGHT_SIZE];
-        const char *dt = weft_dtype_name((weft_dtype_t)e->dtype);
-        const char *op = weft_op_name((weft_op_t)e->op);
+        const call_desc_t *c = &e->call;
+        const char *dt = weft_dtype_name((weft_dtype_t)c->dtype);
+        const char *op = weft_op_name((weft_op_t)c->op);
         double ran = e->t_start ? ((e->t_end ? e->t_end : now) - e->t_start) / 1e3 : 0;
         fprintf(out, "  %6llu %6u %-15s %12llu %-8s %-4s %5d %-7s %-8s %10.1f %10.1f  %s\n",
-                (unsigned long long)e->id, e->seq, coll_name(e->coll),
-                (unsigned long long)e->count, dt ? dt : "?", op ? op : "?", e->root,
+                (unsigned long long)e->id, c->seq, coll_name(c->coll),
+                (unsigned long long)c->count, dt ? dt : "?", op ? op : "?", (int)c->root,
                 e->algo ? e->algo : "-", states[e->state], ran,
                 (now - e->t_queued) / 1e6, weft_status_str(e->status));
     }

@@ -20,10 +20,8 @@ typedef enum { FR_QUEUED = 0, FR_RUNNING, FR_DONE, FR_FAILED } fr_state_t;
 
 typedef struct fr_entry {
     uint64_t id;             /* running number of the call on this communicator */
-    uint32_t seq;
-    uint8_t coll, dtype, op, state;
-    int32_t root;
-    uint64_t count;
+    call_desc_t call;        /* as frames describe it (point-to-point: that direction's seq) */
+    uint8_t state;
     const char *algo;        /* static string, or NULL before the schedule exists */
     weft_status_t status;
     uint64_t t_queued, t_start, t_end;   /* time_ns_coarse(): at the clock's tick */
@@ -38,12 +36,9 @@ typedef struct flight {
 /* Times are time_ns_coarse() values the caller already has (util.h: a precise clock read
  * costs a tenth of a small all-reduce in a VM), so durations of the recorder are
  * multiples of the coarse clock's tick (4 ms here). */
-uint64_t fr_queued(flight_t *f, int coll, uint32_t seq, uint64_t count, int dtype, int op,
-                   int root, uint64_t now);
+uint64_t fr_queued(flight_t *f, const call_desc_t *call, uint64_t now);
 /* The most recent collective (not point-to-point) call with sequence number seq. */
 const fr_entry_t *fr_find_coll(const flight_t *f, uint32_t seq);
-/* The entry's call as frames describe it (for messages about an earlier call). */
-void fr_call_desc(const fr_entry_t *e, call_desc_t *d);
 void fr_started(flight_t *f, uint64_t id, const char *algo, uint64_t now);
 void fr_finished(flight_t *f, uint64_t id, weft_status_t st);
 void fr_dump(const flight_t *f, FILE *out, int rank, int nranks, uint32_t comm_id,
