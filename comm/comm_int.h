@@ -47,7 +47,6 @@ struct weft_request {
 
 typedef struct sched_cache_entry {
     sched_args_t key;
-    char algo[16];
     sched_t *sched;
 } sched_cache_entry_t;
 
@@ -87,6 +86,7 @@ struct weft_comm {
 
     sched_cache_entry_t cache[SCHED_CACHE_SIZE];
     int ncache;
+    int cache_last;          /* the entry the last call used */
 
     void *tmp;               /* scratch for BUF_TMP */
     size_t tmp_cap;
