@@ -5,6 +5,8 @@
  * Reductions receive each peer's contribution into its own TMP slot (own data is
  * copied into slot `rank`) and fold the slots in rank order, so every rank computes
  * exactly the same ((x0 op x1) op x2)... and results are bit-identical across ranks.
+ * All-reduce on 2 ranks reduces straight out of the peer's frame instead, operands in
+ * rank order (x0 op x1 on both): no copy, no fold, no scratch.
  * The fold runs after every other step, so in-place calls never overwrite data that is
  * still being sent. Also here: alltoall (pairwise, any size), barrier, send/recv and
  * the one-rank case.
@@ -21,6 +23,15 @@ static void direct_allreduce(const sched_args_t *a, size_t esz, sched_t *s)
 {
     int r = a->rank, n = a->nranks;
     size_t len = a->count * esz;
+    if (n == 2) {       /* reduce straight out of the frame, x0 op x1 on both ranks */
+        int tx = sched_send(s, 1 - r, BUF_SEND, 0, len, -1);
+        int rx = sched_recv_reduce(s, 1 - r, BUF_RECV, 0, BUF_SEND, 0, len, 1);
+        if (rx >= 0) {
+            s->steps[rx].dep = tx;      /* in place: RECV is SEND, so it waits for the send */
+            s->steps[rx].swap = r == 1;
+        }
+        return;
+    }
     s->tmp_bytes = len * (size_t)n;
     sched_copy(s, BUF_TMP, (size_t)r * len, BUF_SEND, 0, len);
     SCHED_FOR_PEERS(p, k, r, n) {

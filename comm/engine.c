@@ -234,8 +234,8 @@ static weft_status_t progress_recv(weft_comm_t *comm, comm_op_t *op, int i, int 
                 memcpy(dst, payload, h->len);
         } else {
             const char *src = buf_ptr(comm, op, st->src_buf) + st->src_off + ss->done;
-            kern_reduce(dst, src, payload, h->len / esz, a->dtype, a->op,
-                        st->final ? comm->nranks : 0);
+            kern_reduce(dst, st->swap ? payload : src, st->swap ? src : payload,
+                        h->len / esz, a->dtype, a->op, st->final ? comm->nranks : 0);
         }
         ss->done += h->len;
         ss->frames++;

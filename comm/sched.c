@@ -234,9 +234,9 @@ void sched_dump(const sched_t *s, int rank)
             s->nsteps, s->chunk, s->tmp_bytes);
     for (int i = 0; i < s->nsteps; i++) {
         const sched_step_t *st = &s->steps[i];
-        fprintf(stderr, "  %3d %-11s peer %2d dst %s+%zu src %s+%zu len %zu dep %d stream %d%s%s\n",
+        fprintf(stderr, "  %3d %-11s peer %2d dst %s+%zu src %s+%zu len %zu dep %d stream %d%s%s%s\n",
                 i, kinds[st->kind], st->peer, bufs[st->dst_buf], st->dst_off, bufs[st->src_buf],
                 st->src_off, st->len, st->dep, st->stream, st->final ? " final" : "",
-                st->after_all ? " after_all" : "");
+                st->after_all ? " after_all" : "", st->swap ? " swap" : "");
     }
 }

@@ -38,7 +38,8 @@ typedef struct sched_meta {
 typedef enum {
     STEP_SEND,        /* send src[off, off+len) to peer */
     STEP_RECV,        /* receive into dst[off, off+len) from peer */
-    STEP_RECV_REDUCE, /* dst = src op incoming, elementwise (dst may equal src) */
+    STEP_RECV_REDUCE, /* dst = src op incoming, elementwise (dst may equal src); with
+                         swap, incoming op src */
     STEP_COPY,        /* dst = src, local */
     STEP_FOLD,        /* dst = src[0] op src[1] op ... op src[nslots-1], in slot order,
                          slots `slot_stride` bytes apart; local */
@@ -53,6 +54,7 @@ typedef struct sched_step {
     uint8_t src_buf;
     uint8_t final;      /* apply AVG's division here (the last reduction of an element) */
     uint8_t after_all;
+    uint8_t swap;       /* RECV_REDUCE: dst = incoming op src (the peer's data first) */
     int32_t peer;       /* SEND/RECV*: rank in the communicator */
     int32_t dep;
     int32_t stream;

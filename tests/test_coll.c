@@ -729,6 +729,58 @@ static void run_matrix(ctx_t *c, int coll)
     }
 }
 
+/* ---- all-reduce: every rank ends with the same bits where operand order shows ---- */
+
+/* MAX and MIN of +0 and -0 (equal: the result is one of the operands, by position) and
+ * sums of NaNs with different payloads (the result carries one operand's payload): a rank
+ * that combined its operands in another order than its peers ends with other bits. Rank r
+ * gives +0 (even r) or -0 (odd r), and quiet NaNs with payload r + 1. Counts reach the
+ * direct and the ring algorithms, in and out of place. */
+static void test_agree(ctx_t *c)
+{
+    static const size_t counts[] = { 1, 1000, 300000 };
+    static const weft_op_t ops[] = { WEFT_MAX, WEFT_MIN, WEFT_SUM };
+    int P = c->nranks;
+    watch(c, "all-reduce agreement (signed zeros, NaN payloads)");
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        size_t n = counts[k];
+        uint32_t *in = xmalloc(n * 4), *out = xmalloc(n * 4), *all = xmalloc(n * 4 * (size_t)P);
+        for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+            for (int ip = 0; ip < 2; ip++) {
+                tcase_t t = { .coll = C_ALLREDUCE, .dt = WEFT_FLOAT32, .op = ops[o],
+                              .count = n, .inplace = ip };
+                for (size_t i = 0; i < n; i++)
+                    in[i] = ops[o] == WEFT_SUM ? 0x7fc00000u | (uint32_t)(c->rank + 1)
+                                               : (c->rank % 2 ? 0x80000000u : 0u);
+                if (ip)
+                    memcpy(out, in, n * 4);
+                weft_status_t st = weft_allreduce(ip ? out : in, out, n, WEFT_FLOAT32, ops[o],
+                                                  c->comm);
+                if (st != WEFT_OK)
+                    fatal_status(c, &t, "allreduce", st);
+                st = weft_allgather(out, all, n, WEFT_FLOAT32, c->comm);
+                if (st != WEFT_OK)
+                    fatal_status(c, &t, "allgather(results)", st);
+                int bad = 0;
+                for (int r = 1; r < P && !bad; r++)
+                    for (size_t i = 0; i < n && !bad; i++)
+                        if (all[(size_t)r * n + i] != all[i]) {
+                            fail_line(c, &t, "element %zu: rank 0 has 0x%08x, rank %d 0x%08x",
+                                      i, all[i], r, all[(size_t)r * n + i]);
+                            bad = 1;
+                        }
+                if (bad)
+                    c->st->failed++;
+                else
+                    c->st->passed++;
+            }
+        }
+        free(in);
+        free(out);
+        free(all);
+    }
+}
+
 /* ---- barrier: every rank's pre-barrier write is visible to all after it ---- */
 
 static void test_barrier(ctx_t *c)
@@ -1203,6 +1255,8 @@ int main(int argc, char **argv)
             test_nonblocking(&c);
         else
             run_matrix(&c, coll);
+        if (coll == C_ALLREDUCE)
+            test_agree(&c);
     }
 
     /* Everyone learns the totals. */
