@@ -170,12 +170,12 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, peer_info_t *self)
     h->nslots = (uint64_t)comm->nranks;
     h->slot_bytes = slot_bytes(ring);
     h->ring_bytes = ring;
-    for (int r = 0; r < comm->nranks; r++) {
-        shm_ring_ctl_t *c = (shm_ring_ctl_t *)(l->base + SEG_HDR_BYTES +
-                                               (size_t)r * slot_bytes(ring));
-        if (random_bytes(&c->key, sizeof(c->key)) != 0)
-            c->key = time_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)r;
-    }
+    uint64_t key;
+    if (random_bytes(&key, sizeof(key)) != 0)
+        key = time_ns() ^ ((uint64_t)getpid() << 32);
+    for (int r = 0; r < comm->nranks; r++)      /* a distinct stamp key per ring */
+        ((shm_ring_ctl_t *)(l->base + SEG_HDR_BYTES + (size_t)r * slot_bytes(ring)))->key =
+            key + (uint64_t)r * 0x9e3779b97f4a7c15ull;
     __atomic_store_n(&h->magic, SHM_MAGIC, __ATOMIC_RELEASE);
     snprintf(self->shm_name, sizeof(self->shm_name), "%s", l->name);
     if (random_bytes(&l->cma_probe, sizeof(l->cma_probe)) != 0)

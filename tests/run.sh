@@ -189,6 +189,11 @@ if [ -x "$WEFTRUN" ]; then
     done
 fi
 
+# 4b. bench/compare end to end on a tiny sweep (it runs build/bin's tools, so only there).
+if [ "$B" = build ] && [ -x "$B/bin/all_reduce_perf" ]; then
+    run "test_compare.sh" bash tests/test_compare.sh
+fi
+
 # 5. The trainer against PyTorch (logits, loss, every gradient, a 10-step trajectory).
 if [ -x "$B/bin/weft-train" ] && [ -x "$B/tests/test_train" ]; then
     run "test_train_ref.sh" bash tests/test_train_ref.sh "$B"

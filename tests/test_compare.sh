@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# test_compare.sh - bench/compare end to end on a tiny shm sweep, and its refusals.
+#
+#   bash tests/test_compare.sh
+#
+# Runs weft (and Open MPI where mpirun.openmpi is installed; compare skips a missing peer
+# with a note) over 8 B..8 KB with the small sizes split off: the table must hold every
+# size once, say which iteration count timed which sizes, and the raw output of both
+# sweeps must be kept. Bad options must fail before anything runs. Every run is bounded
+# by `timeout`.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+PASS=0
+FAIL=0
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/weft-compare.XXXXXX")
+trap 'rm -rf "$OUT"' EXIT
+
+ok()  { PASS=$((PASS + 1)); echo "ok - $1"; }
+bad() { FAIL=$((FAIL + 1)); echo "FAIL - $1"; [ -n "${2:-}" ] && tail -n 15 "$2" | sed 's/^/   | /'; }
+
+compare() { timeout -k 5 120 /usr/bin/python3 bench/compare --transports shm --colls allreduce \
+                --reps 1 --peers ompi "$@"; }
+
+# 1. The split sweep: 8..1K with 50 calls per size, 2K..8K with 2.
+if compare -b 8 -e 8K --iters 2 --warmup 1 --small-iters 50 --small-max 1K \
+        --out "$OUT/split" >"$OUT/split.log" 2>&1; then
+    md=$OUT/split/compare-shm.md
+    sizes=$(awk -F'|' '/^\| [0-9]/ { gsub(/ /, "", $2); printf "%s ", $2 }' "$md")
+    want="8 16 32 64 128 256 512 1K 2K 4K 8K "
+    if [ "$sizes" = "$want" ]; then ok "every size once: $sizes"
+    else bad "sizes in the table: '$sizes', want '$want'" "$md"; fi
+    if grep -q "Timed calls per size: 50 at 8-1K (after 5 warmup calls), 2 at 2K-8K (after 1 warmup calls)" "$md"
+    then ok "the table says which count timed which sizes"
+    else bad "no line naming both sweeps' iteration counts" "$md"; fi
+    if grep -q -- "-n 50 " "$OUT/split/raw/shm-allreduce-weft-0-small.txt" 2>/dev/null &&
+       grep -q -- "-b 2048 -e 8192 .*-n 2 " "$OUT/split/raw/shm-allreduce-weft-0.txt" 2>/dev/null
+    then ok "raw output of both sweeps kept, with their commands"
+    else bad "raw files of the two sweeps missing or with the wrong commands" "$OUT/split.log"; fi
+    if [ -s "$OUT/split/compare-shm.png" ]; then ok "plot written"
+    else bad "no plot" "$OUT/split.log"; fi
+else
+    bad "compare with a split sweep failed" "$OUT/split.log"
+fi
+
+# 2. --small-iters 0: one sweep, --iters for every size.
+if compare -b 8 -e 256 --iters 3 --warmup 1 --small-iters 0 --out "$OUT/one" >"$OUT/one.log" 2>&1 &&
+   grep -q "Timed calls per size: 3 at 8-256 (after 1 warmup calls)\." "$OUT/one/compare-shm.md"
+then ok "--small-iters 0 runs one sweep"
+else bad "--small-iters 0" "$OUT/one.log"; fi
+
+# 3. Refusals: a clear message, non-zero, and no table written.
+for args in "--small-iters -1" "--small-max 12Q" "--iters 0"; do
+    # shellcheck disable=SC2086  # the options are words on purpose
+    if compare -b 8 -e 64 $args --out "$OUT/bad" >"$OUT/bad.log" 2>&1; then
+        bad "'$args' was accepted" "$OUT/bad.log"
+    elif ! grep -q "^compare: " "$OUT/bad.log" || [ -e "$OUT/bad/compare-shm.md" ]; then
+        bad "'$args': no 'compare:' message, or a table was written anyway" "$OUT/bad.log"
+    else
+        ok "'$args' refused: $(grep -m1 '^compare: ' "$OUT/bad.log" | cut -c1-90)"
+    fi
+done
+
+echo "test_compare: $PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]
