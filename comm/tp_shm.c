@@ -9,9 +9,9 @@
  * 64-byte header line and its payload; the header line ends with a stamp, stored last
  * with release, that names the frame's ring position (xor the ring's random key). The
  * consumer polls the stamp where the next frame will start, so one cache-line miss
- * brings it the news and the header together (a separate tail word costs a second,
- * dependent miss: about 10% of a small all-reduce). `tail` is still published, for the
- * liveness check only; a frame is freed with a release store of head.
+ * brings it the news and the header together (polling a separate tail word costs a
+ * second, dependent miss per frame). `tail` is still published, for the liveness check
+ * only; a frame is freed with a release store of head.
  * Frames are 64-byte aligned and never wrap: when one does not fit before the end, a
  * WRAP marker (a stamped line too) sends the reader back to offset 0.
  *
