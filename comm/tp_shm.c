@@ -4,14 +4,13 @@
  * Each rank creates one POSIX shm segment holding an inbound ring per possible sender
  * (slot s = frames from rank s). A sender maps the receiver's segment and writes frames
  * into its slot; the receiver reads them in place (the engine copies or reduces
- * straight out of the ring). A ring is single-producer single-consumer: the producer
- * owns `tail`, the consumer owns `head`, each on its own cache line. A frame is a
+ * straight out of the ring). A ring is single-producer single-consumer. A frame is a
  * 64-byte header line and its payload; the header line ends with a stamp, stored last
  * with release, that names the frame's ring position (xor the ring's random key). The
  * consumer polls the stamp where the next frame will start, so one cache-line miss
- * brings it the news and the header together (polling a separate tail word costs a
- * second, dependent miss per frame). `tail` is still published, for the liveness check
- * only; a frame is freed with a release store of head.
+ * brings it the news and the header together (polling a separate tail word would cost
+ * a second, dependent miss per frame). The consumer frees a frame with a release store
+ * of `head`, on its own cache line.
  * Frames are 64-byte aligned and never wrap: when one does not fit before the end, a
  * WRAP marker (a stamped line too) sends the reader back to offset 0.
  *
@@ -62,8 +61,7 @@ typedef struct shm_seg_hdr {
  * (state_gen odd while it writes), and `gone`, set when it gave up on the consumer. */
 typedef struct shm_ring_ctl {
     _Alignas(64) uint64_t head;     /* consumer: bytes consumed */
-    _Alignas(64) uint64_t tail;     /* producer: bytes produced (liveness check only) */
-    uint64_t key;                   /* consumer's random stamp key, set before mapping */
+    _Alignas(64) uint64_t key;      /* the consumer's random stamp key, set before mapping */
     _Alignas(64) uint64_t state_gen;
     uint64_t gone;
     uint64_t state[sizeof(tp_state_t) / 8];
@@ -317,6 +315,19 @@ static inline uint64_t stamp_load(const char *line)
     return __atomic_load_n((const uint64_t *)(line + STAMP_OFF), __ATOMIC_ACQUIRE);
 }
 
+/* 1 when a whole frame waits at the consumer's position, behind a wrap marker or not:
+ * the stamp is the producer's last store, so a producer killed mid-frame leaves none. */
+static int frame_waiting(const shm_ep_t *e)
+{
+    uint64_t head = e->rx_head, pos = head % e->rx_size;
+    if (stamp_load(e->rx_data + pos) != (head ^ e->rx_key))
+        return 0;
+    if (*(const uint32_t *)(e->rx_data + pos) != WRAP_MAGIC)
+        return 1;
+    head += e->rx_size - pos;
+    return stamp_load(e->rx_data) == (head ^ e->rx_key);
+}
+
 static weft_status_t shm_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
 {
     shm_ep_t *e = (shm_ep_t *)ep;
@@ -340,7 +351,6 @@ static weft_status_t shm_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *p
     memcpy(e->tx_data + pos, hdr, sizeof(*hdr));
     stamp_store(e->tx_data + pos, tail ^ e->tx_key);
     e->tx_tail = tail + total;
-    __atomic_store_n(&e->tx_ctl->tail, e->tx_tail, __ATOMIC_RELEASE);
     return WEFT_OK;
 }
 
@@ -348,14 +358,12 @@ static weft_status_t shm_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p,
                                    const void **payload_p)
 {
     shm_ep_t *e = (shm_ep_t *)ep;
-    uint64_t pos = e->rx_head % e->rx_size;
-    if (stamp_load(e->rx_data + pos) != (e->rx_head ^ e->rx_key))
+    if (!frame_waiting(e))
         return WEFT_IN_PROGRESS;
+    uint64_t pos = e->rx_head % e->rx_size;
     if (*(const uint32_t *)(e->rx_data + pos) == WRAP_MAGIC) {
         e->rx_head += e->rx_size - pos;     /* released with the frame that follows */
         pos = 0;
-        if (stamp_load(e->rx_data) != (e->rx_head ^ e->rx_key))
-            return WEFT_IN_PROGRESS;
     }
     const frame_hdr_t *h = (const frame_hdr_t *)(e->rx_data + pos);
     uint64_t total = FRAME_HDR_SPACE + align_up(h->len, 64);
@@ -403,7 +411,7 @@ static weft_status_t shm_check_alive(tp_ep_t *ep)
     int gone = __atomic_load_n(&e->rx_ctl->gone, __ATOMIC_ACQUIRE) != 0;
     if (!exited && !gone)
         return WEFT_OK;
-    if (__atomic_load_n(&e->rx_ctl->tail, __ATOMIC_ACQUIRE) != e->rx_head)
+    if (frame_waiting(e))
         return WEFT_OK;
     if (exited)
         return weft_error(WEFT_ERR_PEER_LOST, "shm: rank %d (pid %d) has exited", ep->peer,
