@@ -21,10 +21,10 @@
  * Invariants: a stamp is only ever written at a frame start, and a frame's payload lies
  * wholly after its own stamp, so the word the consumer polls holds either the stamp it
  * waits for or a stale stamp or payload of an earlier lap (which matches only if it
- * equals position ^ key, a 2^-64 chance with the random key); a frame is at most
- * ring/4 bytes, so a frame plus a wrap always fits in an
- * empty ring; the segment name is unlinked as soon as every peer has mapped it, so a
- * crashed job leaves nothing in /dev/shm.
+ * equals position ^ key, a 2^-64 chance with the random key); a frame is at most ring/4
+ * bytes, so a frame plus a wrap always fits in an empty ring; the segment name is
+ * unlinked as soon as every peer has mapped it, so a crashed job leaves nothing in
+ * /dev/shm.
  */
 #define _GNU_SOURCE /* process_vm_readv */
 #include <dirent.h>
