@@ -230,12 +230,18 @@ static weft_status_t progress_recv(weft_comm_t *comm, comm_op_t *op, int i, int 
                 return rc;
         }
         if (st->kind == STEP_RECV) {
-            if (h->len && payload != dst)
+            if (h->len && payload != dst && st->nt)
+                kern_copy_nt(dst, payload, h->len);
+            else if (h->len && payload != dst)
                 memcpy(dst, payload, h->len);
         } else {
             const char *src = buf_ptr(comm, op, st->src_buf) + st->src_off + ss->done;
-            kern_reduce(dst, st->swap ? payload : src, st->swap ? src : payload,
-                        h->len / esz, a->dtype, a->op, st->final ? comm->nranks : 0);
+            const void *x = st->swap ? payload : src, *y = st->swap ? src : payload;
+            int div = st->final ? comm->nranks : 0;
+            if (st->nt && dst != src)   /* in place, the lines were just read: cached */
+                kern_reduce_nt(dst, x, y, h->len / esz, a->dtype, a->op, div);
+            else
+                kern_reduce(dst, x, y, h->len / esz, a->dtype, a->op, div);
         }
         ss->done += h->len;
         ss->frames++;
@@ -281,6 +287,9 @@ static weft_status_t run_local(weft_comm_t *comm, comm_op_t *op, const sched_ste
     if (st->kind == STEP_COPY || st->nslots == 1) {
         if (st->kind == STEP_FOLD && div)
             kern_divide(dst, src, st->len / esz, a->dtype, div);
+        else if (dst != src && st->len && st->nt &&
+                 (dst + st->len <= src || src + st->len <= dst))
+            kern_copy_nt(dst, src, st->len);
         else if (dst != src && st->len)
             memmove(dst, src, st->len);
         return WEFT_OK;

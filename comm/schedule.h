@@ -55,6 +55,8 @@ typedef struct sched_step {
     uint8_t final;      /* apply AVG's division here (the last reduction of an element) */
     uint8_t after_all;
     uint8_t swap;       /* RECV_REDUCE: dst = incoming op src (the peer's data first) */
+    uint8_t nt;         /* RECV, RECV_REDUCE, COPY: write dst with streaming stores (set by
+                           the tuner, tuner.c) */
     int32_t peer;       /* SEND/RECV*: rank in the communicator */
     int32_t dep;
     int32_t stream;

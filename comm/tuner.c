@@ -13,6 +13,13 @@
  *                              (broadcast, reduce): bandwidth-bound sizes
  * Frames: WEFT_CHUNK, else 128K on shm and 512K on tcp, never above a quarter of the
  * staging buffer (a frame and a wrap must always fit).
+ * Streaming stores: in a call whose larger buffer is WEFT_NT_MIN (32M) or more, the steps
+ * that write the caller's buffers with data no later step reads (the last receive of a
+ * ring, the own block's copy) use non-temporal stores (kern_copy_nt, kern_reduce_nt):
+ * such a buffer does not stay in the caches anyway, and those stores cost no read of the
+ * line. A step whose output is forwarded keeps plain stores, so its send reads the data
+ * from the cache, and so does a reduction in place (the engine checks), whose lines were
+ * just read.
  *
  * Invariant: the choice depends only on arguments every rank shares (collective,
  * count, dtype, op, root, in-place, nranks) and on configuration, never on timing,
@@ -33,6 +40,17 @@
 static size_t per_rank_bytes(const sched_args_t *a)
 {
     return a->count * weft_dtype_size(a->dtype);
+}
+
+/* The larger of the call's buffers: reduce_scatter's send buffer, allgather's receive
+ * buffer and alltoall's hold one block per rank. */
+static size_t call_bytes(const sched_args_t *a)
+{
+    int blocks = a->coll == COLL_REDUCE_SCATTER || a->coll == COLL_ALLGATHER ||
+                 a->coll == COLL_ALLTOALL;
+    size_t b = per_rank_bytes(a) * (blocks ? (size_t)a->nranks : 1);
+    size_t b2 = a->count2 * weft_dtype_size(a->dtype);
+    return WEFT_MAX(b, b2);
 }
 
 static const char *pick_algo(const weft_comm_t *comm, const sched_args_t *a)
@@ -146,6 +164,28 @@ static weft_status_t build(const sched_args_t *a, const char *algo, int root_che
     return sched_finish(s, a->nranks);
 }
 
+/* Sets nt on the steps that write a caller's buffer with data no other step waits for or
+ * forwards (see the banner); returns how many. */
+static int mark_streaming(sched_t *s)
+{
+    int marked = 0;
+    for (int i = 0; i < s->nsteps; i++) {
+        sched_step_t *st = &s->steps[i];
+        st->nt = (st->kind == STEP_RECV || st->kind == STEP_RECV_REDUCE ||
+                  st->kind == STEP_COPY) && (st->dst_buf == BUF_SEND || st->dst_buf == BUF_RECV);
+    }
+    for (int j = 0; j < s->nsteps; j++) {
+        const sched_step_t *st = &s->steps[j];
+        if (st->stream >= 0)
+            s->steps[st->stream].nt = 0;
+        if (st->dep >= 0)
+            s->steps[st->dep].nt = 0;
+    }
+    for (int i = 0; i < s->nsteps; i++)
+        marked += s->steps[i].nt;
+    return marked;
+}
+
 void tuner_cache_clear(weft_comm_t *comm)
 {
     for (int i = 0; i < comm->ncache; i++) {
@@ -193,8 +233,10 @@ weft_status_t tuner_schedule(weft_comm_t *comm, comm_op_t *op)
         free(s);
         return st;
     }
-    LOG_DEBUG(LOG_TUNE, "%s count %zu %s: algo %s, chunk %zu, %d steps", coll_name(a->coll),
-              a->count, weft_dtype_name(a->dtype), algo, a->chunk, s->nsteps);
+    int nt = comm->cfg.nt_min && call_bytes(a) >= comm->cfg.nt_min ? mark_streaming(s) : 0;
+    LOG_DEBUG(LOG_TUNE, "%s count %zu %s: algo %s, chunk %zu, %d steps (%d streaming)",
+              coll_name(a->coll), a->count, weft_dtype_name(a->dtype), algo, a->chunk,
+              s->nsteps, nt);
     if (comm->ncache == SCHED_CACHE_SIZE)
         tuner_cache_clear(comm);
     sched_cache_entry_t *e = &comm->cache[comm->ncache];

@@ -643,3 +643,138 @@ void kern_divide(void *dst, const void *src, size_t n, weft_dtype_t dtype, int d
 {
     kern_divide_isa(dst, src, n, dtype, div, kern_isa_best());
 }
+
+/* ---- streaming (non-temporal) stores ---------------------------------------------------
+ *
+ * A plain store to a line that is not cached first reads the line from memory (read for
+ * ownership): writing b bytes of a buffer larger than the caches moves 2b. Streaming
+ * stores write whole lines without reading them and leave nothing in the cache, which is
+ * right when the buffer will not be read again before it would have been evicted anyway.
+ * Each level's stream loop copies 64-byte lines to a 64-byte aligned destination; the
+ * entry points do the unaligned head and tail with plain stores and end with a store
+ * fence, so the data is ordered before any flag the caller stores next. */
+
+typedef void (*kern_stream_fn_t)(void *dst, const void *src, size_t lines);
+
+#if KERN_X86
+static void stream_sc(void *dst, const void *src, size_t lines)
+{
+    __m128i *d = dst;
+    const __m128i *s = src;
+    for (size_t i = 0; i < lines * 4; i += 4) {
+        __m128i x0 = _mm_loadu_si128(s + i), x1 = _mm_loadu_si128(s + i + 1);
+        __m128i x2 = _mm_loadu_si128(s + i + 2), x3 = _mm_loadu_si128(s + i + 3);
+        _mm_stream_si128(d + i, x0);
+        _mm_stream_si128(d + i + 1, x1);
+        _mm_stream_si128(d + i + 2, x2);
+        _mm_stream_si128(d + i + 3, x3);
+    }
+}
+
+ATTR_AVX2 static void stream_x2(void *dst, const void *src, size_t lines)
+{
+    __m256i *d = dst;
+    const __m256i *s = src;
+    for (size_t i = 0; i < lines * 2; i += 2) {
+        __m256i x0 = _mm256_loadu_si256(s + i), x1 = _mm256_loadu_si256(s + i + 1);
+        _mm256_stream_si256(d + i, x0);
+        _mm256_stream_si256(d + i + 1, x1);
+    }
+}
+
+ATTR_AVX512 static void stream_x5(void *dst, const void *src, size_t lines)
+{
+    char *d = dst;
+    const char *s = src;
+    size_t i = 0;
+    for (; i + 4 <= lines; i += 4) {
+        __m512i x0 = _mm512_loadu_si512(s + 64 * i), x1 = _mm512_loadu_si512(s + 64 * i + 64);
+        __m512i x2 = _mm512_loadu_si512(s + 64 * i + 128);
+        __m512i x3 = _mm512_loadu_si512(s + 64 * i + 192);
+        _mm512_stream_si512((void *)(d + 64 * i), x0);
+        _mm512_stream_si512((void *)(d + 64 * i + 64), x1);
+        _mm512_stream_si512((void *)(d + 64 * i + 128), x2);
+        _mm512_stream_si512((void *)(d + 64 * i + 192), x3);
+    }
+    for (; i < lines; i++)
+        _mm512_stream_si512((void *)(d + 64 * i), _mm512_loadu_si512(s + 64 * i));
+}
+
+static kern_stream_fn_t stream_fn(kern_isa_t isa)
+{
+    static const kern_stream_fn_t fns[KERN_ISA_COUNT] = { stream_sc, stream_x2, stream_x5 };
+    kern_isa_t best = kern_isa_best();
+    return fns[(unsigned)isa > (unsigned)best ? best : isa];
+}
+
+static void stream_fence(void) { _mm_sfence(); }
+#else
+static void stream_plain(void *dst, const void *src, size_t lines)
+{
+    memcpy(dst, src, lines * 64);
+}
+
+static kern_stream_fn_t stream_fn(kern_isa_t isa)
+{
+    (void)isa;
+    return stream_plain;
+}
+
+static void stream_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+#endif
+
+void kern_copy_nt_isa(void *dst, const void *src, size_t bytes, kern_isa_t isa)
+{
+    size_t head = (0 - (uintptr_t)dst) & 63;
+    if (bytes < head + 64) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    char *d = dst;
+    const char *s = src;
+    memcpy(d, s, head);
+    size_t lines = (bytes - head) / 64;
+    stream_fn(isa)(d + head, s + head, lines);
+    memcpy(d + head + lines * 64, s + head + lines * 64, bytes - head - lines * 64);
+    stream_fence();
+}
+
+void kern_copy_nt(void *dst, const void *src, size_t bytes)
+{
+    kern_copy_nt_isa(dst, src, bytes, kern_isa_best());
+}
+
+/* Reduced KERN_NT_BLOCK bytes at a time into a block on the stack (it stays in L1), then
+ * streamed out: one path for every dtype and op. */
+#define KERN_NT_BLOCK 4096
+
+void kern_reduce_nt_isa(void *dst, const void *a, const void *b, size_t n, weft_dtype_t dtype,
+                        weft_op_t op, int avg_div, kern_isa_t isa)
+{
+    if (n == 0 || !dtype_valid(dtype) || !op_valid(op))
+        return;
+    size_t esz = weft_dtype_size(dtype), head = ((0 - (uintptr_t)dst) & 63) / esz;
+    if ((uintptr_t)dst % esz || n * esz < head * esz + KERN_NT_BLOCK) {
+        kern_reduce_isa(dst, a, b, n, dtype, op, avg_div, isa);
+        return;
+    }
+    _Alignas(64) char blk[KERN_NT_BLOCK];
+    const size_t per = KERN_NT_BLOCK / esz;
+    kern_stream_fn_t stream = stream_fn(isa);
+    char *d = dst;
+    const char *x = a, *y = b;
+    kern_reduce_isa(d, x, y, head, dtype, op, avg_div, isa);
+    size_t i = head;
+    for (; i + per <= n; i += per) {
+        kern_reduce_isa(blk, x + i * esz, y + i * esz, per, dtype, op, avg_div, isa);
+        stream(d + i * esz, blk, KERN_NT_BLOCK / 64);
+    }
+    kern_reduce_isa(d + i * esz, x + i * esz, y + i * esz, n - i, dtype, op, avg_div, isa);
+    stream_fence();
+}
+
+void kern_reduce_nt(void *dst, const void *a, const void *b, size_t n, weft_dtype_t dtype,
+                    weft_op_t op, int avg_div)
+{
+    kern_reduce_nt_isa(dst, a, b, n, dtype, op, avg_div, kern_isa_best());
+}

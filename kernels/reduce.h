@@ -38,6 +38,18 @@ void kern_reduce_isa(void *dst, const void *a, const void *b, size_t n, weft_dty
 void kern_divide_isa(void *dst, const void *src, size_t n, weft_dtype_t dtype, int div,
                      kern_isa_t isa);
 
+/* Streaming forms, for writes into buffers larger than the caches: whole 64-byte lines
+ * of dst are written with non-temporal stores (no read for ownership, nothing left in the
+ * cache), the unaligned head and tail with plain stores, and a store fence ends the call.
+ * Results are bit-identical to memcpy / kern_reduce. kern_copy_nt: dst and src must not
+ * overlap (as memcpy); kern_reduce_nt: dst may alias a or b exactly, as kern_reduce. */
+void kern_copy_nt(void *dst, const void *src, size_t bytes);
+void kern_reduce_nt(void *dst, const void *a, const void *b, size_t n, weft_dtype_t dtype,
+                    weft_op_t op, int avg_div);
+void kern_copy_nt_isa(void *dst, const void *src, size_t bytes, kern_isa_t isa);
+void kern_reduce_nt_isa(void *dst, const void *a, const void *b, size_t n, weft_dtype_t dtype,
+                        weft_op_t op, int avg_div, kern_isa_t isa);
+
 /* Conversions, exposed for tests and tools. */
 float kern_half_to_float(uint16_t h);
 uint16_t kern_float_to_half(float f);       /* round to nearest even */

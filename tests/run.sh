@@ -133,6 +133,11 @@ else
         WEFT_BUFFSIZE=64K "$WEFTRUN" -n 2 "$B/tests/test_coll"
     run "test_coll -n 5 tcp small frames" env WEFT_TRANSPORT=tcp WEFT_CHUNK=4096 \
         WEFT_BUFFSIZE=64K "$WEFTRUN" -n 5 "$B/tests/test_coll" --quick
+    # WEFT_NT_MIN=1: every call writes its unforwarded output with streaming stores.
+    run "test_coll -n 2 shm streaming stores" env -u WEFT_TRANSPORT WEFT_NT_MIN=1 \
+        "$WEFTRUN" -n 2 "$B/tests/test_coll"
+    run "test_coll -n 3 shm streaming stores" env -u WEFT_TRANSPORT WEFT_NT_MIN=1 \
+        WEFT_ALGO=ring "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
 fi
 # 3b. Failure paths of a running job: lost peer, silent peer, recorder dump, abort, a
 # mismatch in each field (3 ranks: not every rank sees the odd one's frames), and the

@@ -351,9 +351,10 @@ static void offsets(int align, size_t off[3])
     memcpy(off, tab[align], sizeof tab[align]);
 }
 
-/* One kernel call (reduce when divide == 0, else divide by div) at one placement. */
-static void run_case(const matrix_case_t *c, weft_op_t op, int div, int divide, int isa,
-                     int align, int alias)
+/* One kernel call (reduce when divide == 0, else divide by div) at one placement; nt
+ * takes the streaming-store form of the reduce. */
+static void run_case(const matrix_case_t *c, weft_op_t op, int div, int divide, int nt,
+                     int isa, int align, int alias)
 {
     size_t off[3], bytes = c->n * c->es;
     offsets(align, off);
@@ -373,6 +374,10 @@ static void run_case(const matrix_case_t *c, weft_op_t op, int div, int divide, 
             kern_divide(dst, src, c->n, c->dt, div);
         else
             kern_divide_isa(dst, src, c->n, c->dt, div, (kern_isa_t)isa);
+    } else if (nt && isa == best) {
+        kern_reduce_nt(dst, p[0], p[1], c->n, c->dt, op, div);
+    } else if (nt) {
+        kern_reduce_nt_isa(dst, p[0], p[1], c->n, c->dt, op, div, (kern_isa_t)isa);
     } else if (isa == best) {
         kern_reduce(dst, p[0], p[1], c->n, c->dt, op, div);
     } else {
@@ -381,8 +386,9 @@ static void run_case(const matrix_case_t *c, weft_op_t op, int div, int divide, 
     size_t at = 0;
     int bad = first_mismatch(c, dst, &at);
     check(!bad && guards_intact(dst, bytes),
-          "%s %s div=%d n=%zu isa=%s align=%d %s: %s at %zu", DT[c->dt],
-          divide ? "divide" : OP[op], div, c->n, kern_isa_name((kern_isa_t)isa), align,
+          "%s %s%s div=%d n=%zu isa=%s align=%d %s: %s at %zu", DT[c->dt],
+          divide ? "divide" : OP[op], nt ? " (nt)" : "", div, c->n,
+          kern_isa_name((kern_isa_t)isa), align,
           ALIAS[alias], bad ? "wrong value" : "guard overwritten", at);
 }
 
@@ -395,7 +401,8 @@ static void run_all_placements(const matrix_case_t *c, weft_op_t op, int div, in
                     continue;       /* divide has one input: in place is dst==a */
                 if (align == 2 && alias != OUT_OF_PLACE)
                     continue;       /* aliasing is exact: dst takes the input's offset */
-                run_case(c, op, div, divide, isa, align, alias);
+                for (int nt = 0; nt <= !divide; nt++)
+                    run_case(c, op, div, divide, nt, isa, align, alias);
             }
 }
 
@@ -435,6 +442,37 @@ static void test_matrix(void)
     for (int dt = 0; dt < WEFT_NUM_DTYPES; dt++)
         for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++)
             matrix_dtype_len((weft_dtype_t)dt, lens[k], &seed);
+}
+
+/* kern_copy_nt at every level: lengths around the 64-byte lines it streams, every kind of
+ * destination misalignment; the bytes arrive and nothing around them is touched. */
+static void test_copy_nt(void)
+{
+    static const size_t lens[] = { 0, 1, 63, 64, 65, 127, 128, 129, 191, 4133, 100003 };
+    static const size_t doffs[] = { 0, 1, 8, 32, 63 };
+    size_t cap = 100003 + 64 + 2 * GUARD;
+    unsigned char *src = aligned_alloc(64, cap + 64), *dbuf = aligned_alloc(64, cap + 64);
+    uint64_t seed = 0x5bd1e995u;
+    for (size_t i = 0; i < cap; i++)
+        src[i] = (unsigned char)rng_next(&seed);
+    for (int isa = 0; isa <= (int)kern_isa_best(); isa++)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+            for (size_t oi = 0; oi < sizeof doffs / sizeof doffs[0]; oi++)
+                for (size_t soff = 0; soff <= 3; soff += 3) {
+                    size_t n = lens[li];
+                    char *d = (char *)dbuf + GUARD + doffs[oi];
+                    memset(d - GUARD, CANARY, n + 2 * GUARD);
+                    if (isa == (int)kern_isa_best())
+                        kern_copy_nt(d, src + soff, n);
+                    else
+                        kern_copy_nt_isa(d, src + soff, n, (kern_isa_t)isa);
+                    check(memcmp(d, src + soff, n) == 0 && guards_intact(d, n),
+                          "copy_nt n=%zu dst+%zu src+%zu isa=%s: %s", n, doffs[oi], soff,
+                          kern_isa_name((kern_isa_t)isa),
+                          memcmp(d, src + soff, n) ? "wrong bytes" : "guard overwritten");
+                }
+    free(src);
+    free(dbuf);
 }
 
 /* ---- conversions ---------------------------------------------------------------------- */
@@ -689,6 +727,7 @@ int main(int argc, char **argv)
         test_sweep(bf);
     }
     test_matrix();
+    test_copy_nt();
     printf("test_kernels: %d passed, %d failed\n", T.passed, T.failed);
     return T.failed ? 1 : 0;
 }
