@@ -27,7 +27,11 @@ static void direct_allreduce(const sched_args_t *a, size_t esz, sched_t *s)
         int tx = sched_send(s, 1 - r, BUF_SEND, 0, len, -1);
         int rx = sched_recv_reduce(s, 1 - r, BUF_RECV, 0, BUF_SEND, 0, len, 1);
         if (rx >= 0) {
-            s->steps[rx].dep = tx;      /* in place: RECV is SEND, so it waits for the send */
+            /* in place RECV is SEND: a frame's result may land only where the send has
+             * taken the bytes. Per frame, not the whole send: both ranks wait on their
+             * sends, which wait on the peer's receive, past one staging buffer. */
+            if (a->inplace)
+                s->steps[rx].stream = tx;
             s->steps[rx].swap = r == 1;
         }
         return;

@@ -223,6 +223,8 @@ static weft_status_t progress_recv(weft_comm_t *comm, comm_op_t *op, int i, int 
         if (rc != WEFT_OK)
             return rc;
         RETURN_IF_ERR(check_header(comm, op, i, h));
+        if (st->stream >= 0 && comm->st[st->stream].done < ss->done + h->len)
+            return WEFT_IN_PROGRESS;            /* its bytes are not sent yet (in place) */
         char *dst = buf_ptr(comm, op, st->dst_buf) + st->dst_off + ss->done;
         if (payload == NULL) {      /* still on the wire: land it, at dst if we can */
             rc = ep->ops->recv_payload(ep, st->kind == STEP_RECV ? dst : NULL, &payload);

@@ -11,7 +11,9 @@
  *   - a step starts only after step `dep` completed (-1: no dependency), and, when
  *     `after_all` is set, after every earlier step completed;
  *   - a step with `stream` >= 0 may only move bytes that step `stream` has already
- *     produced (same length): this is what pipelines a ring, a chain or a tree;
+ *     produced (same length): this is what pipelines a ring, a chain or a tree; a
+ *     receive's `stream` may be a send, and then it writes only bytes that send has
+ *     already handed to the transport (an in-place exchange, frame by frame);
  *   - local steps (COPY, FOLD) run whole once their dependencies are met.
  * Every SEND/RECV/RECV_REDUCE moves at least one frame, even with len 0, so a barrier is
  * a schedule of empty frames and every step is checked against the peer's header.

@@ -133,6 +133,11 @@ else
         WEFT_BUFFSIZE=64K "$WEFTRUN" -n 2 "$B/tests/test_coll"
     run "test_coll -n 5 tcp small frames" env WEFT_TRANSPORT=tcp WEFT_CHUNK=4096 \
         WEFT_BUFFSIZE=64K "$WEFTRUN" -n 5 "$B/tests/test_coll" --quick
+    # 2-rank direct all-reduce past one staging buffer (an in-place exchange, per frame)
+    run "test_coll -n 2 shm WEFT_ALGO=direct small ring" env -u WEFT_TRANSPORT \
+        WEFT_ALGO=direct WEFT_BUFFSIZE=64K "$WEFTRUN" -n 2 "$B/tests/test_coll" --quick
+    run "test_coll -n 2 tcp WEFT_ALGO=direct" env WEFT_TRANSPORT=tcp WEFT_ALGO=direct \
+        "$WEFTRUN" -n 2 "$B/tests/test_coll" --quick
     # WEFT_NT_MIN=1: every call writes its unforwarded output with streaming stores.
     run "test_coll -n 2 shm streaming stores" env -u WEFT_TRANSPORT WEFT_NT_MIN=1 \
         "$WEFTRUN" -n 2 "$B/tests/test_coll"
