@@ -14,12 +14,13 @@
  * Frames: WEFT_CHUNK, else 128K on shm and 512K on tcp, never above a quarter of the
  * staging buffer (a frame and a wrap must always fit).
  * Streaming stores: in a call whose larger buffer is WEFT_NT_MIN (32M) or more, the steps
- * that write the caller's buffers with data no later step reads (the last receive of a
- * ring, the own block's copy) use non-temporal stores (kern_copy_nt, kern_reduce_nt):
+ * that write the caller's buffers use non-temporal stores (kern_copy_nt, kern_reduce_nt):
  * such a buffer does not stay in the caches anyway, and those stores cost no read of the
- * line. A step whose output is forwarded keeps plain stores, so its send reads the data
- * from the cache, and so does a reduction in place (the engine checks), whose lines were
- * just read.
+ * line. Plain stores stay where the data is read again soon: output a later step waits
+ * for, output forwarded by a send that heads its queue (a chain's middle rank forwards
+ * each frame as it lands), and a reduction in place (the engine checks: its lines were
+ * just read). A ring's forwarding send queues behind the previous block's send, a whole
+ * staging buffer later, by when the block has left the cache anyway.
  *
  * Invariant: the choice depends only on arguments every rank shares (collective,
  * count, dtype, op, root, in-place, nranks) and on configuration, never on timing,
@@ -164,8 +165,8 @@ static weft_status_t build(const sched_args_t *a, const char *algo, int root_che
     return sched_finish(s, a->nranks);
 }
 
-/* Sets nt on the steps that write a caller's buffer with data no other step waits for or
- * forwards (see the banner); returns how many. */
+/* Sets nt on the steps that write a caller's buffer with data that is not read again
+ * soon (see the banner); returns how many. */
 static int mark_streaming(sched_t *s)
 {
     int marked = 0;
@@ -176,7 +177,9 @@ static int mark_streaming(sched_t *s)
     }
     for (int j = 0; j < s->nsteps; j++) {
         const sched_step_t *st = &s->steps[j];
-        if (st->stream >= 0)
+        if (st->stream >= 0 && st->kind == STEP_SEND && s->head_send[st->peer] == j)
+            s->steps[st->stream].nt = 0;        /* forwarded at once: read from cache */
+        else if (st->stream >= 0 && st->kind != STEP_SEND)
             s->steps[st->stream].nt = 0;
         if (st->dep >= 0)
             s->steps[st->dep].nt = 0;
