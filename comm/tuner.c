@@ -177,9 +177,8 @@ static int mark_streaming(sched_t *s)
     }
     for (int j = 0; j < s->nsteps; j++) {
         const sched_step_t *st = &s->steps[j];
-        if (st->stream >= 0 && st->kind == STEP_SEND && s->head_send[st->peer] == j)
-            s->steps[st->stream].nt = 0;        /* forwarded at once: read from cache */
-        else if (st->stream >= 0 && st->kind != STEP_SEND)
+        /* read as it lands: by a receive in place, or a send that heads its queue */
+        if (st->stream >= 0 && (st->kind != STEP_SEND || s->head_send[st->peer] == j))
             s->steps[st->stream].nt = 0;
         if (st->dep >= 0)
             s->steps[st->dep].nt = 0;
