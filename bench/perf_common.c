@@ -330,7 +330,9 @@ static void limit_memory(perf_run_t *r)
     }
 }
 
-/* Allocates and touches the three buffers; every rank learns whether all succeeded. */
+/* Allocates and touches the three buffers; every rank learns whether all succeeded.
+ * With -R, send and recv come from weft_mem_alloc (registered: peers on this host read
+ * them through mappings), as nccl-tests -R registers its buffers. */
 static void alloc_buffers(perf_run_t *r)
 {
     size_t n = r->max_bytes > 64 ? r->max_bytes : 64;
@@ -339,7 +341,8 @@ static void alloc_buffers(perf_run_t *r)
 
     for (int i = 0; i < 3; i++) {
         void *p = NULL;
-        if (posix_memalign(&p, 4096, n) != 0) {
+        int reg = r->o.local_register && i < 2;
+        if (reg ? weft_mem_alloc(&p, n) != WEFT_OK : posix_memalign(&p, 4096, n) != 0) {
             bad = 1;
             continue;
         }
@@ -358,9 +361,18 @@ static void print_flag_notes(const perf_run_t *r)
 {
     if (r->o.graph)
         fprintf(stderr, "%s: ignoring -G %d: weft has no CUDA graphs\n", r->prog, r->o.graph);
-    if (r->o.local_register)
-        fprintf(stderr, "%s: ignoring -R %d: weft registers buffers itself\n", r->prog,
-                r->o.local_register);
+}
+
+static void free_buffers(perf_run_t *r)
+{
+    if (r->o.local_register) {
+        weft_mem_free(r->send);
+        weft_mem_free(r->recv);
+    } else {
+        free(r->send);
+        free(r->recv);
+    }
+    free(r->expected);
 }
 
 static int join(perf_run_t *r)
@@ -410,6 +422,9 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
     if (r->rank == 0) {
         print_flag_notes(r);
         perf_print_params(&r->o);
+        if (r->o.local_register)
+            printf("# Buffers: send and recv from weft_mem_alloc (-R %d): peers on this host "
+                   "read them in place\n", r->o.local_register);
     }
     print_devices(r);
     measure_copy_bw(r);                         /* before the buffers: less memory at once */
@@ -428,9 +443,7 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
     rc = perf_exit_code(errors, avg_bw);
 
     perf_bound_free(&r->bound);
-    free(r->send);
-    free(r->recv);
-    free(r->expected);
+    free_buffers(r);
     weft_comm_destroy(r->comm);
     return rc;
 }

@@ -378,7 +378,7 @@ static inline void perf_usage(FILE *f, const char *prog, int mpi_peer)
         "[-G,--cudagraph <num graph launches>] (accepted, no CUDA graphs) \n\t"
         "[-C,--report_cputime <0/1>] \n\t"
         "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] \n\t"
-        "[-R,--local_register <0/1>] (accepted, no effect) \n\t"
+        "[-R,--local_register <0/1>] 1: send and recv buffers from weft_mem_alloc (registered) \n\t"
         "[-B,--copy_bw <GB/s>] host copy bandwidth per rank for the memory-bandwidth bound\n\t"
         "    under the table (default: measured at startup; 0: no bound section) \n\t"
         "[-h,--help]\n"

@@ -17,6 +17,12 @@
  * In place is safe by construction: a rank overwrites block p of its buffer only after
  * rank p said "ready", and p says so only after it has read that block.
  * Block b is reduced by rank b alone, so every rank ends with the same bits.
+ *
+ * Reads go through process_vm_readv, or, where the peer's buffer is weft_mem_alloc
+ * memory (mem.c), through a mapping of it: then a reduction reads the peer's block in
+ * place (no scratch copy) and a gather is one memcpy. A call whose buffers are
+ * registered on every rank finds that out in a probe (algo_cma_probe) and skips the
+ * address exchange here.
  */
 #include <stdlib.h>
 
@@ -32,9 +38,16 @@ int algo_cma_supports(int coll)
            coll == COLL_BROADCAST;
 }
 
-/* Everyone's addresses to everyone; mi[p] = the step that receives p's. */
+/* Everyone's addresses to everyone; mi[p] = the step that receives p's. After a probe
+ * (registered buffers everywhere) they were exchanged already: no step waits on them. */
 static void exchange_meta(const sched_args_t *a, sched_t *s, int *mi)
 {
+    s->meta = 1;
+    if (a->reg == SCHED_REG_ALL) {
+        SCHED_FOR_PEERS(p, k, a->rank, a->nranks)
+            mi[p] = -1;
+        return;
+    }
     SCHED_FOR_PEERS(p, k, a->rank, a->nranks) {
         sched_send(s, p, BUF_META_OUT, 0, META, -1);
         mi[p] = sched_recv(s, p, BUF_META_IN, (size_t)p * META, META);
@@ -108,6 +121,7 @@ static void cma_broadcast(const sched_args_t *a, size_t esz, sched_t *s)
 {
     size_t len = a->count * esz;
     int r = a->rank, root = a->root;
+    s->meta = 1;
     if (r == root) {
         SCHED_FOR_PEERS(p, k, r, a->nranks)
             sched_send(s, p, BUF_META_OUT, 0, META, -1);
@@ -122,6 +136,24 @@ static void cma_broadcast(const sched_args_t *a, size_t esz, sched_t *s)
     int i = sched_send(s, root, BUF_NONE, 0, 0, -1);
     if (i >= 0)
         s->steps[i].after_all = 1;
+}
+
+/* The first part of a call that may find registered buffers everywhere: the address
+ * exchange alone. The engine then compares what every rank sent and continues with the
+ * schedule the tuner picks for the answer (engine.c: continue_after_probe). */
+weft_status_t algo_cma_probe(const sched_args_t *a, sched_t *s)
+{
+    int stack_idx[64], *mi = stack_idx, *heap = NULL;
+    if (a->nranks > 64) {
+        heap = malloc((size_t)a->nranks * sizeof(int));
+        if (heap == NULL)
+            return WEFT_ERR_NO_MEMORY;
+        mi = heap;
+    }
+    exchange_meta(a, s, mi);
+    s->probe = 1;
+    free(heap);
+    return WEFT_OK;
 }
 
 weft_status_t algo_cma(const sched_args_t *a, sched_t *s)

@@ -59,9 +59,9 @@ static weft_status_t ensure_state(weft_comm_t *comm, const sched_t *s)
     return WEFT_OK;
 }
 
-weft_status_t engine_start(weft_comm_t *comm, comm_op_t *op)
+/* Points the per-step state at op's schedule, from its first step. */
+static weft_status_t begin_schedule(weft_comm_t *comm, comm_op_t *op)
 {
-    RETURN_IF_ERR(tuner_schedule(comm, op));
     const sched_t *s = op->sched;
     RETURN_IF_ERR(ensure_state(comm, s));
     if (s->nsteps)
@@ -69,15 +69,27 @@ weft_status_t engine_start(weft_comm_t *comm, comm_op_t *op)
     for (int p = 0; p < comm->nranks; p++) {
         comm->cursor[2 * p] = s->head_send[p];
         comm->cursor[2 * p + 1] = s->head_recv[p];
-        comm->frame_tx[p] = comm->frame_rx[p] = 0;
     }
     comm->local_cursor = 0;
     comm->ncomplete = 0;
+    return WEFT_OK;
+}
+
+weft_status_t engine_start(weft_comm_t *comm, comm_op_t *op)
+{
+    RETURN_IF_ERR(tuner_schedule(comm, op));
+    RETURN_IF_ERR(begin_schedule(comm, op));
+    for (int p = 0; p < comm->nranks; p++)
+        comm->frame_tx[p] = comm->frame_rx[p] = 0;
     comm->meta_out.send = (uint64_t)(uintptr_t)op->send;
     comm->meta_out.recv = (uint64_t)(uintptr_t)op->recv;
+    if (op->sched->meta) {          /* peers may read these through mappings */
+        mem_lookup(op->send, &comm->meta_out.send_reg);
+        mem_lookup(op->recv, &comm->meta_out.recv_reg);
+    }
     op->started = 1;
     op->t_start = op->t_queued ? op->t_queued : time_ns_coarse();
-    fr_started(&comm->flight, op->fr_id, s->algo, op->t_start);
+    fr_started(&comm->flight, op->fr_id, op->sched->algo, op->t_start);
     return WEFT_OK;
 }
 
@@ -254,6 +266,34 @@ static weft_status_t progress_recv(weft_comm_t *comm, comm_op_t *op, int i, int 
     return WEFT_OK;
 }
 
+/* Whether a call's buffers, as a META frame describes them, are registered memory. */
+static int meta_registered(const weft_comm_t *comm, const sched_meta_t *m)
+{
+    switch (comm->q_head->args.coll) {
+    case COLL_REDUCE_SCATTER:
+    case COLL_ALLGATHER:
+        return m->send_reg.fd >= 0;     /* peers read the send buffer only */
+    default:
+        return m->send_reg.fd >= 0 && m->recv_reg.fd >= 0;
+    }
+}
+
+/* A probe schedule is done: every rank's addresses are in. All registered, the call goes
+ * on single-copy through mappings; else as the tuner would have run it. Every rank saw
+ * the same frames, so every rank picks the same schedule; frame numbers carry on. */
+static weft_status_t continue_after_probe(weft_comm_t *comm, comm_op_t *op)
+{
+    int all = meta_registered(comm, &comm->meta_out);
+    for (int p = 0; p < comm->nranks && all; p++)
+        if (p != comm->rank)
+            all = meta_registered(comm, &comm->meta_in[p]);
+    op->args.reg = all ? SCHED_REG_ALL : SCHED_REG_NONE;
+    RETURN_IF_ERR(tuner_schedule(comm, op));
+    RETURN_IF_ERR(begin_schedule(comm, op));
+    fr_started(&comm->flight, op->fr_id, op->sched->algo, op->t_start);
+    return WEFT_IN_PROGRESS;
+}
+
 /* Single-copy steps: the peer's address comes from its META frame. */
 static weft_status_t run_rget(weft_comm_t *comm, comm_op_t *op, const sched_step_t *st)
 {
@@ -264,11 +304,27 @@ static weft_status_t run_rget(weft_comm_t *comm, comm_op_t *op, const sched_step
     char *dst = buf_ptr(comm, op, st->dst_buf) + st->dst_off;
     if (st->len == 0)
         return WEFT_OK;
+    size_t esz = weft_dtype_size(a->dtype), chunk = op->sched->chunk;
+    int div = st->final ? comm->nranks : 0;
+    const char *rp = ep->ops->rptr == NULL ? NULL :
+        ep->ops->rptr(ep, st->rbuf == BUF_SEND ? &m->send_reg : &m->recv_reg, raddr, st->len);
+    if (rp != NULL && st->kind == STEP_RGET) {
+        if (st->nt)
+            kern_copy_nt(dst, rp, st->len);
+        else
+            memcpy(dst, rp, st->len);
+        return WEFT_OK;
+    }
     if (st->kind == STEP_RGET)
         return ep->ops->rget(ep, dst, raddr, st->len);
-    size_t esz = weft_dtype_size(a->dtype), chunk = op->sched->chunk;
     const char *src = buf_ptr(comm, op, st->src_buf) + st->src_off;
-    int div = st->final ? comm->nranks : 0;
+    if (rp != NULL) {
+        if (st->nt && dst != src)   /* in place, the lines were just read: cached */
+            kern_reduce_nt(dst, src, rp, st->len / esz, a->dtype, a->op, div);
+        else
+            kern_reduce(dst, src, rp, st->len / esz, a->dtype, a->op, div);
+        return WEFT_OK;
+    }
     for (size_t off = 0; off < st->len; off += chunk) {
         size_t n = WEFT_MIN(chunk, st->len - off);
         RETURN_IF_ERR(ep->ops->rget(ep, comm->tmp, raddr + off, n));
@@ -350,6 +406,10 @@ weft_status_t engine_progress(weft_comm_t *comm, comm_op_t *op, int *moved_p)
         moved = 1;
     }
     *moved_p = moved;
+    if (comm->ncomplete == s->nsteps && s->probe) {
+        *moved_p = 1;
+        return continue_after_probe(comm, op);
+    }
     return comm->ncomplete == s->nsteps ? WEFT_OK : WEFT_IN_PROGRESS;
 }
 

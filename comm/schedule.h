@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "weft.h"
+#include "mem.h"
 
 typedef enum {
     BUF_NONE = 0, BUF_SEND, BUF_RECV, BUF_TMP,
@@ -35,7 +36,17 @@ typedef enum {
 /* What a rank tells single-copy peers about one call: where its buffers are. */
 typedef struct sched_meta {
     uint64_t send, recv;
+    mem_region_t send_reg, recv_reg;    /* weft_mem_alloc memory holding them, or fd -1 */
 } sched_meta_t;
+
+/* A call's registered-buffer state (sched_args_t.reg): whether its buffers on every rank
+ * are weft_mem_alloc memory is found out by an address exchange (the "probe" schedule),
+ * after which the call continues with a schedule chosen for the answer. */
+enum {
+    SCHED_REG_ASK = 0,  /* not known: the tuner may pick the probe */
+    SCHED_REG_ALL,      /* every rank's buffers are registered: single copy by mapping */
+    SCHED_REG_NONE      /* some rank's are not: the usual choice */
+};
 
 typedef enum {
     STEP_SEND,        /* send src[off, off+len) to peer */
@@ -82,6 +93,8 @@ typedef struct sched {
     size_t tmp_bytes;   /* scratch the schedule needs (BUF_TMP) */
     size_t chunk;       /* largest frame payload, a multiple of the element size */
     const char *algo;   /* name, for logs and the flight recorder */
+    int probe;          /* only the address exchange: the engine then picks the rest */
+    int meta;           /* fills BUF_META_OUT (single-copy and probe schedules) */
 } sched_t;
 
 /* The algorithm inputs. */
@@ -97,6 +110,7 @@ typedef struct sched_args {
     size_t count2;      /* sendrecv: the receive count */
     int inplace;
     size_t chunk;       /* frame payload bytes, already a multiple of the element size */
+    int reg;            /* SCHED_REG_* */
 } sched_args_t;
 
 /* Builders used by algorithms. sched_add returns the new step's index, or -1 when
@@ -137,6 +151,7 @@ static inline void sched_block(size_t count, int n, int b, size_t *off, size_t *
 
 /* The algorithms. Each is a pure function of its arguments: no I/O, no globals. */
 weft_status_t algo_ring(const sched_args_t *a, sched_t *s);
+weft_status_t algo_cma_probe(const sched_args_t *a, sched_t *s);
 weft_status_t algo_direct(const sched_args_t *a, sched_t *s);
 weft_status_t algo_p2p(const sched_args_t *a, sched_t *s);   /* send, recv, sendrecv */
 weft_status_t algo_local(const sched_args_t *a, sched_t *s); /* one rank */

@@ -79,6 +79,8 @@ typedef struct shm_local {
     uint64_t cma_probe;             /* peers read this to test single-copy access */
 } shm_local_t;
 
+#define SHM_RMAPS 8                 /* peer regions kept mapped per endpoint */
+
 typedef struct shm_ep {
     tp_ep_t base;
     shm_ring_ctl_t *tx_ctl;         /* our slot in the peer's segment */
@@ -92,6 +94,11 @@ typedef struct shm_ep {
     size_t peer_map_bytes;
     pid_t peer_pid;
     int cma_ok;                     /* process_vm_readv on the peer works */
+    struct shm_rmap {               /* the peer's weft_mem_alloc regions we mapped */
+        mem_region_t reg;
+        const char *map;
+    } rmaps[SHM_RMAPS];
+    int rmap_next;                  /* the slot the next new mapping replaces */
 } shm_ep_t;
 
 static int shm_can_connect(const weft_comm_t *comm, const peer_info_t *self,
@@ -457,6 +464,52 @@ static void shm_abort(tp_ep_t *ep)
     __atomic_store_n(&e->tx_ctl->gone, 1, __ATOMIC_RELEASE);
 }
 
+/* The peer's region mapped here: one open of /proc/<pid>/fd/<fd> and one mmap per region
+ * (keyed by serial, so a new region at an old address or fd is mapped anew), kept for
+ * later calls. The oldest of SHM_RMAPS is unmapped to make room: a region its owner
+ * freed stays mapped here (its pages alive) until then or until the endpoint closes. */
+static const void *shm_rptr(tp_ep_t *ep, const mem_region_t *reg, uint64_t raddr, size_t len)
+{
+    shm_ep_t *e = (shm_ep_t *)ep;
+    if (reg->fd < 0 || reg->size == 0 || raddr < reg->base || raddr - reg->base > reg->size ||
+        len > reg->size - (raddr - reg->base))
+        return NULL;
+    struct shm_rmap *m = NULL;
+    for (int i = 0; i < SHM_RMAPS; i++)
+        if (e->rmaps[i].map && e->rmaps[i].reg.serial == reg->serial &&
+            e->rmaps[i].reg.base == reg->base && e->rmaps[i].reg.size == reg->size) {
+            m = &e->rmaps[i];
+            break;
+        }
+    if (m == NULL) {
+        char path[64];
+        struct stat sb;
+        snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)e->peer_pid, (int)reg->fd);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            LOG_INFO(LOG_SHM, "shm: cannot open rank %d's registered memory (%s): %s; reading "
+                     "it with process_vm_readv", ep->peer, path, strerror(errno));
+            return NULL;
+        }
+        void *p = MAP_FAILED;
+        if (fstat(fd, &sb) == 0 && (uint64_t)sb.st_size >= reg->size)
+            p = mmap(NULL, reg->size, PROT_READ, MAP_SHARED, fd, 0);
+        close(fd);
+        if (p == MAP_FAILED) {
+            LOG_INFO(LOG_SHM, "shm: cannot map rank %d's registered memory (%s); reading it with "
+                     "process_vm_readv", ep->peer, path);
+            return NULL;
+        }
+        m = &e->rmaps[e->rmap_next];
+        e->rmap_next = (e->rmap_next + 1) % SHM_RMAPS;
+        if (m->map)
+            munmap((void *)m->map, m->reg.size);
+        m->reg = *reg;
+        m->map = p;
+    }
+    return m->map + (raddr - reg->base);
+}
+
 static int shm_can_rget(const tp_ep_t *ep)
 {
     return ((const shm_ep_t *)ep)->cma_ok;
@@ -467,6 +520,9 @@ static void shm_close(tp_ep_t *ep)
     shm_ep_t *e = (shm_ep_t *)ep;
     shm_abort(ep);          /* a peer still waiting on us must not wait for our pid */
     munmap(e->peer_map, e->peer_map_bytes);
+    for (int i = 0; i < SHM_RMAPS; i++)
+        if (e->rmaps[i].map)
+            munmap((void *)e->rmaps[i].map, e->rmaps[i].reg.size);
     free(e);
 }
 
@@ -485,6 +541,7 @@ const tp_ops_t tp_shm_ops = {
     .recv_release = shm_recv_release,
     .rget = shm_rget,
     .can_rget = shm_can_rget,
+    .rptr = shm_rptr,
     .check_alive = shm_check_alive,
     /* peer states */
     .post_state = shm_post_state,

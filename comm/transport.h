@@ -32,6 +32,7 @@
 
 #include "weft.h"
 #include "frame.h"
+#include "mem.h"
 
 typedef struct weft_comm weft_comm_t;
 
@@ -73,6 +74,10 @@ typedef struct tp_ops {
     void (*recv_release)(tp_ep_t *ep);
     weft_status_t (*rget)(tp_ep_t *ep, void *dst, uint64_t raddr, size_t len);
     int (*can_rget)(const tp_ep_t *ep);
+    /* a pointer through which this process can read the peer's [raddr, raddr+len),
+     * which lies in the peer's weft_mem_alloc region reg; NULL where it cannot (not
+     * registered, out of the region, mapping refused): rget then. May be NULL. */
+    const void *(*rptr)(tp_ep_t *ep, const mem_region_t *reg, uint64_t raddr, size_t len);
     /* WEFT_OK while the peer may still answer, WEFT_ERR_PEER_LOST (logged, naming it)
      * once it cannot; called by the engine only when a wait has been idle a while */
     weft_status_t (*check_alive)(tp_ep_t *ep);

@@ -6,6 +6,11 @@
  *   send, recv, sendrecv       p2p
  *   alltoall, barrier          direct (pairwise)
  *   per-rank bytes <= WEFT_DIRECT_MAX (32K)   direct: one exchange, latency-bound sizes
+ *   per-rank bytes >= WEFT_REG_MIN (64M; 0 = off), all ranks on one host with single-copy
+ *   access, allreduce/reduce_scatter/allgather
+ *                              probe: exchange the buffer addresses first; registered
+ *                              buffers (weft_mem_alloc) on every rank: cma, reading the
+ *                              peers' buffers through mappings; else the rows below
  *   per-rank bytes >= WEFT_CMA_MIN (0 = off), all ranks on one host with single-copy access,
  *   allreduce/reduce_scatter/allgather/broadcast
  *                              cma: read peers' buffers directly (one copy)
@@ -23,8 +28,8 @@
  * staging buffer later, by when the block has left the cache anyway.
  *
  * Invariant: the choice depends only on arguments every rank shares (collective,
- * count, dtype, op, root, in-place, nranks) and on configuration, never on timing,
- * so all ranks build matching schedules.
+ * count, dtype, op, root, in-place, nranks, and after a probe what every rank sent in
+ * it) and on configuration, never on timing, so all ranks build matching schedules.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,12 +72,17 @@ static const char *pick_algo(const weft_comm_t *comm, const sched_args_t *a)
         break;
     }
     int cma = comm->cma_all && algo_cma_supports(a->coll);
+    if (a->reg == SCHED_REG_ALL)
+        return "cma";
     if (!strcmp(comm->cfg.algo, "cma"))
         return cma ? "cma" : "ring";     /* same answer on every rank: cma_all is agreed */
     if (strcmp(comm->cfg.algo, "auto") != 0)
         return comm->cfg.algo;
     if (per_rank_bytes(a) <= comm->cfg.direct_max)
         return "direct";
+    if (a->reg == SCHED_REG_ASK && cma && a->coll != COLL_BROADCAST && comm->cfg.reg_min &&
+        per_rank_bytes(a) >= comm->cfg.reg_min)
+        return "probe";
     if (cma && comm->cfg.cma_min && per_rank_bytes(a) >= comm->cfg.cma_min)
         return "cma";
     return "ring";
@@ -154,6 +164,8 @@ static weft_status_t build(const sched_args_t *a, const char *algo, int root_che
         st = algo_direct(a, s);
     else if (!strcmp(algo, "cma"))
         st = algo_cma(a, s);
+    else if (!strcmp(algo, "probe"))
+        st = algo_cma_probe(a, s);
     else
         st = algo_ring(a, s);
     if (st == WEFT_OK && guard)
@@ -173,7 +185,9 @@ static int mark_streaming(sched_t *s)
     for (int i = 0; i < s->nsteps; i++) {
         sched_step_t *st = &s->steps[i];
         st->nt = (st->kind == STEP_RECV || st->kind == STEP_RECV_REDUCE ||
-                  st->kind == STEP_COPY) && (st->dst_buf == BUF_SEND || st->dst_buf == BUF_RECV);
+                  st->kind == STEP_COPY || st->kind == STEP_RGET ||
+                  st->kind == STEP_RGET_REDUCE) &&
+                 (st->dst_buf == BUF_SEND || st->dst_buf == BUF_RECV);
     }
     for (int j = 0; j < s->nsteps; j++) {
         const sched_step_t *st = &s->steps[j];
@@ -203,7 +217,7 @@ static int key_equal(const sched_args_t *x, const sched_args_t *y)
 {
     return x->count == y->count && x->coll == y->coll && x->dtype == y->dtype &&
            x->op == y->op && x->root == y->root && x->inplace == y->inplace &&
-           x->peer2 == y->peer2 && x->count2 == y->count2;
+           x->peer2 == y->peer2 && x->count2 == y->count2 && x->reg == y->reg;
 }
 
 static weft_status_t cache_hit(weft_comm_t *comm, int i, comm_op_t *op)
@@ -236,9 +250,9 @@ weft_status_t tuner_schedule(weft_comm_t *comm, comm_op_t *op)
         return st;
     }
     int nt = comm->cfg.nt_min && call_bytes(a) >= comm->cfg.nt_min ? mark_streaming(s) : 0;
-    LOG_DEBUG(LOG_TUNE, "%s count %zu %s: algo %s, chunk %zu, %d steps (%d streaming)",
-              coll_name(a->coll), a->count, weft_dtype_name(a->dtype), algo, a->chunk,
-              s->nsteps, nt);
+    LOG_DEBUG(LOG_TUNE, "%s count %zu %s: algo %s%s, chunk %zu, %d steps (%d streaming)",
+              coll_name(a->coll), a->count, weft_dtype_name(a->dtype), algo,
+              a->reg == SCHED_REG_ALL ? " (registered buffers)" : "", a->chunk, s->nsteps, nt);
     if (comm->ncache == SCHED_CACHE_SIZE)
         tuner_cache_clear(comm);
     sched_cache_entry_t *e = &comm->cache[comm->ncache];

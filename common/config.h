@@ -26,6 +26,8 @@ typedef struct weft_config {
     size_t chunk;             /* WEFT_CHUNK: bytes per frame, 0 = tuner decides */
     size_t direct_max;        /* WEFT_DIRECT_MAX: largest message for the direct algo */
     size_t cma_min;           /* WEFT_CMA_MIN: smallest message for single-copy (cma) */
+    size_t reg_min;           /* WEFT_REG_MIN: smallest message that probes for registered
+                                 buffers (weft_mem_alloc) on every rank */
     size_t nt_min;            /* WEFT_NT_MIN: smallest call whose writes stream (0 = never) */
     long spin;                /* WEFT_SPIN: idle polls before yielding the core; -1 = auto */
     long root_check;          /* WEFT_ROOT_CHECK: rooted collectives confirm the root */

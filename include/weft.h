@@ -112,6 +112,18 @@ weft_status_t weft_sendrecv(const void *sendbuf, size_t sendcount, int dst, void
                             size_t recvcount, int src, weft_dtype_t dtype, weft_comm_t *comm);
 weft_status_t weft_barrier(weft_comm_t *comm);
 
+/* Memory that the other ranks on this host can map (ncclMemAlloc, MPI_Alloc_mem). A
+ * collective whose buffers on every rank come from here runs single-copy: each rank reads
+ * its peers' buffers directly instead of passing the data through the shm rings. Calls
+ * of WEFT_REG_MIN bytes or more on a communicator whose ranks all share one host first
+ * exchange their buffer addresses to find out (one small message each way); where any
+ * rank's buffers are ordinary memory, the call runs as it would otherwise. Buffers may be
+ * any part of an allocation. weft_mem_alloc gives zero-filled, page-aligned memory;
+ * weft_mem_free takes exactly a pointer weft_mem_alloc returned (NULL does nothing) and
+ * must not be called while a call that uses the memory is in progress. */
+weft_status_t weft_mem_alloc(void **ptr_p, size_t size);
+weft_status_t weft_mem_free(void *ptr);
+
 /* Nonblocking forms. Operations on one communicator complete in the order they were
  * issued; they progress inside weft_test, weft_wait and any later call on the same
  * communicator. The buffers belong to weft until the request completes. */

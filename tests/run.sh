@@ -143,6 +143,9 @@ else
         "$WEFTRUN" -n 2 "$B/tests/test_coll"
     run "test_coll -n 3 shm streaming stores" env -u WEFT_TRANSPORT WEFT_NT_MIN=1 \
         WEFT_ALGO=ring "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
+    # Registered buffers (weft_mem_alloc): single copy through mappings, and the probe
+    # that finds out whether every rank's buffers are registered.
+    run "test_reg.sh" bash tests/test_reg.sh "$B"
 fi
 # 3b. Failure paths of a running job: lost peer, silent peer, recorder dump, abort, a
 # mismatch in each field (3 ranks: not every rank sees the odd one's frames), and the
@@ -176,6 +179,9 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
             "$B/tests/test_fail" leaks
         run "test_faults.sh $t" bash tests/test_faults.sh "$B" "$t" 20
     done
+    # The same kills while the ranks read each other's registered buffers in place.
+    run "test_faults.sh shm registered" env WEFT_TEST_REG=1 WEFT_REG_MIN=1 \
+        bash tests/test_faults.sh "$B" shm 20
 fi
 # 3c. Strangers at the rendezvous port: refused, logged, and the job goes on.
 if [ -x "$B/bin/all_reduce_perf" ]; then
@@ -193,6 +199,8 @@ if [ -x "$WEFTRUN" ]; then
             missing "${p}_perf" "$bin"
         elif [ "$p" = all_reduce ]; then
             run "${p}_perf -n 2" "$WEFTRUN" -n 2 "$bin" -b 8 -e 1M -f 8 -n 2 -w 1
+            run "${p}_perf -n 2 -R 1" env WEFT_REG_MIN=1 "$WEFTRUN" -n 2 "$bin" -b 8 -e 1M \
+                -f 8 -n 2 -w 1 -R 1
         else
             run "${p}_perf -n 3" "$WEFTRUN" -n 3 "$bin" -b 8 -e 64K -f 8 -n 2 -w 1 -B 0
         fi

@@ -546,6 +546,46 @@ static void check_still_works(ctx_t *c, const char *when)
         c->passed++;
 }
 
+/* weft_mem_alloc and weft_mem_free: bad arguments fail and change nothing; good memory
+ * is zeroed, writable, and freed once. */
+static void check_mem(ctx_t *c)
+{
+    void *p = SENTINEL_REQ, *q = NULL;
+    begin("weft_mem_alloc(NULL, 4096)");
+    expect_invalid(c, current, weft_mem_alloc(NULL, 4096));
+    begin("weft_mem_alloc(&p, 0)");
+    expect_invalid(c, current, weft_mem_alloc(&p, 0));
+    if (p != SENTINEL_REQ)
+        fail(c, current, "*ptr_p was written by a failing call");
+    begin("weft_mem_alloc(&p, SIZE_MAX)");
+    expect_invalid(c, current, weft_mem_alloc(&p, SIZE_MAX));
+    if (p != SENTINEL_REQ)
+        fail(c, current, "*ptr_p was written by a failing call");
+    begin("weft_mem_free(malloc'd memory)");
+    expect_invalid(c, current, weft_mem_free(c->send_arena));
+    begin("weft_mem_free(NULL)");
+    expect_code(c, current, weft_mem_free(NULL), WEFT_OK);
+
+    begin("weft_mem_alloc(&q, 10000)");
+    weft_status_t st = weft_mem_alloc(&q, 10000);
+    int bad = st != WEFT_OK || q == NULL || ((uintptr_t)q & 4095) != 0;
+    for (size_t i = 0; i < 10000 && !bad; i++)
+        bad = ((unsigned char *)q)[i] != 0;
+    if (bad) {
+        fail(c, current, "status %s, ptr %p: not zeroed page-aligned memory",
+             weft_status_str(st), q);
+        return;
+    }
+    memset(q, 0x5a, 10000);
+    c->passed++;
+    begin("weft_mem_free(inside an allocation)");
+    expect_invalid(c, current, weft_mem_free((char *)q + 64));
+    begin("weft_mem_free(the allocation)");
+    expect_code(c, current, weft_mem_free(q), WEFT_OK);
+    begin("weft_mem_free(the same allocation again)");
+    expect_invalid(c, current, weft_mem_free(q));
+}
+
 int main(void)
 {
     ctx_t c = { 0 };
@@ -564,6 +604,7 @@ int main(void)
 
     check_strings(&c);
     check_init_rank(&c);
+    check_mem(&c);
 
     weft_status_t st;
     begin("communicator init");

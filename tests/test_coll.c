@@ -3,6 +3,7 @@
  *
  *   weftrun -n N build/tests/test_coll [--colls LIST] [--counts LIST] [--dtypes all|LIST]
  *                                      [--ops all|LIST] [--quick] [--timeout S] [--verbose]
+ *                                      [--reg all|even]
  *
  * Every rank fills its inputs from (rank, index, dtype, op) with small integers chosen so
  * that every result is exact in every dtype and in every reduction order (PROD: mostly 1,
@@ -11,6 +12,10 @@
  * including canary guard regions before and after every buffer. AVG is computed as the API
  * defines it: the exact sum divided by nranks in the reduced type (integers truncate;
  * half/bf16 divide in fp32 and round to nearest even).
+ *
+ * --reg allocates every buffer with weft_mem_alloc (all ranks, or the even ranks only):
+ * large enough calls then run single-copy through mappings, or, where some rank's
+ * buffers are ordinary memory, as usual; the results must be the same either way.
  *
  * Invariants: all ranks run the same sequence of calls (the matrix is a pure function of
  * the options and nranks). A call that returns an error ends this rank with exit 1, since
@@ -77,6 +82,7 @@ typedef struct {
     int dtypes[WEFT_NUM_DTYPES], ndtypes;
     int ops[WEFT_NUM_OPS], nops;
     int quick, verbose, timeout_s;
+    int reg;                    /* --reg: 0 none, 1 all ranks, 2 even ranks */
     unsigned seq;               /* cases run so far; varies the junk fill */
     stats_t *st;
 } ctx_t;
@@ -259,6 +265,32 @@ static void *xmalloc(size_t n)
     return p;
 }
 
+static int use_reg;             /* --reg: this rank's buffers come from weft_mem_alloc */
+
+static void *blk_alloc(size_t n)
+{
+    void *p = NULL;
+    if (!use_reg)
+        return xmalloc(n);
+    weft_status_t st = weft_mem_alloc(&p, n);
+    if (st != WEFT_OK) {
+        fprintf(stderr, "test_coll: weft_mem_alloc(%zu): %s: %s\n", n, weft_status_str(st),
+                weft_last_error());
+        exit(1);
+    }
+    return p;
+}
+
+static void blk_free(void *p)
+{
+    if (!use_reg) {
+        free(p);
+    } else if (weft_mem_free(p) != WEFT_OK) {
+        fprintf(stderr, "test_coll: weft_mem_free: %s\n", weft_last_error());
+        exit(1);
+    }
+}
+
 /* A small cache of freed blocks, so that the large cases do not pay for fresh pages
  * (page faults were a third of the run time). Each block starts with its capacity. */
 #define POOL_MAX 12
@@ -275,7 +307,7 @@ static void *pool_get(size_t n)
         pool[best].blk = NULL;
         return (char *)b + 64;
     }
-    size_t *b = xmalloc(n + 64);
+    size_t *b = blk_alloc(n + 64);
     b[0] = n;
     return (char *)b + 64;
 }
@@ -295,10 +327,10 @@ static void pool_put(void *p)
             if (pool[k].cap < pool[slot].cap)
                 slot = k;
         if (pool[slot].cap > b[0]) {
-            free(b);
+            blk_free(b);
             return;
         }
-        free(pool[slot].blk);
+        blk_free(pool[slot].blk);
     }
     pool[slot].blk = b;
     pool[slot].cap = b[0];
@@ -1110,7 +1142,7 @@ static int parse_name(const char *s, int n, const char *const *names, const char
 static void usage(void)
 {
     fprintf(stderr, "usage: test_coll [--colls LIST] [--counts LIST] [--dtypes all|LIST] "
-            "[--ops all|LIST] [--quick] [--timeout S] [--verbose]\n");
+            "[--ops all|LIST] [--quick] [--timeout S] [--verbose] [--reg all|even]\n");
     exit(2);
 }
 
@@ -1182,6 +1214,11 @@ static void parse_args(ctx_t *c, int argc, char **argv)
         } else if (!strcmp(a, "--timeout")) {
             c->timeout_s = atoi(v);
             i++;
+        } else if (!strcmp(a, "--reg")) {
+            if (strcmp(v, "all") != 0 && strcmp(v, "even") != 0)
+                usage();
+            c->reg = !strcmp(v, "all") ? 1 : 2;
+            i++;
         } else {
             usage();
         }
@@ -1237,6 +1274,7 @@ int main(int argc, char **argv)
     }
     c.rank = weft_comm_rank(c.comm);
     c.nranks = weft_comm_size(c.comm);
+    use_reg = c.reg == 1 || (c.reg == 2 && c.rank % 2 == 0);
     c.range = c.nranks <= 5 ? 25 : (125 / c.nranks > 0 ? 125 / c.nranks : 1);
     check_transport(&c);
 

@@ -19,7 +19,9 @@
  *               too) WEFT_ERR_PEER_LOST naming rank 0, within 2 s of the abort
  * kill SEED F   rank SEED % N SIGKILLs itself at a random moment (0-0.4 s) of a loop of collectives of random sizes, after writing the time to
  *               file F; every survivor gets WEFT_ERR_PEER_LOST naming it within 2 s of
- *               that time (survivors ignore weftrun's SIGTERM for the 3 s grace period)
+ *               that time (survivors ignore weftrun's SIGTERM for the 3 s grace period).
+ *               With WEFT_TEST_REG=1 the buffers come from weft_mem_alloc, so that
+ *               (with WEFT_REG_MIN=1) the ranks read each other's memory in place
  * init_kill S F like kill, but 0-60 ms into weft_comm_init (see init_kill below)
  * connect_kill S F  (tcp) like init_kill, but once the victim holds its first data
  *               connection: every survivor's init fails with PEER_LOST naming it in 2 s
@@ -233,7 +235,16 @@ static int kill_test(weft_comm_t *c, int rank, int nranks, unsigned seed, const 
     int victim = (int)(seed % (unsigned)nranks);
     char needle[32];
     size_t max = 1 << 20;
-    float *buf = calloc(max, sizeof(float)), *out = calloc(max, sizeof(float));
+    const char *reg = getenv("WEFT_TEST_REG");
+    float *buf = NULL, *out = NULL;
+    if (reg && !strcmp(reg, "1")) {
+        if (weft_mem_alloc((void **)&buf, max * sizeof(float)) != WEFT_OK ||
+            weft_mem_alloc((void **)&out, max * sizeof(float)) != WEFT_OK)
+            return 1;
+    } else {
+        buf = calloc(max, sizeof(float));
+        out = calloc(max, sizeof(float));
+    }
     pthread_t th;
     unsigned rs = seed * 7919u;
     kill_arg_t ka = { file, (useconds_t)(rand_r(&rs) % 400000), 0 };

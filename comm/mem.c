@@ -1,0 +1,115 @@
+/*
+ * mem.c - weft_mem_alloc: memory that the other ranks of a host can map.
+ *
+ * Each allocation is its own memfd, mapped shared. A peer that is told (base, size, fd,
+ * serial) in a call's address exchange opens /proc/<owner pid>/fd/<fd> and maps the
+ * same pages (tp_shm.c: shm_rptr), so a collective reads the owner's buffer in place.
+ * Opening another process's fd needs the same permission as process_vm_readv, which is
+ * why the tuner offers this only where single-copy access was agreed at init (cma_all).
+ * Nothing is named in /dev/shm: the pages go away with the last fd and mapping, so a job
+ * that dies leaves nothing behind.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "mem.h"
+#include "status.h"
+#include "weft.h"
+
+typedef struct mem_entry {
+    mem_region_t r;
+} mem_entry_t;
+
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static mem_entry_t *mem_tab;
+static size_t mem_n, mem_cap;
+static uint32_t mem_serial;
+
+weft_status_t weft_mem_alloc(void **ptr_p, size_t size)
+{
+    if (ptr_p == NULL)
+        return weft_error(WEFT_ERR_INVALID_ARG, "weft_mem_alloc: ptr_p is NULL");
+    if (size == 0)
+        return weft_error(WEFT_ERR_INVALID_ARG, "weft_mem_alloc: size is 0");
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t page = pg > 0 ? (size_t)pg : 4096;
+    if (size > SIZE_MAX - page)
+        return weft_error(WEFT_ERR_INVALID_ARG, "weft_mem_alloc: size %zu is too large", size);
+    size_t bytes = (size + page - 1) / page * page;
+
+    pthread_mutex_lock(&mem_lock);
+    if (mem_n == mem_cap) {
+        size_t cap = mem_cap ? 2 * mem_cap : 16;
+        mem_entry_t *t = realloc(mem_tab, cap * sizeof(*t));
+        if (t == NULL) {
+            pthread_mutex_unlock(&mem_lock);
+            return weft_error(WEFT_ERR_NO_MEMORY, "weft_mem_alloc: out of memory");
+        }
+        mem_tab = t;
+        mem_cap = cap;
+    }
+    pthread_mutex_unlock(&mem_lock);
+
+    int fd = memfd_create("weft-mem", MFD_CLOEXEC);
+    if (fd < 0)
+        return weft_error(WEFT_ERR_SYSTEM, "weft_mem_alloc: memfd_create: %s", strerror(errno));
+    if (ftruncate(fd, (off_t)bytes) != 0) {
+        int e = errno;
+        close(fd);
+        return weft_error(e == EINVAL || e == EFBIG ? WEFT_ERR_INVALID_ARG : WEFT_ERR_NO_MEMORY,
+                          "weft_mem_alloc: cannot size %zu bytes: %s", bytes, strerror(e));
+    }
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return weft_error(WEFT_ERR_NO_MEMORY, "weft_mem_alloc: cannot map %zu bytes: %s",
+                          bytes, strerror(e));
+    }
+    pthread_mutex_lock(&mem_lock);
+    mem_tab[mem_n++].r = (mem_region_t){ (uint64_t)(uintptr_t)p, bytes, fd, ++mem_serial };
+    pthread_mutex_unlock(&mem_lock);
+    *ptr_p = p;
+    return WEFT_OK;
+}
+
+weft_status_t weft_mem_free(void *ptr)
+{
+    if (ptr == NULL)
+        return WEFT_OK;
+    pthread_mutex_lock(&mem_lock);
+    for (size_t i = 0; i < mem_n; i++) {
+        mem_region_t r = mem_tab[i].r;
+        if (r.base != (uint64_t)(uintptr_t)ptr)
+            continue;
+        mem_tab[i] = mem_tab[--mem_n];
+        pthread_mutex_unlock(&mem_lock);
+        munmap(ptr, r.size);
+        close(r.fd);
+        return WEFT_OK;
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return weft_error(WEFT_ERR_INVALID_ARG, "weft_mem_free: %p did not come from weft_mem_alloc",
+                      ptr);
+}
+
+void mem_lookup(const void *ptr, mem_region_t *r)
+{
+    uint64_t a = (uint64_t)(uintptr_t)ptr;
+    memset(r, 0, sizeof(*r));
+    r->fd = -1;
+    if (ptr == NULL)
+        return;
+    pthread_mutex_lock(&mem_lock);
+    for (size_t i = 0; i < mem_n; i++)
+        if (a >= mem_tab[i].r.base && a - mem_tab[i].r.base < mem_tab[i].r.size) {
+            *r = mem_tab[i].r;
+            break;
+        }
+    pthread_mutex_unlock(&mem_lock);
+}
