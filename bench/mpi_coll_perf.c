@@ -481,6 +481,8 @@ static void limit_memory(mpi_run_t *r)
     }
 }
 
+/* With -R, send and recv come from MPI_Alloc_mem: the MPI counterpart of weft's -R
+ * (weft_mem_alloc), memory the library may register. */
 static void alloc_buffers(mpi_run_t *r)
 {
     size_t n = r->max_bytes > 64 ? r->max_bytes : 64;
@@ -488,7 +490,9 @@ static void alloc_buffers(mpi_run_t *r)
     char **bufs[3] = { &r->send, &r->recv, &r->expected };
     for (int i = 0; i < 3; i++) {
         void *p = NULL;
-        if (posix_memalign(&p, 4096, n) != 0) {
+        if (r->o.local_register && i < 2 ?
+                MPI_Alloc_mem((MPI_Aint)n, MPI_INFO_NULL, &p) != MPI_SUCCESS :
+                posix_memalign(&p, 4096, n) != 0) {
             bad = 1;
             continue;
         }
@@ -583,8 +587,13 @@ int main(int argc, char **argv)
     rc = perf_exit_code(errors, avg_bw);
 
     perf_bound_free(&r->bound);
-    free(r->send);
-    free(r->recv);
+    if (r->o.local_register) {
+        MPI_Free_mem(r->send);
+        MPI_Free_mem(r->recv);
+    } else {
+        free(r->send);
+        free(r->recv);
+    }
     free(r->expected);
     MPI_Finalize();
     return rc;

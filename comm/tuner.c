@@ -6,8 +6,8 @@
  *   send, recv, sendrecv       p2p
  *   alltoall, barrier          direct (pairwise)
  *   per-rank bytes <= WEFT_DIRECT_MAX (32K)   direct: one exchange, latency-bound sizes
- *   per-rank bytes >= WEFT_REG_MIN (64M; 0 = off), all ranks on one host with single-copy
- *   access, allreduce/reduce_scatter/allgather
+ *   per-rank bytes >= WEFT_REG_MIN (64M, in place twice that; 0 = off), all ranks on one
+ *   host with single-copy access, allreduce/reduce_scatter/allgather
  *                              probe: exchange the buffer addresses first; registered
  *                              buffers (weft_mem_alloc) on every rank: cma, reading the
  *                              peers' buffers through mappings; else the rows below
@@ -80,8 +80,9 @@ static const char *pick_algo(const weft_comm_t *comm, const sched_args_t *a)
         return comm->cfg.algo;
     if (per_rank_bytes(a) <= comm->cfg.direct_max)
         return "direct";
+    /* in place the ring stays ahead up to twice the size here (docs/PERF.md) */
     if (a->reg == SCHED_REG_ASK && cma && a->coll != COLL_BROADCAST && comm->cfg.reg_min &&
-        per_rank_bytes(a) >= comm->cfg.reg_min)
+        per_rank_bytes(a) >= (a->inplace ? 2 : 1) * comm->cfg.reg_min)
         return "probe";
     if (cma && comm->cfg.cma_min && per_rank_bytes(a) >= comm->cfg.cma_min)
         return "cma";
