@@ -267,9 +267,9 @@ static weft_status_t progress_recv(weft_comm_t *comm, comm_op_t *op, int i, int 
 }
 
 /* Whether a call's buffers, as a META frame describes them, are registered memory. */
-static int meta_registered(const weft_comm_t *comm, const sched_meta_t *m)
+static int meta_registered(int coll, const sched_meta_t *m)
 {
-    switch (comm->q_head->args.coll) {
+    switch (coll) {
     case COLL_REDUCE_SCATTER:
     case COLL_ALLGATHER:
         return m->send_reg.fd >= 0;     /* peers read the send buffer only */
@@ -283,10 +283,10 @@ static int meta_registered(const weft_comm_t *comm, const sched_meta_t *m)
  * the same frames, so every rank picks the same schedule; frame numbers carry on. */
 static weft_status_t continue_after_probe(weft_comm_t *comm, comm_op_t *op)
 {
-    int all = meta_registered(comm, &comm->meta_out);
+    int all = meta_registered(op->args.coll, &comm->meta_out);
     for (int p = 0; p < comm->nranks && all; p++)
         if (p != comm->rank)
-            all = meta_registered(comm, &comm->meta_in[p]);
+            all = meta_registered(op->args.coll, &comm->meta_in[p]);
     op->args.reg = all ? SCHED_REG_ALL : SCHED_REG_NONE;
     RETURN_IF_ERR(tuner_schedule(comm, op));
     RETURN_IF_ERR(begin_schedule(comm, op));

@@ -121,7 +121,9 @@ weft_status_t weft_barrier(weft_comm_t *comm);
  * otherwise. All-reduce, reduce-scatter and all-gather only. Buffers may be
  * any part of an allocation. weft_mem_alloc gives zero-filled, page-aligned memory;
  * weft_mem_free takes exactly a pointer weft_mem_alloc returned (NULL does nothing) and
- * must not be called while a call that uses the memory is in progress. */
+ * must not be called while a call that uses the memory is in progress; a peer that has
+ * read the memory keeps it mapped (its pages alive) until it maps 8 newer regions of
+ * this rank or destroys the communicator. */
 weft_status_t weft_mem_alloc(void **ptr_p, size_t size);
 weft_status_t weft_mem_free(void *ptr);
 
