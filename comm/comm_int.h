@@ -142,6 +142,8 @@ void fail_abort_peers(weft_comm_t *comm);
 /* tuner.c: picks algorithm and chunk, builds or finds the schedule. */
 weft_status_t tuner_schedule(weft_comm_t *comm, comm_op_t *op);
 void tuner_cache_clear(weft_comm_t *comm);
+int tuner_after_probe(const weft_comm_t *comm, const sched_args_t *a, int all_registered,
+                      int any_inplace);
 
 /* connect.c: transport setup over an address exchange. */
 typedef weft_status_t (*exchange_fn_t)(void *ctx, const void *mine, void *all, size_t len);

@@ -86,6 +86,7 @@ weft_status_t engine_start(weft_comm_t *comm, comm_op_t *op)
     if (op->sched->meta) {          /* peers may read these through mappings */
         mem_lookup(op->send, &comm->meta_out.send_reg);
         mem_lookup(op->recv, &comm->meta_out.recv_reg);
+        comm->meta_out.inplace = (uint32_t)op->args.inplace;
     }
     op->started = 1;
     op->t_start = op->t_queued ? op->t_queued : time_ns_coarse();
@@ -278,16 +279,20 @@ static int meta_registered(int coll, const sched_meta_t *m)
     }
 }
 
-/* A probe schedule is done: every rank's addresses are in. All registered, the call goes
- * on single-copy through mappings; else as the tuner would have run it. Every rank saw
- * the same frames, so every rank picks the same schedule; frame numbers carry on. */
+/* A probe schedule is done: every rank's addresses are in. The tuner says from them
+ * whether the call goes on single-copy through mappings or as it would have run else.
+ * Every rank saw the same frames, so every rank picks the same schedule; frame numbers
+ * carry on. */
 static weft_status_t continue_after_probe(weft_comm_t *comm, comm_op_t *op)
 {
     int all = meta_registered(op->args.coll, &comm->meta_out);
-    for (int p = 0; p < comm->nranks && all; p++)
-        if (p != comm->rank)
-            all = meta_registered(op->args.coll, &comm->meta_in[p]);
-    op->args.reg = all ? SCHED_REG_ALL : SCHED_REG_NONE;
+    int any_inplace = op->args.inplace;
+    for (int p = 0; p < comm->nranks; p++)
+        if (p != comm->rank) {
+            all = all && meta_registered(op->args.coll, &comm->meta_in[p]);
+            any_inplace |= comm->meta_in[p].inplace != 0;
+        }
+    op->args.reg = tuner_after_probe(comm, &op->args, all, any_inplace);
     RETURN_IF_ERR(tuner_schedule(comm, op));
     RETURN_IF_ERR(begin_schedule(comm, op));
     fr_started(&comm->flight, op->fr_id, op->sched->algo, op->t_start);

@@ -37,6 +37,8 @@ typedef enum {
 typedef struct sched_meta {
     uint64_t send, recv;
     mem_region_t send_reg, recv_reg;    /* weft_mem_alloc memory holding them, or fd -1 */
+    uint32_t inplace;                   /* this rank's call is in place */
+    uint32_t pad;
 } sched_meta_t;
 
 /* A call's registered-buffer state (sched_args_t.reg): whether its buffers on every rank

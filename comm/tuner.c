@@ -6,8 +6,8 @@
  *   send, recv, sendrecv       p2p
  *   alltoall, barrier          direct (pairwise)
  *   per-rank bytes <= WEFT_DIRECT_MAX (32K)   direct: one exchange, latency-bound sizes
- *   per-rank bytes >= WEFT_REG_MIN (64M, in place twice that; 0 = off), all ranks on one
- *   host with single-copy access, allreduce/reduce_scatter/allgather
+ *   per-rank bytes >= WEFT_REG_MIN (64M; 0 = off), all ranks on one host with single-copy
+ *   access, allreduce/reduce_scatter/allgather (in place on any rank: from twice that)
  *                              probe: exchange the buffer addresses first; registered
  *                              buffers (weft_mem_alloc) on every rank: cma, reading the
  *                              peers' buffers through mappings; else the rows below
@@ -80,9 +80,8 @@ static const char *pick_algo(const weft_comm_t *comm, const sched_args_t *a)
         return comm->cfg.algo;
     if (per_rank_bytes(a) <= comm->cfg.direct_max)
         return "direct";
-    /* in place the ring stays ahead up to twice the size here (docs/PERF.md) */
     if (a->reg == SCHED_REG_ASK && cma && a->coll != COLL_BROADCAST && comm->cfg.reg_min &&
-        per_rank_bytes(a) >= (a->inplace ? 2 : 1) * comm->cfg.reg_min)
+        per_rank_bytes(a) >= comm->cfg.reg_min)
         return "probe";
     if (cma && comm->cfg.cma_min && per_rank_bytes(a) >= comm->cfg.cma_min)
         return "cma";
@@ -201,6 +200,18 @@ static int mark_streaming(sched_t *s)
     for (int i = 0; i < s->nsteps; i++)
         marked += s->steps[i].nt;
     return marked;
+}
+
+/* After a probe: SCHED_REG_ALL when every rank's buffers are registered and, where any
+ * rank runs in place, the call is at least twice WEFT_REG_MIN (in place the ring stays
+ * ahead up to there, docs/PERF.md). Every rank sees the same probe, so in-place may differ
+ * between ranks, as NCCL allows, and they still agree. */
+int tuner_after_probe(const weft_comm_t *comm, const sched_args_t *a, int all_registered,
+                      int any_inplace)
+{
+    if (!all_registered || (any_inplace && per_rank_bytes(a) < 2 * comm->cfg.reg_min))
+        return SCHED_REG_NONE;
+    return SCHED_REG_ALL;
 }
 
 void tuner_cache_clear(weft_comm_t *comm)

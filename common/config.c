@@ -128,9 +128,10 @@ static const cfg_knob_t knobs[] = {
     { "WEFT_CMA_MIN", "0", "smallest per-rank message the tuner moves by single-copy reads "
       "(process_vm_readv) when all ranks share a host; 0 = only with WEFT_ALGO=cma "
       "(slower than the shm ring on VMs, see docs/PERF.md)", SIZE(cma_min), NULL },
-    { "WEFT_REG_MIN", "64M", "smallest per-rank message (all ranks on one host; in place "
-      "twice that) that first exchanges buffer addresses, and runs single-copy through "
-      "mappings when every rank's buffers are weft_mem_alloc memory; 0 = never", SIZE(reg_min), NULL },
+    { "WEFT_REG_MIN", "64M", "smallest per-rank message (all ranks on one host) that first "
+      "exchanges buffer addresses, and runs single-copy through mappings when every rank's "
+      "buffers are weft_mem_alloc memory (from twice the size when any rank's call is in "
+      "place); 0 = never", SIZE(reg_min), NULL },
     { "WEFT_NT_MIN", "32M", "smallest call (its larger buffer, bytes) whose writes into the "
       "caller's buffers use non-temporal stores, which skip the cache; 0 = never",
       SIZE(nt_min), NULL },

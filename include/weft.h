@@ -115,10 +115,11 @@ weft_status_t weft_barrier(weft_comm_t *comm);
 /* Memory that the other ranks on this host can map (ncclMemAlloc, MPI_Alloc_mem). A
  * collective whose buffers on every rank come from here runs single-copy: each rank reads
  * its peers' buffers directly instead of passing the data through the shm rings. Calls
- * of WEFT_REG_MIN bytes or more (in place twice that) on a communicator whose ranks all
- * share one host first exchange their buffer addresses to find out (one small message
- * each way); where any rank's buffers are ordinary memory, the call runs as it would
- * otherwise. All-reduce, reduce-scatter and all-gather only. Buffers may be
+ * of WEFT_REG_MIN bytes or more on a communicator whose ranks all share one host first
+ * exchange their buffer addresses to find out (one small message each way); where any
+ * rank's buffers are ordinary memory, or any rank's call is in place and smaller than
+ * twice WEFT_REG_MIN, the call runs as it would otherwise. All-reduce, reduce-scatter and
+ * all-gather only. Ranks may differ about in place. Buffers may be
  * any part of an allocation. weft_mem_alloc gives zero-filled, page-aligned memory;
  * weft_mem_free takes exactly a pointer weft_mem_alloc returned (NULL does nothing) and
  * must not be called while a call that uses the memory is in progress; a peer that has

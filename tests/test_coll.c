@@ -763,6 +763,40 @@ static void run_matrix(ctx_t *c, int coll)
 
 /* ---- all-reduce: every rank ends with the same bits where operand order shows ---- */
 
+/* Ranks may differ about in place (NCCL allows it): even ranks all-reduce in place, odd
+ * ranks out of place. With --reg the counts reach 6 MB and 10 MB, so that with
+ * WEFT_REG_MIN=4M both sides of the probe's in-place rule run (tests/test_reg.sh). */
+static void test_mixed_inplace(ctx_t *c)
+{
+    static const size_t counts[] = { 1000, 300000, 1536 * 1024, 2560 * 1024 };
+    size_t ncounts = c->reg ? 4 : 2;
+    int P = c->nranks, ip = c->rank % 2 == 0;
+    watch(c, "all-reduce, in place on even ranks only");
+    for (size_t k = 0; k < ncounts; k++) {
+        size_t n = counts[k];
+        tcase_t t = { .coll = C_ALLREDUCE, .dt = WEFT_INT32, .op = WEFT_SUM, .count = n,
+                      .inplace = ip };
+        int32_t *in = pool_get(n * 4), *out = pool_get(n * 4);
+        for (size_t i = 0; i < n; i++)
+            in[i] = c->rank + 1 + (int32_t)(i % 7);
+        weft_status_t st = weft_allreduce(in, ip ? in : out, n, WEFT_INT32, WEFT_SUM, c->comm);
+        if (st != WEFT_OK)
+            fatal_status(c, &t, "allreduce", st);
+        const int32_t *res = ip ? in : out;
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += res[i] != P * (P + 1) / 2 + P * (int32_t)(i % 7);
+        if (bad) {
+            fail_line(c, &t, "%zu of %zu elements wrong", bad, n);
+            c->st->failed++;
+        } else {
+            c->st->passed++;
+        }
+        pool_put(in);
+        pool_put(out);
+    }
+}
+
 /* MAX and MIN of +0 and -0 (equal: the result is one of the operands, by position) and
  * sums of NaNs with different payloads (the result carries one operand's payload): a rank
  * that combined its operands in another order than its peers ends with other bits. Rank r
@@ -1293,8 +1327,10 @@ int main(int argc, char **argv)
             test_nonblocking(&c);
         else
             run_matrix(&c, coll);
-        if (coll == C_ALLREDUCE)
+        if (coll == C_ALLREDUCE) {
             test_agree(&c);
+            test_mixed_inplace(&c);
+        }
     }
 
     /* Everyone learns the totals. */

@@ -59,6 +59,19 @@ else
     ok "$name: results exact"
 fi
 
+# Ranks that differ about in place (test_coll's mixed in-place all-reduce, 6 MB and 10 MB
+# with --reg): above WEFT_REG_MIN=4M all probe; a call with a rank in place goes through
+# mappings only from twice that, so 6 MB runs the ring and 10 MB the registered path.
+name=mixed-inplace
+if ! job "$name" 2 all WEFT_REG_MIN=4M; then
+    bad "$name: test_coll failed" "$OUT/$name"
+elif ! grep -q 'count 1572864 int32: algo ring' "$OUT/$name" ||
+     ! grep -q 'count 2621440 int32: algo cma (registered buffers)' "$OUT/$name"; then
+    bad "$name: expected the ring at 6 MB and the registered path at 10 MB" "$OUT/$name"
+else
+    ok "$name: ring at 6 MB, registered at 10 MB, results exact"
+fi
+
 # Below WEFT_REG_MIN (default 64M per rank) nothing probes: small calls pay nothing.
 name=default-threshold
 if ! job "$name" 2 all; then
