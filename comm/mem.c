@@ -21,12 +21,8 @@
 #include "status.h"
 #include "weft.h"
 
-typedef struct mem_entry {
-    mem_region_t r;
-} mem_entry_t;
-
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
-static mem_entry_t *mem_tab;
+static mem_region_t *mem_tab;
 static size_t mem_n, mem_cap;
 static uint32_t mem_serial;
 
@@ -41,19 +37,6 @@ weft_status_t weft_mem_alloc(void **ptr_p, size_t size)
     if (size > SIZE_MAX - page)
         return weft_error(WEFT_ERR_INVALID_ARG, "weft_mem_alloc: size %zu is too large", size);
     size_t bytes = (size + page - 1) / page * page;
-
-    pthread_mutex_lock(&mem_lock);
-    if (mem_n == mem_cap) {
-        size_t cap = mem_cap ? 2 * mem_cap : 16;
-        mem_entry_t *t = realloc(mem_tab, cap * sizeof(*t));
-        if (t == NULL) {
-            pthread_mutex_unlock(&mem_lock);
-            return weft_error(WEFT_ERR_NO_MEMORY, "weft_mem_alloc: out of memory");
-        }
-        mem_tab = t;
-        mem_cap = cap;
-    }
-    pthread_mutex_unlock(&mem_lock);
 
     int fd = memfd_create("weft-mem", MFD_CLOEXEC);
     if (fd < 0)
@@ -71,8 +54,22 @@ weft_status_t weft_mem_alloc(void **ptr_p, size_t size)
         return weft_error(WEFT_ERR_NO_MEMORY, "weft_mem_alloc: cannot map %zu bytes: %s",
                           bytes, strerror(e));
     }
+    /* the table grows in the same critical section that appends: another thread's
+     * allocation in between must not take the room this one made */
     pthread_mutex_lock(&mem_lock);
-    mem_tab[mem_n++].r = (mem_region_t){ (uint64_t)(uintptr_t)p, bytes, fd, ++mem_serial };
+    if (mem_n == mem_cap) {
+        size_t cap = mem_cap ? 2 * mem_cap : 16;
+        mem_region_t *t = realloc(mem_tab, cap * sizeof(*t));
+        if (t == NULL) {
+            pthread_mutex_unlock(&mem_lock);
+            munmap(p, bytes);
+            close(fd);
+            return weft_error(WEFT_ERR_NO_MEMORY, "weft_mem_alloc: out of memory");
+        }
+        mem_tab = t;
+        mem_cap = cap;
+    }
+    mem_tab[mem_n++] = (mem_region_t){ (uint64_t)(uintptr_t)p, bytes, fd, ++mem_serial };
     pthread_mutex_unlock(&mem_lock);
     *ptr_p = p;
     return WEFT_OK;
@@ -84,7 +81,7 @@ weft_status_t weft_mem_free(void *ptr)
         return WEFT_OK;
     pthread_mutex_lock(&mem_lock);
     for (size_t i = 0; i < mem_n; i++) {
-        mem_region_t r = mem_tab[i].r;
+        mem_region_t r = mem_tab[i];
         if (r.base != (uint64_t)(uintptr_t)ptr)
             continue;
         mem_tab[i] = mem_tab[--mem_n];
@@ -107,8 +104,8 @@ void mem_lookup(const void *ptr, mem_region_t *r)
         return;
     pthread_mutex_lock(&mem_lock);
     for (size_t i = 0; i < mem_n; i++)
-        if (a >= mem_tab[i].r.base && a - mem_tab[i].r.base < mem_tab[i].r.size) {
-            *r = mem_tab[i].r;
+        if (a >= mem_tab[i].base && a - mem_tab[i].base < mem_tab[i].size) {
+            *r = mem_tab[i];
             break;
         }
     pthread_mutex_unlock(&mem_lock);

@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -546,6 +547,56 @@ static void check_still_works(ctx_t *c, const char *when)
         c->passed++;
 }
 
+/* Threads allocating at once: each keeps 40 regions live, writes its own byte into each,
+ * and checks them before freeing (a registry that lost or doubled an entry fails a free;
+ * an overrun of it is an ASan report in CI's sanitizer run). */
+#define MEM_THREADS 4
+#define MEM_PER_THREAD 40
+
+static void *mem_thread(void *arg)
+{
+    unsigned char tag = (unsigned char)(uintptr_t)arg;
+    void *p[MEM_PER_THREAD];
+    long bad = 0;
+    for (int i = 0; i < MEM_PER_THREAD; i++) {
+        if (weft_mem_alloc(&p[i], 4096 + (size_t)i) != WEFT_OK) {
+            p[i] = NULL;
+            bad++;
+            continue;
+        }
+        memset(p[i], tag, 4096);
+    }
+    for (int i = 0; i < MEM_PER_THREAD; i++) {
+        if (p[i] == NULL)
+            continue;
+        for (size_t j = 0; j < 4096; j++)
+            bad += ((unsigned char *)p[i])[j] != tag;
+        bad += weft_mem_free(p[i]) != WEFT_OK;
+    }
+    return (void *)(uintptr_t)bad;
+}
+
+static void check_mem_threads(ctx_t *c)
+{
+    pthread_t th[MEM_THREADS];
+    long bad = 0;
+    begin("weft_mem_alloc and weft_mem_free from 4 threads at once");
+    for (int t = 0; t < MEM_THREADS; t++)
+        if (pthread_create(&th[t], NULL, mem_thread, (void *)(uintptr_t)(t + 1)) != 0) {
+            fail(c, current, "pthread_create failed");
+            return;
+        }
+    for (int t = 0; t < MEM_THREADS; t++) {
+        void *r = NULL;
+        pthread_join(th[t], &r);
+        bad += (long)(uintptr_t)r;
+    }
+    if (bad)
+        fail(c, current, "%ld failed allocations, frees or overwritten bytes", bad);
+    else
+        c->passed++;
+}
+
 /* weft_mem_alloc and weft_mem_free: bad arguments fail and change nothing; good memory
  * is zeroed, writable, and freed once. */
 static void check_mem(ctx_t *c)
@@ -605,6 +656,7 @@ int main(void)
     check_strings(&c);
     check_init_rank(&c);
     check_mem(&c);
+    check_mem_threads(&c);
 
     weft_status_t st;
     begin("communicator init");
