@@ -29,7 +29,6 @@
 #include "status.h"
 #include "util.h"
 
-#define SOCK_BUF_BYTES (4 << 20)
 #define CONNECT_BACKOFF_MIN_NS 1000000ull     /* 1 ms */
 #define CONNECT_BACKOFF_MAX_NS 100000000ull   /* 100 ms */
 #define WATCH_SLICE_MS 50                       /* how often a watched wait asks for news */
@@ -497,11 +496,16 @@ weft_status_t sock_set_nonblock(int fd)
     return WEFT_OK;
 }
 
-/* Failures are ignored: these are performance hints, and a socket without them works. */
-void sock_tune(int fd)
+/* Failures are ignored: these are performance hints, and a socket without them works.
+ * Buffer sizes are set only when asked: a set SO_RCVBUF turns off the kernel's receive
+ * autotuning, which on a veth measured 0.9-1.0 GB/s at 256 MB against 1.4-1.5 autotuned
+ * (docs/PERF.md), and a fixed size would also cap a cluster tuned for a fatter pipe. */
+void sock_tune(int fd, size_t buf_bytes)
 {
-    int one = 1, bytes = SOCK_BUF_BYTES;
+    int one = 1, bytes = (int)buf_bytes;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (buf_bytes == 0)
+        return;
     (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
     (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
 }

@@ -46,7 +46,7 @@ weft_status_t sock_recv_all_watched(int fd, void *buf, size_t n, uint64_t deadli
 weft_status_t sock_local_addr(const struct sockaddr_in *to, const char *ifname,
                               struct sockaddr_in *out);
 weft_status_t sock_set_nonblock(int fd);
-void sock_tune(int fd);   /* TCP_NODELAY, large buffers */
+void sock_tune(int fd, size_t buf_bytes);   /* TCP_NODELAY; buffers if buf_bytes != 0 */
 /* "1.2.3.4:5678" into buf. */
 const char *sock_addr_str(const struct sockaddr_in *a, char *buf, size_t cap);
 

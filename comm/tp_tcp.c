@@ -108,7 +108,7 @@ static weft_status_t new_ep(weft_comm_t *comm, int fd, tp_ep_t **ep_p)
     }
     e->fd = fd;
     e->max_frame = comm->cfg.buffsize;
-    sock_tune(fd);
+    sock_tune(fd, comm->cfg.socket_buffsize);
     weft_status_t st = sock_set_nonblock(fd);
     if (st != WEFT_OK) {
         close(fd);

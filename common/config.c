@@ -119,6 +119,11 @@ static const cfg_knob_t knobs[] = {
     { "WEFT_IB_HCA", "", "InfiniBand HCA to use (reserved for the verbs transport)", STR(ib_hca), NULL },
     { "WEFT_BUFFSIZE", "4M", "bytes of staging per connection and direction (shm ring size)",
       SIZE(buffsize), NULL },
+    { "WEFT_SOCKET_BUFFSIZE", "0", "SO_SNDBUF and SO_RCVBUF of each tcp data connection "
+      "(the kernel caps them at net.core.wmem_max/rmem_max); 0 = leave both to the kernel's "
+      "autotuning (net.ipv4.tcp_wmem/tcp_rmem), which a fixed size disables; at least 64K "
+      "(smaller windows stall on zero-window probes)",
+      SIZE(socket_buffsize), NULL },
     /* algorithms */
     { "WEFT_ALGO", "auto", "auto (tuner), ring, direct (one-shot exchange), or cma (single "
       "copy between processes of one host)", STR(algo), "auto|ring|direct|cma" },
@@ -189,6 +194,10 @@ weft_status_t cfg_load(weft_config_t *out)
     if (cfg.buffsize < 64 * 1024)
         return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_BUFFSIZE=%zu is below 64K",
                           cfg.buffsize);
+    if (cfg.socket_buffsize != 0 &&
+        (cfg.socket_buffsize < 64 * 1024 || cfg.socket_buffsize > ((size_t)1 << 30)))
+        return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_SOCKET_BUFFSIZE=%zu must be 0 "
+                          "or in [64K, 1G]", cfg.socket_buffsize);
     if (cfg.chunk != 0 && (cfg.chunk < 256 || cfg.chunk > cfg.buffsize / 2))
         return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_CHUNK=%zu must be 0 or in "
                           "[256, WEFT_BUFFSIZE/2 = %zu]", cfg.chunk, cfg.buffsize / 2);

@@ -23,6 +23,7 @@ typedef struct weft_config {
     char ib_hca[64];          /* WEFT_IB_HCA */
     char topo_file[256];      /* WEFT_TOPO_FILE */
     size_t buffsize;          /* WEFT_BUFFSIZE: bytes of staging per connection */
+    size_t socket_buffsize;   /* WEFT_SOCKET_BUFFSIZE: SO_SNDBUF/SO_RCVBUF; 0 = autotuning */
     size_t chunk;             /* WEFT_CHUNK: bytes per frame, 0 = tuner decides */
     size_t direct_max;        /* WEFT_DIRECT_MAX: largest message for the direct algo */
     size_t cma_min;           /* WEFT_CMA_MIN: smallest message for single-copy (cma) */

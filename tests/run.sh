@@ -133,6 +133,10 @@ else
         WEFT_BUFFSIZE=64K "$WEFTRUN" -n 2 "$B/tests/test_coll"
     run "test_coll -n 5 tcp small frames" env WEFT_TRANSPORT=tcp WEFT_CHUNK=4096 \
         WEFT_BUFFSIZE=64K "$WEFTRUN" -n 5 "$B/tests/test_coll" --quick
+    # fixed socket buffers (the default is the kernel's autotuning), the smallest allowed:
+    # a 512K frame goes out and comes in through many partial sends and receives
+    run "test_coll -n 3 tcp socket buffers" env WEFT_TRANSPORT=tcp WEFT_SOCKET_BUFFSIZE=64K \
+        "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
     # 2-rank direct all-reduce past one staging buffer (an in-place exchange, per frame)
     run "test_coll -n 2 shm WEFT_ALGO=direct small ring" env -u WEFT_TRANSPORT \
         WEFT_ALGO=direct WEFT_BUFFSIZE=64K "$WEFTRUN" -n 2 "$B/tests/test_coll" --quick

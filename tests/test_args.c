@@ -212,6 +212,42 @@ static void check_init_rank(ctx_t *c)
     expect_invalid(c, "comm_init(comm_p NULL)", weft_comm_init(NULL));
 }
 
+/* A bad knob in the environment fails init with INVALID_ARG naming the knob, before any
+ * socket exists; the variable is restored afterwards (weftrun may have set it). */
+static void check_bad_config(ctx_t *c)
+{
+    static const struct { const char *var, *val; } bad[] = {
+        { "WEFT_SOCKET_BUFFSIZE", "lots" },
+        { "WEFT_SOCKET_BUFFSIZE", "32K" },          /* below 64K */
+        { "WEFT_SOCKET_BUFFSIZE", "2G" },           /* above 1G */
+        { "WEFT_SOCKET_BUFFSIZE", "-4M" },
+        { "WEFT_BUFFSIZE", "1K" },                  /* below 64K */
+        { "WEFT_CHUNK", "3M" },                     /* above WEFT_BUFFSIZE / 2 */
+        { "WEFT_ALGO", "fastest" },
+        { "WEFT_TRANSPORT", "carrier-pigeon" },
+        { "WEFT_TIMEOUT", "soon" },
+    };
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        char what[128], *old = getenv(bad[k].var);
+        old = old ? strdup(old) : NULL;
+        snprintf(what, sizeof(what), "comm_init_rank with %s=%s", bad[k].var, bad[k].val);
+        begin(what);
+        setenv(bad[k].var, bad[k].val, 1);
+        weft_comm_t *m = SENTINEL_COMM;
+        expect_invalid(c, what, weft_comm_init_rank(0, 1, "127.0.0.1:0", &m));
+        if (m != SENTINEL_COMM)
+            fail(c, what, "*comm_p was written by a failing call");
+        if (strstr(weft_last_error(), bad[k].var) == NULL)
+            fail(c, what, "the error does not name %s: %s", bad[k].var, weft_last_error());
+        if (old) {
+            setenv(bad[k].var, old, 1);
+            free(old);
+        } else {
+            unsetenv(bad[k].var);
+        }
+    }
+}
+
 /* Every call with comm == NULL. */
 static void check_null_comm(ctx_t *c)
 {
@@ -655,6 +691,7 @@ int main(void)
 
     check_strings(&c);
     check_init_rank(&c);
+    check_bad_config(&c);
     check_mem(&c);
     check_mem_threads(&c);
 

@@ -202,7 +202,7 @@ static void test_send_recv(void)
         CHECK(0, "make_pair");
         return;
     }
-    sock_tune(a);
+    sock_tune(a, 64 * 1024);   /* small buffers: many partial sends */
     size_t n = 16u << 20;
     uint8_t *src = malloc(n), *dst = malloc(n);
     for (size_t i = 0; i < n; i++)
