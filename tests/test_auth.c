@@ -9,6 +9,7 @@
  * any failure.
  */
 #include <arpa/inet.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,6 +179,40 @@ static int make_pair(int *a, int *b)
     }
     close(lfd);
     return rc;
+}
+
+static int sockopt_int(int fd, int level, int name)
+{
+    int v = -1;
+    socklen_t len = sizeof(v);
+    return getsockopt(fd, level, name, &v, &len) == 0 ? v : -1;
+}
+
+/* sock_tune(fd, 0) sets TCP_NODELAY and leaves both buffers to the kernel's autotuning
+ * (their sizes stay what a fresh socket has); sock_tune(fd, N) sets both (Linux reports
+ * twice the request, capped at net.core.[rw]mem_max, which is at least 208K anywhere). */
+static void test_tune(void)
+{
+    int a, b;
+    if (make_pair(&a, &b) != 0) {
+        CHECK(0, "make_pair");
+        return;
+    }
+    int snd0 = sockopt_int(a, SOL_SOCKET, SO_SNDBUF), rcv0 = sockopt_int(a, SOL_SOCKET, SO_RCVBUF);
+    sock_tune(a, 0);
+    CHECK(sockopt_int(a, IPPROTO_TCP, TCP_NODELAY) == 1, "sock_tune(0) sets TCP_NODELAY");
+    CHECK(sockopt_int(a, SOL_SOCKET, SO_SNDBUF) == snd0 &&
+          sockopt_int(a, SOL_SOCKET, SO_RCVBUF) == rcv0,
+          "sock_tune(0) leaves the buffers alone (%d/%d before, %d/%d after)", snd0, rcv0,
+          sockopt_int(a, SOL_SOCKET, SO_SNDBUF), sockopt_int(a, SOL_SOCKET, SO_RCVBUF));
+    sock_tune(b, 256 * 1024);
+    CHECK(sockopt_int(b, IPPROTO_TCP, TCP_NODELAY) == 1, "sock_tune(256K) sets TCP_NODELAY");
+    CHECK(sockopt_int(b, SOL_SOCKET, SO_SNDBUF) >= 256 * 1024 &&
+          sockopt_int(b, SOL_SOCKET, SO_RCVBUF) >= 256 * 1024,
+          "sock_tune(256K) sets both buffers (%d/%d)", sockopt_int(b, SOL_SOCKET, SO_SNDBUF),
+          sockopt_int(b, SOL_SOCKET, SO_RCVBUF));
+    close(a);
+    close(b);
 }
 
 typedef struct xfer {
@@ -460,6 +495,7 @@ int main(void)
     test_hmac();
     test_parse_addr();
     test_local_addr();
+    test_tune();
     test_send_recv();
     test_connect_closed_port();
     test_handshake_pairs();
