@@ -9,8 +9,10 @@
  * with release, that names the frame's ring position (xor the ring's random key). The
  * consumer polls the stamp where the next frame will start, so one cache-line miss
  * brings it the news and the header together (polling a separate tail word would cost
- * a second, dependent miss per frame). The consumer frees a frame with a release store
- * of `head`, on its own cache line.
+ * a second, dependent miss per frame). A payload of up to 16 bytes (an 8-byte
+ * all-reduce's, a barrier's nothing) rides in the header line itself, between the
+ * 40-byte header and the stamp, so such a frame costs the consumer one miss, not two.
+ * The consumer frees a frame with a release store of `head`, on its own cache line.
  * Frames are 64-byte aligned and never wrap: when one does not fit before the end, a
  * WRAP marker (a stamped line too) sends the reader back to offset 0.
  *
@@ -19,9 +21,10 @@
  * the peer's memory (checked at connect with a probe word).
  *
  * Invariants: a stamp is only ever written at a frame start, and a frame's payload lies
- * wholly after its own stamp, so the word the consumer polls holds either the stamp it
- * waits for or a stale stamp or payload of an earlier lap (which matches only if it
- * equals position ^ key, a 2^-64 chance with the random key); a frame is at most ring/4
+ * wholly after its own stamp or wholly before it in its header line, so the word the
+ * consumer polls holds either the stamp it waits for or a stale stamp or payload of an
+ * earlier lap (which matches only if it equals position ^ key, a 2^-64 chance with the
+ * random key); a frame is at most ring/4
  * bytes, so a frame plus a wrap always fits in an empty ring; the segment name is
  * unlinked as soon as every peer has mapped it, so a crashed job leaves nothing in
  * /dev/shm.
@@ -48,7 +51,22 @@
 #define WRAP_MAGIC 0x50415257u           /* "WRAP" */
 #define FRAME_HDR_SPACE 64
 #define STAMP_OFF       56      /* the stamp: last word of the header line */
-_Static_assert(sizeof(frame_hdr_t) <= STAMP_OFF, "the frame header leaves room for the stamp");
+#define INLINE_OFF      40      /* a payload of up to INLINE_MAX bytes rides in the header
+                                   line, between the header and the stamp */
+#define INLINE_MAX      (STAMP_OFF - INLINE_OFF)
+_Static_assert(sizeof(frame_hdr_t) <= INLINE_OFF, "the frame header leaves room for the "
+               "inline payload and the stamp");
+
+/* Ring bytes a frame of len payload bytes takes, and where its payload starts. */
+static inline uint64_t frame_bytes(uint32_t len)
+{
+    return len <= INLINE_MAX ? FRAME_HDR_SPACE : FRAME_HDR_SPACE + align_up(len, 64);
+}
+
+static inline size_t payload_off(uint32_t len)
+{
+    return len <= INLINE_MAX ? INLINE_OFF : FRAME_HDR_SPACE;
+}
 
 typedef struct shm_seg_hdr {
     uint64_t magic;
@@ -338,7 +356,7 @@ static int frame_waiting(const shm_ep_t *e)
 static weft_status_t shm_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
 {
     shm_ep_t *e = (shm_ep_t *)ep;
-    uint64_t total = FRAME_HDR_SPACE + align_up(hdr->len, 64);
+    uint64_t total = frame_bytes(hdr->len);
     uint64_t pos = e->tx_tail % e->tx_size, contig = e->tx_size - pos;
     uint64_t need = contig < total ? contig + total : total;
     if (e->tx_size - (e->tx_tail - e->tx_head_seen) < need) {
@@ -354,7 +372,7 @@ static weft_status_t shm_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *p
         pos = 0;
     }
     if (hdr->len)
-        memcpy(e->tx_data + pos + FRAME_HDR_SPACE, payload, hdr->len);
+        memcpy(e->tx_data + pos + payload_off(hdr->len), payload, hdr->len);
     memcpy(e->tx_data + pos, hdr, sizeof(*hdr));
     stamp_store(e->tx_data + pos, tail ^ e->tx_key);
     e->tx_tail = tail + total;
@@ -373,13 +391,13 @@ static weft_status_t shm_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p,
         pos = 0;
     }
     const frame_hdr_t *h = (const frame_hdr_t *)(e->rx_data + pos);
-    uint64_t total = FRAME_HDR_SPACE + align_up(h->len, 64);
+    uint64_t total = frame_bytes(h->len);
     if (total > e->rx_size - pos)
         return weft_error(WEFT_ERR_INTERNAL, "shm: frame from rank %d claims %u bytes, more "
                           "than its ring holds", ep->peer, h->len);
     e->rx_cur = total;
     *hdr_p = h;
-    *payload_p = e->rx_data + pos + FRAME_HDR_SPACE;
+    *payload_p = e->rx_data + pos + payload_off(h->len);
     return WEFT_OK;
 }
 
