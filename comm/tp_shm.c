@@ -10,8 +10,9 @@
  * consumer polls the stamp where the next frame will start, so one cache-line miss
  * brings it the news and the header together (polling a separate tail word would cost
  * a second, dependent miss per frame). A payload of up to 16 bytes (an 8-byte
- * all-reduce's, a barrier's nothing) rides in the header line itself, between the
- * 40-byte header and the stamp, so such a frame costs the consumer one miss, not two.
+ * all-reduce's) rides in the header line itself, between the 40-byte header and the
+ * stamp, so such a frame costs the consumer one miss, not two; of a longer one the
+ * consumer prefetches the first lines as soon as it sees the stamp.
  * The consumer frees a frame with a release store of `head`, on its own cache line.
  * Frames are 64-byte aligned and never wrap: when one does not fit before the end, a
  * WRAP marker (a stamped line too) sends the reader back to offset 0.
@@ -24,10 +25,9 @@
  * wholly after its own stamp or wholly before it in its header line, so the word the
  * consumer polls holds either the stamp it waits for or a stale stamp or payload of an
  * earlier lap (which matches only if it equals position ^ key, a 2^-64 chance with the
- * random key); a frame is at most ring/4
- * bytes, so a frame plus a wrap always fits in an empty ring; the segment name is
- * unlinked as soon as every peer has mapped it, so a crashed job leaves nothing in
- * /dev/shm.
+ * random key); a frame is at most ring/4 bytes, so a frame plus a wrap always fits in an
+ * empty ring; the segment name is unlinked as soon as every peer has mapped it, so a
+ * crashed job leaves nothing in /dev/shm.
  */
 #define _GNU_SOURCE /* process_vm_readv */
 #include <dirent.h>
