@@ -847,6 +847,18 @@ static void test_agree(ctx_t *c)
     }
 }
 
+/* Every payload length from 1 to 80 bytes, one message each: the shm ring carries up to
+ * 16 bytes in the frame's header line and longer payloads after it, so both sides of
+ * that boundary (and of the next lines) must land byte for byte. */
+static void test_frame_sizes(ctx_t *c)
+{
+    watch(c, "sendrecv of 1-80 bytes");
+    for (size_t n = 1; n <= 80; n++) {
+        tcase_t t = { .coll = C_SENDRECV, .dt = WEFT_UINT8, .count = n, .root = -1 };
+        run_case(c, &t);
+    }
+}
+
 /* ---- barrier: every rank's pre-barrier write is visible to all after it ---- */
 
 static void test_barrier(ctx_t *c)
@@ -1331,6 +1343,8 @@ int main(int argc, char **argv)
             test_agree(&c);
             test_mixed_inplace(&c);
         }
+        if (coll == C_SENDRECV)
+            test_frame_sizes(&c);
     }
 
     /* Everyone learns the totals. */
