@@ -396,12 +396,14 @@ static weft_status_t shm_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p,
     if (total > e->rx_size - pos)
         return weft_error(WEFT_ERR_INTERNAL, "shm: frame from rank %d claims %u bytes, more "
                           "than its ring holds", ep->peer, h->len);
-    e->rx_cur = total;
     /* the payload's first lines are still in the producer's cache: ask for them now,
-     * so they travel while the engine checks the header */
-    for (uint64_t off = FRAME_HDR_SPACE; off < WEFT_MIN(total, (uint64_t)PREFETCH_BYTES);
-         off += 64)
-        __builtin_prefetch(e->rx_data + pos + off, 0, 3);
+     * so they travel while the engine checks the header (once: the engine may peek at
+     * a frame again before it takes it) */
+    if (e->rx_cur == 0)
+        for (uint64_t off = FRAME_HDR_SPACE; off < WEFT_MIN(total, (uint64_t)PREFETCH_BYTES);
+             off += 64)
+            __builtin_prefetch(e->rx_data + pos + off, 0, 3);
+    e->rx_cur = total;
     *hdr_p = h;
     *payload_p = e->rx_data + pos + payload_off(h->len);
     return WEFT_OK;
