@@ -142,8 +142,9 @@ static const cfg_knob_t knobs[] = {
       SIZE(nt_min), NULL },
     { "WEFT_SPIN", "auto", "idle polls before a waiting rank yields its core; auto = 2000, "
       "or 0 when a host has more ranks than cores", LNG(spin), NULL },
-    { "WEFT_ROOT_CHECK", "1", "1: broadcast and reduce spend one extra hop so that ranks that "
-      "disagree on the root all fail in that call (0: the others fail on their next call)",
+    { "WEFT_ROOT_CHECK", "1", "1: broadcast and reduce spend one extra hop (none with 2 ranks) so "
+      "that ranks that disagree on the root all fail in that call (0: the others fail on "
+      "their next call)",
       LNG(root_check), "0|1" },
     /* topology */
     { "WEFT_TOPO_FILE", "", "hwloc XML to use instead of discovering this machine", STR(topo_file), NULL },

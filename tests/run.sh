@@ -168,7 +168,13 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
             run "test_fail mismatch $f -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
                 "$B/tests/test_fail" mismatch "$f"
         done
-        # the root check under every algorithm and rank count, and without it
+        # the root check under every algorithm and rank count, and without it; with 2
+        # ranks (the default algorithm, where the extra hop overlaps the data) also
+        # each rank naming the other
+        for f in root reduce_root root_swap reduce_root_swap; do
+            run "test_fail mismatch $f -n 2 $t" env WEFT_TRANSPORT=$t \
+                "$WEFTRUN" -n 2 "$B/tests/test_fail" mismatch "$f"
+        done
         for f in root reduce_root; do
             run "test_fail mismatch $f -n 2 $t ring" env WEFT_TRANSPORT=$t WEFT_ALGO=ring \
                 "$WEFTRUN" -n 2 "$B/tests/test_fail" mismatch "$f"
@@ -177,8 +183,12 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
             run "test_fail mismatch $f -n 3 $t WEFT_ROOT_CHECK=0" env WEFT_TRANSPORT=$t \
                 WEFT_ROOT_CHECK=0 "$WEFTRUN" -n 3 "$B/tests/test_fail" mismatch "$f"
         done
-        [ "$t" = shm ] && run "test_fail mismatch root -n 3 shm cma" env WEFT_TRANSPORT=shm \
-            WEFT_ALGO=cma "$WEFTRUN" -n 3 "$B/tests/test_fail" mismatch root
+        if [ "$t" = shm ]; then
+            for n in 2 3; do
+                run "test_fail mismatch root -n $n shm cma" env WEFT_TRANSPORT=shm \
+                    WEFT_ALGO=cma "$WEFTRUN" -n $n "$B/tests/test_fail" mismatch root
+            done
+        fi
         run "test_fail leaks -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
             "$B/tests/test_fail" leaks
         run "test_faults.sh $t" bash tests/test_faults.sh "$B" "$t" 20

@@ -11,7 +11,9 @@
  * mismatch F    rank 1 calls something different in field F (count, dtype, op, root,
  *               coll, reduce_root); every rank gets WEFT_ERR_MISMATCH within 2 s with a
  *               message holding both calls' values of F, and no byte past any buffer
- *               changes (root_other: rank 1 names rank 2 as the root). With
+ *               changes (root_other: rank 1 names rank 2 as the root; root_swap and
+ *               reduce_root_swap, 2 ranks: each names the other, so neither is the
+ *               root it is named by). With
  *               WEFT_ROOT_CHECK=0 a rank whose part of the call was consistent may
  *               complete it (docs/FAILURES.md); its next call must then fail that way.
  * abort         rank 0 is blocked in a receive; another thread calls weft_comm_abort
@@ -107,6 +109,16 @@ static int mismatch(weft_comm_t *c, int rank, const char *field, float *buf)
     } else if (!strcmp(field, "reduce_root")) {
         needles[0] = "root=0", needles[1] = "root=1";
         st = weft_reduce(buf, buf + 128, cnt, WEFT_FLOAT32, WEFT_SUM, odd ? 1 : 0, c);
+    } else if (!strcmp(field, "root_swap") || !strcmp(field, "reduce_root_swap")) {
+        /* rank 0 names 1 and rank 1 names 0 (needles: rank 0's view, then rank 1's) */
+        if (weft_comm_size(c) != 2) {
+            fprintf(stderr, "test_fail: mismatch %s needs 2 ranks\n", field);
+            return 2;
+        }
+        needles[0] = "root=1", needles[1] = "root=0";
+        st = !strcmp(field, "root_swap")
+                 ? weft_broadcast(buf, buf, cnt, WEFT_FLOAT32, 1 - rank, c)
+                 : weft_reduce(buf, buf + 128, cnt, WEFT_FLOAT32, WEFT_SUM, 1 - rank, c);
     } else if (!strcmp(field, "coll")) {
         needles[0] = "allreduce", needles[1] = "broadcast";
         st = odd ? weft_broadcast(buf, buf, cnt, WEFT_FLOAT32, 0, c)
