@@ -2,7 +2,8 @@
 #
 # Layout: every .c under common/ kernels/ topo/ comm/ goes into libweft, except files
 # ending in _cli.c (programs). Programs: tools/weftrun.c, topo/weft_topo_cli.c,
-# bench/*_perf.c (with bench/perf_common.c), bench/mpi_coll_perf.c (when mpicc exists).
+# bench/*_perf.c (with bench/perf_common.c; overlap_perf with OpenBLAS instead),
+# bench/mpi_coll_perf.c (when mpicc exists).
 # Tests: every tests/test_*.c becomes build/tests/test_*; tests/run.sh runs the suite.
 
 CC      ?= gcc
@@ -77,6 +78,12 @@ $(BUILD)/bin/weft-topo: $(BUILD)/obj/topo/weft_topo_cli.o $(LIBA)
 $(BUILD)/bin/%_perf: $(BUILD)/obj/bench/%_perf.o $(BUILD)/obj/bench/perf_common.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS)
+
+# overlap_perf (a nonblocking all-gather behind sgemm) needs OpenBLAS and not perf_common;
+# an explicit rule wins over the pattern above.
+$(BUILD)/bin/overlap_perf: $(BUILD)/obj/bench/overlap_perf.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
 
 $(BUILD)/bin/mpi_coll_perf: bench/mpi_coll_perf.c bench/perf_common.h
 	@mkdir -p $(dir $@)

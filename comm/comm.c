@@ -3,6 +3,8 @@
  * destroy, abort, and the accessors.
  *
  * Invariants: a communicator returned to the caller is fully connected to every peer;
+ * destroy first stops its progress thread, then fails the ops still queued with
+ * WEFT_ERR_ABORTED (their requests may still be waited on, which frees them);
  * on any failure init returns the error and frees everything it made (no segment, no
  * socket, no memory left behind). The communicator id is drawn by rank 0 at init and
  * derived deterministically at split, so every member agrees on it.
@@ -24,6 +26,10 @@ static weft_status_t comm_alloc(int rank, int nranks, const weft_config_t *cfg,
     weft_comm_t *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "comm_init: out of memory");
+    if (progress_init(c) != WEFT_OK) {      /* before anything destroy would undo */
+        free(c);
+        return WEFT_ERR_SYSTEM;
+    }
     c->rank = rank;
     c->nranks = nranks;
     c->cfg = *cfg;
@@ -210,6 +216,8 @@ weft_status_t weft_comm_destroy(weft_comm_t *comm)
 {
     if (comm == NULL)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_destroy: comm is NULL");
+    progress_fini(comm);            /* joins the thread; nothing runs the engine now */
+    engine_cancel_all(comm);
     connect_close_all(comm);
     tuner_cache_clear(comm);
     free(comm->peers);
@@ -239,7 +247,9 @@ weft_status_t weft_comm_dump(weft_comm_t *comm)
 {
     if (comm == NULL)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_dump: comm is NULL");
+    int entered = comm_enter(comm);
     fr_dump(&comm->flight, stderr, comm->rank, comm->nranks, comm->id32, "weft_comm_dump");
+    comm_leave(comm, entered);
     return WEFT_OK;
 }
 

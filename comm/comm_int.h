@@ -4,11 +4,16 @@
  * Invariants: a communicator owns its endpoints, its schedule cache and its scratch
  * buffer; it borrows user buffers. Operations on one communicator run one at a time in
  * issue order (the queue); the head operation is the only one the engine touches, so
- * the scratch buffer and the per-step state can live in the communicator.
+ * the scratch buffer and the per-step state can live in the communicator. Everything
+ * the engine reads or writes (the queue, the per-step state, the endpoints, the flight
+ * recorder, error) is touched only with `lock` held: by the calls on the user's thread
+ * and by the progress thread (progress.c). Read without it: `aborted` (any thread),
+ * `error` and an op's `status` (atomics; whoever stores them releases what they cover).
  */
 #ifndef WEFT_COMM_INT_H
 #define WEFT_COMM_INT_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "weft.h"
@@ -30,7 +35,10 @@ struct comm_op {
     uint32_t seq;            /* collective sequence number */
     uint32_t seq_tx, seq_rx; /* point-to-point: per-peer sequence numbers */
     sched_t *sched;          /* borrowed from the cache while the op runs */
-    weft_status_t status;    /* WEFT_IN_PROGRESS until done */
+    weft_status_t status;    /* WEFT_IN_PROGRESS until done; stored last (atomic), after
+                                which the engine never touches the op again */
+    char *error_msg;         /* a request's: its failure's message (the message is
+                                thread-local, and the progress thread may fail it) */
     int started;
     int posted_wait;         /* told the peers it is waiting (comm/fail.c) */
     uint64_t t_start;
@@ -43,6 +51,7 @@ struct comm_op {
 struct weft_request {
     comm_op_t op;
     weft_comm_t *comm;
+    char error_msg[512];
 };
 
 typedef struct sched_cache_entry {
@@ -108,6 +117,15 @@ struct weft_comm {
     struct sockaddr_in rdv_addr;    /* where the bootstrap met */
 
     int aborted;             /* set by weft_comm_abort from any thread: atomics only */
+
+    /* progress.c: the lock over the engine state, and the background thread */
+    pthread_mutex_t lock;
+    pthread_cond_t wake;     /* the thread sleeps here: nothing queued, or a caller drives */
+    pthread_t thread;
+    int thread_on;           /* the thread runs (written by the user's thread only) */
+    int thread_stop;         /* under lock: the thread leaves */
+    int fg;                  /* atomic: callers on the user's thread waiting for or
+                                holding the lock; the thread stands aside while > 0 */
 };
 
 static inline int comm_is_aborted(const weft_comm_t *comm)
@@ -115,13 +133,34 @@ static inline int comm_is_aborted(const weft_comm_t *comm)
     return __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE);
 }
 
-/* engine.c */
+/* engine.c (all with comm->lock held) */
 weft_status_t engine_start(weft_comm_t *comm, comm_op_t *op);
 weft_status_t engine_progress(weft_comm_t *comm, comm_op_t *op, int *moved_p);
 /* Progresses the queue until `op` completed (or failed); honours WEFT_TIMEOUT. */
 weft_status_t engine_wait(weft_comm_t *comm, comm_op_t *op);
-/* One pass over the queue head, for weft_test. */
-weft_status_t engine_poll(weft_comm_t *comm);
+/* One pass over the queue head (weft_test, the progress thread); *moved_p (may be NULL)
+ * says whether anything moved. Idle passes look for lost peers and timeouts. */
+weft_status_t engine_poll(weft_comm_t *comm, int *moved_p);
+/* Fails every queued op with WEFT_ERR_ABORTED (weft_comm_destroy). */
+void engine_cancel_all(weft_comm_t *comm);
+
+static inline weft_status_t op_status(const comm_op_t *op)
+{
+    return __atomic_load_n(&op->status, __ATOMIC_ACQUIRE);
+}
+
+/* progress.c: the communicator's lock and its progress thread (see the file's banner). */
+weft_status_t progress_init(weft_comm_t *comm);
+/* Takes the lock for a call on the user's thread; returns what comm_leave needs. */
+int comm_enter(weft_comm_t *comm);
+void comm_leave(weft_comm_t *comm, int entered);
+/* With the lock held, after queueing a nonblocking op of more than PROGRESS_EAGER_MAX
+ * bytes: starts the thread on first use (WEFT_PROGRESS_THREAD=1); comm_leave then wakes
+ * it. Smaller nonblocking ops start on the caller's thread and never start the thread. */
+#define PROGRESS_EAGER_MAX (64u << 10)
+void progress_kick(weft_comm_t *comm);
+/* Stops and joins the thread (pending ops stay pending); then frees the lock. */
+void progress_fini(weft_comm_t *comm);
 
 /* Fills d with the call as frames and peer states describe it. */
 void engine_call_desc(const comm_op_t *op, call_desc_t *d);

@@ -13,7 +13,10 @@
  *     payload is touched (frame.h); a wrong length never reaches memcpy;
  *   - a send that the transport did not take whole is retried with the same frame
  *     (same header, same length) until taken;
- *   - per-step state lives in the communicator: only the queue head runs.
+ *   - per-step state lives in the communicator: only the queue head runs;
+ *   - every function here runs with comm->lock held (on the user's thread or the progress
+ *     thread, progress.c); an op's status is stored last, with release, and the engine
+ *     never touches the op after it: a request may be freed as soon as that store shows.
  */
 #include <sched.h>
 #include <stdio.h>
@@ -452,18 +455,21 @@ static void finish_head(weft_comm_t *comm, weft_status_t st)
     comm_op_t *op = comm->q_head;
     if (st < 0 && st != WEFT_ERR_ABORTED && comm_is_aborted(comm))   /* our own echo */
         st = weft_error(WEFT_ERR_ABORTED, "rank %d: communicator aborted", comm->rank);
-    op->status = st;
     comm->q_head = op->next;
     if (comm->q_head == NULL)
         comm->q_tail = NULL;
     op->next = NULL;
     if (st < 0 && comm->error == WEFT_OK) {
         /* frames of a failed op may be in flight: the comm is done, and says so */
-        comm->error = st;
         snprintf(comm->error_msg, sizeof(comm->error_msg), "%s", weft_last_error());
+        __atomic_store_n(&comm->error, st, __ATOMIC_RELEASE);
         fail_publish(comm, op, st);
     }
     fr_finished(&comm->flight, op->fr_id, st);
+    if (st < 0 && op->error_msg)
+        snprintf(op->error_msg, sizeof(((weft_request_t *)0)->error_msg), "%s",
+                 weft_last_error());
+    __atomic_store_n(&op->status, st, __ATOMIC_RELEASE);   /* the last touch of op */
     if (st == WEFT_ERR_TIMEOUT || st == WEFT_ERR_PEER_LOST)
         fr_dump(&comm->flight, stderr, comm->rank, comm->nranks, comm->id32,
                 weft_last_error());
@@ -531,24 +537,40 @@ static void check_stalled(weft_comm_t *comm)
         finish_head(comm, timeout_error(comm, head));
 }
 
-weft_status_t engine_poll(weft_comm_t *comm)
+weft_status_t engine_poll(weft_comm_t *comm, int *moved_p)
 {
-    int moved;
-    if (comm->q_head == NULL)
-        return WEFT_OK;
-    weft_status_t st = poll_head(comm, &moved);
-    if (!moved)
-        check_stalled(comm);
+    int moved = 0;
+    weft_status_t st = WEFT_OK;
+    if (comm->q_head != NULL) {
+        st = poll_head(comm, &moved);
+        if (!moved)
+            check_stalled(comm);
+    }
+    if (moved_p)
+        *moved_p = moved;
     return st < 0 ? st : WEFT_OK;
+}
+
+/* Destroy with ops still queued: each fails with WEFT_ERR_ABORTED (the peers are told),
+ * so that its request can still be waited on, which frees it, without touching the
+ * freed communicator. */
+void engine_cancel_all(weft_comm_t *comm)
+{
+    while (comm->q_head) {
+        weft_error_quiet(WEFT_ERR_ABORTED, "rank %d: communicator destroyed with %s seq %u "
+                         "pending", comm->rank, coll_name(comm->q_head->args.coll),
+                         comm->q_head->seq);
+        finish_head(comm, WEFT_ERR_ABORTED);
+    }
 }
 
 weft_status_t engine_wait(weft_comm_t *comm, comm_op_t *op)
 {
     long idle = 0;
-    while (op->status == WEFT_IN_PROGRESS) {
+    while (op_status(op) == WEFT_IN_PROGRESS) {
         int moved;
         poll_head(comm, &moved);
-        if (moved || op->status != WEFT_IN_PROGRESS) {
+        if (moved || op_status(op) != WEFT_IN_PROGRESS) {
             idle = 0;
             continue;
         }
@@ -558,5 +580,5 @@ weft_status_t engine_wait(weft_comm_t *comm, comm_op_t *op)
         if ((idle & 63) == 0)
             check_stalled(comm);   /* rate-limited inside */
     }
-    return op->status;
+    return op_status(op);
 }

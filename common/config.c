@@ -146,6 +146,10 @@ static const cfg_knob_t knobs[] = {
       "that ranks that disagree on the root all fail in that call (0: the others fail on "
       "their next call)",
       LNG(root_check), "0|1" },
+    { "WEFT_PROGRESS_THREAD", "1", "1: nonblocking collectives progress in the background, "
+      "in a thread per communicator started by its first nonblocking call (it sleeps while "
+      "nothing is queued); 0: they progress only inside weft calls (weft_test, weft_wait, "
+      "later calls)", LNG(progress_thread), "0|1" },
     /* topology */
     { "WEFT_TOPO_FILE", "", "hwloc XML to use instead of discovering this machine", STR(topo_file), NULL },
 };

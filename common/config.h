@@ -32,6 +32,8 @@ typedef struct weft_config {
     size_t nt_min;            /* WEFT_NT_MIN: smallest call whose writes stream (0 = never) */
     long spin;                /* WEFT_SPIN: idle polls before yielding the core; -1 = auto */
     long root_check;          /* WEFT_ROOT_CHECK: rooted collectives confirm the root */
+    long progress_thread;     /* WEFT_PROGRESS_THREAD: nonblocking calls progress in a
+                                 per-communicator thread (0: only inside weft calls) */
 } weft_config_t;
 
 /* Parses every WEFT_* tunable. On a bad value returns WEFT_ERR_INVALID_ARG naming it

@@ -11,7 +11,9 @@
  * ranks in the reduced type (integer types truncate toward zero).
  *
  * Threading: a communicator is used by one thread at a time, except weft_comm_abort,
- * which may be called from any thread.
+ * which may be called from any thread. Its first nonblocking call may start one
+ * progress thread of weft's own for it (WEFT_PROGRESS_THREAD, see below), which
+ * weft_comm_destroy stops.
  */
 #ifndef WEFT_H
 #define WEFT_H
@@ -129,8 +131,17 @@ weft_status_t weft_mem_alloc(void **ptr_p, size_t size);
 weft_status_t weft_mem_free(void *ptr);
 
 /* Nonblocking forms. Operations on one communicator complete in the order they were
- * issued; they progress inside weft_test, weft_wait and any later call on the same
- * communicator. The buffers belong to weft until the request completes. */
+ * issued. They progress in the background while the caller computes: the first
+ * nonblocking call of more than 64 KB (count times the dtype's size) on a communicator
+ * starts a progress thread for it, which moves queued operations and sleeps while none
+ * is queued; a smaller call makes its first pass on the caller's thread, where its
+ * latency is lowest, and does not wake the thread (WEFT_PROGRESS_THREAD=0: no thread, and
+ * operations progress only inside weft_test, weft_wait and later calls on the same
+ * communicator). A blocking call on the same communicator first completes every earlier
+ * operation. A failure met in the background (a lost peer, WEFT_TIMEOUT, an abort) fails
+ * the request and every later call, as it would in the foreground. The buffers belong to
+ * weft until the request completes. weft_comm_destroy with requests still pending fails
+ * them with WEFT_ERR_ABORTED; they must still be passed to weft_wait to be freed. */
 weft_status_t weft_iallreduce(const void *send, void *recv, size_t count,
                               weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm,
                               weft_request_t **req_p);
@@ -142,9 +153,12 @@ weft_status_t weft_iallgather(const void *send, void *recv, size_t sendcount,
 weft_status_t weft_ibroadcast(const void *send, void *recv, size_t count,
                               weft_dtype_t dtype, int root, weft_comm_t *comm,
                               weft_request_t **req_p);
-/* *done_p = 1 once complete; the request then still needs weft_wait to be freed. */
+/* *done_p = 1 once complete; the request then still needs weft_wait to be freed. Never
+ * waits: it makes one progress pass unless the progress thread is in one. Returns the
+ * operation's status once complete (its message in weft_last_error), else WEFT_OK. */
 weft_status_t weft_test(weft_request_t *req, int *done_p);
-/* Completes and frees req; returns the operation's status. */
+/* Completes and frees req, driving the remaining work on the calling thread (the
+ * progress thread stands aside meanwhile); returns the operation's status. */
 weft_status_t weft_wait(weft_request_t *req);
 
 #ifdef __cplusplus

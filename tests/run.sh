@@ -76,7 +76,7 @@ found=0
 for t in "$B"/tests/test_*; do
     [ -f "$t" ] && [ -x "$t" ] || continue
     case $(basename "$t") in
-    test_coll | test_fail) continue ;;   # multi-process: run under weftrun below
+    test_coll | test_fail | test_progress) continue ;;   # multi-process: under weftrun below
     esac
     found=1
     run "$(basename "$t")" "$t"
@@ -196,6 +196,25 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
     # The same kills while the ranks read each other's registered buffers in place.
     run "test_faults.sh shm registered" env WEFT_TEST_REG=1 WEFT_REG_MIN=1 \
         bash tests/test_faults.sh "$B" shm 20
+fi
+# 3c'. Nonblocking collectives that move while the caller computes (comm/progress.c):
+# completion in the background, issue order, a killed peer (weftrun then exits 137, and
+# both survivors must have reported ok), abort, timeout, destroy with ops in flight.
+if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_progress" ]; then
+    P=$B/tests/test_progress
+    for t in shm tcp; do
+        for n in 2 3; do
+            for m in background order destroy; do
+                run "test_progress $m -n $n $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n $n "$P" $m
+            done
+        done
+        run "test_progress abort -n 2 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 2 "$P" abort
+        run "test_progress timeout -n 2 $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=1 \
+            "$WEFTRUN" -n 2 "$P" timeout
+        run "test_progress peer_kill -n 3 $t" bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0";
+            [ "$rc" = 137 ] && [ "$(grep -c "^ok" "$0")" = 8 ] && ! grep -q "^FAIL" "$0"' \
+            "$LOG/peer_kill.out" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 "$P" peer_kill
+    done
 fi
 # 3c. Strangers at the rendezvous port: refused, logged, and the job goes on.
 if [ -x "$B/bin/all_reduce_perf" ]; then
