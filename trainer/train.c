@@ -64,8 +64,10 @@ static weft_status_t build_model(train_gpt2_t **m_p, const train_opts_t *o, int 
                              .num_layers = o->layers, .num_heads = o->heads,
                              .channels = o->dim };
     weft_status_t st = train_gpt2_create(m_p, &cfg);
-    if (st == WEFT_OK)
-        train_gpt2_init(*m_p, o->seed);
+    if (st == WEFT_OK && (st = train_gpt2_init(*m_p, o->seed)) != WEFT_OK) {
+        train_gpt2_destroy(*m_p);
+        *m_p = NULL;
+    }
     return st;
 }
 
