@@ -30,9 +30,10 @@ PERF_BIN := $(PERF_SRC:bench/%.c=$(BUILD)/bin/%)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOLS    := $(BUILD)/bin/weftrun $(BUILD)/bin/weft-topo
-# The trainer: kernels/nn/ (model kernels) and trainer/ go into libweft_train.a, which
-# needs OpenBLAS (libweft itself does not); trainer/weft_train_cli.c is weft-train.
-TRAIN_SRC := $(filter-out %_cli.c,$(wildcard kernels/nn/*.c trainer/*.c))
+# The trainer: kernels/nn/ (model kernels), shard/ (FSDP/ZeRO units over weft's
+# collectives) and trainer/ go into libweft_train.a, which needs OpenBLAS (libweft itself
+# does not); trainer/weft_train_cli.c is weft-train.
+TRAIN_SRC := $(filter-out %_cli.c,$(wildcard kernels/nn/*.c shard/*.c trainer/*.c))
 TRAIN_OBJ := $(TRAIN_SRC:%.c=$(BUILD)/obj/%.o)
 TRAIN_LIB := $(BUILD)/lib/libweft_train.a
 TRAIN_BIN := $(BUILD)/bin/weft-train
@@ -87,7 +88,7 @@ $(BUILD)/bin/mpich_coll_perf: bench/mpi_coll_perf.c bench/perf_common.h
 	$(MPICHCC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $<
 
 $(TRAIN_OBJ) $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/tests/test_train.o $(BUILD)/obj/tests/test_nn.o: \
-    CFLAGS += -Itrainer -Ikernels/nn -fopenmp-simd -fno-math-errno
+    CFLAGS += -Itrainer -Ishard -Ikernels/nn -fopenmp-simd -fno-math-errno
 
 $(TRAIN_LIB): $(TRAIN_OBJ)
 	@mkdir -p $(dir $@)
