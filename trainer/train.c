@@ -351,7 +351,11 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     }
     if (dist.world)   // nobody leaves while another rank may still need it
         GOTO_IF_ERR(weft_barrier(dist.world), st, cleanup);
-cleanup:
+cleanup:;
+    // the cause, kept: tearing down a failed communicator records errors of its own
+    char why[1024];
+    if (st != WEFT_OK)
+        snprintf(why, sizeof(why), "%s", weft_last_error());
     if (json)
         fclose(json);
     if (devnull)
@@ -364,5 +368,7 @@ cleanup:
     train_tokens_free(&d.val);
     train_gpt2_destroy(m);
     train_dist_destroy(&dist);
+    if (st != WEFT_OK)
+        weft_error_quiet(st, "%s", why);
     return st;
 }

@@ -229,11 +229,11 @@ int main(int argc, char **argv)
     openblas_set_num_threads(t.threads);
     weft_status_t st = train_run(&t, stdout);
     if (st != WEFT_OK) {
-        const char *r = getenv("WEFT_RANK");
-        if (train_dist_launched_size() > 1 && r)
-            fprintf(stderr, "weft-train: rank %s: %s\n", r, weft_last_error());
+        const char *r = getenv("WEFT_RANK"), *e = weft_last_error();
+        if (train_dist_launched_size() > 1 && r && strncmp(e, "rank ", 5) != 0)
+            fprintf(stderr, "weft-train: rank %s: %s\n", r, e);
         else
-            fprintf(stderr, "weft-train: %s\n", weft_last_error());
+            fprintf(stderr, "weft-train: %s\n", e);
         return 1;
     }
     return 0;
