@@ -125,7 +125,8 @@ test: deps
 	$(MAKE) all tests
 	BUILD=$(BUILD) bash tests/run.sh
 
-# The main job: an all-reduce sweep on two local ranks (nccl-tests format).
+# The main job: an all-reduce sweep on two local ranks (nccl-tests format), then GPT-2
+# training sharded over them.
 RUN_RANKS ?= 2
 run: deps
 	$(MAKE) all
@@ -133,13 +134,16 @@ run: deps
 	$(MAKE) $(KJV)
 	$(RUN_TRAIN)
 
-# The text that `make run` trains on (package bible-kjv), and the ~2-minute run itself.
+# The text that `make run` trains on (package bible-kjv), and the few-minute run itself:
+# FULL_SHARD (ZeRO-3) on RUN_RANKS local ranks over weft's collectives, 8 sequences per
+# rank and step.
 $(KJV):
 	@mkdir -p $(dir $@)
 	bible "Gen1:1-Rev22:21" > $@.tmp && mv $@.tmp $@
 
-RUN_TRAIN = OPENBLAS_NUM_THREADS=1 $(TRAIN_BIN) --data $(KJV) --layers 4 --dim 128 \
-    --heads 4 --ctx 128 -b 16 -t 128 --steps 700 --lr 2e-3 --warmup 50 --schedule cosine \
+RUN_TRAIN = OPENBLAS_NUM_THREADS=1 $(BUILD)/bin/weftrun -n $(RUN_RANKS) $(TRAIN_BIN) \
+    --shard full --data $(KJV) --layers 4 --dim 128 \
+    --heads 4 --ctx 128 -b 8 -t 128 --steps 700 --lr 2e-3 --warmup 50 --schedule cosine \
     --wd 0.1 --val-every 100 --val-batches 16 --sample 400
 
 install: all
