@@ -31,9 +31,10 @@ PERF_BIN := $(PERF_SRC:bench/%.c=$(BUILD)/bin/%)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOLS    := $(BUILD)/bin/weftrun $(BUILD)/bin/weft-topo
-# The trainer: kernels/nn/ (model kernels) and trainer/ go into libweft_train.a, which
-# needs OpenBLAS (libweft itself does not); trainer/weft_train_cli.c is weft-train.
-TRAIN_SRC := $(filter-out %_cli.c,$(wildcard kernels/nn/*.c trainer/*.c))
+# The trainer: kernels/nn/ (model kernels), shard/ (FSDP/ZeRO units over weft's
+# collectives) and trainer/ go into libweft_train.a, which needs OpenBLAS (libweft itself
+# does not); trainer/weft_train_cli.c is weft-train.
+TRAIN_SRC := $(filter-out %_cli.c,$(wildcard kernels/nn/*.c shard/*.c trainer/*.c))
 TRAIN_OBJ := $(TRAIN_SRC:%.c=$(BUILD)/obj/%.o)
 TRAIN_LIB := $(BUILD)/lib/libweft_train.a
 TRAIN_BIN := $(BUILD)/bin/weft-train
@@ -94,7 +95,7 @@ $(BUILD)/bin/mpich_coll_perf: bench/mpi_coll_perf.c bench/perf_common.h
 	$(MPICHCC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $<
 
 $(TRAIN_OBJ) $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/tests/test_train.o $(BUILD)/obj/tests/test_nn.o: \
-    CFLAGS += -Itrainer -Ikernels/nn -fopenmp-simd -fno-math-errno
+    CFLAGS += -Itrainer -Ishard -Ikernels/nn -fopenmp-simd -fno-math-errno
 
 $(TRAIN_LIB): $(TRAIN_OBJ)
 	@mkdir -p $(dir $@)
@@ -131,7 +132,8 @@ test: deps
 	$(MAKE) all tests
 	BUILD=$(BUILD) bash tests/run.sh
 
-# The main job: an all-reduce sweep on two local ranks (nccl-tests format).
+# The main job: an all-reduce sweep on two local ranks (nccl-tests format), then GPT-2
+# training sharded over them.
 RUN_RANKS ?= 2
 run: deps
 	$(MAKE) all
@@ -139,13 +141,16 @@ run: deps
 	$(MAKE) $(KJV)
 	$(RUN_TRAIN)
 
-# The text that `make run` trains on (package bible-kjv), and the ~2-minute run itself.
+# The text that `make run` trains on (package bible-kjv), and the few-minute run itself:
+# FULL_SHARD (ZeRO-3) on RUN_RANKS local ranks over weft's collectives, 8 sequences per
+# rank and step.
 $(KJV):
 	@mkdir -p $(dir $@)
 	bible "Gen1:1-Rev22:21" > $@.tmp && mv $@.tmp $@
 
-RUN_TRAIN = OPENBLAS_NUM_THREADS=1 $(TRAIN_BIN) --data $(KJV) --layers 4 --dim 128 \
-    --heads 4 --ctx 128 -b 16 -t 128 --steps 700 --lr 2e-3 --warmup 50 --schedule cosine \
+RUN_TRAIN = OPENBLAS_NUM_THREADS=1 $(BUILD)/bin/weftrun -n $(RUN_RANKS) $(TRAIN_BIN) \
+    --shard full --data $(KJV) --layers 4 --dim 128 \
+    --heads 4 --ctx 128 -b 8 -t 128 --steps 700 --lr 2e-3 --warmup 50 --schedule cosine \
     --wd 0.1 --val-every 100 --val-batches 16 --sample 400
 
 install: all

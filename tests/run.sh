@@ -248,6 +248,9 @@ fi
 # 5. The trainer against PyTorch (logits, loss, every gradient, a 10-step trajectory).
 if [ -x "$B/bin/weft-train" ] && [ -x "$B/tests/test_train" ]; then
     run "test_train_ref.sh" bash tests/test_train_ref.sh "$B"
+    # data-parallel training (shard/): every strategy on 2-4 ranks against one process,
+    # rerun, accumulation, memory, bf16, a configuration mismatch and a killed rank
+    run "test_shard.py" /usr/bin/python3 tests/test_shard.py "$B"
 else
     missing "test_train_ref.sh" "$B/bin/weft-train"
 fi

@@ -52,7 +52,10 @@ static train_gpt2_t *tiny_model(int L, int C, int NH, int maxT, int V, uint64_t 
     train_gpt2_t *m = NULL;
     if (train_gpt2_create(&m, &cfg) != WEFT_OK)
         return NULL;
-    train_gpt2_init(m, seed);
+    if (train_gpt2_init(m, seed) != WEFT_OK) {
+        train_gpt2_destroy(m);
+        return NULL;
+    }
     return m;
 }
 
@@ -109,7 +112,7 @@ static void test_checkpoint(void)
           !memcmp(r->params_mem, m->params_mem, m->num_params * 4), "round trip bit-exact");
     int padded_zero = 1;
     for (size_t i = (size_t)100 * 16; i < (size_t)128 * 16; i++)
-        padded_zero &= m->params.wte[i] == 0.0f;
+        padded_zero &= m->params_mem[i] == 0.0f;   // wte leads unit 0
     check(padded_zero, "padded wte rows are zero");
     train_checkpoint_write(r, p2);
     size_t n1, n2;
@@ -403,12 +406,14 @@ static int ref_compare(const char *state_path, const char *model_path)
            lerr <= 1e-5 ? "ok" : "FAIL");
     check(lerr <= 1e-5, "ref: loss rel error %.3g", lerr);
     train_gpt2_backward(m, 1.0f);
+    float *g = malloc(m->num_params * sizeof(float));   // llm.c order, as the state's
+    train_layout_permute(g, m->grads_mem, &m->cfg, 1);
     size_t off = 0;
     for (int i = 0; i < TRAIN_NUM_PARAM_TENSORS; i++) {
-        ref_row(train_param_names[i], m->grads_mem + off, s.grads + off, m->param_sizes[i],
-                1e-4);
+        ref_row(train_param_names[i], g + off, s.grads + off, m->param_sizes[i], 1e-4);
         off += m->param_sizes[i];
     }
+    free(g);
     // the trajectory from the checkpoint weights, constant lr
     train_gpt2_destroy(m);
     m = NULL;
@@ -464,7 +469,10 @@ static int write_state(const char *state_path, const char *model_path, int B, in
     fwrite(m->acts.logits, 4, (size_t)BT * V, f);
     fwrite(&m->mean_loss, 4, 1, f);
     train_gpt2_backward(m, 1.0f);
-    fwrite(m->grads_mem, 4, m->num_params, f);
+    float *g = malloc(m->num_params * sizeof(float));   // the state's grads: llm.c order
+    train_layout_permute(g, m->grads_mem, &m->cfg, 1);
+    fwrite(g, 4, m->num_params, f);
+    free(g);
     fwrite(hyper, 4, 8, f);
     for (int i = 0; i < nsteps; i++) {
         if (i > 0) {

@@ -2,7 +2,8 @@
  * checkpoint.c - llm.c's GPT-2 model file: read and write.
  *
  * Format (little-endian): int32 header[256] = { 20240326 magic, 3 version (fp32),
- * maxT, V, L, NH, C, Vp, 0... }, then every parameter as fp32 in llm.c's tensor order.
+ * maxT, V, L, NH, C, Vp, 0... }, then every parameter as fp32 in llm.c's tensor order,
+ * which the model's block-major units are a permutation of (train_layout_permute).
  * Version 5 (bf16 parameters) and anything else are refused as unsupported.
  *
  * Invariants: the reader validates the header (magic, version, sizes through
@@ -13,11 +14,13 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "checkpoint.h"
 #include "status.h"
+#include "train_int.h"
 
 #define CKPT_MAGIC   20240326
 #define CKPT_VERSION 3
@@ -30,6 +33,7 @@ weft_status_t train_checkpoint_read(train_gpt2_t **model_p, const char *path)
                                 strerror(errno));
     weft_status_t st = WEFT_OK;
     train_gpt2_t *m = NULL;
+    float *body = NULL;
     int32_t h[256];
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || fread(h, sizeof(int32_t), 256, f) != 256) {
@@ -72,14 +76,22 @@ weft_status_t train_checkpoint_read(train_gpt2_t **model_p, const char *path)
     st = train_gpt2_create(&m, &cfg);
     if (st != WEFT_OK)
         goto out_close;
-    if (fread(m->params_mem, sizeof(float), n, f) != n) {
+    body = train_alloc_floats(n);
+    if (!body) {
+        st = weft_error_quiet(WEFT_ERR_NO_MEMORY, "checkpoint %s: out of memory", path);
+        goto out_free;
+    }
+    if (fread(body, sizeof(float), n, f) != n) {
         st = weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: short read", path);
         goto out_free;
     }
+    train_layout_permute(m->params_mem, body, &cfg, 0);   // llm.c order -> units
+    free(body);
     fclose(f);
     *model_p = m;
     return WEFT_OK;
 out_free:
+    free(body);
     train_gpt2_destroy(m);
 out_close:
     fclose(f);
@@ -100,12 +112,22 @@ weft_status_t train_checkpoint_write(const train_gpt2_t *m, const char *path)
     h[5] = m->cfg.num_heads;
     h[6] = m->cfg.channels;
     h[7] = m->cfg.padded_vocab_size;
+    if (!m->params_mem)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: the model holds no "
+                                "parameters (sharded)", path);
+    float *body = train_alloc_floats(m->num_params);
+    if (!body)
+        return weft_error_quiet(WEFT_ERR_NO_MEMORY, "checkpoint %s: out of memory", path);
+    train_layout_permute(body, m->params_mem, &m->cfg, 1);   // units -> llm.c order
     FILE *f = fopen(tmp, "wb");
-    if (!f)
+    if (!f) {
+        free(body);
         return weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: cannot create: %s", tmp,
                                 strerror(errno));
+    }
     int ok = fwrite(h, sizeof(int32_t), 256, f) == 256 &&
-             fwrite(m->params_mem, sizeof(float), m->num_params, f) == m->num_params;
+             fwrite(body, sizeof(float), m->num_params, f) == m->num_params;
+    free(body);
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
         int e = errno;

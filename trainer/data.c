@@ -126,6 +126,8 @@ weft_status_t train_loader_init(train_loader_t *ld, const train_tokens_t *data, 
     ld->data = data;
     ld->B = B;
     ld->T = T;
+    ld->part_lo = 0;
+    ld->part_n = B;
     ld->shuffle = shuffle;
     ld->nwin = (data->n - 1) / (size_t)T;
     train_rng_seed(&ld->rng, seed, TRAIN_RNG_SHUFFLE);
@@ -143,6 +145,16 @@ void train_loader_reset(train_loader_t *ld)
     ld->cursor = 0;
 }
 
+weft_status_t train_loader_set_part(train_loader_t *ld, int lo, int n)
+{
+    if (lo < 0 || n < 1 || lo + n > ld->B)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "data: rows [%d, %d) of a batch of %d",
+                                lo, lo + n, ld->B);
+    ld->part_lo = lo;
+    ld->part_n = n;
+    return WEFT_OK;
+}
+
 void train_loader_next(train_loader_t *ld, int *inputs, int *targets)
 {
     int T = ld->T;
@@ -155,10 +167,13 @@ void train_loader_next(train_loader_t *ld, int *inputs, int *targets)
         }
         size_t w = ld->shuffle ? ld->order[ld->cursor] : ld->cursor;
         ld->cursor++;
+        int row = b - ld->part_lo;
+        if (row < 0 || row >= ld->part_n)
+            continue;   // another rank's row
         const uint16_t *src = ld->data->tokens + w * (size_t)T;
         for (int t = 0; t < T; t++) {
-            inputs[b * T + t] = src[t];
-            targets[b * T + t] = src[t + 1];
+            inputs[row * T + t] = src[t];
+            targets[row * T + t] = src[t + 1];
         }
     }
 }

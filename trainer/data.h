@@ -33,6 +33,7 @@ weft_status_t train_tokens_split(train_tokens_t *train, train_tokens_t *val, int
 typedef struct {
     const train_tokens_t *data;
     int B, T, shuffle;
+    int part_lo, part_n;   // the rows of each batch this rank takes (all by default)
     size_t nwin, cursor, epoch;
     size_t *order;       // (nwin) when shuffled
     train_rng_t rng;
@@ -40,7 +41,11 @@ typedef struct {
 
 weft_status_t train_loader_init(train_loader_t *ld, const train_tokens_t *data, int B,
                                 int T, int shuffle, uint64_t seed);
-/* inputs, targets: (B, T) */
+/* Data parallel: each batch of B windows is a global batch, of which this rank takes
+ * rows [lo, lo + n) (0 <= lo, n >= 1, lo + n <= B); the stream of windows is the same on
+ * every rank. INVALID_ARG (nothing changed) when the rows do not fit. */
+weft_status_t train_loader_set_part(train_loader_t *ld, int lo, int n);
+/* inputs, targets: (part_n, T), the rows of the next batch this rank takes */
 void train_loader_next(train_loader_t *ld, int *inputs, int *targets);
 /* Back to the first batch (val evaluation restarts at the same windows each time). */
 void train_loader_reset(train_loader_t *ld);

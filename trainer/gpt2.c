@@ -3,7 +3,10 @@
  *
  * Forward is llm.c's train_gpt2.c forward; backward is forward reversed, with one layer's
  * activation gradients in train_scratch_t reused layer after layer (the residual stream's
- * gradient runs through scratch.dresidual). The output head uses only the first V rows
+ * gradient runs through scratch.dresidual). Both walk the units (model.h): each block
+ * runs from the unit buffer it is handed, and the per-unit calls into the hooks are the
+ * points where a sharding layer waits for a gather, starts the next one and starts a
+ * gradient reduction. The output head uses only the first V rows
  * of wte, so logits are (B, T, V) and the padded rows get no gradient.
  *
  * Invariants: forward leaves everything backward needs in model->acts and remembers its
@@ -15,8 +18,72 @@
 
 #include "model.h"
 #include "nn.h"
+#include "check.h"
 #include "status.h"
 #include "train_int.h"
+
+/* ---- the units, from the hooks or the model's own buffers ---- */
+
+static weft_status_t unit_params(train_gpt2_t *m, int u, int pass, float **p)
+{
+    if (m->hooks)
+        return m->hooks->params(m->hooks->ctx, u, pass, p);
+    *p = m->params_mem + train_unit_off(&m->cfg, u);
+    return WEFT_OK;
+}
+
+static weft_status_t unit_params_done(train_gpt2_t *m, int u, int pass)
+{
+    return m->hooks ? m->hooks->params_done(m->hooks->ctx, u, pass) : WEFT_OK;
+}
+
+static weft_status_t unit_grads(train_gpt2_t *m, int u, float **g)
+{
+    if (m->hooks)
+        return m->hooks->grads(m->hooks->ctx, u, g);
+    *g = m->grads_mem + train_unit_off(&m->cfg, u);
+    return WEFT_OK;
+}
+
+static weft_status_t unit_grads_done(train_gpt2_t *m, int u)
+{
+    return m->hooks ? m->hooks->grads_done(m->hooks->ctx, u) : WEFT_OK;
+}
+
+/* One block's forward; residual (B, T, C) in, l's activations out (residual3 is its
+ * output). */
+static void block_forward(train_gpt2_t *m, const train_block_t *p, int l,
+                          const float *residual, int B, int T)
+{
+    const train_gpt2_cfg_t *c = &m->cfg;
+    int NH = c->num_heads, C = c->channels, BT = B * T;
+    train_acts_t *a = &m->acts;
+    size_t btc = (size_t)BT * C;
+    float *ln1 = a->ln1 + l * btc;                          // (B, T, C)
+    float *ln1_mean = a->ln1_mean + (size_t)l * BT;         // (B, T)
+    float *ln1_rstd = a->ln1_rstd + (size_t)l * BT;
+    float *qkv = a->qkv + l * btc * 3;                      // (B, T, 3C)
+    float *atty = a->atty + l * btc;                        // (B, T, C)
+    float *att = a->att + (size_t)l * B * NH * T * T;       // (B, NH, T, T)
+    float *residual2 = a->residual2 + l * btc;              // (B, T, C)
+    float *ln2 = a->ln2 + l * btc;
+    float *ln2_mean = a->ln2_mean + (size_t)l * BT;
+    float *ln2_rstd = a->ln2_rstd + (size_t)l * BT;
+    float *fch = a->fch + l * btc * 4;                      // (B, T, 4C)
+    float *fch_gelu = a->fch_gelu + l * btc * 4;
+    float *residual3 = a->residual3 + l * btc;              // (B, T, C)
+
+    kern_layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p->ln1w, p->ln1b, BT, C);
+    train_mm_forward(m, qkv, ln1, p->qkvw, p->qkvb, BT, C, 3 * C);
+    kern_attention_forward(atty, att, qkv, B, T, C, NH);
+    train_mm_forward(m, residual2, atty, p->attprojw, p->attprojb, BT, C, C);
+    kern_residual_forward(residual2, residual, residual2, btc);
+    kern_layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p->ln2w, p->ln2b, BT, C);
+    train_mm_forward(m, fch, ln2, p->fcw, p->fcb, BT, C, 4 * C);
+    kern_gelu_forward(fch_gelu, fch, btc * 4);
+    train_mm_forward(m, residual3, fch_gelu, p->fcprojw, p->fcprojb, BT, 4 * C, C);
+    kern_residual_forward(residual3, residual2, residual3, btc);
+}
 
 weft_status_t train_gpt2_forward(train_gpt2_t *m, const int *inputs, const int *targets,
                                  int B, int T)
@@ -25,55 +92,40 @@ weft_status_t train_gpt2_forward(train_gpt2_t *m, const int *inputs, const int *
     if (!m->acts_mem || B > m->B || T > m->T || B <= 0 || T <= 0)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "forward: batch %d x %d exceeds "
                                 "the prepared %d x %d", B, T, m->B, m->T);
-    int V = c->vocab_size, L = c->num_layers, NH = c->num_heads, C = c->channels;
+    int V = c->vocab_size, L = c->num_layers, C = c->channels;
     int BT = B * T;
     for (int i = 0; i < BT; i++)
         if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
             return weft_error_quiet(WEFT_ERR_INVALID_ARG, "forward: token out of range "
                                     "[0, %d) at position %d", V, i);
-    train_params_t *p = &m->params;
     train_acts_t *a = &m->acts;
     size_t btc = (size_t)BT * C;
+    float *u;
+    train_emb_t emb;
+    train_block_t blk;
+    train_lnf_t lnf;
 
-    kern_encoder_forward(a->encoded, inputs, p->wte, p->wpe, B, T, C);
+    m->last_targets = NULL;   // a failure below leaves nothing for backward
+    RETURN_IF_ERR(unit_params(m, TRAIN_UNIT_EMB, 0, &u));
+    train_emb_carve(&emb, u, c);
+    kern_encoder_forward(a->encoded, inputs, emb.wte, emb.wpe, B, T, C);
     const float *residual = a->encoded;
     for (int l = 0; l < L; l++) {
-        float *ln1 = a->ln1 + l * btc;                          // (B, T, C)
-        float *ln1_mean = a->ln1_mean + (size_t)l * BT;         // (B, T)
-        float *ln1_rstd = a->ln1_rstd + (size_t)l * BT;
-        float *qkv = a->qkv + l * btc * 3;                      // (B, T, 3C)
-        float *atty = a->atty + l * btc;                        // (B, T, C)
-        float *att = a->att + (size_t)l * B * NH * T * T;       // (B, NH, T, T)
-        float *residual2 = a->residual2 + l * btc;              // (B, T, C)
-        float *ln2 = a->ln2 + l * btc;
-        float *ln2_mean = a->ln2_mean + (size_t)l * BT;
-        float *ln2_rstd = a->ln2_rstd + (size_t)l * BT;
-        float *fch = a->fch + l * btc * 4;                      // (B, T, 4C)
-        float *fch_gelu = a->fch_gelu + l * btc * 4;
-        float *residual3 = a->residual3 + l * btc;              // (B, T, C)
-        size_t cc = (size_t)C * C;
-
-        kern_layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p->ln1w + l * C,
-                               p->ln1b + l * C, BT, C);
-        train_mm_forward(m, qkv, ln1, p->qkvw + l * 3 * cc, p->qkvb + l * 3 * C,
-                         BT, C, 3 * C);
-        kern_attention_forward(atty, att, qkv, B, T, C, NH);
-        train_mm_forward(m, residual2, atty, p->attprojw + l * cc, p->attprojb + l * C,
-                         BT, C, C);
-        kern_residual_forward(residual2, residual, residual2, btc);
-        kern_layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p->ln2w + l * C,
-                               p->ln2b + l * C, BT, C);
-        train_mm_forward(m, fch, ln2, p->fcw + l * 4 * cc, p->fcb + l * 4 * C,
-                         BT, C, 4 * C);
-        kern_gelu_forward(fch_gelu, fch, btc * 4);
-        train_mm_forward(m, residual3, fch_gelu, p->fcprojw + l * 4 * cc,
-                         p->fcprojb + l * C, BT, 4 * C, C);
-        kern_residual_forward(residual3, residual2, residual3, btc);
-        residual = residual3;
+        RETURN_IF_ERR(unit_params(m, TRAIN_UNIT_BLOCK(l), 0, &u));
+        train_block_carve(&blk, u, c);
+        block_forward(m, &blk, l, residual, B, T);
+        RETURN_IF_ERR(unit_params_done(m, TRAIN_UNIT_BLOCK(l), 0));
+        residual = a->residual3 + l * btc;
     }
-    kern_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, p->lnfw, p->lnfb,
+    RETURN_IF_ERR(unit_params(m, TRAIN_UNIT_LNF(L), 0, &u));
+    train_lnf_carve(&lnf, u, c);
+    kern_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, lnf.lnfw, lnf.lnfb,
                            BT, C);
-    train_mm_forward(m, a->logits, a->lnf, p->wte, NULL, BT, C, V);   // (B, T, V)
+    train_mm_forward(m, a->logits, a->lnf, emb.wte, NULL, BT, C, V);   // (B, T, V)
+    if (!targets) {   // no backward follows: the head and the final norm are done
+        RETURN_IF_ERR(unit_params_done(m, TRAIN_UNIT_LNF(L), 0));
+        RETURN_IF_ERR(unit_params_done(m, TRAIN_UNIT_EMB, 0));
+    }
 
     m->last_B = B;
     m->last_T = T;
@@ -96,6 +148,43 @@ void train_gpt2_zero_grad(train_gpt2_t *m)
         memset(m->grads_mem, 0, m->num_params * sizeof(float));
 }
 
+/* One block's backward: scratch.dresidual holds d(residual3) on entry and d(residual)
+ * on exit; parameter gradients accumulate into g. */
+static void block_backward(train_gpt2_t *m, const train_block_t *p, const train_block_t *g,
+                           int l, const float *residual, int B, int T)
+{
+    const train_gpt2_cfg_t *c = &m->cfg;
+    int NH = c->num_heads, C = c->channels, BT = B * T;
+    train_acts_t *a = &m->acts;
+    train_scratch_t *s = &m->scratch;
+    size_t btc = (size_t)BT * C;
+    float *ln1 = a->ln1 + l * btc;
+    float *qkv = a->qkv + l * btc * 3;
+    float *atty = a->atty + l * btc;
+    float *att = a->att + (size_t)l * B * NH * T * T;
+    float *residual2 = a->residual2 + l * btc;
+    float *ln2 = a->ln2 + l * btc;
+    float *fch = a->fch + l * btc * 4;
+    float *fch_gelu = a->fch_gelu + l * btc * 4;
+
+    // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
+    train_mm_backward(m, s->dfch, g->fcprojw, g->fcprojb, s->dresidual, fch_gelu,
+                      p->fcprojw, BT, 4 * C, C);
+    kern_gelu_backward(s->dfch, fch, s->dfch, btc * 4);
+    train_mm_backward(m, s->dln, g->fcw, g->fcb, s->dfch, ln2, p->fcw, BT, C, 4 * C);
+    kern_layernorm_backward(s->dresidual, g->ln2w, g->ln2b, s->dln, residual2, p->ln2w,
+                            a->ln2_mean + (size_t)l * BT, a->ln2_rstd + (size_t)l * BT,
+                            BT, C);
+    // attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
+    train_mm_backward(m, s->dln, g->attprojw, g->attprojb, s->dresidual, atty, p->attprojw,
+                      BT, C, C);
+    kern_attention_backward(s->dqkv, s->datt, s->dln, qkv, att, B, T, C, NH);
+    train_mm_backward(m, s->dln, g->qkvw, g->qkvb, s->dqkv, ln1, p->qkvw, BT, C, 3 * C);
+    kern_layernorm_backward(s->dresidual, g->ln1w, g->ln1b, s->dln, residual, p->ln1w,
+                            a->ln1_mean + (size_t)l * BT, a->ln1_rstd + (size_t)l * BT,
+                            BT, C);
+}
+
 weft_status_t train_gpt2_backward(train_gpt2_t *m, float loss_scale)
 {
     if (!m->last_targets)
@@ -103,53 +192,50 @@ weft_status_t train_gpt2_backward(train_gpt2_t *m, float loss_scale)
                                 "backward: needs a forward with targets first");
     const train_gpt2_cfg_t *c = &m->cfg;
     int B = m->last_B, T = m->last_T, BT = B * T;
-    int V = c->vocab_size, L = c->num_layers, NH = c->num_heads, C = c->channels;
-    train_params_t *p = &m->params, *g = &m->grads;
+    int V = c->vocab_size, L = c->num_layers, C = c->channels;
     train_acts_t *a = &m->acts;
     train_scratch_t *s = &m->scratch;
-    size_t btc = (size_t)BT * C, cc = (size_t)C * C;
+    size_t btc = (size_t)BT * C;
+    float *u, *gu;
+    train_emb_t emb, gemb;
+    train_lnf_t lnf, glnf;
+    train_block_t blk, gblk;
+    const int *targets = m->last_targets;
+    m->last_targets = NULL;   // logits are about to hold dlogits
 
     // loss -> logits -> final layernorm; dresidual starts at zero
-    kern_crossentropy_backward(a->logits, a->logits, a->lse, m->last_targets,
+    RETURN_IF_ERR(unit_params(m, TRAIN_UNIT_EMB, 1, &u));
+    RETURN_IF_ERR(unit_grads(m, TRAIN_UNIT_EMB, &gu));
+    train_emb_carve(&emb, u, c);
+    train_emb_carve(&gemb, gu, c);
+    kern_crossentropy_backward(a->logits, a->logits, a->lse, targets,
                                loss_scale / (float)BT, BT, V);
-    train_mm_backward(m, s->dln, g->wte, NULL, a->logits, a->lnf, p->wte, BT, C, V);
+    train_mm_backward(m, s->dln, gemb.wte, NULL, a->logits, a->lnf, emb.wte, BT, C, V);
     memset(s->dresidual, 0, btc * sizeof(float));
     const float *res_last = L > 0 ? a->residual3 + (L - 1) * btc : a->encoded;
-    kern_layernorm_backward(s->dresidual, g->lnfw, g->lnfb, s->dln, res_last, p->lnfw,
+    RETURN_IF_ERR(unit_params(m, TRAIN_UNIT_LNF(L), 1, &u));
+    RETURN_IF_ERR(unit_grads(m, TRAIN_UNIT_LNF(L), &gu));
+    train_lnf_carve(&lnf, u, c);
+    train_lnf_carve(&glnf, gu, c);
+    kern_layernorm_backward(s->dresidual, glnf.lnfw, glnf.lnfb, s->dln, res_last, lnf.lnfw,
                             a->lnf_mean, a->lnf_rstd, BT, C);
+    RETURN_IF_ERR(unit_grads_done(m, TRAIN_UNIT_LNF(L)));
+    RETURN_IF_ERR(unit_params_done(m, TRAIN_UNIT_LNF(L), 1));
 
     for (int l = L - 1; l >= 0; l--) {
         const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * btc;
-        float *ln1 = a->ln1 + l * btc;
-        float *qkv = a->qkv + l * btc * 3;
-        float *atty = a->atty + l * btc;
-        float *att = a->att + (size_t)l * B * NH * T * T;
-        float *residual2 = a->residual2 + l * btc;
-        float *ln2 = a->ln2 + l * btc;
-        float *fch = a->fch + l * btc * 4;
-        float *fch_gelu = a->fch_gelu + l * btc * 4;
-
-        // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        train_mm_backward(m, s->dfch, g->fcprojw + l * 4 * cc, g->fcprojb + l * C,
-                          s->dresidual, fch_gelu, p->fcprojw + l * 4 * cc, BT, 4 * C, C);
-        kern_gelu_backward(s->dfch, fch, s->dfch, btc * 4);
-        train_mm_backward(m, s->dln, g->fcw + l * 4 * cc, g->fcb + l * 4 * C, s->dfch, ln2,
-                          p->fcw + l * 4 * cc, BT, C, 4 * C);
-        kern_layernorm_backward(s->dresidual, g->ln2w + l * C, g->ln2b + l * C, s->dln,
-                                residual2, p->ln2w + l * C, a->ln2_mean + (size_t)l * BT,
-                                a->ln2_rstd + (size_t)l * BT, BT, C);
-        // attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-        train_mm_backward(m, s->dln, g->attprojw + l * cc, g->attprojb + l * C,
-                          s->dresidual, atty, p->attprojw + l * cc, BT, C, C);
-        kern_attention_backward(s->dqkv, s->datt, s->dln, qkv, att, B, T, C, NH);
-        train_mm_backward(m, s->dln, g->qkvw + l * 3 * cc, g->qkvb + l * 3 * C, s->dqkv,
-                          ln1, p->qkvw + l * 3 * cc, BT, C, 3 * C);
-        kern_layernorm_backward(s->dresidual, g->ln1w + l * C, g->ln1b + l * C, s->dln,
-                                residual, p->ln1w + l * C, a->ln1_mean + (size_t)l * BT,
-                                a->ln1_rstd + (size_t)l * BT, BT, C);
+        RETURN_IF_ERR(unit_params(m, TRAIN_UNIT_BLOCK(l), 1, &u));
+        RETURN_IF_ERR(unit_grads(m, TRAIN_UNIT_BLOCK(l), &gu));
+        train_block_carve(&blk, u, c);
+        train_block_carve(&gblk, gu, c);
+        block_backward(m, &blk, &gblk, l, residual, B, T);
+        RETURN_IF_ERR(unit_grads_done(m, TRAIN_UNIT_BLOCK(l)));
+        RETURN_IF_ERR(unit_params_done(m, TRAIN_UNIT_BLOCK(l), 1));
     }
-    kern_encoder_backward(g->wte, g->wpe, s->dresidual, m->last_inputs, B, T, C);
-    m->last_targets = NULL;   // logits now hold dlogits
+    // the tied wte: its gradient from the head and from the encoder, reduced once
+    kern_encoder_backward(gemb.wte, gemb.wpe, s->dresidual, m->last_inputs, B, T, C);
+    RETURN_IF_ERR(unit_grads_done(m, TRAIN_UNIT_EMB));
+    RETURN_IF_ERR(unit_params_done(m, TRAIN_UNIT_EMB, 1));
     return WEFT_OK;
 }
 
@@ -175,12 +261,15 @@ weft_status_t train_gpt2_update(train_gpt2_t *m, float lr, float beta1, float be
         if (!m->m_mem || !m->v_mem)
             return weft_error_quiet(WEFT_ERR_NO_MEMORY, "update: cannot allocate AdamW state");
     }
-    size_t off = 0;
-    for (int i = 0; i < TRAIN_NUM_PARAM_TENSORS; i++) {
-        size_t n = m->param_sizes[i];
-        kern_adamw(m->params_mem + off, m->m_mem + off, m->v_mem + off, m->grads_mem + off,
-                   n, lr, beta1, beta2, eps, train_param_decays(i) ? wd : 0.0f, t);
-        off += n;
+    for (int u = 0; u < m->nunits; u++) {
+        train_seg_t segs[TRAIN_BLOCK_TENSORS];
+        int ns = train_unit_segs(&m->cfg, u, segs);
+        size_t base = train_unit_off(&m->cfg, u);
+        for (int j = 0; j < ns; j++) {
+            size_t o = base + segs[j].off;
+            kern_adamw(m->params_mem + o, m->m_mem + o, m->v_mem + o, m->grads_mem + o,
+                       segs[j].len, lr, beta1, beta2, eps, segs[j].decays ? wd : 0.0f, t);
+        }
     }
     return WEFT_OK;
 }

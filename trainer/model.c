@@ -1,8 +1,9 @@
 /*
  * model.c - the GPT-2 parameter layout, initialisation and buffer management.
  *
- * Invariants: params_mem holds exactly num_params floats in llm.c's tensor order (the
- * checkpoint body); grads_mem, m_mem and v_mem mirror that layout; the padded rows
+ * Invariants: params_mem holds exactly num_params floats in the block-major unit layout
+ * (model.h; the checkpoint body is its llm.c permutation); grads_mem, m_mem and v_mem
+ * mirror that layout; the padded rows
  * [V, Vp) of wte are zero after init and receive zero gradient, so they stay zero under
  * AdamW (decay of zero is zero). Activations are carved for the (B, T) given to
  * train_gpt2_prepare; smaller batches reuse the front of each region.
@@ -79,17 +80,112 @@ size_t train_param_sizes(size_t s[TRAIN_NUM_PARAM_TENSORS], const train_gpt2_cfg
     return total;
 }
 
-void train_params_carve(train_params_t *p, float *mem,
-                        const size_t sizes[TRAIN_NUM_PARAM_TENSORS])
+/* floats in one block unit: its 12 tensors */
+static size_t block_len(size_t C)
 {
-    float **ptrs[TRAIN_NUM_PARAM_TENSORS] = {
-        &p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb, &p->attprojw,
-        &p->attprojb, &p->ln2w, &p->ln2b, &p->fcw, &p->fcb, &p->fcprojw, &p->fcprojb,
-        &p->lnfw, &p->lnfb,
+    return 12 * C * C + 13 * C;
+}
+
+size_t train_unit_len(const train_gpt2_cfg_t *c, int u)
+{
+    size_t C = c->channels;
+    if (u == TRAIN_UNIT_EMB)
+        return ((size_t)c->padded_vocab_size + c->max_seq_len) * C;
+    return u == TRAIN_UNIT_LNF(c->num_layers) ? 2 * C : block_len(C);
+}
+
+size_t train_unit_off(const train_gpt2_cfg_t *c, int u)
+{
+    if (u == TRAIN_UNIT_EMB)
+        return 0;
+    return train_unit_len(c, TRAIN_UNIT_EMB) + (size_t)(u - 1) * block_len(c->channels);
+}
+
+/* sizes of a block's tensors in unit order (= llm.c tensors 2..13 for one layer) */
+static void block_sizes(size_t s[TRAIN_BLOCK_TENSORS], size_t C)
+{
+    size_t v[TRAIN_BLOCK_TENSORS] = { C, C, 3 * C * C, 3 * C, C * C, C,
+                                      C, C, 4 * C * C, 4 * C, 4 * C * C, C };
+    memcpy(s, v, sizeof(v));
+}
+
+int train_unit_segs(const train_gpt2_cfg_t *c, int u, train_seg_t segs[TRAIN_BLOCK_TENSORS])
+{
+    size_t C = c->channels;
+    if (u == TRAIN_UNIT_EMB) {
+        segs[0] = (train_seg_t){ 0, (size_t)c->padded_vocab_size * C, train_param_decays(0) };
+        segs[1] = (train_seg_t){ segs[0].len, (size_t)c->max_seq_len * C,
+                                 train_param_decays(1) };
+        return 2;
+    }
+    if (u == TRAIN_UNIT_LNF(c->num_layers)) {
+        segs[0] = (train_seg_t){ 0, C, train_param_decays(14) };
+        segs[1] = (train_seg_t){ C, C, train_param_decays(15) };
+        return 2;
+    }
+    size_t s[TRAIN_BLOCK_TENSORS], off = 0;
+    block_sizes(s, C);
+    for (int j = 0; j < TRAIN_BLOCK_TENSORS; j++) {
+        segs[j] = (train_seg_t){ off, s[j], train_param_decays(2 + j) };
+        off += s[j];
+    }
+    return TRAIN_BLOCK_TENSORS;
+}
+
+void train_emb_carve(train_emb_t *e, float *unit, const train_gpt2_cfg_t *c)
+{
+    e->wte = unit;
+    e->wpe = unit + (size_t)c->padded_vocab_size * c->channels;
+}
+
+void train_block_carve(train_block_t *b, float *unit, const train_gpt2_cfg_t *c)
+{
+    float **ptrs[TRAIN_BLOCK_TENSORS] = {
+        &b->ln1w, &b->ln1b, &b->qkvw, &b->qkvb, &b->attprojw, &b->attprojb,
+        &b->ln2w, &b->ln2b, &b->fcw, &b->fcb, &b->fcprojw, &b->fcprojb,
     };
+    size_t s[TRAIN_BLOCK_TENSORS];
+    block_sizes(s, c->channels);
+    for (int j = 0; j < TRAIN_BLOCK_TENSORS; j++) {
+        *ptrs[j] = unit;
+        unit += s[j];
+    }
+}
+
+void train_lnf_carve(train_lnf_t *f, float *unit, const train_gpt2_cfg_t *c)
+{
+    f->lnfw = unit;
+    f->lnfb = unit + c->channels;
+}
+
+void train_layout_permute(float *dst, const float *src, const train_gpt2_cfg_t *c,
+                          int to_file)
+{
+    size_t sizes[TRAIN_NUM_PARAM_TENSORS], file_off = 0;
+    train_param_sizes(sizes, c);
+    int L = c->num_layers;
     for (int i = 0; i < TRAIN_NUM_PARAM_TENSORS; i++) {
-        *ptrs[i] = mem;
-        mem += sizes[i];
+        int per_layer = i >= 2 && i < 14;
+        int nparts = per_layer ? L : 1;
+        size_t len = sizes[i] / (size_t)nparts;
+        for (int l = 0; l < nparts; l++) {
+            size_t unit_pos;
+            if (!per_layer) {
+                int u = i < 2 ? TRAIN_UNIT_EMB : TRAIN_UNIT_LNF(L);
+                train_seg_t segs[TRAIN_BLOCK_TENSORS];
+                train_unit_segs(c, u, segs);
+                unit_pos = train_unit_off(c, u) + segs[i < 2 ? i : i - 14].off;
+            } else {
+                train_seg_t segs[TRAIN_BLOCK_TENSORS];
+                train_unit_segs(c, TRAIN_UNIT_BLOCK(l), segs);
+                unit_pos = train_unit_off(c, TRAIN_UNIT_BLOCK(l)) + segs[i - 2].off;
+            }
+            if (to_file)
+                memcpy(dst + file_off, src + unit_pos, len * sizeof(float));
+            else
+                memcpy(dst + unit_pos, src + file_off, len * sizeof(float));
+            file_off += len;
+        }
     }
 }
 
@@ -125,7 +221,7 @@ weft_status_t train_gpt2_create(train_gpt2_t **model_p, const train_gpt2_cfg_t *
         return weft_error_quiet(WEFT_ERR_NO_MEMORY, "model: cannot allocate %zu parameters",
                                 n);
     }
-    train_params_carve(&m->params, m->params_mem, m->param_sizes);
+    m->nunits = cfg->num_layers + 2;
     m->mean_loss = -1.0f;
     *model_p = m;
     return WEFT_OK;
@@ -150,27 +246,39 @@ static void fill_normal(float *x, size_t n, double std, train_rng_t *rng)
         x[i] = (float)(train_rng_normal(rng) * std);
 }
 
-void train_gpt2_init(train_gpt2_t *m, uint64_t seed)
+/* GPT-2 init, drawn in llm.c's tensor order (so a seed gives the same weights as before
+ * the block-major layout), then permuted into units. */
+weft_status_t train_gpt2_init(train_gpt2_t *m, uint64_t seed)
 {
     const train_gpt2_cfg_t *c = &m->cfg;
     size_t C = c->channels, L = c->num_layers;
-    train_params_t *p = &m->params;
+    const size_t *s = m->param_sizes;
     train_rng_t rng;
     train_rng_seed(&rng, seed, TRAIN_RNG_INIT);
-    memset(m->params_mem, 0, m->num_params * sizeof(float));
+    float *f = train_alloc_floats(m->num_params);   // llm.c order, zeroed
+    if (!f)
+        return weft_error_quiet(WEFT_ERR_NO_MEMORY, "model: cannot allocate %zu floats to "
+                                "initialise", m->num_params);
+    float *t[TRAIN_NUM_PARAM_TENSORS];
+    t[0] = f;
+    for (int i = 1; i < TRAIN_NUM_PARAM_TENSORS; i++)
+        t[i] = t[i - 1] + s[i - 1];
     double resid_std = 0.02 / sqrt(2.0 * (double)L);
-    fill_normal(p->wte, (size_t)c->vocab_size * C, 0.02, &rng);   // rows [V, Vp) stay 0
-    fill_normal(p->wpe, m->param_sizes[1], 0.02, &rng);
-    fill_normal(p->qkvw, m->param_sizes[4], 0.02, &rng);
-    fill_normal(p->attprojw, m->param_sizes[6], resid_std, &rng);
-    fill_normal(p->fcw, m->param_sizes[10], 0.02, &rng);
-    fill_normal(p->fcprojw, m->param_sizes[12], resid_std, &rng);
+    fill_normal(t[0], (size_t)c->vocab_size * C, 0.02, &rng);   // rows [V, Vp) stay 0
+    fill_normal(t[1], s[1], 0.02, &rng);
+    fill_normal(t[4], s[4], 0.02, &rng);        // qkvw
+    fill_normal(t[6], s[6], resid_std, &rng);   // attprojw
+    fill_normal(t[10], s[10], 0.02, &rng);      // fcw
+    fill_normal(t[12], s[12], resid_std, &rng); // fcprojw
     for (size_t i = 0; i < L * C; i++) {
-        p->ln1w[i] = 1.0f;
-        p->ln2w[i] = 1.0f;
+        t[2][i] = 1.0f;                         // ln1w
+        t[8][i] = 1.0f;                         // ln2w
     }
     for (size_t i = 0; i < C; i++)
-        p->lnfw[i] = 1.0f;
+        t[14][i] = 1.0f;                        // lnfw
+    train_layout_permute(m->params_mem, f, c, 0);
+    free(f);
+    return WEFT_OK;
 }
 
 size_t train_gpt2_true_params(const train_gpt2_t *m)
@@ -214,9 +322,9 @@ weft_status_t train_gpt2_prepare(train_gpt2_t *m, int B, int T)
     m->acts_mem = train_alloc_floats(nacts);
     if (m->acts_mem)
         m->scratch_mem = train_alloc_floats(nscratch);
-    if (!m->grads_mem)
+    if (!m->grads_mem && !m->hooks)
         m->grads_mem = train_alloc_floats(m->num_params);
-    if (!m->acts_mem || !m->scratch_mem || !m->grads_mem)
+    if (!m->acts_mem || !m->scratch_mem || (!m->grads_mem && !m->hooks))
         return weft_error_quiet(WEFT_ERR_NO_MEMORY, "model: cannot allocate activations "
                                 "for batch %d x %d (%zu floats)", B, T, nacts);
     float *p = m->acts_mem;
@@ -229,7 +337,6 @@ weft_status_t train_gpt2_prepare(train_gpt2_t *m, int B, int T)
         *sptrs[i] = p;
         p += align_floats(ssizes[i]);
     }
-    train_params_carve(&m->grads, m->grads_mem, m->param_sizes);
     m->B = B;
     m->T = T;
     return WEFT_OK;

@@ -2,9 +2,21 @@
  * model.h - GPT-2 exactly as llm.c lays it out, on the CPU.
  *
  * Learned positions, pre-LayerNorm blocks, tanh-GELU MLP, biases everywhere, the token
- * embedding tied to the output head, vocabulary padded to Vp. All parameters live in one
- * flat buffer carved into the 16 tensors below in llm.c's order (which is also the order
- * of the checkpoint file); gradients and AdamW moments are flat buffers of the same layout.
+ * embedding tied to the output head, vocabulary padded to Vp.
+ *
+ * Layout, block-major (what shard/ slices): all parameters live in one flat buffer of
+ * L + 2 contiguous *units*: unit 0 the embeddings (wte, wpe), unit 1 + l transformer block
+ * l (its 12 tensors in llm.c's order), unit L + 1 the final layernorm. Gradients and AdamW
+ * moments mirror that layout. llm.c's tensor-major order (16 tensors, each (L, ...)) is
+ * only the checkpoint file's: train_layout_permute converts at I/O, so llm.c files load
+ * and save unchanged.
+ *
+ * Units and hooks: forward and backward ask for each unit's parameters and gradient
+ * buffer when they reach it, and say when they are done with it. Without hooks these are
+ * the model's own buffers; a sharding layer (shard/) sets hooks that gather a unit's
+ * parameters (and prefetch the next), hand out gradient buffers and start a unit's
+ * gradient reduction as soon as its backward ends. The tied wte gradient accumulates in
+ * unit 0 at both ends of backward and is declared done once, after the encoder.
  *
  * Lifecycle: train_gpt2_create (parameters only; a checkpoint reader fills them) ->
  * train_gpt2_init (GPT-2 initialisation) or a checkpoint load -> train_gpt2_prepare(B, T)
@@ -33,24 +45,54 @@ typedef struct {
  * in the model so that the linear layers never allocate. */
 #define TRAIN_BF16_WORK (96 * 256 + 256 * 512)
 
+/* The units. TRAIN_UNIT_EMB = 0, block l = 1 + l, TRAIN_UNIT_LNF(L) = L + 1. */
+#define TRAIN_UNIT_EMB 0
+#define TRAIN_UNIT_BLOCK(l) (1 + (l))
+#define TRAIN_UNIT_LNF(L) (1 + (L))
+#define TRAIN_BLOCK_TENSORS 12
+
 typedef struct {
     float *wte;       // (Vp, C)
     float *wpe;       // (maxT, C)
-    float *ln1w;      // (L, C)
-    float *ln1b;      // (L, C)
-    float *qkvw;      // (L, 3*C, C)
-    float *qkvb;      // (L, 3*C)
-    float *attprojw;  // (L, C, C)
-    float *attprojb;  // (L, C)
-    float *ln2w;      // (L, C)
-    float *ln2b;      // (L, C)
-    float *fcw;       // (L, 4*C, C)
-    float *fcb;       // (L, 4*C)
-    float *fcprojw;   // (L, C, 4*C)
-    float *fcprojb;   // (L, C)
+} train_emb_t;
+
+typedef struct {      // one transformer block's unit, in this order
+    float *ln1w;      // (C)
+    float *ln1b;      // (C)
+    float *qkvw;      // (3*C, C)
+    float *qkvb;      // (3*C)
+    float *attprojw;  // (C, C)
+    float *attprojb;  // (C)
+    float *ln2w;      // (C)
+    float *ln2b;      // (C)
+    float *fcw;       // (4*C, C)
+    float *fcb;       // (4*C)
+    float *fcprojw;   // (C, 4*C)
+    float *fcprojb;   // (C)
+} train_block_t;
+
+typedef struct {
     float *lnfw;      // (C)
     float *lnfb;      // (C)
-} train_params_t;
+} train_lnf_t;
+
+/* A run of one tensor inside a unit, and whether AdamW decays it. */
+typedef struct {
+    size_t off, len;
+    int decays;
+} train_seg_t;
+
+/* What forward and backward ask of whoever owns the parameters (see the banner). pass is
+ * 0 in forward, 1 in backward. A unit's parameters are asked for and released once per
+ * pass, except that units 0 and L + 1 asked for in a forward with targets stay in use
+ * until backward releases them (the tied head, the final norm). */
+typedef struct {
+    void *ctx;
+    weft_status_t (*params)(void *ctx, int unit, int pass, float **params_p);
+    weft_status_t (*params_done)(void *ctx, int unit, int pass);
+    weft_status_t (*grads)(void *ctx, int unit, float **grads_p);
+    weft_status_t (*grads_done)(void *ctx, int unit);
+} train_hooks_t;
 
 /* Forward activations for a (B, T) batch, kept for backward. The attention and MLP
  * projections are written straight into residual2/residual3 and the residual added in
@@ -89,15 +131,15 @@ typedef struct {
 
 typedef struct {
     train_gpt2_cfg_t cfg;
-    size_t param_sizes[TRAIN_NUM_PARAM_TENSORS];
+    size_t param_sizes[TRAIN_NUM_PARAM_TENSORS];   // llm.c's tensors, for the file
     size_t num_params;
-    float *params_mem;
-    train_params_t params;
+    int nunits;                    // L + 2
+    float *params_mem;             // (num_params) block-major; NULL while shard/ owns them
     // allocated by train_gpt2_prepare
     int B, T;
-    float *grads_mem;
-    train_params_t grads;
+    float *grads_mem;              // (num_params) block-major; not allocated under hooks
     float *m_mem, *v_mem;          // AdamW moments (zero at first)
+    const train_hooks_t *hooks;    // NULL: the model's own buffers
     float *acts_mem;
     train_acts_t acts;
     float *scratch_mem;
@@ -118,18 +160,30 @@ weft_status_t train_gpt2_cfg_check(const train_gpt2_cfg_t *cfg);
 /* Tensor sizes in llm.c order and their total; the names for reports. */
 size_t train_param_sizes(size_t sizes[TRAIN_NUM_PARAM_TENSORS], const train_gpt2_cfg_t *cfg);
 extern const char *const train_param_names[TRAIN_NUM_PARAM_TENSORS];
-/* Carves a flat buffer into tensor pointers. */
-void train_params_carve(train_params_t *p, float *mem,
-                        const size_t sizes[TRAIN_NUM_PARAM_TENSORS]);
-/* Whether tensor i gets weight decay (the 2D+ matrices and embeddings). */
+/* Whether llm.c tensor i gets weight decay (the 2D+ matrices and embeddings). */
 int train_param_decays(int i);
+
+/* Units: floats in unit u, its offset in the block-major buffer, its tensors as runs. */
+size_t train_unit_len(const train_gpt2_cfg_t *cfg, int unit);
+size_t train_unit_off(const train_gpt2_cfg_t *cfg, int unit);
+int train_unit_segs(const train_gpt2_cfg_t *cfg, int unit, train_seg_t segs[TRAIN_BLOCK_TENSORS]);
+/* Carve a unit's buffer into its tensors. */
+void train_emb_carve(train_emb_t *e, float *unit, const train_gpt2_cfg_t *cfg);
+void train_block_carve(train_block_t *b, float *unit, const train_gpt2_cfg_t *cfg);
+void train_lnf_carve(train_lnf_t *f, float *unit, const train_gpt2_cfg_t *cfg);
+/* Copies num_params floats between llm.c's tensor-major order (the file's) and the
+ * block-major layout; to_file = 1 goes block-major -> llm.c. src and dst do not overlap. */
+void train_layout_permute(float *dst, const float *src, const train_gpt2_cfg_t *cfg,
+                          int to_file);
 
 weft_status_t train_gpt2_create(train_gpt2_t **model_p, const train_gpt2_cfg_t *cfg);
 void train_gpt2_destroy(train_gpt2_t *model);
 /* GPT-2 init: N(0, 0.02), attprojw/fcprojw N(0, 0.02/sqrt(2L)), biases 0, LN weights 1,
- * padded rows of wte 0. Deterministic in seed. */
-void train_gpt2_init(train_gpt2_t *model, uint64_t seed);
-/* Allocates activations, gradients and scratch for batches up to (B, T), T <= maxT. */
+ * padded rows of wte 0. Deterministic in seed (drawn in llm.c's tensor order). On error
+ * (out of memory) the parameters are unchanged. */
+weft_status_t train_gpt2_init(train_gpt2_t *model, uint64_t seed);
+/* Allocates activations, gradients (unless hooks are set) and scratch for batches up to
+ * (B, T), T <= maxT. */
 weft_status_t train_gpt2_prepare(train_gpt2_t *model, int B, int T);
 /* Parameter count with the true (unpadded) vocabulary, for FLOP accounting. */
 size_t train_gpt2_true_params(const train_gpt2_t *model);
@@ -139,8 +193,9 @@ size_t train_gpt2_true_params(const train_gpt2_t *model);
 weft_status_t train_gpt2_forward(train_gpt2_t *model, const int *inputs,
                                  const int *targets, int B, int T);
 void train_gpt2_zero_grad(train_gpt2_t *model);
-/* Accumulates d(loss_scale * mean loss)/dparams into grads; needs a forward with targets.
- * loss_scale is 1/K for K accumulated micro-batches. */
+/* Accumulates d(loss_scale * mean loss)/dparams into the gradient buffers; needs a
+ * forward with targets. loss_scale is 1/K for K accumulated micro-batches (1/(K*N) on N
+ * data-parallel ranks). */
 weft_status_t train_gpt2_backward(train_gpt2_t *model, float loss_scale);
 /* Global L2 norm of the gradient; when clip > 0 and the norm exceeds it, scales the
  * gradient by clip / (norm + 1e-6), as torch.nn.utils.clip_grad_norm_. Returns the norm. */

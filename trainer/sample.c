@@ -19,7 +19,7 @@ weft_status_t train_eval(float *loss_p, train_gpt2_t *m, train_loader_t *ld, int
     train_loader_reset(ld);
     for (int i = 0; i < batches; i++) {
         train_loader_next(ld, inputs, targets);
-        weft_status_t st = train_gpt2_forward(m, inputs, targets, ld->B, ld->T);
+        weft_status_t st = train_gpt2_forward(m, inputs, targets, ld->part_n, ld->T);
         if (st != WEFT_OK)
             return st;
         sum += m->mean_loss;

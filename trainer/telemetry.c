@@ -21,17 +21,27 @@ double train_peak_rss_mib(void)
 void train_log_step(FILE *out, FILE *json, const train_stats_t *s)
 {
     fprintf(out, "step %d | loss %.6f | lr %.3e | norm %.4f | %.0f tok/s | "
-            "ms fwd %.1f bwd %.1f opt %.1f data %.1f | rss %.1f MiB | %.2f GFLOP/s\n",
+            "ms fwd %.1f bwd %.1f opt %.1f data %.1f | rss %.1f MiB | %.2f GFLOP/s",
             s->step, s->loss, s->lr, s->norm, s->tokens_per_s, s->ms_fwd, s->ms_bwd,
             s->ms_opt, s->ms_data, s->rss_mib, s->flops_per_s * 1e-9);
+    if (s->dist)
+        fprintf(out, " | comm exposed %.1f ms, %.2f MiB | state %.2f MiB + %.2f in flight",
+                s->ms_comm, s->comm_mib, s->state_mib, s->inflight_mib);
+    fputc('\n', out);
     fflush(out);
     if (json) {
         fprintf(json, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, "
                 "\"tokens_per_s\": %.1f, \"ms_fwd\": %.3f, \"ms_bwd\": %.3f, "
                 "\"ms_opt\": %.3f, \"ms_data\": %.3f, \"peak_rss_mib\": %.1f, "
-                "\"flops_per_s\": %.6e}\n",
+                "\"flops_per_s\": %.6e",
                 s->step, s->loss, s->lr, s->norm, s->tokens_per_s, s->ms_fwd, s->ms_bwd,
                 s->ms_opt, s->ms_data, s->rss_mib, s->flops_per_s);
+        if (s->dist)
+            fprintf(json, ", \"exposed_comm_ms\": %.3f, \"comm_bytes\": %.0f, "
+                    "\"model_state_bytes\": %.0f, \"inflight_peak_bytes\": %.0f",
+                    s->ms_comm, s->comm_mib * 1048576.0, s->state_mib * 1048576.0,
+                    s->inflight_mib * 1048576.0);
+        fputs("}\n", json);
         fflush(json);
     }
 }

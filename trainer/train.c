@@ -6,6 +6,12 @@
  * tokens), then clipping and one AdamW update. The step's loss is the mean of the K
  * micro-batch losses. Val data is --val, or else the last 10% of --data.
  *
+ * On N ranks (a launcher's environment, dist.c): -b is the per-rank micro-batch; every
+ * global batch is N*B windows of which rank r takes rows [r*B, (r+1)*B), each backward
+ * is scaled by 1/(K*N) and the gradients summed, so N ranks compute what one rank with
+ * -b N*B does. shard/ holds the model's states (--shard); rank 0 prints (all ranks with
+ * --log-all) and writes the json, the checkpoint and the sample.
+ *
  * Invariants: every buffer is owned by this function and freed on every path (goto
  * cleanup); nothing here exits; --steps 0 --save-model F writes the initial model.
  */
@@ -15,6 +21,7 @@
 
 #include "check.h"
 #include "checkpoint.h"
+#include "dist.h"
 #include "status.h"
 #include "train.h"
 #include "util.h"
@@ -41,6 +48,8 @@ void train_opts_default(train_opts_t *o)
     o->val_every = 0;
     o->val_batches = 8;
     o->threads = 1;
+    o->shard = -1;
+    o->prefetch = 1;
 }
 
 float train_lr_at(const train_opts_t *o, int step)
@@ -64,8 +73,10 @@ static weft_status_t build_model(train_gpt2_t **m_p, const train_opts_t *o, int 
                              .num_layers = o->layers, .num_heads = o->heads,
                              .channels = o->dim };
     weft_status_t st = train_gpt2_create(m_p, &cfg);
-    if (st == WEFT_OK)
-        train_gpt2_init(*m_p, o->seed);
+    if (st == WEFT_OK && (st = train_gpt2_init(*m_p, o->seed)) != WEFT_OK) {
+        train_gpt2_destroy(*m_p);
+        *m_p = NULL;
+    }
     return st;
 }
 
@@ -100,7 +111,7 @@ static weft_status_t check_vocab(const run_data_t *d, int V)
 }
 
 static void print_header(FILE *out, const train_gpt2_t *m, const train_opts_t *o,
-                         const run_data_t *d, int T)
+                         const run_data_t *d, int T, const train_dist_t *dist)
 {
     const train_gpt2_cfg_t *c = &m->cfg;
     fprintf(out, "weft-train: model L=%d C=%d NH=%d maxT=%d V=%d Vp=%d, %zu parameters "
@@ -116,47 +127,136 @@ static void print_header(FILE *out, const train_gpt2_t *m, const train_opts_t *o
             o->schedule == TRAIN_SCHED_COSINE ? "cosine" : "constant", o->warmup, o->wd,
             o->clip, o->shuffle ? "shuffled" : "in-order", o->bf16 ? "bf16" : "fp32",
             o->threads, (unsigned long long)o->seed);
+    if (dist->world)
+        fprintf(out, "weft-train: %d ranks (%s), --shard %s (group %d), prefetch %d, params "
+                "%s, reduce %s, global batch %d\n", dist->nranks,
+                weft_comm_transport(dist->world),
+                shard_strategy_name(o->shard < 0 ? SHARD_NONE : (shard_strategy_t)o->shard),
+                shard_group_size(dist->sh), o->prefetch, o->param_bf16 ? "bf16" : "fp32",
+                o->reduce_bf16 ? "bf16" : "fp32", o->B * dist->nranks);
     fflush(out);
 }
 
-/* One optimisation step; fills s (except the derived rates). */
+/* One optimisation step; fills s (except the derived rates). On several ranks the
+ * gradient reductions run inside backward (shard/'s hooks) and the step's loss is the
+ * mean over ranks. */
 static weft_status_t train_step(train_gpt2_t *m, train_loader_t *ld, const train_opts_t *o,
-                                int step, int *x, int *y, train_stats_t *s)
+                                int step, int *x, int *y, train_stats_t *s,
+                                train_dist_t *dist)
 {
     double t0, loss = 0.0;
-    train_gpt2_zero_grad(m);
+    int N = dist->world ? dist->nranks : 1;
+    if (!dist->sh)
+        train_gpt2_zero_grad(m);
+    else
+        shard_stats_reset(dist->sh);
     for (int k = 0; k < o->accum; k++) {
         t0 = time_s();
         train_loader_next(ld, x, y);
         s->ms_data += (time_s() - t0) * 1e3;
+        if (dist->sh)
+            RETURN_IF_ERR(shard_micro_begin(dist->sh, 1, k == o->accum - 1));
         t0 = time_s();
-        RETURN_IF_ERR(train_gpt2_forward(m, x, y, ld->B, ld->T));
+        RETURN_IF_ERR(train_gpt2_forward(m, x, y, ld->part_n, ld->T));
         s->ms_fwd += (time_s() - t0) * 1e3;
         loss += m->mean_loss;
         t0 = time_s();
-        RETURN_IF_ERR(train_gpt2_backward(m, 1.0f / (float)o->accum));
+        RETURN_IF_ERR(train_gpt2_backward(m, 1.0f / (float)(o->accum * N)));
         s->ms_bwd += (time_s() - t0) * 1e3;
     }
     t0 = time_s();
     s->lr = train_lr_at(o, step);
-    s->norm = train_gpt2_clip_grad(m, o->clip);
-    RETURN_IF_ERR(train_gpt2_update(m, s->lr, o->beta1, o->beta2, o->eps, o->wd, step));
+    if (dist->sh) {
+        RETURN_IF_ERR(shard_clip(dist->sh, o->clip, &s->norm));
+        RETURN_IF_ERR(shard_adamw(dist->sh, s->lr, o->beta1, o->beta2, o->eps, o->wd, step));
+        RETURN_IF_ERR(train_dist_sum(dist, &loss, 1));
+        shard_stats_t ss;
+        shard_stats(dist->sh, &ss);
+        s->dist = 1;
+        s->ms_comm = ss.exposed_ms;
+        s->comm_mib = ss.comm_bytes / 1048576.0;
+        s->state_mib = (double)ss.state_bytes / 1048576.0;
+        s->inflight_mib = (double)ss.transient_peak / 1048576.0;
+    } else {
+        s->norm = train_gpt2_clip_grad(m, o->clip);
+        RETURN_IF_ERR(train_gpt2_update(m, s->lr, o->beta1, o->beta2, o->eps, o->wd, step));
+    }
     s->ms_opt = (time_s() - t0) * 1e3;
-    s->loss = (float)(loss / o->accum);
+    s->loss = (float)(loss / (o->accum * N));
     s->step = step;
     return WEFT_OK;
 }
 
 static weft_status_t run_val(train_gpt2_t *m, run_data_t *d, const train_opts_t *o,
-                             int step, int *x, int *y, FILE *out, FILE *json)
+                             int step, int *x, int *y, FILE *out, FILE *json,
+                             train_dist_t *dist)
 {
-    size_t fit = d->val_ld.nwin / (size_t)o->B;
+    size_t fit = d->val_ld.nwin / (size_t)d->val_ld.B;
     int nb = o->val_batches;
     if ((size_t)nb > fit)
         nb = fit > 0 ? (int)fit : 1;
     float vl;
+    if (dist->sh)
+        RETURN_IF_ERR(shard_micro_begin(dist->sh, 0, 0));
     RETURN_IF_ERR(train_eval(&vl, m, &d->val_ld, nb, x, y));
+    if (dist->world) {   // each rank evaluated its rows of the same global batches
+        double v = vl;
+        RETURN_IF_ERR(train_dist_sum(dist, &v, 1));
+        vl = (float)(v / dist->nranks);
+    }
     train_log_val(out, json, step, vl, nb);
+    return WEFT_OK;
+}
+
+/* Every rank must run the same job: the fields a difference in which would make the
+ * ranks compute different things or issue different collectives. */
+static weft_status_t check_same_config(train_dist_t *dist, const train_opts_t *o,
+                                       const train_gpt2_t *m, const run_data_t *d, int T)
+{
+    union { float f; int32_t i; } lr = { o->lr }, wd = { o->wd }, clip = { o->clip };
+    const train_gpt2_cfg_t *c = &m->cfg;
+    uint64_t data_sum = 0;
+    for (size_t i = 0; d->have_data && i < d->train.n; i += 4099)   // a sample of tokens
+        data_sum = data_sum * 1000003u + d->train.tokens[i];
+    train_dist_field_t f[] = {
+        { "model layers (--layers or --model)", c->num_layers },
+        { "model channels (--dim or --model)", c->channels },
+        { "model heads (--heads or --model)", c->num_heads },
+        { "model context (--ctx or --model)", c->max_seq_len },
+        { "model vocabulary (--vocab or --model)", c->vocab_size },
+        { "--shard", o->shard }, { "--shard-group", o->shard_group },
+        { "--prefetch", o->prefetch }, { "--param-dtype", o->param_bf16 },
+        { "--reduce-dtype", o->reduce_bf16 }, { "--dtype", o->bf16 },
+        { "--batch", o->B }, { "--seq", T }, { "--accum", o->accum },
+        { "--steps", o->steps }, { "--seed", (int64_t)o->seed }, { "--no-shuffle", o->shuffle },
+        { "--lr", lr.i }, { "--wd", wd.i }, { "--clip", clip.i }, { "--warmup", o->warmup },
+        { "--schedule", o->schedule }, { "--val-every", o->val_every },
+        { "--val-batches", o->val_batches }, { "--sample", o->sample },
+        { "--data (its token count)", (int64_t)d->train.n },
+        { "--data (a sample of its tokens)", (int64_t)data_sum },
+        { "--val (its token count)", (int64_t)d->val.n },
+    };
+    return train_dist_agree(dist, f, (int)(sizeof(f) / sizeof(f[0])));
+}
+
+/* Several ranks: the launcher's world, the same job everywhere, the model into shard/,
+ * and each rank's rows of the global batches. */
+static weft_status_t setup_dist(train_dist_t *dist, train_gpt2_t *m, run_data_t *d,
+                                const train_opts_t *o, int T)
+{
+    RETURN_IF_ERR(check_same_config(dist, o, m, d, T));
+    shard_opts_t so = { .strategy = o->shard < 0 ? SHARD_NONE : (shard_strategy_t)o->shard,
+                        .group = o->shard_group, .prefetch = o->prefetch,
+                        .param_bf16 = o->param_bf16, .reduce_bf16 = o->reduce_bf16 };
+    RETURN_IF_ERR(train_dist_shard(dist, m, &so));
+    if (d->have_data) {
+        int N = dist->nranks, r = dist->rank;
+        RETURN_IF_ERR(train_loader_init(&d->train_ld, &d->train, o->B * N, T, o->shuffle,
+                                        o->seed));
+        RETURN_IF_ERR(train_loader_set_part(&d->train_ld, r * o->B, o->B));
+        RETURN_IF_ERR(train_loader_init(&d->val_ld, &d->val, o->B * N, T, 0, o->seed));
+        RETURN_IF_ERR(train_loader_set_part(&d->val_ld, r * o->B, o->B));
+    }
     return WEFT_OK;
 }
 
@@ -165,7 +265,8 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     weft_status_t st = WEFT_OK;
     train_gpt2_t *m = NULL;
     run_data_t d = { 0 };
-    FILE *json = NULL;
+    train_dist_t dist = { 0 };
+    FILE *json = NULL, *devnull = NULL;
     int *x = NULL, *y = NULL;
 
     if (o->steps > 0 && !o->data_path)
@@ -173,12 +274,30 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     if (o->B <= 0 || o->accum <= 0 || o->steps < 0 || o->T < 0 || o->val_batches <= 0)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "-b, --accum, --val-batches must be "
                                 "positive and --steps, -t not negative");
+    if (o->prefetch < 0 || o->shard_group < 0)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--prefetch and --shard-group must "
+                                "not be negative");
+    if (o->shard_group > 0 && o->shard != SHARD_HYBRID)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--shard-group is for --shard hybrid");
+    if (train_dist_launched_size() > 1) {
+        GOTO_IF_ERR(train_dist_init(&dist), st, cleanup);
+        if (dist.rank != 0 && !o->log_all) {
+            if (!(devnull = fopen("/dev/null", "w"))) {
+                st = weft_error_quiet(WEFT_ERR_SYSTEM, "cannot open /dev/null");
+                goto cleanup;
+            }
+            out = devnull;
+        }
+    }
+    int lead = dist.rank == 0;   // writes the json, the checkpoint and the sample
     // the data first (its kind picks the default vocabulary), then the model
     int T_req = o->T > 0 ? o->T : o->ctx;
     GOTO_IF_ERR(load_data(&d, o, T_req), st, cleanup);
     GOTO_IF_ERR(build_model(&m, o, d.have_data ? d.train.is_text : 1), st, cleanup);
     int T = o->T > 0 ? o->T : m->cfg.max_seq_len;
     GOTO_IF_ERR(check_vocab(&d, m->cfg.vocab_size), st, cleanup);
+    if (dist.world)
+        GOTO_IF_ERR(setup_dist(&dist, m, &d, o, T), st, cleanup);
     GOTO_IF_ERR(train_gpt2_prepare(m, o->B, T), st, cleanup);
     if (o->bf16)
         GOTO_IF_ERR(train_gpt2_set_bf16(m, 1), st, cleanup);
@@ -188,16 +307,16 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
         st = weft_error_quiet(WEFT_ERR_NO_MEMORY, "out of memory");
         goto cleanup;
     }
-    if (d.have_data) {
+    if (d.have_data && !dist.world) {
         GOTO_IF_ERR(train_loader_init(&d.train_ld, &d.train, o->B, T, o->shuffle, o->seed),
                     st, cleanup);
         GOTO_IF_ERR(train_loader_init(&d.val_ld, &d.val, o->B, T, 0, o->seed), st, cleanup);
     }
-    if (o->json_path && !(json = fopen(o->json_path, "w"))) {
+    if (lead && o->json_path && !(json = fopen(o->json_path, "w"))) {
         st = weft_error_quiet(WEFT_ERR_SYSTEM, "cannot create %s", o->json_path);
         goto cleanup;
     }
-    print_header(out, m, o, &d, T);
+    print_header(out, m, o, &d, T, &dist);
 
     const train_gpt2_cfg_t *c = &m->cfg;
     double flops_per_token = 6.0 * (double)train_gpt2_true_params(m) +
@@ -205,21 +324,23 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     for (int step = 1; step <= o->steps; step++) {
         train_stats_t s = { 0 };
         double t0 = time_s();
-        GOTO_IF_ERR(train_step(m, &d.train_ld, o, step, x, y, &s), st, cleanup);
+        GOTO_IF_ERR(train_step(m, &d.train_ld, o, step, x, y, &s, &dist), st, cleanup);
         double secs = time_s() - t0;
-        double tokens = (double)o->B * T * o->accum;
+        double tokens = (double)o->B * T * o->accum * (dist.world ? dist.nranks : 1);
         s.tokens_per_s = tokens / secs;
         s.flops_per_s = flops_per_token * tokens / secs;
         s.rss_mib = train_peak_rss_mib();
         train_log_step(out, json, &s);
         if (o->val_every > 0 && (step % o->val_every == 0 || step == o->steps))
-            GOTO_IF_ERR(run_val(m, &d, o, step, x, y, out, json), st, cleanup);
+            GOTO_IF_ERR(run_val(m, &d, o, step, x, y, out, json, &dist), st, cleanup);
     }
-    if (o->save_path) {
+    if (dist.sh && (o->save_path || o->sample > 0))
+        GOTO_IF_ERR(train_dist_export(&dist, m), st, cleanup);   // the whole model, again
+    if (o->save_path && lead) {
         GOTO_IF_ERR(train_checkpoint_write(m, o->save_path), st, cleanup);
         fprintf(out, "weft-train: saved %s\n", o->save_path);
     }
-    if (o->sample > 0) {
+    if (o->sample > 0 && lead) {
         int np = 0;
         if (d.have_val)
             for (; np < 16 && (size_t)np < d.val.n && np < T; np++)
@@ -228,9 +349,17 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
         GOTO_IF_ERR(train_sample(m, x, np, o->sample, text,
                                  o->seed, out), st, cleanup);
     }
-cleanup:
+    if (dist.world)   // nobody leaves while another rank may still need it
+        GOTO_IF_ERR(weft_barrier(dist.world), st, cleanup);
+cleanup:;
+    // the cause, kept: tearing down a failed communicator records errors of its own
+    char why[1024];
+    if (st != WEFT_OK)
+        snprintf(why, sizeof(why), "%s", weft_last_error());
     if (json)
         fclose(json);
+    if (devnull)
+        fclose(devnull);
     free(x);
     free(y);
     train_loader_free(&d.train_ld);
@@ -238,5 +367,8 @@ cleanup:
     train_tokens_free(&d.train);
     train_tokens_free(&d.val);
     train_gpt2_destroy(m);
+    train_dist_destroy(&dist);
+    if (st != WEFT_OK)
+        weft_error_quiet(st, "%s", why);
     return st;
 }

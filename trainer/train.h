@@ -25,6 +25,11 @@ typedef struct {
     int steps, warmup, schedule;
     float lr, wd, beta1, beta2, eps, clip;
     int bf16;
+    // data parallel (several ranks from a launcher)
+    int shard;                               // shard_strategy_t; -1: none
+    int shard_group, prefetch;               // hybrid group size (0: a host); units ahead
+    int param_bf16, reduce_bf16;             // --param-dtype, --reduce-dtype bf16
+    int log_all;                             // every rank prints (else rank 0)
     // outputs
     const char *save_path, *json_path;
     int sample, val_every, val_batches;
@@ -46,6 +51,8 @@ typedef struct {
     int step;
     float loss, lr, norm;
     double tokens_per_s, ms_fwd, ms_bwd, ms_opt, ms_data, rss_mib, flops_per_s;
+    int dist;                                // the fields below are set (several ranks)
+    double ms_comm, comm_mib, state_mib, inflight_mib;
 } train_stats_t;
 
 double train_peak_rss_mib(void);

@@ -21,9 +21,11 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "dist.h"
 #include "train.h"
 
-enum { OPT_INT, OPT_U64, OPT_FLOAT, OPT_STR, OPT_SET, OPT_CLEAR, OPT_SCHED, OPT_DTYPE };
+enum { OPT_INT, OPT_U64, OPT_FLOAT, OPT_STR, OPT_SET, OPT_CLEAR, OPT_SCHED, OPT_DTYPE,
+       OPT_SHARD };
 
 typedef struct {
     const char *name, *alias;
@@ -67,6 +69,21 @@ static const cli_opt_t opts[] = {
       "(default: a shuffle of the T+1-token windows drawn from --seed)" },
     { "--dtype", NULL, OPT_DTYPE, F(bf16), "fp32 | bf16 (bf16 matmul products, fp32 "
       "master weights; needs AVX512-BF16; default fp32)" },
+    { "--shard", NULL, OPT_SHARD, F(shard), "on several ranks: none (DDP: gradients "
+      "all-reduced per unit as backward ends) | zero1 (optimizer state sharded) | grad_op "
+      "(ZeRO-2: gradients reduce-scattered, parameters gathered once per step) | full "
+      "(ZeRO-3: parameters gathered before forward and backward, freed after) | hybrid "
+      "(full inside a shard group, all-reduce across groups); default none" },
+    { "--shard-group", NULL, OPT_INT, F(shard_group), "hybrid: ranks per shard group, "
+      "dividing the world (default: the ranks of one host)" },
+    { "--prefetch", NULL, OPT_INT, F(prefetch), "full/hybrid: units gathered ahead of the "
+      "one computing (default 1; 0 = gather on use)" },
+    { "--param-dtype", NULL, OPT_DTYPE, F(param_bf16), "fp32 | bf16: gathered parameters "
+      "and their all-gather (fp32 master shards; default fp32)" },
+    { "--reduce-dtype", NULL, OPT_DTYPE, F(reduce_bf16), "fp32 | bf16: gradient "
+      "reductions (default fp32)" },
+    { "--log-all", NULL, OPT_SET, F(log_all), "every rank prints its step lines (default: "
+      "rank 0 only)" },
     { "--save-model", NULL, OPT_STR, F(save_path), "write the final model (llm.c "
       "format) to FILE" },
     { "--sample", NULL, OPT_INT, F(sample), "generate N bytes/tokens at the end and print "
@@ -84,7 +101,8 @@ static const cli_opt_t opts[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: weft-train [options]   GPT-2 (llm.c layout) training on the CPU\n\n");
+    fprintf(f, "usage: weft-train [options]   GPT-2 (llm.c layout) training on the CPU\n"
+               "       weftrun -n N weft-train --shard full [options]   (or mpirun, srun)\n\n");
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
         char name[40];
         snprintf(name, sizeof(name), "%s%s%s", opts[i].name, opts[i].alias ? ", " : "",
@@ -100,7 +118,15 @@ static void usage(FILE *f)
         "count with the unpadded vocabulary), whatever the hardware did. Val lines read\n"
         "  val step N | val loss X.XXXXXX | K batches\n"
         "Init (no --model): weights N(0, 0.02), attprojw/fcprojw N(0, 0.02/sqrt(2L)),\n"
-        "biases 0, layernorm weights 1, padded wte rows 0.\n");
+        "biases 0, layernorm weights 1, padded wte rows 0.\n"
+        "\nOn N ranks (started by weftrun, torchrun, mpirun or srun: weft_comm_init's\n"
+        "environment), -b is per rank: each global batch is N*B windows, rank r takes rows\n"
+        "[r*B, (r+1)*B), and N ranks compute what one rank with -b N*B computes. Ranks\n"
+        "whose configurations differ stop at start naming the field; a lost rank stops the\n"
+        "others with its number. Step lines add: comm exposed (ms this rank waited on\n"
+        "communication), MiB it sent (ring count), state (persistent parameters, gradients\n"
+        "and AdamW moments on this rank) + the most in flight (gathered units, gradients).\n"
+        "tok/s counts the global batch.\n");
 }
 
 static int parse_value(const cli_opt_t *o, const char *v, train_opts_t *t)
@@ -131,6 +157,13 @@ static int parse_value(const cli_opt_t *o, const char *v, train_opts_t *t)
             return 0;
         }
         return -1;
+    case OPT_SHARD: {
+        shard_strategy_t st;
+        if (shard_strategy_parse(v, &st) != 0)
+            return -1;
+        *(int *)p = (int)st;
+        return 0;
+    }
     case OPT_DTYPE:
         if (!strcmp(v, "fp32") || !strcmp(v, "bf16")) {
             *(int *)p = !strcmp(v, "bf16");
@@ -196,7 +229,11 @@ int main(int argc, char **argv)
     openblas_set_num_threads(t.threads);
     weft_status_t st = train_run(&t, stdout);
     if (st != WEFT_OK) {
-        fprintf(stderr, "weft-train: %s\n", weft_last_error());
+        const char *r = getenv("WEFT_RANK"), *e = weft_last_error();
+        if (train_dist_launched_size() > 1 && r && strncmp(e, "rank ", 5) != 0)
+            fprintf(stderr, "weft-train: rank %s: %s\n", r, e);
+        else
+            fprintf(stderr, "weft-train: %s\n", e);
         return 1;
     }
     return 0;

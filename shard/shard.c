@@ -1,0 +1,684 @@
+/*
+ * shard.c - units, their shards and buffers, and the collectives that move them.
+ *
+ * Per unit, by strategy (G = shard group size, gr = this rank's place in it, sn = the
+ * shard's floats = pad / G):
+ *   full    (pad)  gathered parameters: persistent for none/zero1/grad_op, else alive
+ *                  from shard_params (or a prefetch) to shard_params_done
+ *   master  (sn)   fp32 master shard: the slice full + gr*sn where full is persistent and
+ *                  fp32, else a buffer of its own (full/hybrid, or bf16 parameters)
+ *   gfull   (pad)  gradient as backward accumulates it: persistent for none/zero1
+ *                  (all-reduced in place), else handed out per micro-batch and freed once
+ *                  reduce-scattered
+ *   gshard  (sn)   the step's reduced gradient: the slice of gfull (none/zero1), else a
+ *                  buffer the reduce-scatters add into
+ *   m, v    (sn)   AdamW moments
+ *
+ * Gradient reductions are jobs in a FIFO, started in unit order by shard_grads_done and
+ * advanced (reduce-scatter -> all-reduce across replicas -> add into gshard) whenever a
+ * hook or shard_clip looks at them; every rank starts every collective at the same point
+ * of the same program, so the order on each communicator is the same everywhere.
+ *
+ * Parameter gathers follow the micro-batch's unit order (forward 0..n-1, then backward
+ * n-2..1; units 0 and n-1 stay gathered across a training forward and backward): asking
+ * for a unit waits for its gather and starts the next `prefetch` ones in that order.
+ *
+ * comm_bytes counts what a ring sends per rank: (G-1)*shard bytes for an all-gather or a
+ * reduce-scatter, 2*(R-1)/R * bytes for an all-reduce over R ranks (nccl-tests' busbw).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "nn.h"
+#include "shard.h"
+#include "status.h"
+#include "util.h"
+
+typedef struct {
+    size_t len, pad, sn;
+    int nsegs;
+    shard_seg_t segs[SHARD_MAX_SEGS];
+    float *full, *master, *gfull, *gshard, *m, *v;
+    uint16_t *full16, *master16;   // bf16 gather buffers while a gather is in flight
+    weft_request_t *gather;        // in flight
+    int held;                      // between shard_params and shard_params_done
+} unit_t;
+
+enum { JOB_RS, JOB_AR, JOB_ADD };
+
+typedef struct {
+    int unit, stage;
+    weft_request_t *req;
+    float *gfull;       // (pad) the gradient being reduce-scattered, freed after
+    void *buf;          // (pad or sn) the reduction's output: fp32 or bf16
+    uint16_t *g16;      // (pad) bf16 copy of gfull being reduced (reduce_bf16)
+} job_t;
+
+struct shard {
+    shard_opts_t o;
+    int nranks, rank, G, R, gr;
+    int per_use;        // parameters gathered per use (full, hybrid)
+    int rs_flow;        // gradients reduce-scattered (grad_op, full, hybrid)
+    int sep_master;     // master shards apart from the full buffers
+    weft_comm_t *gcomm; // the shard group (G > 1)
+    weft_comm_t *rcomm; // across groups (R > 1)
+    int nunits;
+    unit_t *u;
+    job_t *jobs;        // FIFO of 2*nunits slots (a micro-batch's reductions, and the last's)
+    int jhead, jcount;
+    int *order, norder, pos;
+    int training, sync;
+    shard_stats_t st;
+    size_t transient;   // bytes of transient buffers alive now
+};
+
+static const char *const strategy_names[SHARD_NUM_STRATEGIES] = {
+    "none", "zero1", "grad_op", "full", "hybrid",
+};
+
+const char *shard_strategy_name(shard_strategy_t s)
+{
+    return (unsigned)s < SHARD_NUM_STRATEGIES ? strategy_names[s] : "?";
+}
+
+int shard_strategy_parse(const char *name, shard_strategy_t *s)
+{
+    for (int i = 0; i < SHARD_NUM_STRATEGIES; i++)
+        if (!strcmp(name, strategy_names[i])) {
+            *s = (shard_strategy_t)i;
+            return 0;
+        }
+    return -1;
+}
+
+int shard_group_size(const shard_t *sh)
+{
+    return sh->G;
+}
+
+int shard_can_skip_sync(const shard_t *sh)
+{
+    return !sh->rs_flow;
+}
+
+/* ---- memory: persistent buffers count as model states, transient ones as in flight ---- */
+
+static void *alloc_bytes(shard_t *sh, size_t bytes, int transient)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+        return NULL;
+    memset(p, 0, bytes);
+    if (transient) {
+        sh->transient += bytes;
+        if (sh->transient > sh->st.transient_peak)
+            sh->st.transient_peak = sh->transient;
+    } else {
+        sh->st.state_bytes += bytes;
+    }
+    return p;
+}
+
+static void free_transient(shard_t *sh, void *p, size_t bytes)
+{
+    if (p) {
+        free(p);
+        sh->transient -= bytes;
+    }
+}
+
+static weft_status_t oom(const char *what, size_t bytes)
+{
+    return weft_error(WEFT_ERR_NO_MEMORY, "shard: cannot allocate %zu bytes for %s", bytes,
+                      what);
+}
+
+/* ---- waits: the time the caller spends in them is exposed communication ---- */
+
+static weft_status_t timed_wait(shard_t *sh, weft_request_t *req)
+{
+    double t0 = time_s();
+    weft_status_t st = weft_wait(req);
+    sh->st.exposed_ms += (time_s() - t0) * 1e3;
+    return st;
+}
+
+static void bf16_to_f32(float *out, const uint16_t *in, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b = (uint32_t)in[i] << 16;
+        memcpy(&out[i], &b, 4);
+    }
+}
+
+static double ar_bytes(const shard_t *sh, int R, size_t n, size_t es)
+{
+    return R > 1 ? 2.0 * (R - 1) / R * (double)n * (double)es : 0.0;
+}
+
+/* ---- parameter gathers ---- */
+
+static weft_status_t gather_start(shard_t *sh, int i)
+{
+    unit_t *u = &sh->u[i];
+    if (u->gather)
+        return WEFT_OK;
+    if (sh->per_use && !u->full) {
+        if (!(u->full = alloc_bytes(sh, u->pad * 4, 1)))
+            return oom("a gathered unit", u->pad * 4);
+    }
+    if (sh->G == 1) {   // nothing to gather: the compute copy of the master
+        if (sh->o.param_bf16) {
+            uint16_t *t = malloc(u->sn * 2);
+            if (!t)
+                return oom("bf16 parameters", u->sn * 2);
+            kern_to_bf16(t, u->master, u->sn);
+            bf16_to_f32(u->full, t, u->sn);
+            free(t);
+        } else if (u->full != u->master) {
+            memcpy(u->full, u->master, u->sn * 4);
+        }
+        return WEFT_OK;
+    }
+    if (sh->o.param_bf16) {
+        u->master16 = alloc_bytes(sh, u->sn * 2, 1);
+        u->full16 = alloc_bytes(sh, u->pad * 2, 1);
+        if (!u->master16 || !u->full16)
+            return oom("a bf16 gather", u->pad * 2);
+        kern_to_bf16(u->master16, u->master, u->sn);
+        RETURN_IF_ERR(weft_iallgather(u->master16, u->full16, u->sn, WEFT_BFLOAT16, sh->gcomm,
+                                      &u->gather));
+        sh->st.comm_bytes += (double)(sh->G - 1) * u->sn * 2;
+        return WEFT_OK;
+    }
+    RETURN_IF_ERR(weft_iallgather(u->master, u->full, u->sn, WEFT_FLOAT32, sh->gcomm,
+                                  &u->gather));
+    sh->st.comm_bytes += (double)(sh->G - 1) * u->sn * 4;
+    return WEFT_OK;
+}
+
+static weft_status_t gather_wait(shard_t *sh, int i)
+{
+    unit_t *u = &sh->u[i];
+    if (!u->gather)
+        return WEFT_OK;
+    weft_request_t *r = u->gather;
+    u->gather = NULL;
+    RETURN_IF_ERR(timed_wait(sh, r));
+    if (u->full16) {
+        bf16_to_f32(u->full, u->full16, u->pad);
+        free_transient(sh, u->full16, u->pad * 2);
+        free_transient(sh, u->master16, u->sn * 2);
+        u->full16 = NULL;
+        u->master16 = NULL;
+    }
+    return WEFT_OK;
+}
+
+/* A unit used again within the next prefetch + 1 uses stays gathered (the last block,
+ * from the end of forward to the start of backward). */
+static int needed_soon(const shard_t *sh, int i)
+{
+    for (int k = sh->pos; k < sh->norder && k <= sh->pos + sh->o.prefetch; k++)
+        if (sh->order[k] == i)
+            return 1;
+    return 0;
+}
+
+static void release(shard_t *sh, int i)
+{
+    unit_t *u = &sh->u[i];
+    if (sh->per_use && u->full && !u->gather && !u->held && !needed_soon(sh, i)) {
+        free_transient(sh, u->full, u->pad * 4);
+        u->full = NULL;
+    }
+}
+
+/* ---- gradient reductions ---- */
+
+static weft_status_t job_advance(shard_t *sh, int wait, int *moved);
+
+static weft_status_t job_push(shard_t *sh, int unit)
+{
+    unit_t *u = &sh->u[unit];
+    for (int moved = 1; sh->jcount == 2 * sh->nunits && moved;)
+        RETURN_IF_ERR(job_advance(sh, 1, &moved));
+    job_t *j = &sh->jobs[(sh->jhead + sh->jcount) % (2 * sh->nunits)];
+    memset(j, 0, sizeof(*j));
+    j->unit = unit;
+    int bf = sh->o.reduce_bf16;
+    size_t es = bf ? 2 : 4;
+    weft_dtype_t dt = bf ? WEFT_BFLOAT16 : WEFT_FLOAT32;
+    void *src = u->gfull;
+    if (bf) {
+        if (!(j->g16 = alloc_bytes(sh, u->pad * 2, 1)))
+            return oom("a bf16 gradient", u->pad * 2);
+        kern_to_bf16(j->g16, u->gfull, u->pad);
+        src = j->g16;
+    }
+    if (!sh->rs_flow) {   // none, zero1: all-reduce the whole unit in place
+        weft_comm_t *c = sh->R > 1 ? sh->rcomm : sh->gcomm;
+        int n = sh->R > 1 ? sh->R : sh->G;
+        j->stage = JOB_AR;
+        j->buf = src;
+        if (n > 1)
+            RETURN_IF_ERR(weft_iallreduce(src, src, u->len, dt, WEFT_SUM, c, &j->req));
+        sh->st.comm_bytes += ar_bytes(sh, n, u->len, es);
+    } else {              // reduce-scatter into a shard, then across replicas
+        j->gfull = u->gfull;
+        u->gfull = NULL;
+        if (!(j->buf = alloc_bytes(sh, u->sn * es, 1)))
+            return oom("a gradient shard", u->sn * es);
+        j->stage = JOB_RS;
+        if (sh->G > 1) {
+            RETURN_IF_ERR(weft_ireduce_scatter(src, j->buf, u->sn, dt, WEFT_SUM, sh->gcomm,
+                                               &j->req));
+            sh->st.comm_bytes += (double)(sh->G - 1) * u->sn * es;
+        } else {
+            memcpy(j->buf, src, u->sn * es);
+        }
+    }
+    sh->jcount++;
+    return WEFT_OK;
+}
+
+/* Moves the head job on as far as it goes; *moved = 0 when it must wait. */
+static weft_status_t job_advance(shard_t *sh, int wait, int *moved)
+{
+    job_t *j = &sh->jobs[sh->jhead];
+    unit_t *u = &sh->u[j->unit];
+    int bf = sh->o.reduce_bf16;
+    *moved = 0;
+    if (j->req) {
+        int done = 0;
+        if (!wait)
+            RETURN_IF_ERR(weft_test(j->req, &done));
+        if (!wait && !done)
+            return WEFT_OK;
+        weft_request_t *r = j->req;
+        j->req = NULL;
+        RETURN_IF_ERR(timed_wait(sh, r));
+    }
+    *moved = 1;
+    if (j->stage == JOB_RS) {
+        free_transient(sh, j->gfull, u->pad * 4);
+        free_transient(sh, j->g16, u->pad * 2);
+        j->gfull = NULL;
+        j->g16 = NULL;
+        j->stage = JOB_ADD;
+        if (sh->R > 1) {
+            j->stage = JOB_AR;
+            RETURN_IF_ERR(weft_iallreduce(j->buf, j->buf, u->sn, bf ? WEFT_BFLOAT16 :
+                                          WEFT_FLOAT32, WEFT_SUM, sh->rcomm, &j->req));
+            sh->st.comm_bytes += ar_bytes(sh, sh->R, u->sn, bf ? 2 : 4);
+            return WEFT_OK;
+        }
+    }
+    if (!sh->rs_flow) {   // the all-reduce was in place on gfull (or its bf16 copy)
+        if (j->g16) {
+            bf16_to_f32(u->gfull, j->g16, u->len);
+            free_transient(sh, j->g16, u->pad * 2);
+        }
+    } else {              // add the reduced shard into the step's gradient
+        if (bf) {
+            const uint16_t *b = j->buf;
+            for (size_t i = 0; i < u->sn; i++) {
+                uint32_t x = (uint32_t)b[i] << 16;
+                float f;
+                memcpy(&f, &x, 4);
+                u->gshard[i] += f;
+            }
+        } else {
+            const float *b = j->buf;
+            for (size_t i = 0; i < u->sn; i++)
+                u->gshard[i] += b[i];
+        }
+        free_transient(sh, j->buf, u->sn * (bf ? 2 : 4));
+    }
+    sh->jhead = (sh->jhead + 1) % (2 * sh->nunits);
+    sh->jcount--;
+    return WEFT_OK;
+}
+
+static weft_status_t jobs_poll(shard_t *sh, int wait)
+{
+    int moved = 1;
+    while (sh->jcount > 0 && moved)
+        RETURN_IF_ERR(job_advance(sh, wait, &moved));
+    return WEFT_OK;
+}
+
+/* ---- setup ---- */
+
+static weft_status_t check_opts(const shard_opts_t *o, int N, int local_size, int *G_p)
+{
+    if ((unsigned)o->strategy >= SHARD_NUM_STRATEGIES)
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: unknown strategy %d", o->strategy);
+    if (o->prefetch < 0)
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: prefetch %d < 0", o->prefetch);
+    int G = N;
+    if (o->strategy == SHARD_NONE)
+        G = 1;
+    else if (o->strategy == SHARD_HYBRID)
+        G = o->group > 0 ? o->group : local_size;
+    if (o->group != 0 && o->strategy != SHARD_HYBRID)
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: a shard group size is for "
+                          "--shard hybrid only");
+    if (G < 1 || G > N || N % G != 0)
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: shard group of %d ranks does not "
+                          "divide the %d ranks", G, N);
+    *G_p = G;
+    return WEFT_OK;
+}
+
+static weft_status_t setup_unit(shard_t *sh, int i, const shard_unit_desc_t *d,
+                                const float *params)
+{
+    unit_t *u = &sh->u[i];
+    u->len = d->len;
+    u->pad = align_up(d->len ? d->len : 1, 16 * (size_t)sh->G);
+    u->sn = u->pad / sh->G;
+    u->nsegs = d->nsegs;
+    memcpy(u->segs, d->segs, sizeof(u->segs));
+    size_t lo = (size_t)sh->gr * u->sn;
+    if (!sh->per_use && !(u->full = alloc_bytes(sh, u->pad * 4, 0)))
+        return oom("a unit", u->pad * 4);
+    if (sh->sep_master) {
+        if (!(u->master = alloc_bytes(sh, u->sn * 4, 0)))
+            return oom("a master shard", u->sn * 4);
+    } else {
+        u->master = u->full + lo;
+    }
+    if (lo < u->len)   // params: this unit's; the shard's tail past len stays zero
+        memcpy(u->master, params + lo, (u->len - lo < u->sn ? u->len - lo : u->sn) * 4);
+    if (!sh->per_use) {
+        if (sh->sep_master)
+            RETURN_IF_ERR(gather_start(sh, i));   // the bf16 compute copy, as after a step
+        else
+            memcpy(u->full, params, u->len * 4);
+    }
+    if (!sh->rs_flow) {
+        if (!(u->gfull = alloc_bytes(sh, u->pad * 4, 0)))
+            return oom("a gradient", u->pad * 4);
+        u->gshard = u->gfull + lo;
+    } else if (!(u->gshard = alloc_bytes(sh, u->sn * 4, 0))) {
+        return oom("a gradient shard", u->sn * 4);
+    }
+    u->m = alloc_bytes(sh, u->sn * 4, 0);
+    u->v = alloc_bytes(sh, u->sn * 4, 0);
+    if (!u->m || !u->v)
+        return oom("AdamW moments", u->sn * 8);
+    return WEFT_OK;
+}
+
+weft_status_t shard_create(shard_t **sh_p, weft_comm_t *world, const shard_opts_t *o,
+                           int nunits, const shard_unit_desc_t *units, const float *params)
+{
+    int N = weft_comm_size(world), r = weft_comm_rank(world), G = 1;
+    if (nunits < 2)
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: %d units (need at least 2)", nunits);
+    RETURN_IF_ERR(check_opts(o, N, weft_comm_local_size(world), &G));
+    shard_t *sh = calloc(1, sizeof(*sh));
+    if (!sh)
+        return oom("the shard state", sizeof(*sh));
+    weft_status_t st = WEFT_OK;
+    sh->o = *o;
+    sh->nranks = N;
+    sh->rank = r;
+    sh->G = G;
+    sh->R = N / G;
+    sh->gr = r % G;
+    sh->per_use = o->strategy == SHARD_FULL || o->strategy == SHARD_HYBRID;
+    sh->rs_flow = o->strategy >= SHARD_GRAD_OP;
+    sh->sep_master = sh->per_use || o->param_bf16;
+    sh->nunits = nunits;
+    sh->u = calloc((size_t)nunits, sizeof(unit_t));
+    sh->jobs = calloc(2 * (size_t)nunits, sizeof(job_t));
+    sh->order = calloc(2 * (size_t)nunits, sizeof(int));
+    if (!sh->u || !sh->jobs || !sh->order) {
+        st = oom("the shard state", (size_t)nunits * sizeof(unit_t));
+        goto fail;
+    }
+    // the group: ranks r / G; the replicas: ranks r % G (split keeps world order)
+    if (G > 1)
+        GOTO_IF_ERR(weft_comm_split(world, r / G, r, &sh->gcomm), st, fail);
+    if (sh->R > 1)
+        GOTO_IF_ERR(weft_comm_split(world, r % G, r, &sh->rcomm), st, fail);
+    size_t off = 0;
+    for (int i = 0; i < nunits; i++) {
+        GOTO_IF_ERR(setup_unit(sh, i, &units[i], params + off), st, fail);
+        off += units[i].len;
+    }
+    *sh_p = sh;
+    return WEFT_OK;
+fail:
+    shard_destroy(sh);
+    return st;
+}
+
+void shard_destroy(shard_t *sh)
+{
+    if (!sh)
+        return;
+    // requests still in flight complete (or fail) before their buffers go
+    for (int i = 0; i < sh->jcount; i++) {
+        job_t *j = &sh->jobs[(sh->jhead + i) % (2 * sh->nunits)];
+        if (j->req)
+            weft_wait(j->req);
+        free(j->gfull);
+        free(j->g16);
+        if (sh->rs_flow)
+            free(j->buf);   // else it is gfull or g16
+    }
+    for (int i = 0; sh->u && i < sh->nunits; i++) {
+        unit_t *u = &sh->u[i];
+        if (u->gather)
+            weft_wait(u->gather);
+        free(u->full16);
+        free(u->master16);
+        if (sh->sep_master)
+            free(u->master);
+        free(u->full);
+        if (sh->rs_flow)
+            free(u->gshard);
+        free(u->gfull);
+        free(u->m);
+        free(u->v);
+    }
+    if (sh->gcomm)
+        weft_comm_destroy(sh->gcomm);
+    if (sh->rcomm)
+        weft_comm_destroy(sh->rcomm);
+    free(sh->u);
+    free(sh->jobs);
+    free(sh->order);
+    free(sh);
+}
+
+/* ---- the micro-batch and the hooks ---- */
+
+weft_status_t shard_micro_begin(shard_t *sh, int training, int sync)
+{
+    sh->training = training;
+    sh->sync = sync || sh->rs_flow;
+    int n = sh->nunits;
+    sh->norder = 0;
+    for (int i = 0; i < n; i++)
+        sh->order[sh->norder++] = i;
+    if (training)
+        for (int i = n - 2; i >= 1; i--)
+            sh->order[sh->norder++] = i;
+    sh->pos = 0;
+    return jobs_poll(sh, 0);
+}
+
+static weft_status_t prefetch_after(shard_t *sh, int unit)
+{
+    int i = sh->pos;
+    while (i < sh->norder && sh->order[i] != unit)
+        i++;
+    if (i == sh->norder)
+        return WEFT_OK;   // a unit that stays gathered (0 or n-1 in backward)
+    sh->pos = i + 1;
+    for (int k = 0; k < sh->o.prefetch && sh->pos + k < sh->norder; k++) {
+        unit_t *u = &sh->u[sh->order[sh->pos + k]];
+        if (!u->full || u->gather)
+            RETURN_IF_ERR(gather_start(sh, sh->order[sh->pos + k]));
+    }
+    return WEFT_OK;
+}
+
+weft_status_t shard_params(shard_t *sh, int i, int pass, float **params_p)
+{
+    if (i < 0 || i >= sh->nunits)
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: no unit %d", i);
+    unit_t *u = &sh->u[i];
+    RETURN_IF_ERR(jobs_poll(sh, 0));
+    if (sh->per_use && !u->full)
+        RETURN_IF_ERR(gather_start(sh, i));
+    RETURN_IF_ERR(gather_wait(sh, i));
+    u->held = 1;
+    if (sh->per_use)
+        RETURN_IF_ERR(prefetch_after(sh, i));
+    *params_p = u->full;
+    return WEFT_OK;
+}
+
+weft_status_t shard_params_done(shard_t *sh, int i, int pass)
+{
+    if (i < 0 || i >= sh->nunits)
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: no unit %d", i);
+    sh->u[i].held = 0;
+    release(sh, i);
+    return WEFT_OK;
+}
+
+weft_status_t shard_grads(shard_t *sh, int i, float **grads_p)
+{
+    if (i < 0 || i >= sh->nunits)
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: no unit %d", i);
+    unit_t *u = &sh->u[i];
+    if (!u->gfull && !(u->gfull = alloc_bytes(sh, u->pad * 4, 1)))
+        return oom("a gradient", u->pad * 4);
+    *grads_p = u->gfull;
+    return WEFT_OK;
+}
+
+weft_status_t shard_grads_done(shard_t *sh, int i)
+{
+    if (i < 0 || i >= sh->nunits || !sh->u[i].gfull)
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: unit %d has no gradient", i);
+    if (sh->sync)
+        RETURN_IF_ERR(job_push(sh, i));
+    return jobs_poll(sh, 0);
+}
+
+/* ---- the step ---- */
+
+weft_status_t shard_clip(shard_t *sh, float clip, float *norm_p)
+{
+    RETURN_IF_ERR(jobs_poll(sh, 1));
+    double ss = 0.0;
+    for (int i = 0; i < sh->nunits; i++) {
+        unit_t *u = &sh->u[i];
+        ss += sh->rs_flow ? kern_sumsq(u->gshard, u->sn) : kern_sumsq(u->gfull, u->len);
+    }
+    if (sh->rs_flow && sh->G > 1) {   // each group holds the gradient once, in shards
+        double t0 = time_s();
+        RETURN_IF_ERR(weft_allreduce(&ss, &ss, 1, WEFT_FLOAT64, WEFT_SUM, sh->gcomm));
+        sh->st.exposed_ms += (time_s() - t0) * 1e3;
+        sh->st.comm_bytes += ar_bytes(sh, sh->G, 1, 8);
+    }
+    float norm = (float)sqrt(ss);
+    if (clip > 0.0f) {
+        float coef = clip / (norm + 1e-6f);
+        for (int i = 0; coef < 1.0f && i < sh->nunits; i++)
+            kern_scale(sh->u[i].gshard, coef, sh->u[i].sn);   // what the update reads
+    }
+    *norm_p = norm;
+    return WEFT_OK;
+}
+
+static void adamw_unit(shard_t *sh, unit_t *u, float lr, float b1, float b2, float eps,
+                       float wd, int t)
+{
+    size_t lo = (size_t)sh->gr * u->sn, hi = lo + u->sn;
+    for (int s = 0; s < u->nsegs; s++) {
+        size_t a = u->segs[s].off, b = a + u->segs[s].len;
+        if (a < lo)
+            a = lo;
+        if (b > hi)
+            b = hi;
+        if (a >= b)
+            continue;
+        kern_adamw(u->master + (a - lo), u->m + (a - lo), u->v + (a - lo),
+                   u->gshard + (a - lo), b - a, lr, b1, b2, eps, u->segs[s].decays ? wd : 0.0f,
+                   t);
+    }
+}
+
+weft_status_t shard_adamw(shard_t *sh, float lr, float beta1, float beta2, float eps,
+                          float wd, int t)
+{
+    if (t < 1)
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: AdamW step %d < 1", t);
+    RETURN_IF_ERR(jobs_poll(sh, 1));
+    for (int i = 0; i < sh->nunits; i++) {
+        unit_t *u = &sh->u[i];
+        adamw_unit(sh, u, lr, beta1, beta2, eps, wd, t);
+        if (sh->rs_flow)
+            memset(u->gshard, 0, u->sn * 4);
+        else
+            memset(u->gfull, 0, u->pad * 4);
+    }
+    // what the next forward needs: every unit again (persistent), or the first ones
+    if (!sh->per_use) {
+        for (int i = 0; i < sh->nunits; i++) {
+            if (sh->G > 1 || sh->u[i].full != sh->u[i].master)
+                RETURN_IF_ERR(gather_start(sh, i));
+        }
+    } else {
+        for (int i = 0; i < sh->o.prefetch && i < sh->nunits; i++)
+            RETURN_IF_ERR(gather_start(sh, i));
+    }
+    return WEFT_OK;
+}
+
+weft_status_t shard_export(shard_t *sh, float *params)
+{
+    RETURN_IF_ERR(jobs_poll(sh, 1));
+    size_t off = 0;
+    for (int i = 0; i < sh->nunits; i++) {
+        unit_t *u = &sh->u[i];
+        RETURN_IF_ERR(gather_wait(sh, i));   // queued gathers first, in order
+        float *all = malloc(u->pad * 4);
+        if (!all)
+            return oom("an exported unit", u->pad * 4);
+        weft_status_t st = WEFT_OK;
+        if (sh->G > 1)
+            st = weft_allgather(u->master, all, u->sn, WEFT_FLOAT32, sh->gcomm);
+        else
+            memcpy(all, u->master, u->sn * 4);
+        if (st == WEFT_OK)
+            memcpy(params + off, all, u->len * 4);
+        free(all);
+        RETURN_IF_ERR(st);
+        release(sh, i);
+        off += u->len;
+    }
+    return WEFT_OK;
+}
+
+void shard_stats(const shard_t *sh, shard_stats_t *s)
+{
+    *s = sh->st;
+}
+
+void shard_stats_reset(shard_t *sh)
+{
+    sh->st.exposed_ms = 0.0;
+    sh->st.comm_bytes = 0.0;
+    sh->st.transient_peak = sh->transient;
+}

@@ -1,0 +1,116 @@
+/*
+ * shard.h - data-parallel training state over weft's collectives: FSDP / ZeRO units.
+ *
+ * A model is a list of *units* (flat fp32 buffers: one per transformer block, the
+ * embeddings, the final norm). shard/ owns every unit's parameters, gradients and AdamW
+ * moments on this rank, sliced as the strategy says, and the collectives that move them:
+ *
+ *   strategy  params between uses   gradients                    optimizer state
+ *   none      full on every rank    all-reduce (bucket = unit)   full (DDP)
+ *   zero1     full on every rank    all-reduce                   1/N; params all-gathered
+ *   grad_op   full, gathered once   reduce-scatter               1/N (ZeRO-2, SHARD_GRAD_OP)
+ *             per step
+ *   full      1/N; gathered before  reduce-scatter               1/N (ZeRO-3, FULL_SHARD)
+ *             forward and backward
+ *   hybrid    1/G inside a group    reduce-scatter in the group, 1/G (HSDP)
+ *             of G ranks (as full)  all-reduce of the shard across groups
+ *
+ * Each unit is padded to a multiple of 16*G floats so that every shard is G-th of it and
+ * 64-byte aligned; the padding is zero and never updated. Collectives are nonblocking and
+ * issued in the same order on every rank (the order of the hook calls, which is the
+ * model's), on communicators split from the world for shard/'s own use, so the trainer's
+ * blocking calls on the world never queue behind them.
+ *
+ * Use, per optimizer step: shard_micro_begin for each micro-batch (sync = 1 on the last,
+ * or always where the strategy reduces every micro-batch), the model's forward/backward
+ * calling shard_params / shard_params_done / shard_grads / shard_grads_done, then
+ * shard_clip (waits for the reductions, global norm) and shard_adamw (updates the shards
+ * and starts the gathers the next step needs).
+ *
+ * Errors: every call returns a status with weft_last_error() set; after an error the
+ * state is undefined except for shard_destroy.
+ */
+#ifndef WEFT_SHARD_H
+#define WEFT_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+typedef enum {
+    SHARD_NONE, SHARD_ZERO1, SHARD_GRAD_OP, SHARD_FULL, SHARD_HYBRID
+} shard_strategy_t;
+#define SHARD_NUM_STRATEGIES 5
+
+typedef struct {
+    shard_strategy_t strategy;
+    int group;              // hybrid: ranks per shard group; 0 = the ranks of one host
+    int prefetch;           // units gathered ahead of use (full, hybrid); 0 = none
+    int param_bf16;         // gathered parameters (and their all-gather) in bf16
+    int reduce_bf16;        // gradient reductions in bf16
+} shard_opts_t;
+
+/* A run of one tensor in a unit, and whether AdamW decays it. */
+typedef struct {
+    size_t off, len;
+    int decays;
+} shard_seg_t;
+
+#define SHARD_MAX_SEGS 16
+typedef struct {
+    size_t len;             // floats
+    int nsegs;
+    shard_seg_t segs[SHARD_MAX_SEGS];
+} shard_unit_desc_t;
+
+typedef struct shard shard_t;
+
+/* Counters since the last shard_stats_reset, on this rank. */
+typedef struct {
+    double exposed_ms;      // time the caller waited for communication
+    double comm_bytes;      // bytes this rank sent (ring algorithms' count, see shard.c)
+    size_t state_bytes;     // persistent parameters, gradients and moments (model states)
+    size_t transient_peak;  // the most bytes of gathered units and gradients in flight
+} shard_stats_t;
+
+const char *shard_strategy_name(shard_strategy_t s);
+/* "none" ... "hybrid" -> 0; else -1 */
+int shard_strategy_parse(const char *name, shard_strategy_t *s);
+
+/* Collective over world. params: the whole model, units concatenated in order (every
+ * rank passes the same values); shard/ copies what this rank keeps, so the caller may
+ * free them afterwards. */
+weft_status_t shard_create(shard_t **sh_p, weft_comm_t *world, const shard_opts_t *opts,
+                           int nunits, const shard_unit_desc_t *units, const float *params);
+void shard_destroy(shard_t *sh);
+/* The shard group size G (1 for none) and the number of replicas N/G. */
+int shard_group_size(const shard_t *sh);
+
+/* A micro-batch starts. training: a backward follows the forward (units 0 and the last
+ * stay gathered until backward releases them); sync: this micro-batch's gradients are
+ * reduced (the strategies that reduce-scatter always do). */
+weft_status_t shard_micro_begin(shard_t *sh, int training, int sync);
+/* Whether a micro-batch that is not the last may skip the gradient reduction. */
+int shard_can_skip_sync(const shard_t *sh);
+
+/* The hooks (model.h's contract): pass 0 forward, 1 backward. */
+weft_status_t shard_params(shard_t *sh, int unit, int pass, float **params_p);
+weft_status_t shard_params_done(shard_t *sh, int unit, int pass);
+weft_status_t shard_grads(shard_t *sh, int unit, float **grads_p);
+weft_status_t shard_grads_done(shard_t *sh, int unit);
+
+/* Waits for every gradient reduction of the step; the global L2 norm of the gradient
+ * (one all-reduce of local sums of squares); when clip > 0 and the norm exceeds it,
+ * scales the gradient by clip / (norm + 1e-6). */
+weft_status_t shard_clip(shard_t *sh, float clip, float *norm_p);
+/* AdamW (t >= 1) on this rank's shards, then starts the gathers the next forward needs. */
+weft_status_t shard_adamw(shard_t *sh, float lr, float beta1, float beta2, float eps,
+                          float wd, int t);
+/* Collective: the whole model's parameters, units concatenated, into params (every rank). */
+weft_status_t shard_export(shard_t *sh, float *params);
+
+void shard_stats(const shard_t *sh, shard_stats_t *s);
+void shard_stats_reset(shard_t *sh);
+
+#endif

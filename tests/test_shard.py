@@ -1,0 +1,261 @@
+#!/usr/bin/python3
+"""test_shard.py - data-parallel weft-train (shard/) against one process, and its failures.
+
+  /usr/bin/python3 tests/test_shard.py [BUILD]        (tests/run.sh runs it)
+
+What it checks, on a small GPT-2 (L=2 C=64 NH=4 T=32, bytes of a synthetic text, fp32,
+global batch 12 so that 1, 2, 3 and 4 ranks split it evenly):
+  - every strategy (none zero1 grad_op full) on 2, 3 and 4 ranks, and hybrid on 4 ranks
+    in groups of 2, gives the 1-rank loss trajectory within 1e-5 relative over 20 steps;
+  - a rerun is bit-identical (the saved checkpoints are equal byte for byte);
+  - --accum 2 at half the micro-batch gives the --accum 1 trajectory;
+  - full on 4 ranks keeps about 1/4 of the model states of none (its step line's state
+    bytes), plus a few units in flight;
+  - bf16 gathers and reductions (--param-dtype/--reduce-dtype bf16) track fp32;
+  - ranks whose configurations differ stop at start with one message naming the field;
+  - a rank killed mid-training makes every other rank exit non-zero within seconds,
+    naming the lost rank.
+Every run has a time bound (a hang is a failure). The last line is "N passed, N failed".
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
+TRAIN = os.path.join(ROOT, BUILD, "bin", "weft-train")
+WEFTRUN = os.path.join(ROOT, BUILD, "bin", "weftrun")
+GLOBAL_B = 12
+STEPS = 20
+RUN_LIMIT = 90          # seconds for any one run
+passed = failed = 0
+tmp = tempfile.mkdtemp(prefix="test_shard.")
+
+
+def check(ok, what):
+    global passed, failed
+    if ok:
+        passed += 1
+        print(f"ok - {what}")
+    else:
+        failed += 1
+        print(f"FAIL - {what}")
+    sys.stdout.flush()
+
+
+def make_text():
+    """~40 KB of text that a small model learns quickly (several sentences, shuffled)."""
+    words = ("in the beginning god created the heaven and the earth and the earth was "
+             "without form and void and darkness was upon the face of the deep").split()
+    out, x = [], 12345
+    for _ in range(8000):
+        x = (x * 1103515245 + 12345) % (1 << 31)
+        out.append(words[x % len(words)])
+    path = os.path.join(tmp, "text.txt")
+    with open(path, "w") as f:
+        f.write(" ".join(out) + "\n")
+    return path
+
+
+DATA = None
+
+
+def train_args(b, steps=STEPS, extra=()):
+    return [TRAIN, "--data", DATA, "--layers", "2", "--dim", "64", "--heads", "4",
+            "--ctx", "32", "--steps", str(steps), "--lr", "1e-3", "--wd", "0.1",
+            "--seed", "7", "-b", str(b)] + list(extra)
+
+
+def run(n, b, extra=(), steps=STEPS, tag=""):
+    """Runs weft-train on n ranks (n = 0: one process, no launcher); returns (rc, step
+    records from --json, combined output)."""
+    js = os.path.join(tmp, f"run{tag}.json")
+    if os.path.exists(js):
+        os.remove(js)
+    args = train_args(b, steps, list(extra) + ["--json", js])
+    if n > 0:
+        args = [WEFTRUN, "-n", str(n), "--timeout", str(RUN_LIMIT)] + args
+    try:
+        p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=RUN_LIMIT + 15, text=True)
+        out, rc = p.stdout, p.returncode
+    except subprocess.TimeoutExpired as e:
+        return 124, [], (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else ""
+    recs = []
+    if os.path.exists(js):
+        with open(js) as f:
+            recs = [json.loads(l) for l in f if l.strip()]
+    return rc, [r for r in recs if "loss" in r], out
+
+
+def worst_rel(a, b):
+    if len(a) != len(b) or not a:
+        return float("inf")
+    return max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(a, b))
+
+
+def test_equivalence(ref):
+    cases = [(s, n) for s in ("none", "zero1", "grad_op", "full") for n in (2, 3, 4)]
+    cases.append(("hybrid", 4))
+    for s, n in cases:
+        extra = ["--shard", s] + (["--shard-group", "2"] if s == "hybrid" else [])
+        rc, recs, out = run(n, GLOBAL_B // n, extra, tag=f"{s}{n}")
+        e = worst_rel(recs, ref)
+        check(rc == 0 and len(recs) == STEPS and e <= 1e-5,
+              f"{s} on {n} ranks: {len(recs)} steps, worst loss rel diff {e:.2e} vs 1 rank "
+              f"(bar 1e-5){'' if rc == 0 else ' rc %d: %s' % (rc, out[-400:])}")
+
+
+def test_rerun_bit_identical():
+    sums = []
+    for k in range(2):
+        ck = os.path.join(tmp, f"rerun{k}.bin")
+        rc, recs, out = run(3, 4, ["--shard", "full", "--save-model", ck], steps=6,
+                            tag=f"rr{k}")
+        sums.append(open(ck, "rb").read() if rc == 0 and os.path.exists(ck) else b"")
+    check(sums[0] and sums[0] == sums[1],
+          "full on 3 ranks, run twice: saved checkpoints identical byte for byte")
+
+
+def test_accum(ref):
+    rc, recs, out = run(2, GLOBAL_B // 4, ["--shard", "full", "--accum", "2"], tag="acc")
+    e = worst_rel(recs, ref)
+    check(rc == 0 and e <= 1e-5, f"full on 2 ranks, --accum 2 at -b 3 matches --accum 1 at "
+          f"-b 6 (worst rel diff {e:.2e})")
+    rc, recs, out = run(2, GLOBAL_B // 4, ["--shard", "none", "--accum", "2"], tag="acc2")
+    e = worst_rel(recs, ref)
+    check(rc == 0 and e <= 1e-5, f"none on 2 ranks (no sync on the first micro-batch), "
+          f"--accum 2 matches (worst rel diff {e:.2e})")
+
+
+def test_memory():
+    got = {}
+    for s in ("none", "full"):
+        rc, recs, out = run(4, 3, ["--shard", s], steps=3, tag=f"mem{s}")
+        got[s] = recs[-1] if rc == 0 and recs else None
+    if not got["none"] or not got["full"]:
+        check(False, "memory runs completed")
+        return
+    whole, part = got["none"]["model_state_bytes"], got["full"]["model_state_bytes"]
+    inflight = got["full"]["inflight_peak_bytes"]
+    block = (12 * 64 * 64 + 13 * 64) * 4   # one transformer block's unit, bytes
+    ratio = part / whole
+    check(0.22 <= ratio <= 0.28 and inflight <= 6 * block,
+          f"full on 4 ranks keeps {ratio:.3f} of none's model states per rank (bar 1/4 "
+          f"+- 0.03), {inflight / block:.1f} block units in flight at most (bar 6)")
+
+
+def test_bf16(ref):
+    rc, recs, out = run(2, 6, ["--shard", "full", "--param-dtype", "bf16", "--reduce-dtype",
+                               "bf16"], tag="bf16")
+    e = worst_rel(recs, ref)
+    check(rc == 0 and 0 < e <= 2e-2 and recs[-1]["loss"] < recs[0]["loss"] - 0.5,
+          f"bf16 gathers and reductions track fp32 (worst rel diff {e:.2e}, bar 2e-2, "
+          f"and not identical)")
+
+
+def test_mismatch():
+    js = os.path.join(tmp, "mm.json")
+    wrapper = ("if [ \"$WEFT_RANK\" = 2 ]; then b=3; else b=4; fi; exec \"$@\" -b $b")
+    args = [WEFTRUN, "-n", "3", "--timeout", "60", "sh", "-c", wrapper, "sh"] + \
+        train_args(4, 2)[:-2] + ["--shard", "full", "--json", js]
+    t0 = time.time()
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=75)
+    dt = time.time() - t0
+    msg = "ranks disagree on --batch: rank 0 has 4, rank 2 has 3"
+    check(p.returncode not in (0, 124) and msg in p.stdout and "step 1 " not in p.stdout
+          and dt < 30, f"differing -b on rank 2 stops the job at start in {dt:.1f}s with "
+          f"\"{msg}\"")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_killed_rank():
+    """Ranks started by hand (no launcher to stop the others): kill -9 rank 1 while
+    training; ranks 0 and 2 must exit non-zero on their own, naming rank 1."""
+    n, port = 3, free_port()
+    procs = []
+    for r in range(n):
+        env = dict(os.environ, WEFT_RANK=str(r), WEFT_WORLD_SIZE=str(n),
+                   WEFT_LOCAL_RANK=str(r), WEFT_LOCAL_SIZE=str(n),
+                   WEFT_ADDR=f"127.0.0.1:{port}", WEFT_SECRET="test-shard-secret",
+                   WEFT_TIMEOUT="60")
+        out = open(os.path.join(tmp, f"kill{r}.out"), "w+")
+        procs.append((subprocess.Popen(train_args(4, 100000, ["--shard", "full",
+                                                              "--log-all"]),
+                                       stdout=out, stderr=subprocess.STDOUT, env=env), out))
+    # wait until rank 1 has trained a few steps
+    deadline = time.time() + 60
+    started = False
+    while time.time() < deadline and not started:
+        time.sleep(0.2)
+        procs[1][1].flush()
+        with open(procs[1][1].name) as f:
+            started = f.read().count("step ") >= 3
+    procs[1][0].send_signal(signal.SIGKILL)
+    procs[1][0].wait()   # reaped, as a launcher would: a zombie still answers kill(pid, 0)
+    t0 = time.time()
+    results = []
+    for r in (0, 2):
+        p, out = procs[r]
+        try:
+            rc = p.wait(timeout=max(1.0, 30 - (time.time() - t0)))
+        except subprocess.TimeoutExpired:
+            rc = None
+        dt = time.time() - t0
+        with open(out.name) as f:
+            text = f.read()
+        results.append((r, rc, dt, text))
+    for p, out in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        out.close()
+    for r, rc, dt, text in results:
+        last = [l for l in text.splitlines() if "weft-train" in l and "rank" in l]
+        named = any("rank 1" in l for l in last)
+        check(started and rc not in (None, 0) and dt < 15 and named,
+              f"rank 1 killed: rank {r} exits {rc} after {dt:.1f}s naming rank 1 "
+              f"({last[-1][:160] if last else 'no message'})")
+
+
+def main():
+    global DATA
+    if not os.path.exists(TRAIN) or not os.path.exists(WEFTRUN):
+        print(f"test_shard: {TRAIN} or {WEFTRUN} missing (make all)")
+        return 2
+    DATA = make_text()
+    rc, ref, out = run(0, GLOBAL_B, tag="ref")
+    check(rc == 0 and len(ref) == STEPS and ref[-1]["loss"] < ref[0]["loss"] - 0.5,
+          f"1 process, -b {GLOBAL_B}: {len(ref)} steps, loss "
+          f"{ref[0]['loss'] if ref else 0:.4f} -> {ref[-1]['loss'] if ref else 0:.4f}")
+    if not ref:
+        print(out[-2000:])
+        return 1
+    test_equivalence(ref)
+    test_rerun_bit_identical()
+    rc, ref6, out = run(2, 6, ["--shard", "full"], tag="ref6")
+    test_accum(ref6)
+    test_memory()
+    test_bf16(ref)
+    test_mismatch()
+    test_killed_rank()
+    subprocess.run(["rm", "-rf", tmp])
+    print(f"test_shard.py: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
