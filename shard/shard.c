@@ -98,11 +98,6 @@ int shard_group_size(const shard_t *sh)
     return sh->G;
 }
 
-int shard_can_skip_sync(const shard_t *sh)
-{
-    return !sh->rs_flow;
-}
-
 /* ---- memory: persistent buffers count as model states, transient ones as in flight ---- */
 
 static void *alloc_bytes(shard_t *sh, size_t bytes, int transient)

@@ -91,8 +91,6 @@ int shard_group_size(const shard_t *sh);
  * stay gathered until backward releases them); sync: this micro-batch's gradients are
  * reduced (the strategies that reduce-scatter always do). */
 weft_status_t shard_micro_begin(shard_t *sh, int training, int sync);
-/* Whether a micro-batch that is not the last may skip the gradient reduction. */
-int shard_can_skip_sync(const shard_t *sh);
 
 /* The hooks (model.h's contract): pass 0 forward, 1 backward. */
 weft_status_t shard_params(shard_t *sh, int unit, int pass, float **params_p);
