@@ -50,7 +50,7 @@ MPI_BIN  := $(if $(MPICC),$(BUILD)/bin/mpi_coll_perf) $(if $(MPICHCC),$(BUILD)/b
 
 all: lib tools $(PERF_BIN) $(MPI_BIN) $(TRAIN_BIN)
 
-lib: $(BUILD)/lib/libweft.so $(BUILD)/lib/libweft.a
+lib: $(BUILD)/lib/libweft.so $(BUILD)/lib/libweft.so.0 $(BUILD)/lib/libweft.a
 tools: $(TOOLS)
 tests: $(TEST_BIN)
 
@@ -62,9 +62,19 @@ $(BUILD)/lib/libweft.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/lib/libweft.so: $(LIB_OBJ)
+# The library's objects hide every symbol that include/weft.h does not declare, and the
+# version script keeps anything else local: libweft.so exports the weft_* API only
+# (tests/test_symbols.sh). The file is libweft.so.0, its soname; libweft.so links to it,
+# so a program linked with -Lbuild/lib -lweft finds libweft.so.0 beside it at run time.
+$(LIB_OBJ): CFLAGS += -fvisibility=hidden
+
+$(BUILD)/lib/libweft.so.0: $(LIB_OBJ) weft.map
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libweft.so.0 -o $@ $^ $(LDLIBS)
+	$(CC) -shared -Wl,-soname,libweft.so.0 -Wl,--version-script,weft.map -o $@ \
+	    $(LIB_OBJ) $(LDLIBS)
+
+$(BUILD)/lib/libweft.so: $(BUILD)/lib/libweft.so.0
+	ln -sf libweft.so.0 $@
 
 LIBA = $(BUILD)/lib/libweft.a
 
@@ -157,7 +167,7 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
 	    $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(BUILD)/lib/libweft.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/lib/libweft.so $(DESTDIR)$(PREFIX)/lib/libweft.so.0
+	install -m 755 $(BUILD)/lib/libweft.so.0 $(DESTDIR)$(PREFIX)/lib/libweft.so.0
 	ln -sf libweft.so.0 $(DESTDIR)$(PREFIX)/lib/libweft.so
 	install -m 644 include/weft.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(TOOLS) $(PERF_BIN) $(MPI_BIN) $(TRAIN_BIN) $(DESTDIR)$(PREFIX)/bin/

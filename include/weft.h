@@ -24,6 +24,13 @@
 extern "C" {
 #endif
 
+/* libweft is built with hidden visibility (and a version script, weft.map): what this
+ * header declares is all it exports, so its internals never collide with an
+ * application's symbols (a PyTorch process, say). */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #define WEFT_VERSION_MAJOR 0
 #define WEFT_VERSION_MINOR 1
 #define WEFT_VERSION_PATCH 0
@@ -160,6 +167,10 @@ weft_status_t weft_test(weft_request_t *req, int *done_p);
 /* Completes and frees req, driving the remaining work on the calling thread (the
  * progress thread stands aside meanwhile); returns the operation's status. */
 weft_status_t weft_wait(weft_request_t *req);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

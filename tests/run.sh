@@ -100,6 +100,12 @@ if [ -f tests/test_launchers.sh ]; then
         missing "test_launchers.sh" "$B/bin/all_reduce_perf"
     fi
 fi
+# libweft.so exports weft.h's API only, and a program linked against build/lib runs.
+if [ -e "$B/lib/libweft.so" ] && [ -x "$WEFTRUN" ]; then
+    run "test_symbols.sh" bash tests/test_symbols.sh "$B"
+else
+    missing "test_symbols.sh" "$B/lib/libweft.so"
+fi
 
 # 3. The multi-process matrix: every collective on 1..5 ranks, shm and tcp.
 if [ ! -x "$WEFTRUN" ]; then

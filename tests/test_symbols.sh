@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# test_symbols.sh - libweft.so exports exactly the API of include/weft.h, and a program
+# linked against the build tree (-Lbuild/lib -lweft) starts and runs a collective.
+#
+#   bash tests/test_symbols.sh [BUILD]        (tests/run.sh runs it)
+#
+# Checks: every defined dynamic symbol of libweft.so is a weft_* function that weft.h
+# declares (no internals such as weft_error, log_init, connect_all that would collide
+# inside an application); every function weft.h declares is exported; the soname is
+# libweft.so.0 and build/lib/libweft.so.0 exists; a C program built with
+# `cc -Iinclude -Lbuild/lib -lweft` and run with LD_LIBRARY_PATH=build/lib all-reduces on
+# 2 ranks. Ends "test_symbols.sh: N passed, N failed".
+set -u
+cd "$(dirname "$0")/.." || exit 2
+B=${1:-build}
+LIB=$B/lib/libweft.so
+PASS=0
+FAIL=0
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_symbols.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+check() {   # check OK-STATUS MESSAGE
+    if [ "$1" = 0 ]; then PASS=$((PASS + 1)); echo "ok - $2"
+    else FAIL=$((FAIL + 1)); echo "FAIL - $2"; fi
+}
+
+[ -e "$LIB" ] || { echo "test_symbols.sh: $LIB missing (make lib)"; exit 2; }
+
+# what weft.h declares: every identifier weft_xxx followed by "(" at a declaration
+grep -oE '\bweft_[a-z0-9_]+\(' include/weft.h | tr -d '(' | sort -u >"$TMP/api"
+nm -D --defined-only "$LIB" | awk '$2 ~ /^[TtWwDdBbRr]$/ { print $3 }' | sed 's/@.*//' |
+    sort -u >"$TMP/exported"
+
+extra=$(comm -13 "$TMP/api" "$TMP/exported" | tr '\n' ' ')
+check "$([ -z "$extra" ] && echo 0 || echo 1)" \
+    "libweft.so exports nothing but weft.h's API ($(wc -l <"$TMP/exported") symbols)${extra:+; also: $extra}"
+missing=$(comm -23 "$TMP/api" "$TMP/exported" | tr '\n' ' ')
+check "$([ -z "$missing" ] && echo 0 || echo 1)" \
+    "every function weft.h declares is exported ($(wc -l <"$TMP/api"))${missing:+; missing: $missing}"
+for internal in weft_error weft_error_quiet log_init connect_all random_bytes engine_wait; do
+    if grep -qx "$internal" "$TMP/exported"; then
+        check 1 "internal $internal is exported"
+    fi
+done
+
+soname=$(readelf -d "$LIB" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+check "$([ "$soname" = libweft.so.0 ] && [ -f "$B/lib/libweft.so.0" ] && echo 0 || echo 1)" \
+    "soname $soname, and $B/lib/libweft.so.0 exists"
+
+# a program built against the build tree, as a user builds one
+cat >"$TMP/prog.c" <<'EOF'
+#include <stdio.h>
+#include <weft.h>
+int main(void)
+{
+    weft_comm_t *c;
+    if (weft_comm_init(&c) != WEFT_OK) {
+        fprintf(stderr, "init: %s\n", weft_last_error());
+        return 1;
+    }
+    float x = (float)(weft_comm_rank(c) + 1);
+    weft_status_t st = weft_allreduce(&x, &x, 1, WEFT_FLOAT32, WEFT_SUM, c);
+    int n = weft_comm_size(c);
+    weft_comm_destroy(c);
+    if (st != WEFT_OK || x != (float)(n * (n + 1) / 2)) {
+        fprintf(stderr, "allreduce: %s, %g\n", weft_status_str(st), x);
+        return 1;
+    }
+    printf("sum %g\n", x);
+    return 0;
+}
+EOF
+if cc -Iinclude -o "$TMP/prog" "$TMP/prog.c" -L"$B/lib" -lweft 2>"$TMP/cc.err"; then
+    out=$(LD_LIBRARY_PATH=$B/lib timeout 60 "$B/bin/weftrun" -n 2 "$TMP/prog" 2>&1)
+    rc=$?
+    needed=$(readelf -d "$TMP/prog" | sed -n 's/.*(NEEDED).*\[\(libweft[^]]*\)\].*/\1/p')
+    check "$([ $rc = 0 ] && [ "$needed" = libweft.so.0 ] && echo 0 || echo 1)" \
+        "a program linked with -L$B/lib -lweft needs $needed and runs on 2 ranks (exit $rc: $(echo "$out" | tr '\n' ' ' | cut -c1-120))"
+else
+    check 1 "a program links with -L$B/lib -lweft: $(head -c 300 "$TMP/cc.err")"
+fi
+
+echo "test_symbols.sh: $PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]
