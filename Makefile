@@ -1,7 +1,7 @@
 # weft - build, test, run.  `make run` and `make test` are the two quick-start commands.
 #
-# Layout: every .c under common/ kernels/ topo/ comm/ goes into libweft, except files
-# ending in _cli.c (programs). Programs: tools/weftrun.c, topo/weft_topo_cli.c,
+# Layout: every .c under common/ kernels/ topo/ comm/ and comm/<transport>/ goes into
+# libweft, except files ending in _cli.c (programs). Programs: tools/weftrun.c, topo/weft_topo_cli.c,
 # bench/*_perf.c (with bench/perf_common.c; overlap_perf with OpenBLAS instead),
 # bench/mpi_coll_perf.c (when mpicc exists).
 # Tests: every tests/test_*.c becomes build/tests/test_*; tests/run.sh runs the suite.
@@ -24,7 +24,7 @@ endif
 CFLAGS  += $(CFLAGS_BASE) $(INCS) $(HWLOC_CFLAGS)
 LDLIBS  += $(HWLOC_LIBS) -lrt -lm -pthread $(LDSAN)
 
-LIB_SRC  := $(filter-out %_cli.c,$(wildcard common/*.c kernels/*.c topo/*.c comm/*.c))
+LIB_SRC  := $(filter-out %_cli.c,$(wildcard common/*.c kernels/*.c topo/*.c comm/*.c comm/*/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 PERF_SRC := $(filter-out bench/mpi_coll_perf.c,$(wildcard bench/*_perf.c))
 PERF_BIN := $(PERF_SRC:bench/%.c=$(BUILD)/bin/%)

@@ -81,13 +81,15 @@ struct weft_comm {
     sock_watch_t setup_watch; /* while connecting: asks the bootstrap whether a rank was
                                  lost, so setup waits end then (fn NULL: no watch) */
     tp_ep_t **eps;           /* [nranks], NULL for self */
-    const tp_ops_t *transports[4];
+    const tp_ops_t *transports[TP_MAX];  /* enabled, by preference */
     int ntransports;
+    const tp_ops_t *progress_tps[TP_MAX]; /* used, with a progress op */
+    int nprogress;
+    size_t chunk_default;    /* the largest chunk of the transports the endpoints use */
     char transport_desc[16];
 
-    /* transport-private local state (created by local_setup) */
-    void *shm_local;
-    void *tcp_local;
+    /* transport-private contexts (local_setup creates them), by registry slot */
+    void *tp_ctx[TP_MAX];
 
     uint32_t seq;            /* next collective sequence number */
     uint32_t nsplits;        /* splits made from this comm, to derive child ids */

@@ -1,10 +1,11 @@
 /*
  * connect.c - turns an address exchange into one endpoint per peer.
  *
- * Steps: every enabled transport prepares locally (listener, inbound segment) and fills
- * this rank's peer_info; the infos are all-gathered; each peer gets the first transport
- * (in preference order) that can reach it; a second exchange acts as a barrier; then
- * transports drop what no longer needs a name (shm unlinks its segments).
+ * Steps: every enabled transport of the registry (WEFT_TRANSPORT: all, or the one named)
+ * prepares locally (listener, inbound segment) and writes its address blob into this
+ * rank's peer_info; the infos are all-gathered; each peer gets the most preferred
+ * transport that can reach it; a second exchange acts as a barrier; then transports drop
+ * what no longer needs a name (shm unlinks its segments). No transport is named here.
  * The exchange is a parameter: the bootstrap store at init, the parent communicator at
  * split. Exactly CONNECT_EXCHANGES exchanges happen on every path, success or failure,
  * so ranks that take part only as helpers (split with WEFT_UNDEFINED) stay in step.
@@ -43,6 +44,20 @@ uint64_t host_id_compute(char *hostname, size_t cap)
     return hash_bytes(h, boot, strlen(boot));
 }
 
+/* The enabled transports, most preferred first. */
+static void enable_transports(weft_comm_t *comm)
+{
+    comm->ntransports = 0;
+    for (int i = 0; tp_registry[i]; i++) {
+        if (!transport_allowed(comm, tp_registry[i]))
+            continue;
+        int j = comm->ntransports++;
+        for (; j > 0 && comm->transports[j - 1]->preference < tp_registry[i]->preference; j--)
+            comm->transports[j] = comm->transports[j - 1];
+        comm->transports[j] = tp_registry[i];
+    }
+}
+
 static weft_status_t local_setup(weft_comm_t *comm, peer_info_t *self)
 {
     memset(self, 0, sizeof(*self));
@@ -50,8 +65,10 @@ static weft_status_t local_setup(weft_comm_t *comm, peer_info_t *self)
     self->pid = (uint32_t)getpid();
     self->host_id = host_id_compute(self->hostname, sizeof(self->hostname));
     shm_remove_stale_segments();
-    for (int i = 0; i < comm->ntransports; i++)
-        RETURN_IF_ERR(comm->transports[i]->local_setup(comm, self));
+    for (int i = 0; i < comm->ntransports; i++) {
+        const tp_ops_t *t = comm->transports[i];
+        RETURN_IF_ERR(t->local_setup(comm, &self->addr[tp_slot(t)]));
+    }
     return WEFT_OK;
 }
 
@@ -85,8 +102,29 @@ static weft_status_t connect_peer(weft_comm_t *comm, int p, unsigned *used)
     RETURN_IF_ERR(t->connect(comm, p, &comm->eps[p]));
     comm->eps[p]->ops = t;
     comm->eps[p]->peer = p;
-    *used |= t == &tp_shm_ops ? 1u : 2u;
+    *used |= 1u << tp_slot(t);
     return WEFT_OK;
+}
+
+/* What the endpoints use: the name (one transport, "mixed", or "self" with no peer),
+ * the tuner's default chunk, and the transports with a progress op of their own. */
+static void note_used(weft_comm_t *comm, unsigned used)
+{
+    int n = 0;
+    comm->chunk_default = 0;
+    comm->nprogress = 0;
+    snprintf(comm->transport_desc, sizeof(comm->transport_desc), "self");
+    for (int i = 0; tp_registry[i]; i++) {
+        const tp_ops_t *t = tp_registry[i];
+        if (!(used & (1u << i)))
+            continue;
+        snprintf(comm->transport_desc, sizeof(comm->transport_desc), "%s",
+                 n++ ? "mixed" : t->name);
+        if (t->chunk > comm->chunk_default)
+            comm->chunk_default = t->chunk;
+        if (t->progress)
+            comm->progress_tps[comm->nprogress++] = t;
+    }
 }
 
 static weft_status_t connect_peers(weft_comm_t *comm)
@@ -96,8 +134,7 @@ static weft_status_t connect_peers(weft_comm_t *comm)
         RETURN_IF_ERR(connect_peer(comm, p, &used));
     for (int p = 0; p < comm->rank; p++)
         RETURN_IF_ERR(connect_peer(comm, p, &used));
-    snprintf(comm->transport_desc, sizeof(comm->transport_desc), "%s",
-             used == 1 ? "shm" : used == 2 ? "tcp" : used == 3 ? "mixed" : "self");
+    note_used(comm, used);
     return WEFT_OK;
 }
 
@@ -114,11 +151,7 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
                           weft_status_t (*watch)(void *ctx), void *ctx)
 {
     peer_info_t self;
-    comm->ntransports = 0;
-    if (transport_allowed(comm, &tp_shm_ops))
-        comm->transports[comm->ntransports++] = &tp_shm_ops;
-    if (transport_allowed(comm, &tp_tcp_ops))
-        comm->transports[comm->ntransports++] = &tp_tcp_ops;
+    enable_transports(comm);
     weft_status_t st = local_setup(comm, &self);
     RETURN_IF_ERR(exchange(ctx, &self, comm->peers, sizeof(self)));
     compute_local(comm);

@@ -395,6 +395,8 @@ weft_status_t engine_progress(weft_comm_t *comm, comm_op_t *op, int *moved_p)
 {
     const sched_t *s = op->sched;
     int moved = 0;
+    for (int i = 0; i < comm->nprogress; i++)   /* contexts with work of their own */
+        RETURN_IF_ERR(comm->progress_tps[i]->progress(comm));
     for (int p = 0; p < comm->nranks; p++) {
         weft_status_t rc = WEFT_OK;
         if (comm->cursor[2 * p] >= 0)

@@ -1,11 +1,18 @@
 /*
- * transport.h - the ops table every transport fills (shm, tcp; later ucx, verbs).
+ * transport.h - the ops table every transport fills (shm, tcp; later ucx, verbs), and
+ * the registry that lists them.
+ *
+ * A transport lives in a folder of its own (comm/shm/, comm/tcp/) and is known to the
+ * rest of comm/ only through its tp_ops_t in tp_registry (transport.c), in no particular
+ * order: each says how much it prefers itself and whether it reaches a peer. The engine,
+ * the tuner and the connection code never name one.
  *
  * A transport moves whole frames (frame_hdr_t + payload) between two ranks over an
  * endpoint. The engine is its only caller. Setup happens in three phases driven by
  * comm/connect.c:
- *   local_setup  before the address exchange: create listeners/segments and fill this
- *                rank's part of the peer info
+ *   local_setup  before the address exchange: create this rank's context (listeners,
+ *                segments) and write its address blob, an opaque tp_addr_t that every
+ *                rank receives in the exchange (peer_info_t.addr[the transport's slot])
  *   connect      after the exchange: one endpoint per peer this transport serves
  *   post_connect after every rank connected (a barrier): drop names others no longer
  *                need (shm unlinks its segment here, so a crash leaves nothing behind)
@@ -28,7 +35,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <netinet/in.h>
 
 #include "weft.h"
 #include "frame.h"
@@ -42,6 +48,16 @@ typedef struct tp_ep {
     int peer;                   /* rank in the communicator */
 } tp_ep_t;
 
+#define TP_MAX 4               /* transports in the registry, at most */
+#define TP_ADDR_BYTES 120      /* one transport's address blob, at most */
+
+/* A transport's address as its peers need it, opaque to everyone else. len 0: this
+ * rank has none (the transport is disabled or not set up here). */
+typedef struct tp_addr {
+    uint16_t len;
+    uint8_t blob[TP_ADDR_BYTES];
+} tp_addr_t;
+
 /* What every rank publishes about itself in the bootstrap exchange. Fixed size, so
  * it travels as a flat blob. */
 typedef struct peer_info {
@@ -49,23 +65,29 @@ typedef struct peer_info {
     uint32_t pid;
     uint64_t host_id;           /* hash of hostname and boot id: same value = same host */
     char hostname[64];
-    char shm_name[64];          /* this rank's inbound shm segment */
-    struct sockaddr_in tcp_addr;/* this rank's data listener */
-    uint64_t cma_probe_addr;    /* where this rank keeps cma_probe_val, so peers can */
-    uint64_t cma_probe_val;     /* check that they may read its memory (shm's rget) */
     uint32_t local_rank;        /* filled by the communicator after the exchange */
     uint32_t pad;
+    tp_addr_t addr[TP_MAX];     /* by registry slot (tp_slot) */
 } peer_info_t;
 
 typedef struct tp_ops {
     const char *name;
+    int preference;             /* higher first, among those that reach a peer */
+    size_t chunk;               /* frame payload the tuner uses by default (bytes) */
 
     /* -- setup -- */
+    /* whether this rank reaches peer with it; self and peer carry the addresses */
     int (*can_connect)(const weft_comm_t *comm, const peer_info_t *self, const peer_info_t *peer);
-    weft_status_t (*local_setup)(weft_comm_t *comm, peer_info_t *self);
+    /* creates the context (tp_ctx) and writes this rank's address */
+    weft_status_t (*local_setup)(weft_comm_t *comm, tp_addr_t *addr);
     weft_status_t (*connect)(weft_comm_t *comm, int peer, tp_ep_t **ep_p);
     weft_status_t (*post_connect)(weft_comm_t *comm);
     void (*local_cleanup)(weft_comm_t *comm);   /* undoes local_setup */
+
+    /* -- progress: once per engine pass, for transports whose context has work of its
+     *    own (a UCX worker, a completion queue); NULL where every endpoint call makes its
+     *    own progress (shm, tcp) -- */
+    weft_status_t (*progress)(weft_comm_t *comm);
 
     /* -- data -- */
     weft_status_t (*send)(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload);
@@ -98,9 +120,15 @@ typedef struct tp_ops {
     void (*close)(tp_ep_t *ep);
 } tp_ops_t;
 
-/* The transports, in preference order. */
-extern const tp_ops_t tp_shm_ops;
-extern const tp_ops_t tp_tcp_ops;
+/* The registry (transport.c): every transport built in, NULL-terminated. */
+extern const tp_ops_t *const tp_registry[];
+/* t's slot in the registry: its index in peer_info_t.addr and weft_comm's tp_ctx. */
+int tp_slot(const tp_ops_t *t);
+/* a peer's address for t (len 0 when it published none) */
+const tp_addr_t *tp_peer_addr(const weft_comm_t *comm, const tp_ops_t *t, int peer);
+/* t's context on this communicator (what its local_setup stored), and storing it */
+void *tp_ctx(const weft_comm_t *comm, const tp_ops_t *t);
+void tp_set_ctx(weft_comm_t *comm, const tp_ops_t *t, void *ctx);
 
 /* Unlinks the weft shm segments in /dev/shm whose creating process is gone. */
 void shm_remove_stale_segments(void);

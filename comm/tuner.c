@@ -92,7 +92,7 @@ static size_t pick_chunk(const weft_comm_t *comm, const sched_args_t *a)
 {
     size_t chunk = comm->cfg.chunk;
     if (chunk == 0)
-        chunk = strcmp(comm->transport_desc, "shm") == 0 ? 128 * 1024 : 512 * 1024;
+        chunk = comm->chunk_default ? comm->chunk_default : 512 * 1024;   /* transports' */
     chunk = WEFT_MIN(chunk, comm->cfg.buffsize / 4);
     size_t esz = weft_dtype_size(a->dtype);
     chunk = chunk / 64 * 64;

@@ -90,6 +90,8 @@ typedef struct shm_ring_ctl {
 #define CTL_BYTES     256           /* ring data starts this far into its slot */
 _Static_assert(sizeof(shm_ring_ctl_t) <= CTL_BYTES, "ring control fits before the data");
 
+extern const tp_ops_t tp_shm_ops;
+
 typedef struct shm_local {
     char name[64];
     char *base;
@@ -99,6 +101,25 @@ typedef struct shm_local {
 } shm_local_t;
 
 #define SHM_RMAPS 8                 /* peer regions kept mapped per endpoint */
+
+/* shm's address blob in the exchange: the inbound segment and the single-copy probe */
+typedef struct shm_addr {
+    char name[64];                  /* this rank's inbound segment */
+    uint64_t cma_probe_addr;        /* where this rank keeps cma_probe_val, so peers */
+    uint64_t cma_probe_val;         /* can check that they may read its memory (rget) */
+} shm_addr_t;
+_Static_assert(sizeof(shm_addr_t) <= TP_ADDR_BYTES, "shm address fits the blob");
+
+/* A rank's shm address, 0 when it published none. */
+static int shm_addr_of(const peer_info_t *pi, shm_addr_t *a)
+{
+    const tp_addr_t *t = &pi->addr[tp_slot(&tp_shm_ops)];
+    if (t->len != sizeof(*a))
+        return 0;
+    memcpy(a, t->blob, sizeof(*a));   /* the blob is unaligned */
+    a->name[sizeof(a->name) - 1] = '\0';
+    return a->name[0] != '\0';
+}
 
 typedef struct shm_ep {
     tp_ep_t base;
@@ -123,7 +144,8 @@ typedef struct shm_ep {
 static int shm_can_connect(const weft_comm_t *comm, const peer_info_t *self,
                            const peer_info_t *peer)
 {
-    return self->host_id == peer->host_id && peer->shm_name[0] != '\0';
+    shm_addr_t a;
+    return self->host_id == peer->host_id && shm_addr_of(peer, &a);
 }
 
 /* Segments are named /weft-<comm id>-<rank>-p<pid> and unlinked once every peer has
@@ -159,7 +181,7 @@ static size_t slot_bytes(size_t ring)
     return align_up(CTL_BYTES + ring, 4096);
 }
 
-static weft_status_t shm_local_setup(weft_comm_t *comm, peer_info_t *self)
+static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
 {
     shm_local_t *l = calloc(1, sizeof(*l));
     if (l == NULL)
@@ -201,12 +223,14 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, peer_info_t *self)
         ((shm_ring_ctl_t *)(l->base + SEG_HDR_BYTES + (size_t)r * slot_bytes(ring)))->key =
             key + (uint64_t)r * 0x9e3779b97f4a7c15ull;
     __atomic_store_n(&h->magic, SHM_MAGIC, __ATOMIC_RELEASE);
-    snprintf(self->shm_name, sizeof(self->shm_name), "%s", l->name);
     if (random_bytes(&l->cma_probe, sizeof(l->cma_probe)) != 0)
         l->cma_probe = time_ns() ^ SHM_MAGIC;
-    self->cma_probe_addr = (uint64_t)(uintptr_t)&l->cma_probe;
-    self->cma_probe_val = l->cma_probe;
-    comm->shm_local = l;
+    shm_addr_t a = { .cma_probe_addr = (uint64_t)(uintptr_t)&l->cma_probe,
+                     .cma_probe_val = l->cma_probe };
+    snprintf(a.name, sizeof(a.name), "%s", l->name);
+    memcpy(addr->blob, &a, sizeof(a));
+    addr->len = sizeof(a);
+    tp_set_ctx(comm, &tp_shm_ops, l);
     return WEFT_OK;
 }
 
@@ -247,15 +271,15 @@ static weft_status_t cma_read(pid_t pid, void *dst, uint64_t raddr, size_t len)
 }
 
 /* Single copy works when we can read the peer's probe word and it holds what it said. */
-static int cma_probe(const shm_ep_t *e, const peer_info_t *peer)
+static int cma_probe(const shm_ep_t *e, const peer_info_t *peer, const shm_addr_t *a)
 {
     uint64_t v = 0;
-    if (cma_read(e->peer_pid, &v, peer->cma_probe_addr, sizeof(v)) != WEFT_OK) {
+    if (cma_read(e->peer_pid, &v, a->cma_probe_addr, sizeof(v)) != WEFT_OK) {
         LOG_INFO(LOG_SHM, "shm: no single-copy access to rank %u (pid %u): %m", peer->rank,
                  peer->pid);
         return 0;
     }
-    return v == peer->cma_probe_val;
+    return v == a->cma_probe_val;
 }
 
 /* Maps every page of a ring now, in this process, so the first laps of real traffic do
@@ -273,11 +297,14 @@ static void ring_populate(char *data, size_t bytes)
 
 static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
 {
-    shm_local_t *l = comm->shm_local;
+    shm_local_t *l = tp_ctx(comm, &tp_shm_ops);
+    shm_addr_t a;
+    if (!shm_addr_of(&comm->peers[peer], &a))
+        return weft_error(WEFT_ERR_INTERNAL, "shm: rank %d published no segment", peer);
     shm_ep_t *e = calloc(1, sizeof(*e));
     if (e == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
-    weft_status_t st = map_peer(comm->peers[peer].shm_name, &e->peer_map, &e->peer_map_bytes);
+    weft_status_t st = map_peer(a.name, &e->peer_map, &e->peer_map_bytes);
     if (st != WEFT_OK) {
         free(e);
         return st;
@@ -302,7 +329,7 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     e->tx_key = e->tx_ctl->key;     /* written before the magic we acquired */
     e->rx_key = e->rx_ctl->key;
     e->peer_pid = (pid_t)comm->peers[peer].pid;
-    e->cma_ok = cma_probe(e, &comm->peers[peer]);
+    e->cma_ok = cma_probe(e, &comm->peers[peer], &a);
     ring_populate(e->tx_data, e->tx_size);
     ring_populate(e->rx_data, e->rx_size);
     *ep_p = &e->base;
@@ -311,7 +338,7 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
 
 static weft_status_t shm_post_connect(weft_comm_t *comm)
 {
-    shm_local_t *l = comm->shm_local;
+    shm_local_t *l = tp_ctx(comm, &tp_shm_ops);
     if (l && !l->unlinked) {
         shm_unlink(l->name);
         l->unlinked = 1;
@@ -321,14 +348,14 @@ static weft_status_t shm_post_connect(weft_comm_t *comm)
 
 static void shm_local_cleanup(weft_comm_t *comm)
 {
-    shm_local_t *l = comm->shm_local;
+    shm_local_t *l = tp_ctx(comm, &tp_shm_ops);
     if (l == NULL)
         return;
     if (!l->unlinked)
         shm_unlink(l->name);
     munmap(l->base, l->bytes);
     free(l);
-    comm->shm_local = NULL;
+    tp_set_ctx(comm, &tp_shm_ops, NULL);
 }
 
 static inline void stamp_store(char *line, uint64_t v)
@@ -554,12 +581,16 @@ static void shm_close(tp_ep_t *ep)
 
 const tp_ops_t tp_shm_ops = {
     .name = "shm",
+    .preference = 20,               /* within a host, before tcp */
+    .chunk = 128 * 1024,            /* frames that stay in the caches (docs/PERF.md) */
     /* setup */
     .can_connect = shm_can_connect,
     .local_setup = shm_local_setup,
     .connect = shm_connect,
     .post_connect = shm_post_connect,
     .local_cleanup = shm_local_cleanup,
+    /* progress: every endpoint call makes its own */
+    .progress = NULL,
     /* data */
     .send = shm_send,
     .recv_peek = shm_recv_peek,

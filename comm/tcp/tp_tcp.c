@@ -30,6 +30,19 @@
 #include "status.h"
 #include "util.h"
 
+extern const tp_ops_t tp_tcp_ops;
+
+/* A rank's tcp address (its data listener), 0 when it published none. The blob is the
+ * sockaddr_in, copied out because the blob is unaligned. */
+static int tcp_addr_of(const peer_info_t *pi, struct sockaddr_in *a)
+{
+    const tp_addr_t *t = &pi->addr[tp_slot(&tp_tcp_ops)];
+    if (t->len != sizeof(*a))
+        return 0;
+    memcpy(a, t->blob, sizeof(*a));
+    return a->sin_port != 0;
+}
+
 typedef struct tcp_local {
     int lfd;
     int *pending;           /* [nranks] accepted, authenticated, not yet claimed */
@@ -62,7 +75,8 @@ typedef struct tcp_ep {
 static int tcp_can_connect(const weft_comm_t *comm, const peer_info_t *self,
                            const peer_info_t *peer)
 {
-    return peer->tcp_addr.sin_port != 0;
+    struct sockaddr_in a;
+    return tcp_addr_of(peer, &a);
 }
 
 static uint64_t deadline_of(const weft_comm_t *comm)
@@ -70,7 +84,7 @@ static uint64_t deadline_of(const weft_comm_t *comm)
     return time_ns() + (uint64_t)(comm->cfg.timeout_s * 1e9);
 }
 
-static weft_status_t tcp_local_setup(weft_comm_t *comm, peer_info_t *self)
+static weft_status_t tcp_local_setup(weft_comm_t *comm, tp_addr_t *self)
 {
     tcp_local_t *l = calloc(1, sizeof(*l));
     int *pending = malloc((size_t)comm->nranks * sizeof(int));
@@ -94,8 +108,10 @@ static weft_status_t tcp_local_setup(weft_comm_t *comm, peer_info_t *self)
         free(l);
         return st;
     }
-    self->tcp_addr = addr;
-    comm->tcp_local = l;
+    _Static_assert(sizeof(addr) <= TP_ADDR_BYTES, "tcp address fits the blob");
+    memcpy(self->blob, &addr, sizeof(addr));
+    self->len = sizeof(addr);
+    tp_set_ctx(comm, &tp_tcp_ops, l);
     return WEFT_OK;
 }
 
@@ -122,7 +138,7 @@ static weft_status_t new_ep(weft_comm_t *comm, int fd, tp_ep_t **ep_p)
 /* Accepts until `peer` has connected; others that arrive first wait in pending. */
 static weft_status_t accept_peer(weft_comm_t *comm, int peer, uint64_t deadline)
 {
-    tcp_local_t *l = comm->tcp_local;
+    tcp_local_t *l = tp_ctx(comm, &tp_tcp_ops);
     while (l->pending[peer] < 0) {
         int fd, who;
         RETURN_IF_ERR(sock_accept_watched(l->lfd, deadline, &comm->setup_watch, &fd));
@@ -150,7 +166,7 @@ static weft_status_t accept_peer(weft_comm_t *comm, int peer, uint64_t deadline)
 
 static weft_status_t tcp_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
 {
-    tcp_local_t *l = comm->tcp_local;
+    tcp_local_t *l = tp_ctx(comm, &tp_tcp_ops);
     uint64_t deadline = deadline_of(comm);
     int fd, who;
     if (peer < comm->rank) {
@@ -159,8 +175,10 @@ static weft_status_t tcp_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
         l->pending[peer] = -1;
         return new_ep(comm, fd, ep_p);
     }
-    RETURN_IF_ERR(sock_connect_watched(&comm->peers[peer].tcp_addr, deadline,
-                                       &comm->setup_watch, &fd));
+    struct sockaddr_in to;
+    if (!tcp_addr_of(&comm->peers[peer], &to))
+        return weft_error(WEFT_ERR_INTERNAL, "tcp: rank %d published no listener", peer);
+    RETURN_IF_ERR(sock_connect_watched(&to, deadline, &comm->setup_watch, &fd));
     /* watched: a peer that died after its kernel took the connection never answers */
     weft_status_t st = auth_handshake_watched(fd, comm->has_secret ? comm->secret : NULL,
                                               AUTH_DATA, comm->id, comm->rank, deadline,
@@ -186,7 +204,7 @@ static weft_status_t tcp_post_connect(weft_comm_t *comm)
 
 static void tcp_local_cleanup(weft_comm_t *comm)
 {
-    tcp_local_t *l = comm->tcp_local;
+    tcp_local_t *l = tp_ctx(comm, &tp_tcp_ops);
     if (l == NULL)
         return;
     for (int i = 0; i < comm->nranks; i++)
@@ -196,7 +214,7 @@ static void tcp_local_cleanup(weft_comm_t *comm)
         close(l->lfd);
     free(l->pending);
     free(l);
-    comm->tcp_local = NULL;
+    tp_set_ctx(comm, &tp_tcp_ops, NULL);
 }
 
 static weft_status_t io_error(tcp_ep_t *e, const char *what)
@@ -465,12 +483,16 @@ static void tcp_close(tp_ep_t *ep)
 
 const tp_ops_t tp_tcp_ops = {
     .name = "tcp",
+    .preference = 10,               /* across hosts, or where shm cannot reach */
+    .chunk = 512 * 1024,            /* fewer, larger writes (docs/PERF.md) */
     /* setup */
     .can_connect = tcp_can_connect,
     .local_setup = tcp_local_setup,
     .connect = tcp_connect,
     .post_connect = tcp_post_connect,
     .local_cleanup = tcp_local_cleanup,
+    /* progress: every endpoint call makes its own */
+    .progress = NULL,
     /* data */
     .send = tcp_send,
     .recv_peek = tcp_recv_peek,
