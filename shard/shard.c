@@ -7,8 +7,9 @@
  *                  from shard_params (or a prefetch) to shard_params_done
  *   master  (sn)   fp32 master shard: the slice full + gr*sn where full is persistent and
  *                  fp32, else a buffer of its own (full/hybrid, or bf16 parameters)
- *   gfull   (pad)  gradient as backward accumulates it: persistent for none/zero1
- *                  (all-reduced in place), else handed out per micro-batch and freed once
+ *   gfull   (pad)  gradient as backward accumulates it: persistent for none (all-reduced
+ *                  in place) and zero1 (reduce-scattered in place: only this rank's slice
+ *                  is reduced), else handed out per micro-batch and freed once
  *                  reduce-scattered
  *   gshard  (sn)   the step's reduced gradient: the slice of gfull (none/zero1), else a
  *                  buffer the reduce-scatters add into
@@ -60,7 +61,8 @@ struct shard {
     shard_opts_t o;
     int nranks, rank, G, R, gr;
     int per_use;        // parameters gathered per use (full, hybrid)
-    int rs_flow;        // gradients reduce-scattered (grad_op, full, hybrid)
+    int rs_flow;        // gradients reduce-scattered into shards (grad_op, full, hybrid)
+    int shard_grads;    // the step's gradient is a shard per rank (rs_flow, zero1 on G > 1)
     int sep_master;     // master shards apart from the full buffers
     weft_comm_t *gcomm; // the shard group (G > 1)
     weft_comm_t *rcomm; // across groups (R > 1)
@@ -253,7 +255,14 @@ static weft_status_t job_push(shard_t *sh, int unit)
         kern_to_bf16(j->g16, u->gfull, u->pad);
         src = j->g16;
     }
-    if (!sh->rs_flow) {   // none, zero1: all-reduce the whole unit in place
+    if (!sh->rs_flow && sh->shard_grads) {   // zero1: only this rank's slice is needed
+        j->stage = JOB_AR;
+        j->buf = src;
+        char *mine = (char *)src + (size_t)sh->gr * u->sn * es;   // in place
+        RETURN_IF_ERR(weft_ireduce_scatter(src, mine, u->sn, dt, WEFT_SUM, sh->gcomm,
+                                           &j->req));
+        sh->st.comm_bytes += (double)(sh->G - 1) * u->sn * es;
+    } else if (!sh->rs_flow) {   // none: all-reduce the whole unit in place
         weft_comm_t *c = sh->R > 1 ? sh->rcomm : sh->gcomm;
         int n = sh->R > 1 ? sh->R : sh->G;
         j->stage = JOB_AR;
@@ -311,9 +320,10 @@ static weft_status_t job_advance(shard_t *sh, int wait, int *moved)
             return WEFT_OK;
         }
     }
-    if (!sh->rs_flow) {   // the all-reduce was in place on gfull (or its bf16 copy)
+    if (!sh->rs_flow) {   // reduced in place on gfull (or its bf16 copy)
         if (j->g16) {
-            bf16_to_f32(u->gfull, j->g16, u->len);
+            size_t lo = sh->shard_grads ? (size_t)sh->gr * u->sn : 0;
+            bf16_to_f32(u->gfull + lo, j->g16 + lo, sh->shard_grads ? u->sn : u->len);
             free_transient(sh, j->g16, u->pad * 2);
         }
     } else {              // add the reduced shard into the step's gradient
@@ -427,6 +437,7 @@ weft_status_t shard_create(shard_t **sh_p, weft_comm_t *world, const shard_opts_
     sh->gr = r % G;
     sh->per_use = o->strategy == SHARD_FULL || o->strategy == SHARD_HYBRID;
     sh->rs_flow = o->strategy >= SHARD_GRAD_OP;
+    sh->shard_grads = sh->rs_flow || (o->strategy == SHARD_ZERO1 && G > 1);
     sh->sep_master = sh->per_use || o->param_bf16;
     sh->nunits = nunits;
     sh->u = calloc((size_t)nunits, sizeof(unit_t));
@@ -578,9 +589,9 @@ weft_status_t shard_clip(shard_t *sh, float clip, float *norm_p)
     double ss = 0.0;
     for (int i = 0; i < sh->nunits; i++) {
         unit_t *u = &sh->u[i];
-        ss += sh->rs_flow ? kern_sumsq(u->gshard, u->sn) : kern_sumsq(u->gfull, u->len);
+        ss += sh->shard_grads ? kern_sumsq(u->gshard, u->sn) : kern_sumsq(u->gfull, u->len);
     }
-    if (sh->rs_flow && sh->G > 1) {   // each group holds the gradient once, in shards
+    if (sh->shard_grads && sh->G > 1) {   // each group holds the gradient once, in shards
         double t0 = time_s();
         RETURN_IF_ERR(weft_allreduce(&ss, &ss, 1, WEFT_FLOAT64, WEFT_SUM, sh->gcomm));
         sh->st.exposed_ms += (time_s() - t0) * 1e3;

@@ -7,7 +7,7 @@
  *
  *   strategy  params between uses   gradients                    optimizer state
  *   none      full on every rank    all-reduce (bucket = unit)   full (DDP)
- *   zero1     full on every rank    all-reduce                   1/N; params all-gathered
+ *   zero1     full on every rank    reduce-scatter (in place)    1/N; params all-gathered
  *   grad_op   full, gathered once   reduce-scatter               1/N (ZeRO-2, SHARD_GRAD_OP)
  *             per step
  *   full      1/N; gathered before  reduce-scatter               1/N (ZeRO-3, FULL_SHARD)

@@ -287,6 +287,34 @@ size_t train_gpt2_true_params(const train_gpt2_t *m)
     return m->num_params - pad;
 }
 
+/* floats of each activation (train_acts_t order) and scratch buffer for (B, T) */
+enum { NUM_ACTS = 20, NUM_SCRATCH = 5 };
+static void act_sizes(size_t sizes[NUM_ACTS], size_t ssizes[NUM_SCRATCH],
+                      const train_gpt2_cfg_t *c, int B, int T)
+{
+    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size;
+    size_t BT = (size_t)B * T;
+    size_t a[NUM_ACTS] = {
+        BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * C, L * BT * C,
+        L * B * NH * T * T, L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * C,
+        L * BT * 4 * C, L * BT * C, BT * C, BT, BT, BT * V, BT, BT,
+    };
+    size_t sc[NUM_SCRATCH] = { BT * C, BT * C, BT * 3 * C, BT * 4 * C, (size_t)T * T };
+    memcpy(sizes, a, sizeof(a));
+    memcpy(ssizes, sc, sizeof(sc));
+}
+
+size_t train_gpt2_act_floats(const train_gpt2_cfg_t *c, int B, int T)
+{
+    size_t sizes[NUM_ACTS], ssizes[NUM_SCRATCH], n = 0;
+    act_sizes(sizes, ssizes, c, B, T);
+    for (int i = 0; i < NUM_ACTS; i++)
+        n += align_floats(sizes[i]);
+    for (int i = 0; i < NUM_SCRATCH; i++)
+        n += align_floats(ssizes[i]);
+    return n;
+}
+
 weft_status_t train_gpt2_prepare(train_gpt2_t *m, int B, int T)
 {
     const train_gpt2_cfg_t *c = &m->cfg;
@@ -294,13 +322,8 @@ weft_status_t train_gpt2_prepare(train_gpt2_t *m, int B, int T)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG,
                                 "batch %d x %d invalid (sequence length must be 1..%d)",
                                 B, T, c->max_seq_len);
-    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size;
-    size_t BT = (size_t)B * T;
-    size_t sizes[] = {
-        BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * C, L * BT * C,
-        L * B * NH * T * T, L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * C,
-        L * BT * 4 * C, L * BT * C, BT * C, BT, BT, BT * V, BT, BT,
-    };
+    size_t sizes[NUM_ACTS], ssizes[NUM_SCRATCH];
+    act_sizes(sizes, ssizes, c, B, T);
     float **ptrs[] = {
         &m->acts.encoded, &m->acts.ln1, &m->acts.ln1_mean, &m->acts.ln1_rstd, &m->acts.qkv,
         &m->acts.atty, &m->acts.att, &m->acts.residual2, &m->acts.ln2, &m->acts.ln2_mean,
@@ -308,13 +331,12 @@ weft_status_t train_gpt2_prepare(train_gpt2_t *m, int B, int T)
         &m->acts.lnf, &m->acts.lnf_mean, &m->acts.lnf_rstd, &m->acts.logits,
         &m->acts.lse, &m->acts.losses,
     };
-    size_t ssizes[] = { BT * C, BT * C, BT * 3 * C, BT * 4 * C, (size_t)T * T };
     float **sptrs[] = { &m->scratch.dresidual, &m->scratch.dln, &m->scratch.dqkv,
                         &m->scratch.dfch, &m->scratch.datt };
     size_t nacts = 0, nscratch = 0;
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+    for (size_t i = 0; i < NUM_ACTS; i++)
         nacts += align_floats(sizes[i]);
-    for (size_t i = 0; i < sizeof(ssizes) / sizeof(ssizes[0]); i++)
+    for (size_t i = 0; i < NUM_SCRATCH; i++)
         nscratch += align_floats(ssizes[i]);
     free(m->acts_mem);
     free(m->scratch_mem);
@@ -328,12 +350,12 @@ weft_status_t train_gpt2_prepare(train_gpt2_t *m, int B, int T)
         return weft_error_quiet(WEFT_ERR_NO_MEMORY, "model: cannot allocate activations "
                                 "for batch %d x %d (%zu floats)", B, T, nacts);
     float *p = m->acts_mem;
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    for (size_t i = 0; i < NUM_ACTS; i++) {
         *ptrs[i] = p;
         p += align_floats(sizes[i]);
     }
     p = m->scratch_mem;
-    for (size_t i = 0; i < sizeof(ssizes) / sizeof(ssizes[0]); i++) {
+    for (size_t i = 0; i < NUM_SCRATCH; i++) {
         *sptrs[i] = p;
         p += align_floats(ssizes[i]);
     }

@@ -185,6 +185,9 @@ weft_status_t train_gpt2_init(train_gpt2_t *model, uint64_t seed);
 /* Allocates activations, gradients (unless hooks are set) and scratch for batches up to
  * (B, T), T <= maxT. */
 weft_status_t train_gpt2_prepare(train_gpt2_t *model, int B, int T);
+/* Floats train_gpt2_prepare allocates for activations and scratch at (B, T) (what
+ * weft-plan predicts from). */
+size_t train_gpt2_act_floats(const train_gpt2_cfg_t *cfg, int B, int T);
 /* Parameter count with the true (unpadded) vocabulary, for FLOP accounting. */
 size_t train_gpt2_true_params(const train_gpt2_t *model);
 
