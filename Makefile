@@ -38,6 +38,7 @@ TRAIN_SRC := $(filter-out %_cli.c,$(wildcard kernels/nn/*.c shard/*.c trainer/*.
 TRAIN_OBJ := $(TRAIN_SRC:%.c=$(BUILD)/obj/%.o)
 TRAIN_LIB := $(BUILD)/lib/libweft_train.a
 TRAIN_BIN := $(BUILD)/bin/weft-train
+PLAN_BIN  := $(BUILD)/bin/weft-plan
 KJV       := $(BUILD)/data/kjv.txt
 # The MPI peers: Open MPI's and MPICH's compilers by their own names, so installing both
 # (Debian's alternatives pick one `mpicc`) never mixes them up.
@@ -48,7 +49,7 @@ MPI_BIN  := $(if $(MPICC),$(BUILD)/bin/mpi_coll_perf) $(if $(MPICHCC),$(BUILD)/b
 .PHONY: all lib tools tests test run deps install clean help fuzz
 .SECONDARY:
 
-all: lib tools $(PERF_BIN) $(MPI_BIN) $(TRAIN_BIN)
+all: lib tools $(PERF_BIN) $(MPI_BIN) $(TRAIN_BIN) $(PLAN_BIN)
 
 lib: $(BUILD)/lib/libweft.so $(BUILD)/lib/libweft.so.0 $(BUILD)/lib/libweft.a
 tools: $(TOOLS)
@@ -104,7 +105,8 @@ $(BUILD)/bin/mpich_coll_perf: bench/mpi_coll_perf.c bench/perf_common.h
 	@mkdir -p $(dir $@)
 	$(MPICHCC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $<
 
-$(TRAIN_OBJ) $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/tests/test_train.o $(BUILD)/obj/tests/test_nn.o: \
+$(TRAIN_OBJ) $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/trainer/weft_plan_cli.o \
+    $(BUILD)/obj/tests/test_train.o $(BUILD)/obj/tests/test_nn.o: \
     CFLAGS += -Itrainer -Ishard -Ikernels/nn -fopenmp-simd -fno-math-errno
 
 $(TRAIN_LIB): $(TRAIN_OBJ)
@@ -112,6 +114,11 @@ $(TRAIN_LIB): $(TRAIN_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(TRAIN_BIN): $(BUILD)/obj/trainer/weft_train_cli.o $(TRAIN_LIB) $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
+
+# weft-plan: the sizing calculator (shard/plan.c; the model's sizes from trainer/)
+$(PLAN_BIN): $(BUILD)/obj/trainer/weft_plan_cli.o $(TRAIN_LIB) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
 
@@ -170,7 +177,7 @@ install: all
 	install -m 755 $(BUILD)/lib/libweft.so.0 $(DESTDIR)$(PREFIX)/lib/libweft.so.0
 	ln -sf libweft.so.0 $(DESTDIR)$(PREFIX)/lib/libweft.so
 	install -m 644 include/weft.h $(DESTDIR)$(PREFIX)/include/
-	install -m 755 $(TOOLS) $(PERF_BIN) $(MPI_BIN) $(TRAIN_BIN) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(TOOLS) $(PERF_BIN) $(MPI_BIN) $(TRAIN_BIN) $(PLAN_BIN) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' weft.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft.pc
 
 # libFuzzer targets (tests/fuzz/fuzz_*.c) against the library built again with clang,

@@ -14,7 +14,9 @@ global batch 12 so that 1, 2, 3 and 4 ranks split it evenly):
   - bf16 gathers and reductions (--param-dtype/--reduce-dtype bf16) track fp32;
   - ranks whose configurations differ stop at start with one message naming the field;
   - a rank killed mid-training makes every other rank exit non-zero within seconds,
-    naming the lost rank.
+    naming the lost rank;
+  - weft-plan: the ZeRO paper's 70B example (1120 / 283.28 / 143.83 / 4.38 GB), and for
+    weft-train runs the model-state bytes exactly and the peak RSS within 15%.
 Every run has a time bound (a hang is a failure). The last line is "N passed, N failed".
 """
 import json
@@ -30,6 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
 TRAIN = os.path.join(ROOT, BUILD, "bin", "weft-train")
 WEFTRUN = os.path.join(ROOT, BUILD, "bin", "weftrun")
+PLAN = os.path.join(ROOT, BUILD, "bin", "weft-plan")
 GLOBAL_B = 12
 STEPS = 20
 RUN_LIMIT = 90          # seconds for any one run
@@ -231,6 +234,62 @@ def test_killed_rank():
               f"({last[-1][:160] if last else 'no message'})")
 
 
+def plan(args):
+    p = subprocess.run([PLAN] + args + ["--json"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True,
+                       timeout=30)
+    rows = [json.loads(l) for l in p.stdout.splitlines() if l.strip()]
+    return p.returncode, {r["strategy"]: r for r in rows}
+
+
+def test_plan():
+    rc, rows = plan(["--params", "70e9", "--world", "256"])
+    want = {"none": 1120.00, "zero1": 283.28, "grad_op": 143.83, "full": 4.38}
+    got = {k: rows[k]["state_bytes"] / 1e9 for k in want if k in rows}
+    check(rc == 0 and all(abs(got.get(k, -1) - v) < 0.005 for k, v in want.items()),
+          f"weft-plan 70e9 on 256 ranks: {', '.join('%s %.2f' % kv for kv in got.items())} GB "
+          f"(ZeRO paper: 1120 / 283.28 / 143.83 / 4.38)")
+    check(rc == 0 and abs(rows["none"]["comm_x_params"] - 2 * 255 / 256) < 1e-3 and
+          abs(rows["full"]["comm_x_params"] - 3 * 255 / 256) < 1e-3,
+          "weft-plan: DDP sends 2x the parameter bytes per step, FULL_SHARD 3x (ring, x (N-1)/N)")
+    rc, _ = plan(["--params", "70e9", "--world", "6", "--per-host", "4"])
+    check(rc == 2, "weft-plan refuses a shard group that does not divide the world")
+    # weft-train runs: (ranks, strategy, model) against the prediction
+    small = ["--layers", "2", "--dim", "64", "--heads", "4", "--ctx", "32"]
+    mid = ["--layers", "4", "--dim", "256", "--heads", "4", "--ctx", "128"]
+    cases = [(0, "none", small, 12), (2, "none", small, 6), (2, "zero1", small, 6),
+             (3, "full", small, 4), (4, "hybrid", small, 3), (0, "none", mid, 8),
+             (2, "full", mid, 8), (2, "grad_op", mid, 8)]
+    for n, strat, model, b in cases:
+        extra = ["--shard", strat] + (["--shard-group", "2"] if strat == "hybrid" else [])
+        args = [TRAIN, "--data", DATA] + model + ["--steps", "3", "-b", str(b)]
+        js = os.path.join(tmp, "plan.json")
+        args += ["--json", js] + (extra if n else [])
+        if n:
+            args = [WEFTRUN, "-n", str(n), "--timeout", str(RUN_LIMIT)] + args
+        p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=RUN_LIMIT + 15)
+        recs = []
+        if p.returncode == 0 and os.path.exists(js):
+            recs = [json.loads(l) for l in open(js) if l.strip()]
+        pargs = model + ["-b", str(b), "--world", str(max(n, 1)), "--data", DATA]
+        if strat == "hybrid":
+            pargs += ["--per-host", "2"]
+        prc, rows = plan(pargs)
+        if not recs or prc != 0:
+            check(False, f"weft-plan against weft-train {strat} on {n} ranks: run failed")
+            continue
+        last, pred = recs[-1], rows[strat]
+        rss, prss = last["peak_rss_mib"], pred["peak_rss_bytes"] / 1048576
+        state_ok = not n or last["model_state_bytes"] == pred["weft_state_bytes"]
+        err = abs(prss - rss) / rss
+        check(state_ok and err <= 0.15,
+              f"weft-plan predicts weft-train {' '.join(model[:4])} -b {b} {strat} on "
+              f"{max(n, 1)} rank(s): model states "
+              f"{'exact' if state_ok else 'DIFFER'}, peak RSS {prss:.1f} MiB predicted vs "
+              f"{rss:.1f} reported ({err:.1%}, bar 15%)")
+
+
 def main():
     global DATA
     if not os.path.exists(TRAIN) or not os.path.exists(WEFTRUN):
@@ -252,6 +311,7 @@ def main():
     test_bf16(ref)
     test_mismatch()
     test_killed_rank()
+    test_plan()
     subprocess.run(["rm", "-rf", tmp])
     print(f"test_shard.py: {passed} passed, {failed} failed")
     return 1 if failed else 0
