@@ -33,55 +33,10 @@
 
 #include "check.h"
 #include "nn.h"
-#include "shard.h"
+#include "shard_int.h"
 #include "status.h"
 #include "util.h"
 
-typedef struct {
-    size_t len, pad, sn;
-    int nsegs;
-    shard_seg_t segs[SHARD_MAX_SEGS];
-    float *full, *master, *gfull, *gshard, *m, *v;
-    uint16_t *full16, *master16;   // bf16 gather buffers while a gather is in flight
-    weft_request_t *gather;        // in flight
-    int held;                      // between shard_params and shard_params_done
-} unit_t;
-
-enum { JOB_RS, JOB_AR, JOB_ADD };
-
-typedef struct {    // a free transient buffer (see "memory" below)
-    void *p;
-    size_t bytes;
-} pooled_t;
-
-typedef struct {
-    int unit, stage;
-    weft_request_t *req;
-    float *gfull;       // (pad) the gradient being reduce-scattered, freed after
-    void *buf;          // (pad or sn) the reduction's output: fp32 or bf16
-    uint16_t *g16;      // (pad) bf16 copy of gfull being reduced (reduce_bf16)
-} job_t;
-
-struct shard {
-    shard_opts_t o;
-    int nranks, rank, G, R, gr;
-    int per_use;        // parameters gathered per use (full, hybrid)
-    int rs_flow;        // gradients reduce-scattered into shards (grad_op, full, hybrid)
-    int shard_grads;    // the step's gradient is a shard per rank (rs_flow, zero1 on G > 1)
-    int sep_master;     // master shards apart from the full buffers
-    weft_comm_t *gcomm; // the shard group (G > 1)
-    weft_comm_t *rcomm; // across groups (R > 1)
-    int nunits;
-    unit_t *u;
-    job_t *jobs;        // FIFO of 2*nunits slots (a micro-batch's reductions, and the last's)
-    int jhead, jcount;
-    int *order, norder, pos;
-    int training, sync;
-    shard_stats_t st;
-    size_t transient;   // bytes of transient buffers alive now
-    pooled_t *pool;     // freed transient buffers, for reuse
-    int npool, pool_cap;
-};
 
 static const char *const strategy_names[SHARD_NUM_STRATEGIES] = {
     "none", "zero1", "grad_op", "full", "hybrid",
@@ -390,6 +345,24 @@ static weft_status_t jobs_poll(shard_t *sh, int wait)
     while (sh->jcount > 0 && moved)
         RETURN_IF_ERR(job_advance(sh, wait, &moved));
     return WEFT_OK;
+}
+
+weft_status_t shard_quiesce(shard_t *sh)
+{
+    RETURN_IF_ERR(jobs_poll(sh, 1));
+    for (int i = 0; i < sh->nunits; i++)
+        RETURN_IF_ERR(gather_wait(sh, i));
+    return WEFT_OK;
+}
+
+void shard_round_bf16(float *x, size_t n)
+{
+    uint16_t t[1024];
+    for (size_t i = 0; i < n; i += 1024) {
+        size_t k = n - i < 1024 ? n - i : 1024;
+        kern_to_bf16(t, x + i, k);
+        bf16_to_f32(x + i, t, k);
+    }
 }
 
 /* ---- setup ---- */

@@ -130,6 +130,7 @@ weft_status_t train_loader_init(train_loader_t *ld, const train_tokens_t *data, 
     ld->part_n = B;
     ld->shuffle = shuffle;
     ld->nwin = (data->n - 1) / (size_t)T;
+    ld->seed = seed;
     train_rng_seed(&ld->rng, seed, TRAIN_RNG_SHUFFLE);
     if (shuffle) {
         ld->order = malloc(ld->nwin * sizeof(size_t));
@@ -137,6 +138,22 @@ weft_status_t train_loader_init(train_loader_t *ld, const train_tokens_t *data, 
             return weft_error_quiet(WEFT_ERR_NO_MEMORY, "data: out of memory");
         shuffle_epoch(ld);
     }
+    return WEFT_OK;
+}
+
+weft_status_t train_loader_seek(train_loader_t *ld, size_t epoch, size_t cursor)
+{
+    if (cursor > ld->nwin)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "data: window %zu of %zu", cursor,
+                                ld->nwin);
+    if (ld->shuffle) {   // replay the shuffles: the order is a function of the seed
+        train_rng_seed(&ld->rng, ld->seed, TRAIN_RNG_SHUFFLE);
+        shuffle_epoch(ld);
+        for (size_t e = 0; e < epoch; e++)
+            shuffle_epoch(ld);
+    }
+    ld->epoch = epoch;
+    ld->cursor = cursor;
     return WEFT_OK;
 }
 

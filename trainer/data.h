@@ -37,6 +37,7 @@ typedef struct {
     size_t nwin, cursor, epoch;
     size_t *order;       // (nwin) when shuffled
     train_rng_t rng;
+    uint64_t seed;
 } train_loader_t;
 
 weft_status_t train_loader_init(train_loader_t *ld, const train_tokens_t *data, int B,
@@ -47,6 +48,15 @@ weft_status_t train_loader_init(train_loader_t *ld, const train_tokens_t *data, 
 weft_status_t train_loader_set_part(train_loader_t *ld, int lo, int n);
 /* inputs, targets: (part_n, T), the rows of the next batch this rank takes */
 void train_loader_next(train_loader_t *ld, int *inputs, int *targets);
+/* Where the stream is: epochs completed and the next window of this epoch. */
+static inline void train_loader_tell(const train_loader_t *ld, size_t *epoch, size_t *cursor)
+{
+    *epoch = ld->epoch;
+    *cursor = ld->cursor;
+}
+/* Back to where train_loader_tell was (a resumed run): the stream continues exactly as
+ * it would have. INVALID_ARG (nothing changed) when cursor is past the data. */
+weft_status_t train_loader_seek(train_loader_t *ld, size_t epoch, size_t cursor);
 /* Back to the first batch (val evaluation restarts at the same windows each time). */
 void train_loader_reset(train_loader_t *ld);
 void train_loader_free(train_loader_t *ld);

@@ -21,6 +21,7 @@
 
 #include "check.h"
 #include "checkpoint.h"
+#include "ckpt_dir.h"
 #include "dist.h"
 #include "status.h"
 #include "train.h"
@@ -50,6 +51,7 @@ void train_opts_default(train_opts_t *o)
     o->threads = 1;
     o->shard = -1;
     o->prefetch = 1;
+    o->ckpt_keep = 2;
 }
 
 float train_lr_at(const train_opts_t *o, int step)
@@ -279,6 +281,12 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
                                 "not be negative");
     if (o->shard_group > 0 && o->shard != SHARD_HYBRID)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--shard-group is for --shard hybrid");
+    if ((o->resume || o->ckpt_every > 0) && !o->ckpt_dir)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--resume and --ckpt-every need "
+                                "--ckpt-dir DIR");
+    if (o->ckpt_every < 0 || o->ckpt_keep < 0)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--ckpt-every and --ckpt-keep must "
+                                "not be negative");
     if (train_dist_launched_size() > 1) {
         GOTO_IF_ERR(train_dist_init(&dist), st, cleanup);
         if (dist.rank != 0 && !o->log_all) {
@@ -321,7 +329,18 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     const train_gpt2_cfg_t *c = &m->cfg;
     double flops_per_token = 6.0 * (double)train_gpt2_true_params(m) +
                              12.0 * c->num_layers * c->channels * (double)T;
-    for (int step = 1; step <= o->steps; step++) {
+    train_progress_t pr = { 0 };
+    if (o->resume) {
+        char name[64];
+        GOTO_IF_ERR(train_ckpt_resume(o->ckpt_dir, m, &dist, &pr, name, sizeof(name)), st,
+                    cleanup);
+        if (d.have_data)
+            GOTO_IF_ERR(train_loader_seek(&d.train_ld, pr.epoch, pr.cursor), st, cleanup);
+        fprintf(out, "weft-train: resumed from %s/%s: step %llu, %llu tokens\n",
+                o->ckpt_dir, name, (unsigned long long)pr.step,
+                (unsigned long long)pr.tokens);
+    }
+    for (int step = (int)pr.step + 1; step <= o->steps; step++) {
         train_stats_t s = { 0 };
         double t0 = time_s();
         GOTO_IF_ERR(train_step(m, &d.train_ld, o, step, x, y, &s, &dist), st, cleanup);
@@ -331,6 +350,17 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
         s.flops_per_s = flops_per_token * tokens / secs;
         s.rss_mib = train_peak_rss_mib();
         train_log_step(out, json, &s);
+        pr.step = (uint64_t)step;
+        pr.tokens += (uint64_t)tokens;
+        if (d.have_data)
+            train_loader_tell(&d.train_ld, &pr.epoch, &pr.cursor);
+        if (o->ckpt_dir && o->ckpt_every > 0 && step % o->ckpt_every == 0) {
+            double c0 = time_s();
+            GOTO_IF_ERR(train_ckpt_save(o->ckpt_dir, o->ckpt_keep, m, &dist, o, &pr), st,
+                        cleanup);
+            fprintf(out, "weft-train: checkpoint %s/step-%08d (%.2f s)\n", o->ckpt_dir,
+                    step, time_s() - c0);
+        }
         if (o->val_every > 0 && (step % o->val_every == 0 || step == o->steps))
             GOTO_IF_ERR(run_val(m, &d, o, step, x, y, out, json, &dist), st, cleanup);
     }

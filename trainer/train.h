@@ -30,6 +30,9 @@ typedef struct {
     int shard_group, prefetch;               // hybrid group size (0: a host); units ahead
     int param_bf16, reduce_bf16;             // --param-dtype, --reduce-dtype bf16
     int log_all;                             // every rank prints (else rank 0)
+    // training checkpoints (ckpt_dir.c)
+    const char *ckpt_dir;
+    int ckpt_every, ckpt_keep, resume;
     // outputs
     const char *save_path, *json_path;
     int sample, val_every, val_batches;

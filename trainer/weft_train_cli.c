@@ -84,6 +84,13 @@ static const cli_opt_t opts[] = {
       "reductions (default fp32)" },
     { "--log-all", NULL, OPT_SET, F(log_all), "every rank prints its step lines (default: "
       "rank 0 only)" },
+    { "--ckpt-dir", NULL, OPT_STR, F(ckpt_dir), "training checkpoints go to DIR/step-N "
+      "(a file per writing rank and a manifest; DIR/latest names the newest complete one)" },
+    { "--ckpt-every", NULL, OPT_INT, F(ckpt_every), "save one every N steps (default 0 = "
+      "never)" },
+    { "--ckpt-keep", NULL, OPT_INT, F(ckpt_keep), "keep the newest K (default 2; 0 = all)" },
+    { "--resume", NULL, OPT_SET, F(resume), "continue from DIR/latest: parameters, AdamW "
+      "state, step, data position; any world size and --shard may load any checkpoint" },
     { "--save-model", NULL, OPT_STR, F(save_path), "write the final model (llm.c "
       "format) to FILE" },
     { "--sample", NULL, OPT_INT, F(sample), "generate N bytes/tokens at the end and print "

@@ -1,0 +1,483 @@
+/*
+ * ckpt_dir.c - training checkpoints as directories: DIR/step-NNNNNNNN/{manifest,
+ * rank-KKKKK.bin}, and DIR/latest naming the newest complete one.
+ *
+ * Save protocol (every step of it fsync'ed before the next makes it visible): rank 0
+ * makes DIR/.step-N.tmp; every writing rank (shard/ckpt.h: the first shard group, or
+ * the one process) writes its file there; the ranks share each file's size and hash;
+ * rank 0 writes the manifest (format, model, strategy, layout, progress, every file's
+ * size and hash, then "end"), renames the directory to step-N, then writes `latest`.
+ * A crash at any point leaves `latest` on the previous checkpoint; a .tmp directory is
+ * ignored and removed by the next save.
+ *
+ * Resume reads `latest`, the manifest, checks the model against it and every file
+ * against the manifest (size, header, hash) before loading anything; shard/ then reads
+ * the ranges this rank needs from whichever files hold them, so any world size and any
+ * strategy loads any checkpoint. Every collective step ends with all ranks sharing their
+ * status, so all fail together, with the failing rank's message.
+ */
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "ckpt.h"
+#include "ckpt_dir.h"
+#include "status.h"
+#include "train_int.h"
+
+#define MANIFEST_FORMAT 1
+
+/* ---- every rank's status, shared ---- */
+
+typedef struct {
+    int32_t status, writer;
+    uint64_t hash, bytes;
+    char msg[240];
+} rank_report_t;
+
+/* Collective: all ranks' reports into all (nranks entries); returns this rank's failure,
+ * else the first other rank's (naming it), else WEFT_OK. */
+static weft_status_t share(train_dist_t *d, weft_status_t st, rank_report_t *mine,
+                           rank_report_t *all)
+{
+    mine->status = st;
+    if (st != WEFT_OK)
+        snprintf(mine->msg, sizeof(mine->msg), "%s", weft_last_error());
+    if (!d->world) {
+        all[0] = *mine;
+    } else {
+        RETURN_IF_ERR(weft_allgather(mine, all, sizeof(*mine), WEFT_UINT8, d->world));
+    }
+    int n = d->world ? d->nranks : 1;
+    if (st != WEFT_OK)   // this rank's own failure, its message already set
+        return weft_error_quiet(st, "%s", mine->msg);
+    for (int r = 0; r < n; r++)
+        if (all[r].status != WEFT_OK)
+            return weft_error_quiet(all[r].status, "rank %d failed: %s", r, all[r].msg);
+    return WEFT_OK;
+}
+
+/* ---- files and directories ---- */
+
+static weft_status_t fsync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: fsync failed: %s", path,
+                                strerror(e));
+    }
+    close(fd);
+    return WEFT_OK;
+}
+
+/* path's content becomes text, or stays what it was: tmp, fsync, rename, fsync dir */
+static weft_status_t write_text(const char *dir, const char *name, const char *text)
+{
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: cannot create: %s", tmp,
+                                strerror(errno));
+    int ok = fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: write failed: %s", path,
+                                strerror(e));
+    }
+    return fsync_path(dir);
+}
+
+/* removes a checkpoint directory (its files, then itself) */
+static void remove_dir(const char *path)
+{
+    DIR *dh = opendir(path);
+    if (!dh)
+        return;
+    struct dirent *e;
+    char p[4400];
+    while ((e = readdir(dh)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
+        unlink(p);
+    }
+    closedir(dh);
+    rmdir(path);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* keeps the newest `keep` step-* directories */
+static void prune(const char *dir, int keep)
+{
+    DIR *dh = opendir(dir);
+    if (!dh || keep <= 0) {
+        if (dh)
+            closedir(dh);
+        return;
+    }
+    char *names[4096];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(dh)) != NULL && n < 4096)
+        if (!strncmp(e->d_name, "step-", 5) && strlen(e->d_name) == 13)
+            names[n++] = strdup(e->d_name);
+    closedir(dh);
+    qsort(names, (size_t)n, sizeof(char *), cmp_str);
+    for (int i = 0; i < n; i++) {
+        if (names[i] && i < n - keep) {
+            char p[4200];
+            snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+            remove_dir(p);
+        }
+        free(names[i]);
+    }
+}
+
+/* ---- the manifest ---- */
+
+static size_t put(char *buf, size_t cap, size_t at, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static size_t put(char *buf, size_t cap, size_t at, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = at < cap ? vsnprintf(buf + at, cap - at, fmt, ap) : 0;
+    va_end(ap);
+    return at + (n > 0 ? (size_t)n : 0);
+}
+
+static char *manifest_text(const train_gpt2_t *m, const train_dist_t *d,
+                           const train_opts_t *o, const train_progress_t *pr,
+                           const ckpt_layout_t *l, const rank_report_t *rep)
+{
+    size_t cap = 4096 + (size_t)l->nunits * 64 + (size_t)l->G * 96, at = 0;
+    char *b = malloc(cap);
+    if (!b)
+        return NULL;
+    const train_gpt2_cfg_t *c = &m->cfg;
+    at = put(b, cap, at, "weft-checkpoint %d\nstep %llu\ntokens %llu\n", MANIFEST_FORMAT,
+             (unsigned long long)pr->step, (unsigned long long)pr->tokens);
+    at = put(b, cap, at, "loader_epoch %zu\nloader_cursor %zu\nseed %llu\nshuffle %d\n",
+             pr->epoch, pr->cursor, (unsigned long long)o->seed, o->shuffle);
+    at = put(b, cap, at, "layers %d\nchannels %d\nheads %d\nmax_seq_len %d\nvocab %d\n"
+             "padded_vocab %d\n", c->num_layers, c->channels, c->num_heads, c->max_seq_len,
+             c->vocab_size, c->padded_vocab_size);
+    at = put(b, cap, at, "world %d\nstrategy %s\ngroup %d\nglobal_batch %d\nseq %d\n"
+             "dtype fp32 (parameters, AdamW m and v)\n", d->world ? d->nranks : 1,
+             d->sh ? shard_strategy_name(o->shard < 0 ? SHARD_NONE : (shard_strategy_t)o->shard)
+                   : "single", l->G, o->B * (d->world ? d->nranks : 1), m->T);
+    at = put(b, cap, at, "units %d\n", l->nunits);
+    for (int u = 0; u < l->nunits; u++)
+        at = put(b, cap, at, "unit %d %zu %zu\n", u, l->len[u], l->sn[u]);
+    at = put(b, cap, at, "files %d\n", l->G);
+    for (int k = 0; k < l->G; k++) {
+        char name[64];
+        ckpt_file_name(name, sizeof(name), k);
+        at = put(b, cap, at, "file %d %s %llu %016llx\n", k, name,
+                 (unsigned long long)rep[k].bytes, (unsigned long long)rep[k].hash);
+    }
+    at = put(b, cap, at, "end\n");
+    if (at >= cap) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+typedef struct {
+    int format, G, nunits, files, ended;
+    long long step, tokens, epoch, cursor;
+    int layers, channels, heads, maxT, vocab, Vp;
+    size_t *len, *sn;
+    uint64_t *bytes, *hash;
+} manifest_t;
+
+static void manifest_free(manifest_t *mf)
+{
+    free(mf->len);
+    free(mf->sn);
+    free(mf->bytes);
+    free(mf->hash);
+    mf->len = mf->sn = NULL;
+    mf->bytes = mf->hash = NULL;
+}
+
+static weft_status_t manifest_read(const char *path, manifest_t *mf)
+{
+    memset(mf, 0, sizeof(*mf));
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: cannot open: %s", path,
+                                strerror(errno));
+    char line[512];
+    weft_status_t st = WEFT_OK;
+    while (st == WEFT_OK && fgets(line, sizeof(line), f)) {
+        long long v;
+        int a, k;
+        size_t x, y;
+        unsigned long long bb, hh;
+        char name[64];
+        if (sscanf(line, "weft-checkpoint %d", &a) == 1) mf->format = a;
+        else if (sscanf(line, "step %lld", &v) == 1) mf->step = v;
+        else if (sscanf(line, "tokens %lld", &v) == 1) mf->tokens = v;
+        else if (sscanf(line, "loader_epoch %lld", &v) == 1) mf->epoch = v;
+        else if (sscanf(line, "loader_cursor %lld", &v) == 1) mf->cursor = v;
+        else if (sscanf(line, "layers %d", &a) == 1) mf->layers = a;
+        else if (sscanf(line, "channels %d", &a) == 1) mf->channels = a;
+        else if (sscanf(line, "heads %d", &a) == 1) mf->heads = a;
+        else if (sscanf(line, "max_seq_len %d", &a) == 1) mf->maxT = a;
+        else if (sscanf(line, "vocab %d", &a) == 1) mf->vocab = a;
+        else if (sscanf(line, "padded_vocab %d", &a) == 1) mf->Vp = a;
+        else if (sscanf(line, "group %d", &a) == 1) mf->G = a;
+        else if (sscanf(line, "units %d", &a) == 1 && a > 0 && a <= 4098 && !mf->len) {
+            mf->nunits = a;
+            mf->len = calloc((size_t)a, sizeof(size_t));
+            mf->sn = calloc((size_t)a, sizeof(size_t));
+        } else if (sscanf(line, "unit %d %zu %zu", &k, &x, &y) == 3 && mf->len && k >= 0 &&
+                   k < mf->nunits) {
+            mf->len[k] = x;
+            mf->sn[k] = y;
+        } else if (sscanf(line, "files %d", &a) == 1 && a > 0 && a <= 65536 && !mf->bytes) {
+            mf->files = a;
+            mf->bytes = calloc((size_t)a, sizeof(uint64_t));
+            mf->hash = calloc((size_t)a, sizeof(uint64_t));
+        } else if (sscanf(line, "file %d %63s %llu %llx", &k, name, &bb, &hh) == 4 &&
+                   mf->bytes && k >= 0 && k < mf->files) {
+            mf->bytes[k] = bb;
+            mf->hash[k] = hh;
+        } else if (!strcmp(line, "end\n")) {
+            mf->ended = 1;
+        }
+        if ((mf->nunits && !mf->len) || (mf->files && !mf->bytes))
+            st = weft_error_quiet(WEFT_ERR_NO_MEMORY, "out of memory");
+    }
+    fclose(f);
+    if (st == WEFT_OK && mf->format != MANIFEST_FORMAT)
+        st = weft_error_quiet(mf->format ? WEFT_ERR_UNSUPPORTED : WEFT_ERR_INVALID_ARG,
+                              "checkpoint %s: format %d, this weft reads %d", path,
+                              mf->format, MANIFEST_FORMAT);
+    else if (st == WEFT_OK && (!mf->ended || !mf->len || !mf->bytes || mf->G != mf->files))
+        st = weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: incomplete manifest "
+                              "(no end line, units or files)", path);
+    if (st != WEFT_OK)
+        manifest_free(mf);
+    return st;
+}
+
+/* ---- save ---- */
+
+weft_status_t train_ckpt_save(const char *dir, int keep, train_gpt2_t *m, train_dist_t *d,
+                              const train_opts_t *o, const train_progress_t *pr)
+{
+    int n = d->world ? d->nranks : 1, rank = d->world ? d->rank : 0;
+    rank_report_t mine = { 0 }, *all = calloc((size_t)n, sizeof(*all));
+    size_t nu = (size_t)m->nunits;
+    size_t *len = calloc(nu, sizeof(size_t)), *sn = calloc(nu, sizeof(size_t));
+    const float **pp = calloc(nu, sizeof(float *)), **mm = calloc(nu, sizeof(float *));
+    const float **vv = calloc(nu, sizeof(float *));
+    char tmp[4096], final[4096], name[64];
+    weft_status_t st = WEFT_OK;
+    if (!all || !len || !sn || !pp || !mm || !vv) {
+        st = weft_error_quiet(WEFT_ERR_NO_MEMORY, "checkpoint: out of memory");
+        goto out;
+    }
+    snprintf(name, sizeof(name), "step-%08llu", (unsigned long long)pr->step);
+    snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, name);
+    snprintf(final, sizeof(final), "%s/%s", dir, name);
+    if (rank == 0) {
+        mkdir(dir, 0755);
+        remove_dir(tmp);
+        if (mkdir(tmp, 0755) != 0)
+            st = weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: cannot create: %s", tmp,
+                                  strerror(errno));
+    }
+    GOTO_IF_ERR(share(d, st, &mine, all), st, out);
+    // this rank's file
+    ckpt_layout_t l;
+    ckpt_rank_data_t data;
+    if (d->sh) {
+        shard_ckpt_layout(d->sh, &l, len, sn);
+        shard_ckpt_data(d->sh, &data, pp, mm, vv, sn);
+        mine.writer = shard_ckpt_writer(d->sh);
+    } else {   // one process: whole units, the moments zero before the first step
+        if (!m->m_mem && !(m->m_mem = train_alloc_floats(m->num_params)))
+            st = weft_error_quiet(WEFT_ERR_NO_MEMORY, "checkpoint: out of memory");
+        if (!m->v_mem && !(m->v_mem = train_alloc_floats(m->num_params)))
+            st = weft_error_quiet(WEFT_ERR_NO_MEMORY, "checkpoint: out of memory");
+        for (int u = 0; st == WEFT_OK && u < m->nunits; u++) {
+            size_t off = train_unit_off(&m->cfg, u);
+            len[u] = sn[u] = train_unit_len(&m->cfg, u);
+            pp[u] = m->params_mem + off;
+            mm[u] = m->m_mem + off;
+            vv[u] = m->v_mem + off;
+        }
+        l = (ckpt_layout_t){ 1, m->nunits, len, sn };
+        data = (ckpt_rank_data_t){ m->nunits, pp, mm, vv, sn };
+        mine.writer = 1;
+    }
+    if (st == WEFT_OK && mine.writer) {
+        char path[4200], fname[64];
+        ckpt_file_name(fname, sizeof(fname), rank);
+        snprintf(path, sizeof(path), "%s/%s", tmp, fname);
+        st = ckpt_file_write(path, rank, pr->step, &data, &mine.hash, &mine.bytes);
+    }
+    GOTO_IF_ERR(share(d, st, &mine, all), st, out);
+    if (rank == 0) {
+        char *text = manifest_text(m, d, o, pr, &l, all);
+        st = text ? write_text(tmp, "manifest", text) :
+                    weft_error_quiet(WEFT_ERR_NO_MEMORY, "checkpoint: out of memory");
+        free(text);
+        if (st == WEFT_OK) {
+            remove_dir(final);   // a checkpoint of this step from an earlier run
+            if (rename(tmp, final) != 0)
+                st = weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: rename failed: %s",
+                                      final, strerror(errno));
+        }
+        if (st == WEFT_OK)
+            st = fsync_path(dir);
+        if (st == WEFT_OK) {
+            char text2[80];
+            snprintf(text2, sizeof(text2), "%s\n", name);
+            st = write_text(dir, "latest", text2);
+        }
+        if (st == WEFT_OK)
+            prune(dir, keep);
+        else
+            remove_dir(tmp);
+    }
+    st = share(d, st, &mine, all);
+out:
+    free(all);
+    free(len);
+    free(sn);
+    free(pp);
+    free(mm);
+    free(vv);
+    return st;
+}
+
+/* ---- resume ---- */
+
+static weft_status_t check_model(const manifest_t *mf, const train_gpt2_t *m, const char *path)
+{
+    const train_gpt2_cfg_t *c = &m->cfg;
+    struct { const char *what; long long ck, mine; } f[] = {
+        { "layers", mf->layers, c->num_layers }, { "channels", mf->channels, c->channels },
+        { "heads", mf->heads, c->num_heads }, { "max_seq_len", mf->maxT, c->max_seq_len },
+        { "vocab", mf->vocab, c->vocab_size }, { "padded_vocab", mf->Vp, c->padded_vocab_size },
+        { "units", mf->nunits, m->nunits },
+    };
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        if (f[i].ck != f[i].mine)
+            return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: a model with %s "
+                                    "%lld, this run's has %lld", path, f[i].what, f[i].ck,
+                                    f[i].mine);
+    for (int u = 0; u < m->nunits; u++)
+        if (mf->len[u] != train_unit_len(&m->cfg, u) || mf->sn[u] * (size_t)mf->G <
+            mf->len[u])
+            return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: unit %d layout "
+                                    "(%zu floats in %d pieces of %zu) does not fit this model",
+                                    path, u, mf->len[u], mf->G, mf->sn[u]);
+    return WEFT_OK;
+}
+
+/* one process: whole units into fresh p, m, v, swapped in when all reads worked */
+static weft_status_t load_whole(train_gpt2_t *m, const char *dir, const ckpt_layout_t *l)
+{
+    float *b[3] = { train_alloc_floats(m->num_params), train_alloc_floats(m->num_params),
+                    train_alloc_floats(m->num_params) };
+    weft_status_t st = (b[0] && b[1] && b[2]) ? WEFT_OK :
+                       weft_error_quiet(WEFT_ERR_NO_MEMORY, "checkpoint: out of memory");
+    for (int u = 0; st == WEFT_OK && u < m->nunits; u++)
+        for (int w = 0; st == WEFT_OK && w < 3; w++)
+            st = ckpt_read_range(dir, l, u, w, 0, l->len[u],
+                                 b[w] + train_unit_off(&m->cfg, u));
+    if (st == WEFT_OK) {
+        memcpy(m->params_mem, b[0], m->num_params * sizeof(float));
+        free(m->m_mem);
+        free(m->v_mem);
+        m->m_mem = b[1];
+        m->v_mem = b[2];
+        b[1] = b[2] = NULL;
+    }
+    free(b[0]);
+    free(b[1]);
+    free(b[2]);
+    return st;
+}
+
+static weft_status_t resume_local(const char *dir, train_gpt2_t *m, train_dist_t *d,
+                                  manifest_t *mf, char *name, size_t name_cap)
+{
+    char path[4200], sdir[4096];
+    snprintf(path, sizeof(path), "%s/latest", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: cannot open: %s (no "
+                                "checkpoint saved there yet?)", path, strerror(errno));
+    int got = fgets(name, (int)name_cap, f) != NULL;
+    fclose(f);
+    name[strcspn(name, "\n")] = '\0';
+    if (!got || strncmp(name, "step-", 5) != 0 || strchr(name, '/'))
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: does not name a "
+                                "step directory", path);
+    snprintf(sdir, sizeof(sdir), "%s/%s", dir, name);
+    snprintf(path, sizeof(path), "%s/manifest", sdir);
+    RETURN_IF_ERR(manifest_read(path, mf));
+    weft_status_t st = check_model(mf, m, path);
+    ckpt_layout_t l = { mf->G, mf->nunits, mf->len, mf->sn };
+    for (int k = 0; st == WEFT_OK && k < mf->G; k++) {   // every file, before any load
+        char fname[64], fpath[4200];
+        uint64_t h, b;
+        ckpt_file_name(fname, sizeof(fname), k);
+        snprintf(fpath, sizeof(fpath), "%s/%s", sdir, fname);
+        st = ckpt_file_check(fpath, &l, k, (uint64_t)mf->step);
+        if (st == WEFT_OK)
+            st = ckpt_file_hash(fpath, &h, &b);
+        if (st == WEFT_OK && (h != mf->hash[k] || b != mf->bytes[k]))
+            st = weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: %llu bytes, hash "
+                                  "%016llx; the manifest says %llu bytes, %016llx (corrupted)",
+                                  fpath, (unsigned long long)b, (unsigned long long)h,
+                                  (unsigned long long)mf->bytes[k],
+                                  (unsigned long long)mf->hash[k]);
+    }
+    if (st == WEFT_OK)
+        st = d->sh ? shard_ckpt_load(d->sh, sdir, &l) : load_whole(m, sdir, &l);
+    return st;
+}
+
+weft_status_t train_ckpt_resume(const char *dir, train_gpt2_t *m, train_dist_t *d,
+                                train_progress_t *pr, char *name, size_t name_cap)
+{
+    manifest_t mf = { 0 };
+    int n = d->world ? d->nranks : 1;
+    rank_report_t mine = { 0 }, *all = calloc((size_t)n, sizeof(*all));
+    if (!all)
+        return weft_error_quiet(WEFT_ERR_NO_MEMORY, "checkpoint: out of memory");
+    weft_status_t st = resume_local(dir, m, d, &mf, name, name_cap);
+    st = share(d, st, &mine, all);
+    if (st == WEFT_OK)
+        *pr = (train_progress_t){ (uint64_t)mf.step, (uint64_t)mf.tokens, (size_t)mf.epoch,
+                                  (size_t)mf.cursor };
+    manifest_free(&mf);
+    free(all);
+    return st;
+}

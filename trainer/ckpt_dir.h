@@ -1,0 +1,32 @@
+/*
+ * ckpt_dir.h - weft-train's training checkpoints: a directory per step, a manifest,
+ * resume at any world size and strategy.
+ */
+#ifndef WEFT_TRAIN_CKPT_DIR_H
+#define WEFT_TRAIN_CKPT_DIR_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dist.h"
+#include "model.h"
+#include "train.h"
+
+/* Where a run is: the last completed step, and the data stream's position after it. */
+typedef struct {
+    uint64_t step, tokens;
+    size_t epoch, cursor;
+} train_progress_t;
+
+/* Collective: writes DIR/step-NNNNNNNN (every writing rank its file, rank 0 the
+ * manifest), then points DIR/latest at it, then keeps the newest `keep` (0: all). On
+ * error the previous checkpoint and `latest` are untouched. */
+weft_status_t train_ckpt_save(const char *dir, int keep, train_gpt2_t *m, train_dist_t *d,
+                              const train_opts_t *o, const train_progress_t *pr);
+/* Collective: loads DIR/latest into the model (one process) or shard/ (several ranks),
+ * whatever world size and strategy wrote it; fills pr. Every file is checked (size,
+ * header, hash) before anything is loaded; on error nothing changed. */
+weft_status_t train_ckpt_resume(const char *dir, train_gpt2_t *m, train_dist_t *d,
+                                train_progress_t *pr, char *name, size_t name_cap);
+
+#endif
