@@ -257,6 +257,8 @@ if [ -x "$B/bin/weft-train" ] && [ -x "$B/tests/test_train" ]; then
     # data-parallel training (shard/): every strategy on 2-4 ranks against one process,
     # rerun, accumulation, memory, bf16, a configuration mismatch and a killed rank
     run "test_shard.py" /usr/bin/python3 tests/test_shard.py "$B"
+    # a sharded checkpoint exported as an llm.c file, loaded by llm.c's own test program
+    run "test_llmc.sh" bash tests/test_llmc.sh "$B"
 else
     missing "test_train_ref.sh" "$B/bin/weft-train"
 fi

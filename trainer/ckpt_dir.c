@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "checkpoint.h"
 #include "ckpt.h"
 #include "ckpt_dir.h"
 #include "status.h"
@@ -479,5 +480,41 @@ weft_status_t train_ckpt_resume(const char *dir, train_gpt2_t *m, train_dist_t *
                                   (size_t)mf.cursor };
     manifest_free(&mf);
     free(all);
+    return st;
+}
+
+weft_status_t train_ckpt_export(const char *dir, const char *path)
+{
+    // the model's sizes from the manifest that latest names, then an ordinary resume
+    char name[64], lpath[4200], mpath[4300];
+    snprintf(lpath, sizeof(lpath), "%s/latest", dir);
+    FILE *f = fopen(lpath, "r");
+    if (!f)
+        return weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: cannot open: %s", lpath,
+                                strerror(errno));
+    int got = fgets(name, sizeof(name), f) != NULL;
+    fclose(f);
+    name[strcspn(name, "\n")] = '\0';
+    if (!got || strchr(name, '/'))
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: does not name a "
+                                "step directory", lpath);
+    snprintf(mpath, sizeof(mpath), "%s/%s/manifest", dir, name);
+    manifest_t mf;
+    RETURN_IF_ERR(manifest_read(mpath, &mf));
+    train_gpt2_cfg_t cfg = { .max_seq_len = mf.maxT, .vocab_size = mf.vocab,
+                             .padded_vocab_size = mf.Vp, .num_layers = mf.layers,
+                             .num_heads = mf.heads, .channels = mf.channels };
+    manifest_free(&mf);
+    train_gpt2_t *m = NULL;
+    weft_status_t st = train_gpt2_create(&m, &cfg);
+    if (st != WEFT_OK)
+        return weft_error_quiet(st, "checkpoint %s: %s", mpath, weft_last_error());
+    train_dist_t none = { 0 };
+    manifest_t mf2 = { 0 };
+    st = resume_local(dir, m, &none, &mf2, name, sizeof(name));
+    manifest_free(&mf2);
+    if (st == WEFT_OK)
+        st = train_checkpoint_write(m, path);
+    train_gpt2_destroy(m);
     return st;
 }

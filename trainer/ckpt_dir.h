@@ -29,4 +29,8 @@ weft_status_t train_ckpt_save(const char *dir, int keep, train_gpt2_t *m, train_
 weft_status_t train_ckpt_resume(const char *dir, train_gpt2_t *m, train_dist_t *d,
                                 train_progress_t *pr, char *name, size_t name_cap);
 
+/* One process: the model of DIR/latest (any world size and strategy) as an llm.c GPT-2
+ * checkpoint at path (what llm.c's train_gpt2.c loads). */
+weft_status_t train_ckpt_export(const char *dir, const char *path);
+
 #endif

@@ -271,6 +271,14 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     FILE *json = NULL, *devnull = NULL;
     int *x = NULL, *y = NULL;
 
+    if (o->export_path) {   // a conversion, no training
+        if (!o->ckpt_dir)
+            return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--export-model needs --ckpt-dir");
+        RETURN_IF_ERR(train_ckpt_export(o->ckpt_dir, o->export_path));
+        fprintf(out, "weft-train: exported %s/latest to %s (llm.c GPT-2, fp32)\n",
+                o->ckpt_dir, o->export_path);
+        return WEFT_OK;
+    }
     if (o->steps > 0 && !o->data_path)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "training needs --data FILE");
     if (o->B <= 0 || o->accum <= 0 || o->steps < 0 || o->T < 0 || o->val_batches <= 0)

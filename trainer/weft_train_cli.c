@@ -91,6 +91,8 @@ static const cli_opt_t opts[] = {
     { "--ckpt-keep", NULL, OPT_INT, F(ckpt_keep), "keep the newest K (default 2; 0 = all)" },
     { "--resume", NULL, OPT_SET, F(resume), "continue from DIR/latest: parameters, AdamW "
       "state, step, data position; any world size and --shard may load any checkpoint" },
+    { "--export-model", NULL, OPT_STR, F(export_path), "with --ckpt-dir: write the model "
+      "of DIR/latest (any world size, any --shard) as an llm.c checkpoint FILE, and stop" },
     { "--save-model", NULL, OPT_STR, F(save_path), "write the final model (llm.c "
       "format) to FILE" },
     { "--sample", NULL, OPT_INT, F(sample), "generate N bytes/tokens at the end and print "
