@@ -259,6 +259,8 @@ if [ -x "$B/bin/weft-train" ] && [ -x "$B/tests/test_train" ]; then
     run "test_shard.py" /usr/bin/python3 tests/test_shard.py "$B"
     # a sharded checkpoint exported as an llm.c file, loaded by llm.c's own test program
     run "test_llmc.sh" bash tests/test_llmc.sh "$B"
+    # checkpoints under a full disk (a small tmpfs) and a rank killed during a save
+    run "test_ckpt_faults.sh" bash tests/test_ckpt_faults.sh "$B"
 else
     missing "test_train_ref.sh" "$B/bin/weft-train"
 fi

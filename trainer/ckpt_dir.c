@@ -340,7 +340,12 @@ weft_status_t train_ckpt_save(const char *dir, int keep, train_gpt2_t *m, train_
         snprintf(path, sizeof(path), "%s/%s", tmp, fname);
         st = ckpt_file_write(path, rank, pr->step, &data, &mine.hash, &mine.bytes);
     }
-    GOTO_IF_ERR(share(d, st, &mine, all), st, out);
+    st = share(d, st, &mine, all);
+    if (st != WEFT_OK) {   // a rank could not write (a full disk): nothing of it stays
+        if (rank == 0)
+            remove_dir(tmp);
+        goto out;
+    }
     if (rank == 0) {
         char *text = manifest_text(m, d, o, pr, &l, all);
         st = text ? write_text(tmp, "manifest", text) :

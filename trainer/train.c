@@ -364,10 +364,19 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
             train_loader_tell(&d.train_ld, &pr.epoch, &pr.cursor);
         if (o->ckpt_dir && o->ckpt_every > 0 && step % o->ckpt_every == 0) {
             double c0 = time_s();
-            GOTO_IF_ERR(train_ckpt_save(o->ckpt_dir, o->ckpt_keep, m, &dist, o, &pr), st,
-                        cleanup);
-            fprintf(out, "weft-train: checkpoint %s/step-%08d (%.2f s)\n", o->ckpt_dir,
-                    step, time_s() - c0);
+            weft_status_t cs = train_ckpt_save(o->ckpt_dir, o->ckpt_keep, m, &dist, o, &pr);
+            if (cs != WEFT_OK && (o->ckpt_fail_stop || cs == WEFT_ERR_PEER_LOST ||
+                                  cs == WEFT_ERR_TIMEOUT || cs == WEFT_ERR_ABORTED)) {
+                st = cs;   // --ckpt-fail stop, or the ranks themselves failed
+                goto cleanup;
+            }
+            if (cs != WEFT_OK)
+                fprintf(out, "weft-train: checkpoint of step %d failed, training goes on "
+                        "(--ckpt-fail stop ends the run instead): %s\n", step,
+                        weft_last_error());
+            else
+                fprintf(out, "weft-train: checkpoint %s/step-%08d (%.2f s)\n", o->ckpt_dir,
+                        step, time_s() - c0);
         }
         if (o->val_every > 0 && (step % o->val_every == 0 || step == o->steps))
             GOTO_IF_ERR(run_val(m, &d, o, step, x, y, out, json, &dist), st, cleanup);

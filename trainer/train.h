@@ -33,6 +33,7 @@ typedef struct {
     // training checkpoints (ckpt_dir.c)
     const char *ckpt_dir;
     int ckpt_every, ckpt_keep, resume;
+    int ckpt_fail_stop;                      // --ckpt-fail stop: a failed save ends the run
     const char *export_path;                 // --export-model: convert and stop
     // outputs
     const char *save_path, *json_path;

@@ -25,7 +25,7 @@
 #include "train.h"
 
 enum { OPT_INT, OPT_U64, OPT_FLOAT, OPT_STR, OPT_SET, OPT_CLEAR, OPT_SCHED, OPT_DTYPE,
-       OPT_SHARD };
+       OPT_SHARD, OPT_FAIL };
 
 typedef struct {
     const char *name, *alias;
@@ -89,6 +89,9 @@ static const cli_opt_t opts[] = {
     { "--ckpt-every", NULL, OPT_INT, F(ckpt_every), "save one every N steps (default 0 = "
       "never)" },
     { "--ckpt-keep", NULL, OPT_INT, F(ckpt_keep), "keep the newest K (default 2; 0 = all)" },
+    { "--ckpt-fail", NULL, OPT_FAIL, F(ckpt_fail_stop), "continue | stop: what a failed "
+      "save (a full disk) does; the previous checkpoint stays either way (default "
+      "continue)" },
     { "--resume", NULL, OPT_SET, F(resume), "continue from DIR/latest: parameters, AdamW "
       "state, step, data position; any world size and --shard may load any checkpoint" },
     { "--export-model", NULL, OPT_STR, F(export_path), "with --ckpt-dir: write the model "
@@ -173,6 +176,12 @@ static int parse_value(const cli_opt_t *o, const char *v, train_opts_t *t)
         *(int *)p = (int)st;
         return 0;
     }
+    case OPT_FAIL:
+        if (!strcmp(v, "continue") || !strcmp(v, "stop")) {
+            *(int *)p = !strcmp(v, "stop");
+            return 0;
+        }
+        return -1;
     case OPT_DTYPE:
         if (!strcmp(v, "fp32") || !strcmp(v, "bf16")) {
             *(int *)p = !strcmp(v, "bf16");
