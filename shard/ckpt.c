@@ -35,15 +35,73 @@ typedef struct {
 } file_hdr_t;
 _Static_assert(sizeof(file_hdr_t) == CKPT_HDR, "checkpoint header is 64 bytes");
 
+/* ---- the file hash: four FNV-style lanes over 64-bit words, so that hashing runs at
+ * memory speed (byte-wise FNV-1a ran at ~0.7 GB/s, slower than the disk) ---- */
+
+typedef struct {
+    uint64_t lane[4], total;
+    unsigned char tail[32];
+    size_t ntail;
+} hasher_t;
+
+#define HPRIME 0x100000001b3ull
+
+static void hasher_init(hasher_t *h)
+{
+    for (int i = 0; i < 4; i++)
+        h->lane[i] = HASH_SEED + (uint64_t)i * 0x9e3779b97f4a7c15ull;
+    h->total = 0;
+    h->ntail = 0;
+}
+
+static void hasher_block(hasher_t *h, const unsigned char *p)
+{
+    for (int i = 0; i < 4; i++) {
+        uint64_t w;
+        memcpy(&w, p + 8 * i, 8);
+        h->lane[i] = (h->lane[i] ^ w) * HPRIME;
+        h->lane[i] ^= h->lane[i] >> 29;
+    }
+}
+
+static void hasher_add(hasher_t *h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    h->total += n;
+    if (h->ntail) {
+        size_t k = 32 - h->ntail < n ? 32 - h->ntail : n;
+        memcpy(h->tail + h->ntail, p, k);
+        h->ntail += k;
+        p += k;
+        n -= k;
+        if (h->ntail < 32)
+            return;
+        hasher_block(h, h->tail);
+        h->ntail = 0;
+    }
+    for (; n >= 32; p += 32, n -= 32)
+        hasher_block(h, p);
+    memcpy(h->tail, p, n);
+    h->ntail = n;
+}
+
+static uint64_t hasher_end(hasher_t *h)
+{
+    uint64_t x = hash_bytes(HASH_SEED, h->tail, h->ntail) ^ h->total;
+    for (int i = 0; i < 4; i++)
+        x = (x ^ h->lane[i]) * HPRIME;
+    return x ^ (x >> 31);
+}
+
 void ckpt_file_name(char *buf, size_t cap, int rank)
 {
     snprintf(buf, cap, "rank-%05d.bin", rank);
 }
 
 static weft_status_t write_all(int fd, const void *p, size_t n, const char *path,
-                               uint64_t *hash)
+                               hasher_t *hash)
 {
-    *hash = hash_bytes(*hash, p, n);
+    hasher_add(hash, p, n);
     const char *c = p;
     while (n > 0) {
         ssize_t w = write(fd, c, n);
@@ -70,7 +128,8 @@ weft_status_t ckpt_file_write(const char *path, int rank, uint64_t step,
     if (fd < 0)
         return weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: cannot create: %s", path,
                                 strerror(errno));
-    uint64_t hash = HASH_SEED;
+    hasher_t hash;
+    hasher_init(&hash);
     weft_status_t st = write_all(fd, &h, sizeof(h), path, &hash);
     for (int u = 0; st == WEFT_OK && u < d->nunits; u++) {
         size_t b = d->n[u] * sizeof(float);
@@ -90,7 +149,7 @@ weft_status_t ckpt_file_write(const char *path, int rank, uint64_t step,
         unlink(path);
         return st;
     }
-    *hash_p = hash;
+    *hash_p = hasher_end(&hash);
     *bytes_p = CKPT_HDR + h.payload;
     return WEFT_OK;
 }
@@ -107,11 +166,13 @@ weft_status_t ckpt_file_hash(const char *path, uint64_t *hash_p, uint64_t *bytes
         close(fd);
         return weft_error_quiet(WEFT_ERR_NO_MEMORY, "checkpoint: out of memory");
     }
-    uint64_t hash = HASH_SEED, bytes = 0;
+    hasher_t hash;
+    hasher_init(&hash);
+    uint64_t bytes = 0;
     ssize_t r;
     while ((r = read(fd, buf, CHUNK)) > 0 || (r < 0 && errno == EINTR)) {
         if (r > 0) {
-            hash = hash_bytes(hash, buf, (size_t)r);
+            hasher_add(&hash, buf, (size_t)r);
             bytes += (uint64_t)r;
         }
     }
@@ -121,7 +182,7 @@ weft_status_t ckpt_file_hash(const char *path, uint64_t *hash_p, uint64_t *bytes
     if (r < 0)
         return weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: read failed: %s", path,
                                 strerror(e));
-    *hash_p = hash;
+    *hash_p = hasher_end(&hash);
     *bytes_p = bytes;
     return WEFT_OK;
 }

@@ -8,7 +8,7 @@
  * Replicas write nothing: the ranks of the first group (0 .. G-1) hold every shard once.
  *
  * File: 64-byte header { "WEFTSHRD", version 1, rank, nunits, step, payload bytes } and
- * the payload; a 64-bit FNV-1a of the whole file goes into the manifest (the trainer's),
+ * the payload; a 64-bit hash of the whole file (ckpt.c) goes into the manifest (the trainer's),
  * which is what says a file is complete.
  *
  * Loading gathers a unit range [lo, lo + n) of p, m or v from whichever files hold it

@@ -11,7 +11,8 @@
  * ignored and removed by the next save.
  *
  * Resume reads `latest`, the manifest, checks the model against it and every file
- * against the manifest (size, header, hash) before loading anything; shard/ then reads
+ * against the manifest (size, header, hash; each rank a share of the files) before any
+ * rank loads anything; shard/ then reads
  * the ranges this rank needs from whichever files hold them, so any world size and any
  * strategy loads any checkpoint. Every collective step ends with all ranks sharing their
  * status, so all fail together, with the failing rank's message.
@@ -286,7 +287,8 @@ static weft_status_t manifest_read(const char *path, manifest_t *mf)
 /* ---- save ---- */
 
 weft_status_t train_ckpt_save(const char *dir, int keep, train_gpt2_t *m, train_dist_t *d,
-                              const train_opts_t *o, const train_progress_t *pr)
+                              const train_opts_t *o, const train_progress_t *pr,
+                              uint64_t *bytes_p)
 {
     int n = d->world ? d->nranks : 1, rank = d->world ? d->rank : 0;
     rank_report_t mine = { 0 }, *all = calloc((size_t)n, sizeof(*all));
@@ -370,6 +372,8 @@ weft_status_t train_ckpt_save(const char *dir, int keep, train_gpt2_t *m, train_
             remove_dir(tmp);
     }
     st = share(d, st, &mine, all);
+    for (int r = 0; st == WEFT_OK && bytes_p && r < n; r++)
+        *bytes_p += all[r].bytes;
 out:
     free(all);
     free(len);
@@ -430,10 +434,14 @@ static weft_status_t load_whole(train_gpt2_t *m, const char *dir, const ckpt_lay
     return st;
 }
 
-static weft_status_t resume_local(const char *dir, train_gpt2_t *m, train_dist_t *d,
-                                  manifest_t *mf, char *name, size_t name_cap)
+/* Reads latest and its manifest, checks the model, and checks this rank's share of the
+ * files (rank r: files k with k % nranks == r; all of them together cover every file
+ * once, in parallel) against the manifest: size, header, hash. */
+static weft_status_t resume_check(const char *dir, train_gpt2_t *m, int rank, int nranks,
+                                  manifest_t *mf, char *name, size_t name_cap,
+                                  char *sdir, size_t sdir_cap)
 {
-    char path[4200], sdir[4096];
+    char path[4200];
     snprintf(path, sizeof(path), "%s/latest", dir);
     FILE *f = fopen(path, "r");
     if (!f)
@@ -445,12 +453,12 @@ static weft_status_t resume_local(const char *dir, train_gpt2_t *m, train_dist_t
     if (!got || strncmp(name, "step-", 5) != 0 || strchr(name, '/'))
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: does not name a "
                                 "step directory", path);
-    snprintf(sdir, sizeof(sdir), "%s/%s", dir, name);
+    snprintf(sdir, sdir_cap, "%s/%s", dir, name);
     snprintf(path, sizeof(path), "%s/manifest", sdir);
     RETURN_IF_ERR(manifest_read(path, mf));
     weft_status_t st = check_model(mf, m, path);
     ckpt_layout_t l = { mf->G, mf->nunits, mf->len, mf->sn };
-    for (int k = 0; st == WEFT_OK && k < mf->G; k++) {   // every file, before any load
+    for (int k = rank; st == WEFT_OK && k < mf->G; k += nranks) {
         char fname[64], fpath[4200];
         uint64_t h, b;
         ckpt_file_name(fname, sizeof(fname), k);
@@ -465,9 +473,14 @@ static weft_status_t resume_local(const char *dir, train_gpt2_t *m, train_dist_t
                                   (unsigned long long)mf->bytes[k],
                                   (unsigned long long)mf->hash[k]);
     }
-    if (st == WEFT_OK)
-        st = d->sh ? shard_ckpt_load(d->sh, sdir, &l) : load_whole(m, sdir, &l);
     return st;
+}
+
+static weft_status_t resume_load(train_gpt2_t *m, train_dist_t *d, const manifest_t *mf,
+                                 const char *sdir)
+{
+    ckpt_layout_t l = { mf->G, mf->nunits, mf->len, mf->sn };
+    return d->sh ? shard_ckpt_load(d->sh, sdir, &l) : load_whole(m, sdir, &l);
 }
 
 weft_status_t train_ckpt_resume(const char *dir, train_gpt2_t *m, train_dist_t *d,
@@ -478,8 +491,13 @@ weft_status_t train_ckpt_resume(const char *dir, train_gpt2_t *m, train_dist_t *
     rank_report_t mine = { 0 }, *all = calloc((size_t)n, sizeof(*all));
     if (!all)
         return weft_error_quiet(WEFT_ERR_NO_MEMORY, "checkpoint: out of memory");
-    weft_status_t st = resume_local(dir, m, d, &mf, name, name_cap);
+    char sdir[4096];
+    int rank = d->world ? d->rank : 0;
+    // every file checked (by some rank) before any rank loads anything
+    weft_status_t st = resume_check(dir, m, rank, n, &mf, name, name_cap, sdir, sizeof(sdir));
     st = share(d, st, &mine, all);
+    if (st == WEFT_OK)
+        st = share(d, resume_load(m, d, &mf, sdir), &mine, all);
     if (st == WEFT_OK)
         *pr = (train_progress_t){ (uint64_t)mf.step, (uint64_t)mf.tokens, (size_t)mf.epoch,
                                   (size_t)mf.cursor };
@@ -516,7 +534,10 @@ weft_status_t train_ckpt_export(const char *dir, const char *path)
         return weft_error_quiet(st, "checkpoint %s: %s", mpath, weft_last_error());
     train_dist_t none = { 0 };
     manifest_t mf2 = { 0 };
-    st = resume_local(dir, m, &none, &mf2, name, sizeof(name));
+    char sdir[4096];
+    st = resume_check(dir, m, 0, 1, &mf2, name, sizeof(name), sdir, sizeof(sdir));
+    if (st == WEFT_OK)
+        st = resume_load(m, &none, &mf2, sdir);
     manifest_free(&mf2);
     if (st == WEFT_OK)
         st = train_checkpoint_write(m, path);

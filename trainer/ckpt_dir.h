@@ -22,7 +22,8 @@ typedef struct {
  * manifest), then points DIR/latest at it, then keeps the newest `keep` (0: all). On
  * error the previous checkpoint and `latest` are untouched. */
 weft_status_t train_ckpt_save(const char *dir, int keep, train_gpt2_t *m, train_dist_t *d,
-                              const train_opts_t *o, const train_progress_t *pr);
+                              const train_opts_t *o, const train_progress_t *pr,
+                              uint64_t *bytes_p);
 /* Collective: loads DIR/latest into the model (one process) or shard/ (several ranks),
  * whatever world size and strategy wrote it; fills pr. Every file is checked (size,
  * header, hash) before anything is loaded; on error nothing changed. */

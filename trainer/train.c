@@ -69,13 +69,15 @@ static weft_status_t build_model(train_gpt2_t **m_p, const train_opts_t *o, int 
 {
     if (o->model_path)
         return train_checkpoint_read(m_p, o->model_path);
+    // a resumed run's parameters come from its checkpoint: no GPT-2 init to draw
+    // (seconds at 100M parameters); a failed resume ends the run
     int V = o->vocab > 0 ? o->vocab : (text ? 256 : 50257);
     train_gpt2_cfg_t cfg = { .max_seq_len = o->ctx, .vocab_size = V,
                              .padded_vocab_size = train_padded_vocab(V),
                              .num_layers = o->layers, .num_heads = o->heads,
                              .channels = o->dim };
     weft_status_t st = train_gpt2_create(m_p, &cfg);
-    if (st == WEFT_OK && (st = train_gpt2_init(*m_p, o->seed)) != WEFT_OK) {
+    if (st == WEFT_OK && !o->resume && (st = train_gpt2_init(*m_p, o->seed)) != WEFT_OK) {
         train_gpt2_destroy(*m_p);
         *m_p = NULL;
     }
@@ -340,13 +342,15 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     train_progress_t pr = { 0 };
     if (o->resume) {
         char name[64];
+        double r0 = time_s();
         GOTO_IF_ERR(train_ckpt_resume(o->ckpt_dir, m, &dist, &pr, name, sizeof(name)), st,
                     cleanup);
+        double rsecs = time_s() - r0;
         if (d.have_data)
             GOTO_IF_ERR(train_loader_seek(&d.train_ld, pr.epoch, pr.cursor), st, cleanup);
-        fprintf(out, "weft-train: resumed from %s/%s: step %llu, %llu tokens\n",
+        fprintf(out, "weft-train: resumed from %s/%s: step %llu, %llu tokens (%.2f s)\n",
                 o->ckpt_dir, name, (unsigned long long)pr.step,
-                (unsigned long long)pr.tokens);
+                (unsigned long long)pr.tokens, rsecs);
     }
     for (int step = (int)pr.step + 1; step <= o->steps; step++) {
         train_stats_t s = { 0 };
@@ -364,7 +368,9 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
             train_loader_tell(&d.train_ld, &pr.epoch, &pr.cursor);
         if (o->ckpt_dir && o->ckpt_every > 0 && step % o->ckpt_every == 0) {
             double c0 = time_s();
-            weft_status_t cs = train_ckpt_save(o->ckpt_dir, o->ckpt_keep, m, &dist, o, &pr);
+            uint64_t cbytes = 0;
+            weft_status_t cs = train_ckpt_save(o->ckpt_dir, o->ckpt_keep, m, &dist, o, &pr,
+                                               &cbytes);
             if (cs != WEFT_OK && (o->ckpt_fail_stop || cs == WEFT_ERR_PEER_LOST ||
                                   cs == WEFT_ERR_TIMEOUT || cs == WEFT_ERR_ABORTED)) {
                 st = cs;   // --ckpt-fail stop, or the ranks themselves failed
@@ -375,8 +381,9 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
                         "(--ckpt-fail stop ends the run instead): %s\n", step,
                         weft_last_error());
             else
-                fprintf(out, "weft-train: checkpoint %s/step-%08d (%.2f s)\n", o->ckpt_dir,
-                        step, time_s() - c0);
+                fprintf(out, "weft-train: checkpoint %s/step-%08d: %.1f MB in %.2f s "
+                        "(%.2f GB/s)\n", o->ckpt_dir, step, cbytes / 1e6, time_s() - c0,
+                        cbytes / 1e9 / (time_s() - c0));
         }
         if (o->val_every > 0 && (step % o->val_every == 0 || step == o->steps))
             GOTO_IF_ERR(run_val(m, &d, o, step, x, y, out, json, &dist), st, cleanup);
