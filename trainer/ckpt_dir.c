@@ -170,7 +170,7 @@ static char *manifest_text(const train_gpt2_t *m, const train_dist_t *d,
                            const train_opts_t *o, const train_progress_t *pr,
                            const ckpt_layout_t *l, const rank_report_t *rep)
 {
-    size_t cap = 4096 + (size_t)l->nunits * 64 + (size_t)l->G * 96, at = 0;
+    size_t cap = 4096 + (size_t)l->nunits * (64 + 16 * 96) + (size_t)l->G * 96, at = 0;
     char *b = malloc(cap);
     if (!b)
         return NULL;
@@ -186,9 +186,24 @@ static char *manifest_text(const train_gpt2_t *m, const train_dist_t *d,
              "dtype fp32 (parameters, AdamW m and v)\n", d->world ? d->nranks : 1,
              d->sh ? shard_strategy_name(o->shard < 0 ? SHARD_NONE : (shard_strategy_t)o->shard)
                    : "single", l->G, o->B * (d->world ? d->nranks : 1), m->T);
+    at = put(b, cap, at, "lr_schedule %s lr %g warmup %d steps %d (position: step)\n"
+             "data_rng seed %llu, shuffles replayed over loader_epoch\n",
+             o->schedule == TRAIN_SCHED_COSINE ? "cosine" : "constant", o->lr, o->warmup,
+             o->steps, (unsigned long long)o->seed);
     at = put(b, cap, at, "units %d\n", l->nunits);
     for (int u = 0; u < l->nunits; u++)
         at = put(b, cap, at, "unit %d %zu %zu\n", u, l->len[u], l->sn[u]);
+    // every tensor: its llm.c name, layer, global offset (block-major) and floats
+    for (int u = 0; u < l->nunits; u++) {
+        train_seg_t segs[TRAIN_BLOCK_TENSORS];
+        int ns = train_unit_segs(c, u, segs), L = c->num_layers;
+        for (int j = 0; j < ns; j++) {
+            int t = u == TRAIN_UNIT_EMB ? j : u == TRAIN_UNIT_LNF(L) ? 14 + j : 2 + j;
+            at = put(b, cap, at, "tensor %s layer %d offset %zu floats %zu\n",
+                     train_param_names[t], u == TRAIN_UNIT_EMB || u == TRAIN_UNIT_LNF(L) ?
+                     -1 : u - 1, train_unit_off(c, u) + segs[j].off, segs[j].len);
+        }
+    }
     at = put(b, cap, at, "files %d\n", l->G);
     for (int k = 0; k < l->G; k++) {
         char name[64];
