@@ -21,10 +21,22 @@ ifneq ($(SAN),)
 CFLAGS_BASE += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDSAN    = -fsanitize=$(SAN)
 endif
-CFLAGS  += $(CFLAGS_BASE) $(INCS) $(HWLOC_CFLAGS)
-LDLIBS  += $(HWLOC_LIBS) -lrt -lm -pthread $(LDSAN)
+# The UCX transport (comm/ucx/) is built when pkg-config finds UCX (Debian: libucx-dev);
+# without it the library has shm and tcp only, and WEFT_TRANSPORT=ucx finds no transport.
+HAVE_UCX    := $(shell pkg-config --exists ucx 2>/dev/null && echo 1)
+ifeq ($(HAVE_UCX),1)
+UCX_CFLAGS  := $(shell pkg-config --cflags ucx) -DWEFT_HAVE_UCX
+UCX_LIBS    := $(shell pkg-config --libs ucx)
+else
+$(info weft: UCX not found (pkg-config ucx; Debian: libucx-dev): the UCX transport is skipped)
+endif
+CFLAGS  += $(CFLAGS_BASE) $(INCS) $(HWLOC_CFLAGS) $(UCX_CFLAGS)
+LDLIBS  += $(HWLOC_LIBS) $(UCX_LIBS) -lrt -lm -pthread $(LDSAN)
 
 LIB_SRC  := $(filter-out %_cli.c,$(wildcard common/*.c kernels/*.c topo/*.c comm/*.c comm/*/*.c))
+ifneq ($(HAVE_UCX),1)
+LIB_SRC  := $(filter-out comm/ucx/%,$(LIB_SRC))
+endif
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 PERF_SRC := $(filter-out bench/mpi_coll_perf.c,$(wildcard bench/*_perf.c))
 PERF_BIN := $(PERF_SRC:bench/%.c=$(BUILD)/bin/%)
@@ -133,7 +145,7 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBA)
 # Debian packages the build, the tests and the benchmarks need; installed only if missing.
 DEB_PKGS = gcc make pkg-config libhwloc-dev hwloc openmpi-bin libopenmpi-dev iproute2 \
            gnuplot-nox procps python3 mpich libmpich-dev iperf3 \
-           libopenblas-dev python3-torch bible-kjv clang libclang-rt-14-dev
+           libopenblas-dev python3-torch bible-kjv clang libclang-rt-14-dev libucx-dev
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" \

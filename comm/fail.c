@@ -5,7 +5,9 @@
  * timeout is first noticed by one or two ranks. Three things spread it:
  *   - FAILED: the first failure of a communicator is posted to every peer as a
  *     tp_state_t (who saw it, what it blames, both calls); a rank that reads one fails
- *     its running call with the same cause and posts it on (relays keep the origin);
+ *     its running call with the same cause and posts it on (relays keep the origin),
+ *     unless the failure is in a later collective, which the origin reached by
+ *     finishing this one: then the call goes on and the next one fails;
  *   - WAITING: a call that has waited WAIT_POST_NS posts its own description once, and
  *     every stalled rank compares the peers' posts with its call: the same sequence
  *     number with a different call is a mismatch, even when no frame ever moved (two
@@ -127,6 +129,16 @@ static int same_call(const call_desc_t *a, const call_desc_t *b)
            a->op == b->op && a->root == b->root && a->seq == b->seq;
 }
 
+/* A failure in a later collective: its origin finished this one, so every frame it
+ * owes this call is sent, and the call may still complete (its payload can be on the
+ * wire, a ucx rendezvous, when the news overtakes it). The next call adopts it; a call
+ * that cannot complete meets its own cause (a lost peer, a timeout). */
+static int past_this_call(const tp_state_t *s, const call_desc_t *mine)
+{
+    return is_coll(s->call.coll) && is_coll(mine->coll) &&
+           (int32_t)(s->call.seq - mine->seq) > 0;
+}
+
 weft_status_t fail_probe(weft_comm_t *comm, comm_op_t *op)
 {
     call_desc_t mine;
@@ -142,7 +154,7 @@ weft_status_t fail_probe(weft_comm_t *comm, comm_op_t *op)
             continue;
         tp_state_t s;
         weft_status_t st = comm->eps[p]->ops->peer_state(comm->eps[p], &s);
-        if (s.kind == TP_STATE_FAILED)
+        if (s.kind == TP_STATE_FAILED && !past_this_call(&s, &mine))
             return adopt(comm, op, p, &s);
         /* a closed connection matters only to a call that still needs that peer: one
          * that has finished its part and destroyed its communicator closes it too */

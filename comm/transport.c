@@ -11,10 +11,16 @@
 
 extern const tp_ops_t tp_shm_ops;
 extern const tp_ops_t tp_tcp_ops;
+#ifdef WEFT_HAVE_UCX
+extern const tp_ops_t tp_ucx_ops;   /* built when pkg-config finds ucx (Makefile) */
+#endif
 
 const tp_ops_t *const tp_registry[] = {
     &tp_shm_ops,
     &tp_tcp_ops,
+#ifdef WEFT_HAVE_UCX
+    &tp_ucx_ops,
+#endif
     NULL,
 };
 

@@ -1,5 +1,5 @@
 /*
- * transport.h - the ops table every transport fills (shm, tcp; later ucx, verbs), and
+ * transport.h - the ops table every transport fills (shm, tcp, ucx; later verbs), and
  * the registry that lists them.
  *
  * A transport lives in a folder of its own (comm/shm/, comm/tcp/) and is known to the
@@ -49,7 +49,12 @@ typedef struct tp_ep {
 } tp_ep_t;
 
 #define TP_MAX 4               /* transports in the registry, at most */
-#define TP_ADDR_BYTES 120      /* one transport's address blob, at most */
+/* One transport's address blob, at most. A UCX worker address (every device's) is the
+ * largest: 215 bytes with shm, cma and tcp on two interfaces, a few hundred more per RDMA
+ * port (tp_ucx falls back to its network devices' address when it does not fit). Every
+ * rank's peer_info_t travels through rank 0 in the bootstrap exchange (N^2 copies), so
+ * this stays near 2 KB per rank. */
+#define TP_ADDR_BYTES 512
 
 /* A transport's address as its peers need it, opaque to everyone else. len 0: this
  * rank has none (the transport is disabled or not set up here). */
@@ -70,6 +75,8 @@ typedef struct peer_info {
     tp_addr_t addr[TP_MAX];     /* by registry slot (tp_slot) */
 } peer_info_t;
 
+_Static_assert(sizeof(peer_info_t) <= 2304, "peer_info_t crosses the bootstrap N^2 times");
+
 typedef struct tp_ops {
     const char *name;
     int preference;             /* higher first, among those that reach a peer */
@@ -86,7 +93,7 @@ typedef struct tp_ops {
 
     /* -- progress: once per engine pass, for transports whose context has work of its
      *    own (a UCX worker, a completion queue); NULL where every endpoint call makes its
-     *    own progress (shm, tcp) -- */
+     *    own progress (shm, tcp); ucx drives its worker here -- */
     weft_status_t (*progress)(weft_comm_t *comm);
 
     /* -- data -- */

@@ -112,8 +112,9 @@ static const cfg_knob_t knobs[] = {
     { "WEFT_TIMEOUT", "300", "seconds a blocking call waits for peers before WEFT_ERR_TIMEOUT",
       DBL(timeout_s), NULL },
     /* transports */
-    { "WEFT_TRANSPORT", "auto", "auto (shm within a host, tcp across), shm, or tcp",
-      STR(transport), "auto|shm|tcp" },
+    { "WEFT_TRANSPORT", "auto", "auto (shm within a host, tcp across, ucx across when UCX "
+      "sees an RDMA device), shm, tcp, or ucx (every peer; built with libucx-dev)",
+      STR(transport), "auto|shm|tcp|ucx" },
     { "WEFT_SOCKET_IFNAME", "", "interface (or prefix) whose address tcp listens on; default: "
       "the address that reaches the rendezvous host", STR(socket_ifname), NULL },
     { "WEFT_IB_HCA", "", "InfiniBand HCA to use (reserved for the verbs transport)", STR(ib_hca), NULL },

@@ -1,0 +1,525 @@
+/*
+ * tp_ucx.c - the UCX transport: setup, liveness and teardown (the frames and peer
+ * states are in ucx_data.c).
+ *
+ * The process has one ucp_context and one ucp_worker, shared by its communicators (see
+ * `shared` below for why); each communicator's tp_ctx holds its endpoints and its id,
+ * which every tag carries. UCX is configured from the UCX_* environment as every UCX
+ * program is (ucp_config_read, default prefix): UCX_TLS, UCX_NET_DEVICES,
+ * UCX_RNDV_THRESH... work as UCX users expect. The worker's address is this rank's
+ * address blob; connect creates one ucp_ep per peer from the peer's blob, in error mode
+ * PEER, with a callback that marks the endpoint lost. UCX wires endpoints up lazily, so
+ * connect never waits for a peer. The progress op drives the worker once per engine pass.
+ *
+ * Selection: WEFT_TRANSPORT=ucx forces it for every peer (UCX then moves data within a
+ * host over its own shared memory and cma). In auto mode it is set up only when UCX
+ * reports an RDMA device (an "ib" memory domain), and then ranks it between shm and
+ * tcp: on a host without one nothing changes for users.
+ *
+ * Liveness: a peer is lost when its endpoint's error callback ran (a reset connection,
+ * a keepalive timeout), when it said goodbye (abort, destroy: a GONE message, sent to
+ * every peer at the first close so that no two ranks' teardowns wait on each other),
+ * or, on this host, when its process has exited; in the last two cases only once every
+ * frame it sent before is read.
+ *
+ * Invariants: the worker runs in UCS_THREAD_MODE_MULTI, because abort may come from any
+ * thread; every other op runs under the communicator's lock. Teardown flushes each
+ * endpoint (the peer may still have to read frames that send already reported taken)
+ * until the peer read them, left, said goodbye or WEFT_TIMEOUT passed, then force-closes
+ * it; the worker is destroyed only after every endpoint is closed.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uct/api/uct.h>
+
+#include "ucx_int.h"
+#include "check.h"
+#include "log.h"
+#include "status.h"
+#include "util.h"
+
+/* Whether UCX sees an RDMA device: a memory domain of its "ib" component (InfiniBand,
+ * RoCE). Asked in auto mode only, before any context exists. */
+static int rdma_device_present(void)
+{
+    uct_component_h *comps;
+    unsigned n;
+    int found = 0;
+    if (uct_query_components(&comps, &n) != UCS_OK)
+        return 0;
+    for (unsigned i = 0; i < n && !found; i++) {
+        uct_component_attr_t a = { .field_mask = UCT_COMPONENT_ATTR_FIELD_NAME |
+                                                 UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT };
+        found = uct_component_query(comps[i], &a) == UCS_OK && !strcmp(a.name, "ib") &&
+                a.md_resource_count > 0;
+    }
+    uct_release_component_list(comps);
+    return found;
+}
+
+/* Writes the worker's address into the blob: the whole one if it fits, else the one
+ * with network devices only (which still reaches every peer, within a host too). */
+static weft_status_t put_address(ucx_ctx_t *x, tp_addr_t *addr)
+{
+    const unsigned flags[2] = { 0, UCP_WORKER_ADDRESS_FLAG_NET_ONLY };
+    size_t n = 0;
+    for (int i = 0; i < 2; i++) {
+        ucp_worker_attr_t a = { .field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS |
+                                              UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS,
+                                .address_flags = flags[i] };
+        if (ucp_worker_query(x->worker, &a) != UCS_OK)
+            continue;
+        n = a.address_length;
+        if (n <= TP_ADDR_BYTES) {
+            memcpy(addr->blob, a.address, n);
+            addr->len = (uint16_t)n;
+        }
+        ucp_worker_release_address(x->worker, a.address);
+        if (addr->len) {
+            if (i > 0)
+                LOG_INFO(LOG_NET, "ucx: the worker address is too large for the exchange; "
+                         "publishing its network devices only (%zu bytes)", n);
+            return WEFT_OK;
+        }
+    }
+    return weft_error(WEFT_ERR_UNSUPPORTED, "ucx: the worker address is %zu bytes, more than "
+                      "the %d the address exchange carries (TP_ADDR_BYTES)", n, TP_ADDR_BYTES);
+}
+
+/* The process's UCX worker, shared by its communicators: a frame that send reported
+ * taken may still need its sender's progress (a wire-up, a rendezvous over tcp), and a
+ * rank that went on to another communicator must still give it. With a worker per
+ * communicator test_coll's split test deadlocked: rank 2, waiting in the parent, never
+ * progressed the child's worker that held the frame rank 0 waited for in the child. So
+ * every communicator's progress op drives the one worker, and tags carry the
+ * communicator. Guarded by its mutex; created by the first user, destroyed by the last
+ * (no fd outlives the last communicator). */
+static struct {
+    pthread_mutex_t lock;
+    int users;
+    ucp_context_h ucp;
+    ucp_worker_h worker;
+} shared = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* Takes the messages nobody will receive (goodbyes and states that reached endpoints
+ * already closed), so the worker goes without UCX warning about each; 100 ms at most. */
+static void drain_unexpected(ucp_worker_h w)
+{
+    uint64_t deadline = time_ns() + 100000000ull;
+    while (time_ns() < deadline) {
+        ucp_tag_recv_info_t info;
+        ucp_worker_progress(w);
+        ucp_tag_message_h m = ucp_tag_probe_nb(w, 0, 0, 1, &info);
+        if (m == NULL)
+            return;
+        void *buf = malloc(info.length ? info.length : 1), *req;
+        if (buf == NULL)
+            return;
+        ucp_request_param_t p = { .op_attr_mask = 0 };
+        if (ucx_req_take(ucp_tag_msg_recv_nbx(w, buf, info.length, m, &p), &req) ==
+            UCS_INPROGRESS)
+            while (ucx_req_test(&req) == UCS_INPROGRESS && time_ns() < deadline)
+                ucp_worker_progress(w);
+        if (req) {
+            ucp_request_free(req);
+            return;                 /* buf stays UCX's to write: leaked, not freed */
+        }
+        free(buf);
+    }
+}
+
+static void shared_release(void)
+{
+    pthread_mutex_lock(&shared.lock);
+    if (--shared.users == 0) {
+        drain_unexpected(shared.worker);
+        ucp_worker_destroy(shared.worker);
+        ucp_cleanup(shared.ucp);
+        shared.worker = NULL;
+        shared.ucp = NULL;
+    }
+    pthread_mutex_unlock(&shared.lock);
+}
+
+/* Endpoints in error mode PEER may use only transports that report peer failures, and
+ * UCX 1.13's shared-memory ones (posix, sysv) say they do only with MM_ERROR_HANDLING=y:
+ * without it every local peer went over tcp (10 us for 8 bytes instead of 0.8). weft
+ * watches local peers' pids itself (peer_down), so it turns the capability on, unless
+ * the user set it (UCX_MM_, UCX_POSIX_ or UCX_SYSV_ERROR_HANDLING). */
+static void mm_error_handling(ucp_config_t *cfg)
+{
+    if (getenv("UCX_MM_ERROR_HANDLING") || getenv("UCX_POSIX_ERROR_HANDLING") ||
+        getenv("UCX_SYSV_ERROR_HANDLING"))
+        return;
+    ucs_status_t s = ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y");
+    if (s != UCS_OK)
+        LOG_INFO(LOG_NET, "ucx: cannot set MM_ERROR_HANDLING=y (%s): local peers go over "
+                 "transports with error handling (tcp)", ucs_status_string(s));
+}
+
+/* Reads UCX_* from the environment (the first communicator's) and makes the worker. */
+static weft_status_t shared_create(int nranks)
+{
+    ucp_config_t *cfg;
+    ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
+    if (s != UCS_OK)
+        return weft_error(WEFT_ERR_SYSTEM, "ucx: cannot read the UCX_* configuration: %s",
+                          ucs_status_string(s));
+    mm_error_handling(cfg);
+    ucp_params_t p = { .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS,
+                       .features = UCP_FEATURE_TAG, .estimated_num_eps = (size_t)nranks };
+    s = ucp_init(&p, cfg, &shared.ucp);
+    ucp_config_release(cfg);
+    if (s != UCS_OK)
+        return weft_error(WEFT_ERR_SYSTEM, "ucx: cannot initialize (ucp_init): %s",
+                          ucs_status_string(s));
+    ucp_worker_params_t wp = { .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                               .thread_mode = UCS_THREAD_MODE_MULTI };
+    s = ucp_worker_create(shared.ucp, &wp, &shared.worker);
+    if (s != UCS_OK) {
+        ucp_cleanup(shared.ucp);
+        shared.ucp = NULL;
+        return weft_error(WEFT_ERR_SYSTEM, "ucx: cannot create a worker: %s",
+                          ucs_status_string(s));
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t shared_acquire(int nranks, ucp_worker_h *worker_p)
+{
+    weft_status_t st = WEFT_OK;
+    pthread_mutex_lock(&shared.lock);
+    if (shared.users == 0)
+        st = shared_create(nranks);
+    if (st == WEFT_OK) {
+        shared.users++;
+        *worker_p = shared.worker;
+    }
+    pthread_mutex_unlock(&shared.lock);
+    return st;
+}
+
+static void ctx_free(ucx_ctx_t *x)
+{
+    if (x->worker)
+        shared_release();
+    free(x->eps);
+    free(x);
+}
+
+static weft_status_t ctx_create(weft_comm_t *comm, ucx_ctx_t **x_p)
+{
+    ucx_ctx_t *x = calloc(1, sizeof(*x));
+    if (x == NULL || (x->eps = calloc((size_t)comm->nranks, sizeof(*x->eps))) == NULL) {
+        free(x);
+        return weft_error(WEFT_ERR_NO_MEMORY, "ucx: out of memory");
+    }
+    x->nranks = comm->nranks;
+    x->rank = comm->rank;
+    x->comm_id = comm->id32;
+    x->timeout_s = comm->cfg.timeout_s;
+    weft_status_t st = shared_acquire(comm->nranks, &x->worker);
+    if (st != WEFT_OK) {
+        ctx_free(x);
+        return st;
+    }
+    *x_p = x;
+    return WEFT_OK;
+}
+
+static weft_status_t ucx_local_setup(weft_comm_t *comm, tp_addr_t *addr)
+{
+    int forced = !strcmp(comm->cfg.transport, "ucx");
+    ucx_ctx_t *x = NULL;
+    addr->len = 0;
+    if (!forced && !rdma_device_present()) {
+        LOG_DEBUG(LOG_NET, "ucx: no RDMA device; left to shm and tcp (WEFT_TRANSPORT=ucx "
+                  "forces it)");
+        return WEFT_OK;
+    }
+    weft_status_t st = ctx_create(comm, &x);
+    if (st == WEFT_OK && (st = put_address(x, addr)) != WEFT_OK)
+        ctx_free(x);
+    if (st != WEFT_OK) {
+        if (forced)
+            return st;
+        LOG_INFO(LOG_NET, "ucx: not used: %s", weft_last_error());
+        return WEFT_OK;
+    }
+    tp_set_ctx(comm, &tp_ucx_ops, x);
+    return WEFT_OK;
+}
+
+static int ucx_can_connect(const weft_comm_t *comm, const peer_info_t *self,
+                           const peer_info_t *peer)
+{
+    int slot = tp_slot(&tp_ucx_ops);
+    return self->addr[slot].len > 0 && peer->addr[slot].len > 0;
+}
+
+static int peer_exited(const ucx_ep_t *e)
+{
+    return e->same_host && kill(e->peer_pid, 0) != 0 && errno == ESRCH;
+}
+
+/* The error callback (on a progressing thread): the endpoint is lost for good. */
+static void ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    ucx_ep_t *e = arg;
+    e->lost_status = status;
+    __atomic_store_n(&e->lost, 1, __ATOMIC_RELEASE);
+    LOG_INFO(LOG_NET, "ucx: endpoint to rank %d failed: %s", e->base.peer,
+             ucs_status_string(status));
+}
+
+static weft_status_t ucx_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
+{
+    ucx_ctx_t *x = tp_ctx(comm, &tp_ucx_ops);
+    const tp_addr_t *a = tp_peer_addr(comm, &tp_ucx_ops, peer);
+    ucx_ep_t *e = calloc(1, sizeof(*e));
+    void *raddr = malloc(a->len);   /* the blob is unaligned */
+    if (e == NULL || raddr == NULL) {
+        free(e);
+        free(raddr);
+        return weft_error(WEFT_ERR_NO_MEMORY, "ucx: out of memory");
+    }
+    memcpy(raddr, a->blob, a->len);
+    e->x = x;
+    e->base.peer = peer;
+    e->peer_pid = (pid_t)comm->peers[peer].pid;
+    e->same_host = comm->peers[peer].host_id == comm->peers[comm->rank].host_id;
+    e->max_frame = e->tx_max = comm->cfg.buffsize;
+    ucp_ep_params_t p = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = raddr,
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = { ep_failed, e },
+    };
+    ucs_status_t s = ucp_ep_create(x->worker, &p, &e->ep);
+    free(raddr);
+    if (s != UCS_OK) {
+        weft_status_t st = peer_exited(e)
+            ? weft_error(WEFT_ERR_PEER_LOST, "ucx: rank %d (pid %d) has exited", peer,
+                         (int)e->peer_pid)
+            : weft_error(WEFT_ERR_SYSTEM, "ucx: cannot create an endpoint to rank %d: %s",
+                         peer, ucs_status_string(s));
+        free(e);
+        return st;
+    }
+    x->eps[peer] = e;
+    weft_status_t st = ucx_rx_start(e);
+    if (st != WEFT_OK) {
+        e->base.ops = &tp_ucx_ops;
+        tp_ucx_ops.close(&e->base);
+        return st;
+    }
+    *ep_p = &e->base;
+    return WEFT_OK;
+}
+
+/* Every rank has its endpoints (a barrier came first): wire them up now, while every
+ * rank progresses here, instead of on the first frames. A rank that later goes silent
+ * (computes) would otherwise hold its peers' first frames, and their goodbyes, until its
+ * next call. Bounded: a peer that leaves init early finishes the wire-up on its next
+ * call anyway. */
+static weft_status_t ucx_post_connect(weft_comm_t *comm)
+{
+    ucx_ctx_t *x = tp_ctx(comm, &tp_ucx_ops);
+    void **reqs = x ? calloc((size_t)x->nranks, sizeof(*reqs)) : NULL;
+    if (reqs == NULL)
+        return WEFT_OK;
+    ucp_request_param_t p = { .op_attr_mask = 0 };
+    int pending = 0;
+    for (int r = 0; r < x->nranks; r++)
+        if (x->eps[r])
+            pending += ucx_req_take(ucp_ep_flush_nbx(x->eps[r]->ep, &p), &reqs[r]) ==
+                       UCS_INPROGRESS;
+    uint64_t deadline = time_ns() + 2000000000ull;
+    while (pending && time_ns() < deadline) {
+        ucp_worker_progress(x->worker);
+        pending = 0;
+        for (int r = 0; r < x->nranks; r++)
+            pending += ucx_req_test(&reqs[r]) == UCS_INPROGRESS;
+    }
+    for (int r = 0; r < x->nranks; r++)
+        if (reqs[r])
+            ucp_request_free(reqs[r]);
+    free(reqs);
+    return WEFT_OK;
+}
+
+static void ucx_local_cleanup(weft_comm_t *comm)
+{
+    ucx_ctx_t *x = tp_ctx(comm, &tp_ucx_ops);
+    if (x == NULL)
+        return;
+    ctx_free(x);
+    tp_set_ctx(comm, &tp_ucx_ops, NULL);
+}
+
+static weft_status_t ucx_progress(weft_comm_t *comm)
+{
+    ucx_ctx_t *x = tp_ctx(comm, &tp_ucx_ops);
+    for (int i = 0; i < 64 && ucp_worker_progress(x->worker); i++)
+        ;
+    return WEFT_OK;
+}
+
+/* Whether a frame the peer sent is still to be read: a header arrived, or its payload
+ * is on the way (a rendezvous needs the sender alive). */
+static int frame_waiting(const ucx_ep_t *e, int sender_alive)
+{
+    if (e->rx_state != RX_ARRIVED)
+        return e->rx_hdr_req && ucp_request_check_status(e->rx_hdr_req) != UCS_INPROGRESS;
+    if (e->pl_state != PL_POSTED)
+        return 1;
+    return sender_alive || ucp_request_check_status(e->rx_pl_req) != UCS_INPROGRESS;
+}
+
+/* WEFT_OK while the peer may still send what we have not read; logged unless quiet.
+ * A peer that is gone still has its say: the states it posted are all taken then. */
+static weft_status_t peer_down(ucx_ep_t *e, int quiet)
+{
+    ucp_worker_progress(e->x->worker);
+    ucx_states_poll(e, 0);
+    weft_status_t st = ucx_lost_error(e, quiet);
+    int exited = st == WEFT_OK && peer_exited(e);
+    if (st == WEFT_OK && !exited && !e->gone)
+        return WEFT_OK;
+    if (st == WEFT_OK) {
+        for (int i = 0; i < 16; i++)    /* take what it sent before it went */
+            ucp_worker_progress(e->x->worker);
+        if (frame_waiting(e, !exited) || (!exited && e->frames_rx < e->gone_frames))
+            return WEFT_OK;
+        weft_status_t (*err)(weft_status_t, const char *, ...) =
+            quiet ? weft_error_quiet : weft_error;
+        st = exited ? err(WEFT_ERR_PEER_LOST, "ucx: rank %d (pid %d) has exited",
+                          e->base.peer, (int)e->peer_pid)
+                    : err(WEFT_ERR_PEER_LOST, "ucx: rank %d aborted or destroyed its "
+                          "communicator", e->base.peer);
+    }
+    ucx_states_poll(e, 1);
+    return st;
+}
+
+static weft_status_t ucx_check_alive(tp_ep_t *ep)
+{
+    return peer_down((ucx_ep_t *)ep, 0);
+}
+
+static weft_status_t ucx_peer_state(tp_ep_t *ep, tp_state_t *s)
+{
+    ucx_ep_t *e = (ucx_ep_t *)ep;
+    weft_status_t st = peer_down(e, 1);
+    *s = e->st_rx;
+    return st;
+}
+
+/* One turn of a drain: progresses the worker, and says 1 once the peer can no longer
+ * take anything (it said goodbye, is lost or exited) or limit_ns passed (0: never). */
+static int give_up(ucx_ep_t *e, uint64_t start, uint64_t limit_ns, long spins,
+                   uint64_t *next_check)
+{
+    if (ucp_worker_progress(e->x->worker) == 0 && spins > 1000)
+        sched_yield();
+    uint64_t now = time_ns();
+    if (now < *next_check)
+        return 0;
+    *next_check = now + 10000000ull;
+    ucx_states_poll(e, 0);
+    if (!e->gone && !e->lost && !peer_exited(e) && !(limit_ns && now - start > limit_ns))
+        return 0;
+    LOG_DEBUG(LOG_NET, "ucx: rank %d did not take every frame we sent", e->base.peer);
+    return 1;
+}
+
+/* Waits until the peer has taken every frame we sent (a rendezvous completes only when
+ * the receiver has read it: an endpoint flush does not wait for that), then flushes
+ * the endpoint (states, the goodbye); or until the peer can no longer take them or
+ * max_s passed. Returns at once when nothing is outstanding. */
+void ucx_drain(ucx_ep_t *e, double max_s)
+{
+    uint64_t start = time_ns(), next_check = start, limit = (uint64_t)(max_s * 1e9);
+    long spins = 0;
+    if (__atomic_load_n(&e->lost, __ATOMIC_ACQUIRE))
+        return;
+    while (ucx_tx_busy(e))
+        if (give_up(e, start, limit, spins++, &next_check))
+            return;
+    ucp_request_param_t p = { .op_attr_mask = 0 };
+    void *req;
+    if (ucx_req_take(ucp_ep_flush_nbx(e->ep, &p), &req) != UCS_INPROGRESS)
+        return;
+    while (ucx_req_test(&req) == UCS_INPROGRESS)
+        if (give_up(e, start, limit, spins++, &next_check)) {
+            ucp_request_free(req);
+            return;
+        }
+}
+
+static void ucx_close(tp_ep_t *ep)
+{
+    ucx_ep_t *e = (ucx_ep_t *)ep;
+    ucx_ctx_t *x = e->x;
+    if (!x->said_goodbye) {         /* all goodbyes first: no teardown waits on another */
+        x->said_goodbye = 1;
+        for (int p = 0; p < x->nranks; p++)
+            if (x->eps[p])
+                ucx_abort(&x->eps[p]->base);
+    }
+    ucx_drain(e, x->timeout_s);
+    ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                              .flags = UCP_EP_CLOSE_FLAG_FORCE };
+    void *req;
+    if (ucx_req_take(ucp_ep_close_nbx(e->ep, &p), &req) == UCS_INPROGRESS)
+        while (ucx_req_test(&req) == UCS_INPROGRESS)
+            ucp_worker_progress(x->worker);
+    ucx_tx_free(e);
+    ucx_rx_stop(e);
+    x->eps[e->base.peer] = NULL;
+    free(e);
+}
+
+static weft_status_t ucx_rget(tp_ep_t *ep, void *dst, uint64_t raddr, size_t len)
+{
+    return weft_error(WEFT_ERR_UNSUPPORTED, "ucx: no single-copy reads (yet)");
+}
+
+static int ucx_can_rget(const tp_ep_t *ep)
+{
+    return 0;
+}
+
+const tp_ops_t tp_ucx_ops = {
+    .name = "ucx",
+    .preference = 15,               /* below shm (within a host), above tcp (with RDMA) */
+    .chunk = 512 * 1024,
+    /* setup */
+    .can_connect = ucx_can_connect,
+    .local_setup = ucx_local_setup,
+    .connect = ucx_connect,
+    .post_connect = ucx_post_connect,
+    .local_cleanup = ucx_local_cleanup,
+    /* progress: the worker */
+    .progress = ucx_progress,
+    /* data */
+    .send = ucx_send,
+    .recv_peek = ucx_recv_peek,
+    .recv_payload = ucx_recv_payload,
+    .recv_release = ucx_recv_release,
+    .rget = ucx_rget,                  /* unsupported: RMA with packed rkeys is not done */
+    .can_rget = ucx_can_rget,
+    .rptr = NULL,
+    .check_alive = ucx_check_alive,
+    /* peer states */
+    .post_state = ucx_post_state,
+    .peer_state = ucx_peer_state,
+    .abort = ucx_abort,                /* ucx_state.c */
+    /* teardown */
+    .close = ucx_close,
+};

@@ -1,0 +1,318 @@
+/*
+ * ucx_data.c - the UCX transport's frames (ucx_int.h says how a frame travels as two
+ * tagged messages).
+ *
+ * send copies the frame into a slot of the endpoint's ring and posts both messages; it
+ * returns WEFT_OK at once (the engine may reuse its buffer), and WEFT_IN_PROGRESS when
+ * UCX_TX_SLOTS frames or WEFT_BUFFSIZE payload bytes are still on the wire to that peer:
+ * like shm's ring, the bound is what a slow receiver can make a sender hold. recv_peek
+ * hands out a header once its receive completed; recv_payload posts the payload's
+ * receive at the engine's destination (or at staging, dst NULL) and reports it done;
+ * recv_release posts the next header's receive. Nothing here blocks or progresses the
+ * worker: the progress op does, once per engine pass.
+ *
+ * Peer states and goodbyes are in ucx_state.c. Every message is matched with all 64 tag
+ * bits, so a state can never be taken for a frame.
+ *
+ * Invariants: a slot's buffers stay untouched until both its requests completed; a
+ * header is handed out only after its receive completed with exactly sizeof(frame_hdr_t)
+ * bytes; a payload receive is posted only after the engine checked its header, and at
+ * most one per endpoint.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ucx_int.h"
+#include "check.h"
+#include "status.h"
+#include "util.h"
+
+ucs_status_t ucx_req_take(ucs_status_ptr_t p, void **req)
+{
+    *req = NULL;
+    if (UCS_PTR_IS_ERR(p))
+        return UCS_PTR_STATUS(p);
+    *req = p;
+    return p == NULL ? UCS_OK : UCS_INPROGRESS;
+}
+
+ucs_status_t ucx_req_test(void **req)
+{
+    if (*req == NULL)
+        return UCS_OK;
+    ucs_status_t s = ucp_request_check_status(*req);
+    if (s != UCS_INPROGRESS) {
+        ucp_request_free(*req);
+        *req = NULL;
+    }
+    return s;
+}
+
+weft_status_t ucx_lost_error(ucx_ep_t *e, int quiet)
+{
+    if (!__atomic_load_n(&e->lost, __ATOMIC_ACQUIRE))
+        return WEFT_OK;
+    return (quiet ? weft_error_quiet : weft_error)(WEFT_ERR_PEER_LOST, "ucx: connection to "
+           "rank %d failed: %s", e->base.peer, ucs_status_string(e->lost_status));
+}
+
+weft_status_t ucx_failed(ucx_ep_t *e, ucs_status_t s, const char *what)
+{
+    weft_status_t st = ucx_lost_error(e, 0);
+    if (st != WEFT_OK)
+        return st;
+    if (s == UCS_ERR_CONNECTION_RESET || s == UCS_ERR_ENDPOINT_TIMEOUT ||
+        s == UCS_ERR_UNREACHABLE)
+        return weft_error(WEFT_ERR_PEER_LOST, "ucx: %s rank %d: %s", what, e->base.peer,
+                          ucs_status_string(s));
+    return weft_error(WEFT_ERR_SYSTEM, "ucx: %s rank %d failed: %s", what, e->base.peer,
+                      ucs_status_string(s));
+}
+
+static ucp_tag_t tag_in(const ucx_ep_t *e, int kind)
+{
+    return ucx_tag(kind, e->base.peer, e->x->comm_id);
+}
+
+/* Posts a receive of len bytes at buf; the request (or NULL: done at once) in *req. */
+ucs_status_t ucx_post_recv(ucx_ep_t *e, void *buf, size_t len, int kind, void **req,
+                           ucp_tag_recv_info_t *info)
+{
+    ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_RECV_INFO,
+                              .recv_info.tag_info = info };
+    info->length = len;
+    return ucx_req_take(ucp_tag_recv_nbx(e->x->worker, buf, len, tag_in(e, kind),
+                                         UCX_TAG_MASK_ALL, &p), req);
+}
+
+ucs_status_t ucx_post_send(ucx_ep_t *e, const void *buf, size_t len, int kind, void **req)
+{
+    ucp_request_param_t p = { .op_attr_mask = 0 };
+    return ucx_req_take(ucp_tag_send_nbx(e->ep, buf, len,
+                                         ucx_tag(kind, e->x->rank, e->x->comm_id), &p), req);
+}
+
+/* -- sends -- */
+
+/* Frees the slots whose messages completed, oldest first. */
+static weft_status_t tx_reap(ucx_ep_t *e)
+{
+    while (e->tx_tail != e->tx_head) {
+        ucx_tx_t *t = &e->tx[e->tx_tail % UCX_TX_SLOTS];
+        ucs_status_t a = ucx_req_test(&t->req_hdr), b = ucx_req_test(&t->req_payload);
+        if (a < 0 || b < 0)
+            return ucx_failed(e, a < 0 ? a : b, "send to");
+        if (a == UCS_INPROGRESS || b == UCS_INPROGRESS)
+            return WEFT_OK;
+        e->tx_bytes -= t->len;
+        e->tx_tail++;
+    }
+    return WEFT_OK;
+}
+
+int ucx_tx_busy(ucx_ep_t *e)
+{
+    for (; e->tx_tail != e->tx_head; e->tx_tail++) {
+        ucx_tx_t *t = &e->tx[e->tx_tail % UCX_TX_SLOTS];
+        if (ucx_req_test(&t->req_hdr) == UCS_INPROGRESS ||
+            ucx_req_test(&t->req_payload) == UCS_INPROGRESS)
+            return 1;
+        e->tx_bytes -= t->len;
+    }
+    return ucx_req_test(&e->gone_tx_req) == UCS_INPROGRESS;
+}
+
+/* After the endpoint's flush or force close: every request has completed or is
+ * released here (UCX no longer reads a force-closed endpoint's buffers). */
+void ucx_tx_free(ucx_ep_t *e)
+{
+    for (unsigned i = 0; i < UCX_TX_SLOTS; i++) {
+        ucx_tx_t *t = &e->tx[i];
+        if (ucx_req_test(&t->req_hdr) == UCS_INPROGRESS)
+            ucp_request_free(t->req_hdr);
+        if (ucx_req_test(&t->req_payload) == UCS_INPROGRESS)
+            ucp_request_free(t->req_payload);
+        free(t->buf);
+    }
+    for (int i = 0; i < UCX_STATE_SLOTS; i++)
+        if (ucx_req_test(&e->st_tx[i].req) == UCS_INPROGRESS)
+            ucp_request_free(e->st_tx[i].req);
+    if (ucx_req_test(&e->gone_tx_req) == UCS_INPROGRESS)
+        ucp_request_free(e->gone_tx_req);
+}
+
+weft_status_t ucx_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
+{
+    ucx_ep_t *e = (ucx_ep_t *)ep;
+    RETURN_IF_ERR(ucx_lost_error(e, 0));
+    if (e->gone_req && ucp_request_check_status(e->gone_req) != UCS_INPROGRESS)
+        ucx_states_poll(e, 0);
+    if (e->gone)            /* it will read nothing more: tcp's EPIPE */
+        return weft_error(WEFT_ERR_PEER_LOST, "ucx: rank %d aborted or destroyed its "
+                          "communicator", ep->peer);
+    RETURN_IF_ERR(tx_reap(e));
+    unsigned used = e->tx_head - e->tx_tail;
+    if (used == UCX_TX_SLOTS || (used > 0 && e->tx_bytes + hdr->len > e->tx_max))
+        return WEFT_IN_PROGRESS;
+    ucx_tx_t *t = &e->tx[e->tx_head % UCX_TX_SLOTS];
+    if (hdr->len > t->cap) {
+        char *p = realloc(t->buf, hdr->len);
+        if (p == NULL)
+            return weft_error(WEFT_ERR_NO_MEMORY, "ucx: out of memory");
+        t->buf = p;
+        t->cap = hdr->len;
+    }
+    t->hdr = *hdr;
+    t->len = hdr->len;
+    if (hdr->len)
+        memcpy(t->buf, payload, hdr->len);
+    ucs_status_t s = ucx_post_send(e, &t->hdr, sizeof(t->hdr), UCX_TAG_HDR, &t->req_hdr);
+    if (s >= 0 && hdr->len)
+        s = ucx_post_send(e, t->buf, hdr->len, UCX_TAG_PAYLOAD, &t->req_payload);
+    e->tx_head++;           /* even on failure: the slot's requests are freed at close */
+    __atomic_store_n(&e->frames_tx, e->frames_tx + 1, __ATOMIC_RELAXED);  /* abort reads it */
+    e->tx_bytes += hdr->len;
+    return s < 0 ? ucx_failed(e, s, "send to") : WEFT_OK;
+}
+
+/* -- receives -- */
+
+static weft_status_t hdr_post(ucx_ep_t *e)
+{
+    ucp_tag_recv_info_t info;
+    e->rx_state = RX_POSTED;
+    e->pl_state = PL_NONE;
+    ucs_status_t s = ucx_post_recv(e, &e->rx_hdr, sizeof(e->rx_hdr), UCX_TAG_HDR,
+                               &e->rx_hdr_req, &info);
+    if (s < 0)
+        return ucx_failed(e, s, "receive from");
+    if (s == UCS_OK) {
+        if (info.length != sizeof(e->rx_hdr))
+            return weft_error(WEFT_ERR_INTERNAL, "ucx: header from rank %d has %zu bytes",
+                              e->base.peer, info.length);
+        e->rx_state = RX_ARRIVED;
+    }
+    return WEFT_OK;
+}
+
+/* Whether the header receive completed, and whether it holds a header. */
+static weft_status_t hdr_test(ucx_ep_t *e)
+{
+    if (e->rx_state == RX_ARRIVED)
+        return WEFT_OK;
+    if (e->rx_hdr_req == NULL)      /* a failed post: rx_err says why */
+        return e->rx_err < 0 ? e->rx_err : WEFT_IN_PROGRESS;
+    ucp_tag_recv_info_t info;
+    ucs_status_t s = ucp_tag_recv_request_test(e->rx_hdr_req, &info);
+    if (s == UCS_INPROGRESS) {
+        weft_status_t st = ucx_lost_error(e, 0);
+        return st < 0 ? st : WEFT_IN_PROGRESS;
+    }
+    ucp_request_free(e->rx_hdr_req);
+    e->rx_hdr_req = NULL;
+    if (s != UCS_OK)
+        return ucx_failed(e, s, "receive from");
+    if (info.length != sizeof(e->rx_hdr))
+        return weft_error(WEFT_ERR_INTERNAL, "ucx: header from rank %d has %zu bytes",
+                          e->base.peer, info.length);
+    e->rx_state = RX_ARRIVED;
+    return WEFT_OK;
+}
+
+weft_status_t ucx_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p, const void **payload_p)
+{
+    ucx_ep_t *e = (ucx_ep_t *)ep;
+    weft_status_t st = hdr_test(e);
+    if (st != WEFT_OK)
+        return st;
+    if (e->rx_hdr.len > e->max_frame)
+        return weft_error(WEFT_ERR_INTERNAL, "ucx: frame from rank %d claims %u bytes "
+                          "(limit %zu)", ep->peer, e->rx_hdr.len, e->max_frame);
+    *hdr_p = &e->rx_hdr;
+    *payload_p = e->rx_hdr.len == 0 ? (const void *)&e->rx_hdr
+                 : e->pl_state == PL_DONE ? e->pl_dst : NULL;
+    return WEFT_OK;
+}
+
+weft_status_t ucx_recv_payload(tp_ep_t *ep, void *dst, const void **payload_p)
+{
+    ucx_ep_t *e = (ucx_ep_t *)ep;
+    size_t len = e->rx_hdr.len;
+    ucp_tag_recv_info_t info;
+    ucs_status_t s;
+    if (e->pl_state == PL_NONE) {
+        if (dst == NULL) {
+            if (len > e->rx_cap) {
+                char *p = realloc(e->rx_buf, len);
+                if (p == NULL)
+                    return weft_error(WEFT_ERR_NO_MEMORY, "ucx: out of memory");
+                e->rx_buf = p;
+                e->rx_cap = len;
+            }
+            dst = e->rx_buf;
+        }
+        e->pl_dst = dst;
+        s = ucx_post_recv(e, dst, len, UCX_TAG_PAYLOAD, &e->rx_pl_req, &info);
+        if (s < 0)
+            return ucx_failed(e, s, "receive from");
+        e->pl_state = PL_POSTED;
+        if (s == UCS_OK)
+            goto arrived;
+    }
+    if (e->pl_state == PL_POSTED) {
+        s = ucp_tag_recv_request_test(e->rx_pl_req, &info);
+        if (s == UCS_INPROGRESS) {
+            weft_status_t st = ucx_lost_error(e, 0);
+            return st < 0 ? st : WEFT_IN_PROGRESS;
+        }
+        ucp_request_free(e->rx_pl_req);
+        e->rx_pl_req = NULL;
+        if (s != UCS_OK)
+            return ucx_failed(e, s, "receive from");
+arrived:
+        if (info.length != len)
+            return weft_error(WEFT_ERR_INTERNAL, "ucx: payload from rank %d has %zu bytes, "
+                              "its header said %zu", ep->peer, info.length, len);
+        e->pl_state = PL_DONE;
+    }
+    *payload_p = e->pl_dst;
+    return WEFT_OK;
+}
+
+void ucx_recv_release(tp_ep_t *ep)
+{
+    ucx_ep_t *e = (ucx_ep_t *)ep;
+    e->frames_rx++;
+    weft_status_t st = hdr_post(e);
+    if (st < 0)
+        e->rx_err = st;
+}
+
+weft_status_t ucx_rx_start(ucx_ep_t *e)
+{
+    RETURN_IF_ERR(ucx_states_start(e));
+    return hdr_post(e);
+}
+
+void ucx_cancel_recv(ucx_ep_t *e, void **req)
+{
+    if (*req == NULL)
+        return;
+    ucp_request_cancel(e->x->worker, *req);
+    uint64_t deadline = time_ns() + 100000000ull;
+    while (ucx_req_test(req) == UCS_INPROGRESS && time_ns() < deadline)
+        ucp_worker_progress(e->x->worker);
+    if (*req) {
+        ucp_request_free(*req);
+        *req = NULL;
+    }
+}
+
+void ucx_rx_stop(ucx_ep_t *e)
+{
+    ucx_cancel_recv(e, &e->rx_hdr_req);
+    ucx_cancel_recv(e, &e->rx_pl_req);
+    ucx_cancel_recv(e, &e->st_rx_req);
+    ucx_cancel_recv(e, &e->gone_req);
+    free(e->rx_buf);
+}
