@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -301,6 +302,18 @@ static weft_status_t manifest_read(const char *path, manifest_t *mf)
 
 /* ---- save ---- */
 
+/* Fault injection for tests/test_ckpt_faults.sh: WEFT_TEST_CKPT_KILL=STEP:RANK makes that
+ * rank kill itself (SIGKILL) in the middle of the save of STEP, its file written and the
+ * checkpoint not yet complete. */
+static void kill_point(int rank, uint64_t step)
+{
+    const char *k = getenv("WEFT_TEST_CKPT_KILL");
+    unsigned long long ks;
+    int kr;
+    if (k && sscanf(k, "%llu:%d", &ks, &kr) == 2 && ks == step && kr == rank)
+        raise(SIGKILL);
+}
+
 weft_status_t train_ckpt_save(const char *dir, int keep, train_gpt2_t *m, train_dist_t *d,
                               const train_opts_t *o, const train_progress_t *pr,
                               uint64_t *bytes_p)
@@ -357,6 +370,7 @@ weft_status_t train_ckpt_save(const char *dir, int keep, train_gpt2_t *m, train_
         snprintf(path, sizeof(path), "%s/%s", tmp, fname);
         st = ckpt_file_write(path, rank, pr->step, &data, &mine.hash, &mine.bytes);
     }
+    kill_point(rank, pr->step);
     st = share(d, st, &mine, all);
     if (st != WEFT_OK) {   // a rank could not write (a full disk): nothing of it stays
         if (rank == 0)
