@@ -167,6 +167,20 @@ static size_t put(char *buf, size_t cap, size_t at, const char *fmt, ...)
     return at + (n > 0 ? (size_t)n : 0);
 }
 
+/* llm.c tensor t's shape for one layer, "(rows, cols)" or "(n)" */
+static const char *tensor_shape(int t, const train_gpt2_cfg_t *c, size_t len)
+{
+    static __thread char buf[48];
+    int C = c->channels;
+    int rows = t == 0 ? c->padded_vocab_size : t == 1 ? c->max_seq_len : t == 4 ? 3 * C :
+               t == 6 || t == 12 ? C : t == 10 ? 4 * C : 0;
+    if (rows)
+        snprintf(buf, sizeof(buf), "(%d, %zu)", rows, len / (size_t)rows);
+    else
+        snprintf(buf, sizeof(buf), "(%zu)", len);
+    return buf;
+}
+
 static char *manifest_text(const train_gpt2_t *m, const train_dist_t *d,
                            const train_opts_t *o, const train_progress_t *pr,
                            const ckpt_layout_t *l, const rank_report_t *rep)
@@ -200,9 +214,10 @@ static char *manifest_text(const train_gpt2_t *m, const train_dist_t *d,
         int ns = train_unit_segs(c, u, segs), L = c->num_layers;
         for (int j = 0; j < ns; j++) {
             int t = u == TRAIN_UNIT_EMB ? j : u == TRAIN_UNIT_LNF(L) ? 14 + j : 2 + j;
-            at = put(b, cap, at, "tensor %s layer %d offset %zu floats %zu\n",
+            at = put(b, cap, at, "tensor %s layer %d offset %zu shape %s\n",
                      train_param_names[t], u == TRAIN_UNIT_EMB || u == TRAIN_UNIT_LNF(L) ?
-                     -1 : u - 1, train_unit_off(c, u) + segs[j].off, segs[j].len);
+                     -1 : u - 1, train_unit_off(c, u) + segs[j].off,
+                     tensor_shape(t, c, segs[j].len));
         }
     }
     at = put(b, cap, at, "files %d\n", l->G);

@@ -335,6 +335,9 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
         goto cleanup;
     }
     print_header(out, m, o, &d, T, &dist);
+    if (!dist.world && (o->shard >= 0 || o->shard_group > 0))
+        fprintf(out, "weft-train: one process: --shard has nothing to split (start several "
+                "ranks: weftrun -n N weft-train ..., mpirun, srun)\n");
 
     const train_gpt2_cfg_t *c = &m->cfg;
     double flops_per_token = 6.0 * (double)train_gpt2_true_params(m) +
