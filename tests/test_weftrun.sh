@@ -325,5 +325,34 @@ case_secret_passthrough
 case_noexec
 case_options
 
+# --bind-to core: each of 2 ranks on its own core (Open MPI's default for 2 ranks);
+# without it the kernel's whole set; a wrong value is a usage error
+case_bind() {
+    local out all cores
+    all=$(grep Cpus_allowed_list /proc/self/status | awk '{print $2}')
+    out=$(timeout 30 "$W" -n 2 --bind-to core --report-bindings sh -c \
+        'echo "$WEFT_RANK $(grep Cpus_allowed_list /proc/self/status | cut -f2)"' 2>"$T/bind.err")
+    cores=$(echo "$out" | awk '{print $2}' | sort -u | wc -l)
+    if [ "$(nproc)" -lt 2 ]; then
+        echo "skip - bind: fewer than 2 cores"
+    elif [ "$cores" = 2 ] && ! echo "$out" | awk '{print $2}' | grep -q '[-,]' &&
+         [ "$(grep -c 'weftrun: rank' "$T/bind.err")" = 2 ]; then
+        ok "--bind-to core puts 2 ranks on one core each ($(echo "$out" | tr '\n' ' '))"
+    else
+        fail "--bind-to core" "ranks on: $(echo "$out" | tr '\n' ' ')"
+    fi
+    out=$(timeout 30 "$W" -n 2 sh -c 'grep Cpus_allowed_list /proc/self/status | cut -f2' | sort -u)
+    if [ "$out" = "$all" ]; then
+        ok "without --bind-to the ranks keep every cpu ($all)"
+    else
+        fail "no binding by default" "ranks on $out, this shell on $all"
+    fi
+    timeout 30 "$W" -n 2 --bind-to socket true >/dev/null 2>&1
+    local rc=$?
+    if [ "$rc" = 2 ]; then ok "--bind-to socket is a usage error (exit 2)"
+    else fail "--bind-to socket" "exit $rc"; fi
+}
+case_bind
+
 echo "test_weftrun: $PASS passed, $FAIL failed"
 [ "$FAIL" -eq 0 ]

@@ -2,6 +2,7 @@
  * weftrun.c - the local launcher: starts N ranks of one program on this machine.
  *
  *   weftrun -n N [--tag-output] [--timeout SECS] [--addr HOST:PORT] [-x VAR=VALUE]...
+ *           [--bind-to core|none] [--report-bindings]
  *           prog [args...]
  *
  * Each rank is a child process, leader of its own process group, with WEFT_RANK,
@@ -44,6 +45,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "topo.h"
 #include "util.h"
 
 #define MAX_RANKS   4096
@@ -63,6 +65,8 @@ typedef struct {
     char **xvars;           /* -x VAR=VALUE, borrowed from argv */
     int nx;
     char **prog;            /* the program and its arguments: argv's NULL-terminated tail */
+    int bind_core;          /* --bind-to core: each rank on its own cores (topo_place) */
+    int report_bindings;    /* --report-bindings: say where each rank is bound */
 } opts_t;
 
 typedef struct {
@@ -98,6 +102,8 @@ typedef struct {
     char *obuf;             /* tagged lines being assembled */
     size_t olen, ocap;
     int broken[3];          /* writing to fd 1 or 2 failed: drop further output */
+    topo_t *topo;           /* --bind-to core: this machine, and each rank's place */
+    topo_place_t *places;
 } job_t;
 
 static const int fwd_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
@@ -116,6 +122,11 @@ static void usage(FILE *f)
         "  --timeout SECS      stop the job after SECS seconds and exit 124\n"
         "  --addr HOST:PORT    rendezvous address (default 127.0.0.1:<free port>)\n"
         "  -x VAR=VALUE        set VAR in every rank's environment (repeatable)\n"
+        "  --bind-to core|none core: bind each rank to its own block of cores, as Open MPI\n"
+        "                      does by default for 2 ranks (hwloc placement: NUMA-aware,\n"
+        "                      ranks share cores only when there are more than cores;\n"
+        "                      see weft-topo); none (default): the kernel schedules them\n"
+        "  --report-bindings   print each rank's cores on stderr\n"
         "  -h, --help          show this help\n"
         "  --version           show the version\n"
         "\n"
@@ -239,6 +250,12 @@ static void parse_args(int argc, char **argv, opts_t *o)
             o->timeout_s = parse_timeout(v);
         else if ((v = opt_value(argc, argv, &i, "--addr")))
             o->addr = parse_addr(v);
+        else if ((v = opt_value(argc, argv, &i, "--bind-to"))) {
+            if (strcmp(v, "core") && strcmp(v, "none"))
+                die_usage("--bind-to expects core or none, got '%s'", v);
+            o->bind_core = !strcmp(v, "core");
+        } else if (!strcmp(a, "--report-bindings"))
+            o->report_bindings = 1;
         else if ((v = opt_value(argc, argv, &i, "-x"))) {
             if (v[0] == '\0' || v[0] == '=')
                 die_usage("-x expects VAR=VALUE, got '%s'", v);
@@ -355,6 +372,20 @@ static void setup_signals(job_t *job)
 
 /* ---- launching -------------------------------------------------------------------- */
 
+/* --bind-to core: this machine's topology and each rank's place, before any fork. */
+static void plan_bindings(job_t *job)
+{
+    int n = job->o->n;
+    if (topo_load(NULL, &job->topo) != WEFT_OK)
+        die("--bind-to core: cannot read this machine's topology: %s", weft_last_error());
+    job->places = calloc((size_t)n, sizeof(*job->places));
+    if (!job->places)
+        die("out of memory");
+    for (int r = 0; r < n; r++)
+        if (topo_place(job->topo, r, n, &job->places[r]) != WEFT_OK)
+            die("--bind-to core: no place for rank %d of %d: %s", r, n, weft_last_error());
+}
+
 /* In the child: own process group, original signal state, output pipes, rank variables,
  * then exec. Rank 0 keeps stdin unless it is a terminal (a background process group
  * reading the terminal would be stopped); the other ranks read /dev/null. */
@@ -372,6 +403,17 @@ static void child_exec(const job_t *job, int r, int out_w, int err_w)
     if ((r != 0 || isatty(0)) && (null = open("/dev/null", O_RDONLY)) >= 0) {
         dup2(null, 0);
         close(null);
+    }
+    if (job->places) {   /* inherited across exec */
+        if (topo_bind(job->topo, &job->places[r]) != WEFT_OK) {
+            dprintf(2, "weftrun: rank %d: cannot bind: %s\n", r, weft_last_error());
+            _exit(EXIT_NOEXEC);
+        }
+        if (job->o->report_bindings) {
+            fprintf(stderr, "weftrun: ");
+            topo_place_print(job->topo, &job->places[r], stderr);
+            fflush(stderr);
+        }
     }
     snprintf(num, sizeof(num), "%d", r);
     setenv("WEFT_RANK", num, 1);
@@ -757,6 +799,8 @@ static void job_free(job_t *job)
     free(job->pstream);
     free(job->pfds);
     free(job->ranks);
+    free(job->places);
+    topo_free(job->topo);
 }
 
 int main(int argc, char **argv)
@@ -779,6 +823,8 @@ int main(int argc, char **argv)
     job.pstream = calloc(2 * (size_t)o.n + 1, sizeof(*job.pstream));
     if (!job.ranks || !job.pfds || !job.pstream)
         die("out of memory");
+    if (o.bind_core)
+        plan_bindings(&job);
     setup_signals(&job);
     if (o.timeout_s > 0)
         job.deadline_ns = time_ns() + (uint64_t)(o.timeout_s * 1e9);
