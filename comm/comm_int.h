@@ -41,6 +41,7 @@ struct comm_op {
                                 thread-local, and the progress thread may fail it) */
     int started;
     int posted_wait;         /* told the peers it is waiting (comm/fail.c) */
+    int draining;            /* its steps are done; waiting for the transports' flush */
     uint64_t t_start;
     uint64_t t_queued;       /* set when it was queued first in line (it starts at once),
                                 else 0 */
@@ -86,6 +87,7 @@ struct weft_comm {
     const tp_ops_t *progress_tps[TP_MAX]; /* used, with a progress op */
     int nprogress;
     size_t chunk_default;    /* the largest chunk of the transports the endpoints use */
+    int flush_eps;           /* some endpoint's transport has a flush op */
     char transport_desc[16];
 
     /* transport-private contexts (local_setup creates them), by registry slot */

@@ -124,6 +124,8 @@ static void note_used(weft_comm_t *comm, unsigned used)
             comm->chunk_default = t->chunk;
         if (t->progress)
             comm->progress_tps[comm->nprogress++] = t;
+        if (t->flush)
+            comm->flush_eps = 1;
     }
 }
 

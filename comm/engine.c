@@ -428,9 +428,14 @@ static void describe_waiting(const weft_comm_t *comm, char *buf, size_t cap)
 {
     size_t n = 0;
     buf[0] = '\0';
+    int draining = comm->q_head && comm->q_head->draining;
     for (int p = 0; p < comm->nranks && n + 16 < cap; p++) {
         int tx = comm->cursor[2 * p], rx = comm->cursor[2 * p + 1];
-        if (rx >= 0 || tx >= 0)
+        tp_ep_t *ep = comm->eps[p];
+        if (draining && ep && ep->ops->flush && ep->ops->flush(ep) == WEFT_IN_PROGRESS)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%d(to take our sends)", n ? "," : "",
+                                  p);
+        else if (!draining && (rx >= 0 || tx >= 0))
             n += (size_t)snprintf(buf + n, cap - n, "%s%d(%s)", n ? "," : "", p,
                                   rx >= 0 ? "recv" : "send");
     }
@@ -478,6 +483,24 @@ static void finish_head(weft_comm_t *comm, weft_status_t st)
 }
 
 /* One pass on the head; returns what the head did (done, in progress, error). */
+/* An operation whose steps are done ends once every endpoint's sends are complete
+ * (transport.h, flush); until then its rank keeps progressing the transports. */
+static weft_status_t drain(weft_comm_t *comm)
+{
+    for (int i = 0; i < comm->nprogress; i++)
+        RETURN_IF_ERR(comm->progress_tps[i]->progress(comm));
+    for (int p = 0; p < comm->nranks; p++) {
+        tp_ep_t *ep = comm->eps[p];
+        if (ep && ep->ops->flush) {
+            weft_status_t st = ep->ops->flush(ep);
+            if (st != WEFT_OK)
+                return st == WEFT_ERR_PEER_LOST ? fail_explain_lost(comm, comm->q_head, p, st)
+                                                : st;
+        }
+    }
+    return WEFT_OK;
+}
+
 static weft_status_t poll_head(weft_comm_t *comm, int *moved)
 {
     comm_op_t *head = comm->q_head;
@@ -502,7 +525,15 @@ static weft_status_t poll_head(weft_comm_t *comm, int *moved)
             return st;
         }
     }
-    st = engine_progress(comm, head, moved);
+    if (!head->draining) {
+        st = engine_progress(comm, head, moved);
+        if (st == WEFT_OK && comm->flush_eps) {   // its steps are done: now the flush
+            head->draining = 1;
+            st = drain(comm);
+        }
+    } else {
+        st = drain(comm);
+    }
     if (st != WEFT_IN_PROGRESS) {
         finish_head(comm, st);
         *moved = 1;
@@ -522,9 +553,12 @@ static void check_stalled(weft_comm_t *comm)
     if (fr_signal_take())
         fr_dump(&comm->flight, stderr, comm->rank, comm->nranks, comm->id32, "SIGUSR1");
     for (int p = 0; p < comm->nranks; p++) {
-        if (comm->cursor[2 * p] < 0 && comm->cursor[2 * p + 1] < 0)
+        tp_ep_t *ep = comm->eps[p];
+        // the peers it still waits on: steps left, or (draining) sends not yet complete
+        if (head->draining ? !(ep && ep->ops->flush && ep->ops->flush(ep) == WEFT_IN_PROGRESS)
+                           : comm->cursor[2 * p] < 0 && comm->cursor[2 * p + 1] < 0)
             continue;
-        weft_status_t st = comm->eps[p]->ops->check_alive(comm->eps[p]);
+        weft_status_t st = ep->ops->check_alive(ep);
         if (st < 0) {
             finish_head(comm, fail_explain_lost(comm, head, p, st));
             return;

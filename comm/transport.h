@@ -107,6 +107,13 @@ typedef struct tp_ops {
      * which lies in the peer's weft_mem_alloc region reg; NULL where it cannot (not
      * registered, out of the region, mapping refused): rget then. May be NULL. */
     const void *(*rptr)(tp_ep_t *ep, const mem_region_t *reg, uint64_t raddr, size_t len);
+    /* WEFT_OK once every frame sent on ep is complete, needing nothing more of this
+     * process (the peer has it, or can take it without this rank's progress); else
+     * WEFT_IN_PROGRESS, <0 on failure. The engine calls it before an operation ends, so
+     * that no rank leaves a call its peers still need it in (a UCX rendezvous reads the
+     * sender's memory only after the sender's worker progresses). NULL: sends complete
+     * on their own (shm, tcp). */
+    weft_status_t (*flush)(tp_ep_t *ep);
     /* WEFT_OK while the peer may still answer, WEFT_ERR_PEER_LOST (logged, naming it)
      * once it cannot; called by the engine only when a wait has been idle a while */
     weft_status_t (*check_alive)(tp_ep_t *ep);

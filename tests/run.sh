@@ -11,7 +11,7 @@
 # Environment: BUILD (the build directory, default build; `make test SAN=...
 # BUILD=build/asan` tests a sanitizer build), RUN_TIMEOUT (seconds per run, default 120),
 # RUN_TAIL (lines of output shown for a failure, default 40), RUN_FILTER (a regex: only
-# runs whose name matches).
+# runs whose name matches), RUN_EXCLUDE (a regex: runs whose name matches are left out).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 
@@ -20,6 +20,7 @@ WEFTRUN=$B/bin/weftrun
 TIMEOUT=${RUN_TIMEOUT:-120}
 TAIL=${RUN_TAIL:-40}
 FILTER=${RUN_FILTER:-}
+EXCLUDE=${RUN_EXCLUDE:-}
 PASS=0
 FAIL=0
 FAILED_NAMES=()
@@ -31,7 +32,8 @@ T0=$(date +%s.%N)
 run() {
     local name=$1
     shift
-    if [ -n "$FILTER" ] && ! [[ $name =~ $FILTER ]]; then
+    if { [ -n "$FILTER" ] && ! [[ $name =~ $FILTER ]]; } ||
+       { [ -n "$EXCLUDE" ] && [[ $name =~ $EXCLUDE ]]; }; then
         return 0
     fi
     local out=$LOG/out t0 t1 rc secs summary why=""
@@ -63,7 +65,8 @@ run() {
 
 # missing NAME WHAT: a run that cannot start is a failure too.
 missing() {
-    if [ -n "$FILTER" ] && ! [[ $1 =~ $FILTER ]]; then
+    if { [ -n "$FILTER" ] && ! [[ $1 =~ $FILTER ]]; } ||
+       { [ -n "$EXCLUDE" ] && [[ $1 =~ $EXCLUDE ]]; }; then
         return 0
     fi
     FAIL=$((FAIL + 1))

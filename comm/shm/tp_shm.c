@@ -599,6 +599,7 @@ const tp_ops_t tp_shm_ops = {
     .rget = shm_rget,
     .can_rget = shm_can_rget,
     .rptr = shm_rptr,
+    .flush = NULL,                  /* a frame in the ring needs nothing more of us */
     .check_alive = shm_check_alive,
     /* peer states */
     .post_state = shm_post_state,

@@ -500,6 +500,7 @@ const tp_ops_t tp_tcp_ops = {
     .recv_release = tcp_recv_release,
     .rget = tcp_rget,                  /* unsupported */
     .can_rget = tcp_can_rget,
+    .flush = NULL,                  /* the kernel delivers what write() took */
     .check_alive = tcp_check_alive,
     /* peer states */
     .post_state = tcp_post_state,

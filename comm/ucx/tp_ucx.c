@@ -515,6 +515,7 @@ const tp_ops_t tp_ucx_ops = {
     .rget = ucx_rget,                  /* unsupported: RMA with packed rkeys is not done */
     .can_rget = ucx_can_rget,
     .rptr = NULL,
+    .flush = ucx_flush,
     .check_alive = ucx_check_alive,
     /* peer states */
     .post_state = ucx_post_state,

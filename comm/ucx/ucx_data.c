@@ -110,6 +110,14 @@ static weft_status_t tx_reap(ucx_ep_t *e)
     return WEFT_OK;
 }
 
+weft_status_t ucx_flush(tp_ep_t *ep)
+{
+    ucx_ep_t *e = (ucx_ep_t *)ep;
+    RETURN_IF_ERR(ucx_lost_error(e, 0));
+    RETURN_IF_ERR(tx_reap(e));
+    return e->tx_tail == e->tx_head ? WEFT_OK : WEFT_IN_PROGRESS;
+}
+
 int ucx_tx_busy(ucx_ep_t *e)
 {
     for (; e->tx_tail != e->tx_head; e->tx_tail++) {

@@ -124,6 +124,8 @@ ucs_status_t ucx_req_test(void **req);
 /* an nbx call's result as a request slot: NULL (done), the request, or an error */
 ucs_status_t ucx_req_take(ucs_status_ptr_t p, void **req);
 /* tagged messages of a kind (UCX_TAG_*) to / from the endpoint's peer */
+/* transport.h's flush: WEFT_OK once every frame this endpoint took has completed */
+weft_status_t ucx_flush(tp_ep_t *ep);
 ucs_status_t ucx_post_send(ucx_ep_t *e, const void *buf, size_t len, int kind, void **req);
 ucs_status_t ucx_post_recv(ucx_ep_t *e, void *buf, size_t len, int kind, void **req,
                            ucp_tag_recv_info_t *info);
