@@ -159,16 +159,10 @@ static weft_status_t gather_start(shard_t *sh, int i)
             return oom("a gathered unit", u->pad * 4);
     }
     if (sh->G == 1) {   // nothing to gather: the compute copy of the master
-        if (sh->o.param_bf16) {
-            uint16_t *t = malloc(u->sn * 2);
-            if (!t)
-                return oom("bf16 parameters", u->sn * 2);
-            kern_to_bf16(t, u->master, u->sn);
-            bf16_to_f32(u->full, t, u->sn);
-            free(t);
-        } else if (u->full != u->master) {
+        if (u->full != u->master)
             memcpy(u->full, u->master, u->sn * 4);
-        }
+        if (sh->o.param_bf16)
+            shard_round_bf16(u->full, u->sn);
         return WEFT_OK;
     }
     if (sh->o.param_bf16) {

@@ -203,6 +203,26 @@ static weft_status_t hdr_post(ucx_ep_t *e)
     return WEFT_OK;
 }
 
+/* A posted receive: WEFT_IN_PROGRESS while it runs (or the peer's loss), else frees the
+ * request and checks that want bytes arrived (what: "header" or "payload"). */
+static weft_status_t recv_end(ucx_ep_t *e, void **req, size_t want, const char *what)
+{
+    ucp_tag_recv_info_t info;
+    ucs_status_t s = ucp_tag_recv_request_test(*req, &info);
+    if (s == UCS_INPROGRESS) {
+        weft_status_t st = ucx_lost_error(e, 0);
+        return st < 0 ? st : WEFT_IN_PROGRESS;
+    }
+    ucp_request_free(*req);
+    *req = NULL;
+    if (s != UCS_OK)
+        return ucx_failed(e, s, "receive from");
+    if (info.length != want)
+        return weft_error(WEFT_ERR_INTERNAL, "ucx: %s from rank %d has %zu bytes, expected "
+                          "%zu", what, e->base.peer, info.length, want);
+    return WEFT_OK;
+}
+
 /* Whether the header receive completed, and whether it holds a header. */
 static weft_status_t hdr_test(ucx_ep_t *e)
 {
@@ -210,19 +230,9 @@ static weft_status_t hdr_test(ucx_ep_t *e)
         return WEFT_OK;
     if (e->rx_hdr_req == NULL)      /* a failed post: rx_err says why */
         return e->rx_err < 0 ? e->rx_err : WEFT_IN_PROGRESS;
-    ucp_tag_recv_info_t info;
-    ucs_status_t s = ucp_tag_recv_request_test(e->rx_hdr_req, &info);
-    if (s == UCS_INPROGRESS) {
-        weft_status_t st = ucx_lost_error(e, 0);
-        return st < 0 ? st : WEFT_IN_PROGRESS;
-    }
-    ucp_request_free(e->rx_hdr_req);
-    e->rx_hdr_req = NULL;
-    if (s != UCS_OK)
-        return ucx_failed(e, s, "receive from");
-    if (info.length != sizeof(e->rx_hdr))
-        return weft_error(WEFT_ERR_INTERNAL, "ucx: header from rank %d has %zu bytes",
-                          e->base.peer, info.length);
+    weft_status_t st = recv_end(e, &e->rx_hdr_req, sizeof(e->rx_hdr), "header");
+    if (st != WEFT_OK)
+        return st;
     e->rx_state = RX_ARRIVED;
     return WEFT_OK;
 }
@@ -264,23 +274,17 @@ weft_status_t ucx_recv_payload(tp_ep_t *ep, void *dst, const void **payload_p)
         if (s < 0)
             return ucx_failed(e, s, "receive from");
         e->pl_state = PL_POSTED;
-        if (s == UCS_OK)
-            goto arrived;
+        if (s == UCS_OK) {   // completed at once: no request to test
+            if (info.length != len)
+                return weft_error(WEFT_ERR_INTERNAL, "ucx: payload from rank %d has %zu "
+                                  "bytes, expected %zu", ep->peer, info.length, len);
+            e->pl_state = PL_DONE;
+        }
     }
     if (e->pl_state == PL_POSTED) {
-        s = ucp_tag_recv_request_test(e->rx_pl_req, &info);
-        if (s == UCS_INPROGRESS) {
-            weft_status_t st = ucx_lost_error(e, 0);
-            return st < 0 ? st : WEFT_IN_PROGRESS;
-        }
-        ucp_request_free(e->rx_pl_req);
-        e->rx_pl_req = NULL;
-        if (s != UCS_OK)
-            return ucx_failed(e, s, "receive from");
-arrived:
-        if (info.length != len)
-            return weft_error(WEFT_ERR_INTERNAL, "ucx: payload from rank %d has %zu bytes, "
-                              "its header said %zu", ep->peer, info.length, len);
+        weft_status_t st = recv_end(e, &e->rx_pl_req, len, "payload");
+        if (st != WEFT_OK)
+            return st;
         e->pl_state = PL_DONE;
     }
     *payload_p = e->pl_dst;
