@@ -25,10 +25,21 @@ compare() { timeout -k 5 120 /usr/bin/python3 bench/compare --transports shm --c
 if compare -b 8 -e 8K --iters 2 --warmup 1 --small-iters 50 --small-max 1K \
         --out "$OUT/split" >"$OUT/split.log" 2>&1; then
     md=$OUT/split/compare-shm.md
-    sizes=$(awk -F'|' '/^\| [0-9]/ { gsub(/ /, "", $2); printf "%s ", $2 }' "$md")
+    # the sizes of one table (its '### ' title to the next blank line)
+    table_sizes() { awk -F'|' -v t="$1" '$0 == t { on = 1; next } on && /^$/ && n { exit }
+        on && /^\| [0-9]/ { gsub(/ /, "", $2); printf "%s ", $2; n++ }' "$md"; }
     want="8 16 32 64 128 256 512 1K 2K 4K 8K "
-    if [ "$sizes" = "$want" ]; then ok "every size once: $sizes"
-    else bad "sizes in the table: '$sizes', want '$want'" "$md"; fi
+    for place in "out of place" "in place"; do
+        sizes=$(table_sizes "### allreduce, $place")
+        if [ "$sizes" = "$want" ]; then ok "$place: every size once: $sizes"
+        else bad "$place: sizes in the table: '$sizes', want '$want'" "$md"; fi
+    done
+    # --reps 1: every launch is the median, so the slowest is 100% of it
+    if grep -q "^## Against the bars" "$md" && grep -q "^| 8-256 B, level | allreduce | [0-9.]*x at [0-9]* / [0-9.]*x at" "$md" &&
+       [ "$(table_sizes "### allreduce, out of place" | wc -w)" -gt 0 ] &&
+       grep -q "^## Launch to launch" "$md"
+    then ok "the bars and launch-to-launch sections are there"
+    else bad "no 'Against the bars' row for 8-256 B, or no launch-to-launch section" "$md"; fi
     if grep -q "Timed calls per size: 50 at 8-1K (after 5 warmup calls), 2 at 2K-8K (after 1 warmup calls)" "$md"
     then ok "the table says which count timed which sizes"
     else bad "no line naming both sweeps' iteration counts" "$md"; fi
