@@ -5,6 +5,7 @@
 # bench/*_perf.c (with bench/perf_common.c; overlap_perf with OpenBLAS instead),
 # bench/mpi_coll_perf.c (when mpicc exists).
 # Tests: every tests/test_*.c becomes build/tests/test_*; tests/run.sh runs the suite.
+# tests/probe_*.c become build/tests/probe_*, programs the test scripts start.
 
 CC      ?= gcc
 PREFIX  ?= /usr/local
@@ -41,7 +42,9 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 PERF_SRC := $(filter-out bench/mpi_coll_perf.c,$(wildcard bench/*_perf.c))
 PERF_BIN := $(PERF_SRC:bench/%.c=$(BUILD)/bin/%)
 TEST_SRC := $(wildcard tests/test_*.c)
-TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+# tests/probe_*.c: programs a test script runs under a launcher (not tests themselves)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) \
+            $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/probe_*.c))
 TOOLS    := $(BUILD)/bin/weftrun $(BUILD)/bin/weft-topo
 # The trainer: kernels/nn/ (model kernels), shard/ (FSDP/ZeRO units over weft's
 # collectives) and trainer/ go into libweft_train.a, which needs OpenBLAS (libweft itself

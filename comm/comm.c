@@ -100,6 +100,8 @@ weft_status_t weft_comm_init_rank(int rank, int nranks, const char *rendezvous,
     comm_set_id(c, id);
     GOTO_IF_ERR(connect_all(c, bootstrap_exchange, bootstrap_watch, bs), st, fail);
     bootstrap_close(bs);
+    bs = NULL;
+    GOTO_IF_ERR(comm_bind(c), st, fail);
     LOG_INFO(LOG_INIT, "comm %#x: rank %d of %d ready (local %d of %d, %s)", c->id32, rank,
              nranks, c->local_rank, c->local_size, c->transport_desc);
     *comm_p = c;

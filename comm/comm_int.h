@@ -191,6 +191,9 @@ int tuner_after_probe(const weft_comm_t *comm, const sched_args_t *a, int all_re
 /* connect.c: transport setup over an address exchange. */
 typedef weft_status_t (*exchange_fn_t)(void *ctx, const void *mine, void *all, size_t len);
 /* watch (may be NULL) is asked every 50 ms of a connection wait whether to go on */
+/* WEFT_BIND (bind.c): binds this process by the topology, once, after its first
+ * communicator knows its local rank; errors only for an explicit WEFT_BIND=cores:. */
+weft_status_t comm_bind(const weft_comm_t *c);
 weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
                           weft_status_t (*watch)(void *ctx), void *ctx);
 void connect_close_all(weft_comm_t *comm);

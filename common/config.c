@@ -34,6 +34,23 @@ static int parse_string(const char *s, void *field, size_t cap)
     return 0;
 }
 
+/* WEFT_BIND: auto, none, or cores: and one cpu list per local rank ("cores:0-3,4-7" is
+ * two ranks' sets: a comma starts the next rank's set, a dash makes a range). */
+static int parse_bind(const char *s, void *field, size_t cap)
+{
+    if (strcmp(s, "auto") != 0 && strcmp(s, "none") != 0) {
+        if (strncmp(s, "cores:", 6) != 0)
+            return -1;
+        const char *l = s + 6;
+        if (*l == '\0' || l[strspn(l, "0123456789-,")] != '\0')
+            return -1;
+        for (const char *p = l; *p; p++)        /* no empty set: ",," or a dangling comma */
+            if (*p == ',' && (p == l || p[1] == ',' || p[1] == '\0'))
+                return -1;
+    }
+    return parse_string(s, field, cap);
+}
+
 static int parse_double(const char *s, void *field, size_t cap)
 {
     (void)cap;
@@ -153,6 +170,14 @@ static const cfg_knob_t knobs[] = {
       "later calls)", LNG(progress_thread), "0|1" },
     /* topology */
     { "WEFT_TOPO_FILE", "", "hwloc XML to use instead of discovering this machine", STR(topo_file), NULL },
+    { "WEFT_BIND", "auto", "where each rank runs: auto = when the launcher left the process "
+      "unbound and the host has a core per local rank, bind it to its own block of cores "
+      "(near its GPU and NIC; topo_place), as Open MPI binds by default; none = leave it; "
+      "cores:LIST = local rank i on the i-th comma-separated item of LIST, an OS cpu number or "
+      "a range (cores:0,1 puts local rank 0 on cpu 0 and 1 on cpu 1; cores:0-3,4-7 gives "
+      "each of two ranks four cpus)",
+      offsetof(weft_config_t, bind), sizeof(((weft_config_t *)0)->bind), parse_bind,
+      format_string, NULL },
 };
 #define NKNOBS (sizeof(knobs) / sizeof(knobs[0]))
 

@@ -95,6 +95,15 @@ if [ -f tests/test_weftrun.sh ]; then
     fi
 fi
 
+# 2a. WEFT_BIND: where init leaves each rank.
+if [ -f tests/test_bind.sh ]; then
+    if [ -x "$WEFTRUN" ] && [ -x "$B/tests/probe_bind" ]; then
+        run "test_bind.sh" bash tests/test_bind.sh "$B"
+    else
+        missing "test_bind.sh" "$B/tests/probe_bind"
+    fi
+fi
+
 # 2b. weft_comm_init under each launcher's conventions, and init's failure paths.
 if [ -f tests/test_launchers.sh ]; then
     if [ -x "$B/bin/all_reduce_perf" ]; then

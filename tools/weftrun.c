@@ -66,6 +66,7 @@ typedef struct {
     int nx;
     char **prog;            /* the program and its arguments: argv's NULL-terminated tail */
     int bind_core;          /* --bind-to core: each rank on its own cores (topo_place) */
+    int bind_none;          /* --bind-to none: WEFT_BIND=none, no binding by the library */
     int report_bindings;    /* --report-bindings: say where each rank is bound */
 } opts_t;
 
@@ -122,10 +123,13 @@ static void usage(FILE *f)
         "  --timeout SECS      stop the job after SECS seconds and exit 124\n"
         "  --addr HOST:PORT    rendezvous address (default 127.0.0.1:<free port>)\n"
         "  -x VAR=VALUE        set VAR in every rank's environment (repeatable)\n"
-        "  --bind-to core|none core: bind each rank to its own block of cores, as Open MPI\n"
-        "                      does by default for 2 ranks (hwloc placement: NUMA-aware,\n"
-        "                      ranks share cores only when there are more than cores;\n"
-        "                      see weft-topo); none (default): the kernel schedules them\n"
+        "  --bind-to core|none core: bind each rank to its own block of cores before it\n"
+        "                      starts, as Open MPI does by default for 2 ranks (hwloc\n"
+        "                      placement: NUMA-aware, ranks share cores only when there\n"
+        "                      are more than cores; see weft-topo); none: no binding, not\n"
+        "                      even the library's (sets WEFT_BIND=none). Default: weftrun\n"
+        "                      binds nothing, and weft's init binds each rank the same way\n"
+        "                      when the host has a core per rank (WEFT_BIND=auto)\n"
         "  --report-bindings   print each rank's cores on stderr\n"
         "  -h, --help          show this help\n"
         "  --version           show the version\n"
@@ -254,6 +258,7 @@ static void parse_args(int argc, char **argv, opts_t *o)
             if (strcmp(v, "core") && strcmp(v, "none"))
                 die_usage("--bind-to expects core or none, got '%s'", v);
             o->bind_core = !strcmp(v, "core");
+            o->bind_none = !strcmp(v, "none");
         } else if (!strcmp(a, "--report-bindings"))
             o->report_bindings = 1;
         else if ((v = opt_value(argc, argv, &i, "-x"))) {
@@ -415,6 +420,8 @@ static void child_exec(const job_t *job, int r, int out_w, int err_w)
             fflush(stderr);
         }
     }
+    if (job->o->bind_none)
+        setenv("WEFT_BIND", "none", 1);
     snprintf(num, sizeof(num), "%d", r);
     setenv("WEFT_RANK", num, 1);
     setenv("WEFT_LOCAL_RANK", num, 1);

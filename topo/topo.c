@@ -595,6 +595,49 @@ weft_status_t topo_bind(const topo_t *t, const topo_place_t *p)
     return st;
 }
 
+int topo_bound_elsewhere(const topo_t *t, char *cpus, size_t cap)
+{
+    if (cap)
+        cpus[0] = '\0';
+    if (t->is_xml)
+        return 0;
+    hwloc_bitmap_t cur = hwloc_bitmap_alloc();
+    hwloc_const_bitmap_t all = hwloc_topology_get_allowed_cpuset(t->hw);
+    int narrower = 0;
+    if (cur && hwloc_get_cpubind(t->hw, cur, HWLOC_CPUBIND_PROCESS) == 0) {
+        hwloc_bitmap_and(cur, cur, all);
+        narrower = !hwloc_bitmap_iszero(cur) && !hwloc_bitmap_isequal(cur, all);
+        list_to_str(cur, cpus, cap);
+    }
+    hwloc_bitmap_free(cur);
+    return narrower;
+}
+
+weft_status_t topo_bind_cpus(const topo_t *t, const char *cpus)
+{
+    if (t->is_xml)
+        return weft_error(WEFT_ERR_UNSUPPORTED,
+                          "topo_bind: topology '%s' is not this machine", t->source);
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    if (!set)
+        return weft_error(WEFT_ERR_NO_MEMORY, "topo: out of memory for a cpuset");
+    weft_status_t st = WEFT_OK;
+    hwloc_const_bitmap_t all = hwloc_topology_get_allowed_cpuset(t->hw);
+    size_t n = strspn(cpus, "0123456789-,");
+    if (cpus[0] == '\0' || cpus[n] != '\0' || hwloc_bitmap_list_sscanf(set, cpus) != 0 ||
+        hwloc_bitmap_iszero(set))
+        st = weft_error(WEFT_ERR_INVALID_ARG, "bind: '%s' is not a cpu list (e.g. 0-3,8)", cpus);
+    else if (!hwloc_bitmap_isincluded(set, all)) {
+        char have[TOPO_LIST_MAX];
+        list_to_str(all, have, sizeof(have));
+        st = weft_error(WEFT_ERR_INVALID_ARG, "bind: cpus %s are not all available here "
+                        "(this process may use %s)", cpus, have);
+    } else if (hwloc_set_cpubind(t->hw, set, HWLOC_CPUBIND_PROCESS) != 0)
+        st = weft_error(WEFT_ERR_SYSTEM, "bind: cannot bind to cpus %s: %m", cpus);
+    hwloc_bitmap_free(set);
+    return st;
+}
+
 /* ---- printing ------------------------------------------------------------------ */
 
 void topo_print(const topo_t *t, FILE *out)

@@ -93,6 +93,15 @@ weft_status_t topo_place(const topo_t *t, int local_rank, int local_size,
  * topology of this machine: WEFT_ERR_UNSUPPORTED for one loaded from XML. */
 weft_status_t topo_bind(const topo_t *t, const topo_place_t *p);
 
+/* 1 when this process is already bound to fewer cpus than the machine lets it use (a
+ * launcher or the user bound it), with that set in cpus ("" when unknown); 0 when it
+ * may run anywhere, and always for a topology loaded from XML. */
+int topo_bound_elsewhere(const topo_t *t, char *cpus, size_t cap);
+/* Binds the calling process (all its threads) to the OS cpus of a list ("0-3,8"): a
+ * malformed list, or cpus this process may not use, give WEFT_ERR_INVALID_ARG and bind
+ * nothing. Only for the topology of this machine. */
+weft_status_t topo_bind_cpus(const topo_t *t, const char *cpus);
+
 /* Readable summary: source, machine, counts, each GPU and NIC. */
 void topo_print(const topo_t *t, FILE *out);
 /* One line for a placement: "rank 0: numa 0 cores 0-3 (cpus 0-3,16-19) gpu ... nic ...". */

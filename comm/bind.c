@@ -1,0 +1,99 @@
+/*
+ * bind.c - WEFT_BIND: where a rank runs, decided once per process when its first
+ * communicator comes up (weft_comm_init_rank), by the hwloc topology.
+ *
+ *   auto       when the launcher left the process free to run anywhere and the host has
+ *              at least a core per local rank: bind the process (every thread) to its own
+ *              block of cores, near its GPU and NIC (topo_place), as Open MPI binds by
+ *              default. A process already bound (mpirun's default, srun --cpu-bind,
+ *              weftrun --bind-to core, taskset) keeps its binding; an oversubscribed host
+ *              (more local ranks than cores) is left unbound, as Open MPI does.
+ *   none       never bind.
+ *   cores:LIST local rank i on the i-th comma-separated item of LIST (an OS cpu or a
+ *              range): a clear error when LIST has fewer items than local ranks or names
+ *              cpus this process may not use.
+ *
+ * Why a default binding: two unbound ranks on this 2-vCPU VM spent whole phases on the
+ * same core (the scheduler's wake-up placement), and those launches ran large collectives
+ * at a half to a fifth of the speed (docs/PERF.md, "Launch to launch").
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm_int.h"
+#include "log.h"
+#include "status.h"
+#include "topo.h"
+
+/* The i-th comma-separated item of list, into out; 0 when there is none. */
+static int list_item(const char *list, int i, char *out, size_t cap)
+{
+    const char *p = list;
+    for (; i > 0 && p; i--) {
+        p = strchr(p, ',');
+        p = p ? p + 1 : NULL;
+    }
+    if (p == NULL)
+        return 0;
+    size_t n = strcspn(p, ",");
+    if (n >= cap)
+        return 0;
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return 1;
+}
+
+static weft_status_t bind_with(const weft_comm_t *c, topo_t *t)
+{
+    const char *mode = c->cfg.bind;
+    char cpus[TOPO_LIST_MAX];
+    if (!strncmp(mode, "cores:", 6)) {
+        if (!list_item(mode + 6, c->local_rank, cpus, sizeof(cpus)))
+            return weft_error(WEFT_ERR_INVALID_ARG, "bind: WEFT_BIND=%s has no item for local "
+                              "rank %d (%d local ranks: one comma-separated item each)",
+                              mode, c->local_rank, c->local_size);
+        RETURN_IF_ERR(topo_bind_cpus(t, cpus));
+        LOG_INFO(LOG_TOPO, "bind: local rank %d on cpus %s (WEFT_BIND)", c->local_rank, cpus);
+        return WEFT_OK;
+    }
+    /* auto */
+    if (topo_bound_elsewhere(t, cpus, sizeof(cpus))) {
+        LOG_INFO(LOG_TOPO, "bind: already bound to cpus %s (by the launcher): kept", cpus);
+        return WEFT_OK;
+    }
+    if (c->local_size > topo_num_cores(t)) {
+        LOG_INFO(LOG_TOPO, "bind: %d local ranks on %d cores: left unbound", c->local_size,
+                 topo_num_cores(t));
+        return WEFT_OK;
+    }
+    topo_place_t p;
+    RETURN_IF_ERR(topo_place(t, c->local_rank, c->local_size, &p));
+    return topo_bind(t, &p);
+}
+
+weft_status_t comm_bind(const weft_comm_t *c)
+{
+    static atomic_int done;
+    if (!strcmp(c->cfg.bind, "none") || atomic_exchange(&done, 1))
+        return WEFT_OK;
+    if (c->cfg.topo_file[0] && !strcmp(c->cfg.bind, "auto")) {
+        LOG_INFO(LOG_TOPO, "bind: WEFT_TOPO_FILE describes another machine: not binding");
+        return WEFT_OK;
+    }
+    topo_t *t = NULL;
+    weft_status_t st = topo_load(NULL, &t);
+    if (st == WEFT_OK) {
+        st = bind_with(c, t);
+        topo_free(t);
+    }
+    if (st != WEFT_OK && !strcmp(c->cfg.bind, "auto")) {
+        /* a default must not stop a job that would run unbound */
+        LOG_WARN(LOG_TOPO, "bind: not binding (WEFT_BIND=none hides this): %s", weft_last_error());
+        return WEFT_OK;
+    }
+    if (st != WEFT_OK)
+        atomic_store(&done, 0);          /* nothing bound: a later init may try again */
+    return st;
+}
