@@ -2,8 +2,10 @@
 #
 # Layout: every .c under common/ kernels/ topo/ comm/ and comm/<transport>/ goes into
 # libweft, except files ending in _cli.c (programs). Programs: tools/weftrun.c, topo/weft_topo_cli.c,
-# bench/*_perf.c (with bench/perf_common.c; overlap_perf with OpenBLAS instead),
-# bench/mpi_coll_perf.c (when mpicc exists).
+# bench/*_perf.c (with the driver bench/perf_common.c, the collectives bench/perf_colls.c and
+# the weft backend bench/perf_weft.c; overlap_perf with OpenBLAS instead), and
+# bench/mpi_coll_perf.c, the MPI backend, with the same driver and collectives (when mpicc
+# exists).
 # Tests: every tests/test_*.c becomes build/tests/test_*; tests/run.sh runs the suite.
 # tests/probe_*.c become build/tests/probe_*, programs the test scripts start.
 
@@ -102,7 +104,10 @@ $(BUILD)/bin/weft-topo: $(BUILD)/obj/topo/weft_topo_cli.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bin/%_perf: $(BUILD)/obj/bench/%_perf.o $(BUILD)/obj/bench/perf_common.o $(LIBA)
+PERF_DRIVER := bench/perf_common.c bench/perf_colls.c
+PERF_OBJ    := $(PERF_DRIVER:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/bench/perf_weft.o
+
+$(BUILD)/bin/%_perf: $(BUILD)/obj/bench/%_perf.o $(PERF_OBJ) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS)
 
@@ -112,13 +117,18 @@ $(BUILD)/bin/overlap_perf: $(BUILD)/obj/bench/overlap_perf.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
 
-$(BUILD)/bin/mpi_coll_perf: bench/mpi_coll_perf.c bench/perf_common.h
-	@mkdir -p $(dir $@)
-	$(MPICC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $<
+# The MPI peers: the driver and the collectives with the MPI backend, each MPI's compiler
+# building all three (no libweft; only include/weft.h's types).
+MPI_CFLAGS = -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+MPI_SRC    = bench/mpi_coll_perf.c $(PERF_DRIVER)
 
-$(BUILD)/bin/mpich_coll_perf: bench/mpi_coll_perf.c bench/perf_common.h
+$(BUILD)/bin/mpi_coll_perf: $(MPI_SRC) bench/perf_common.h include/weft.h
 	@mkdir -p $(dir $@)
-	$(MPICHCC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -o $@ $<
+	$(MPICC) $(MPI_CFLAGS) -o $@ $(MPI_SRC)
+
+$(BUILD)/bin/mpich_coll_perf: $(MPI_SRC) bench/perf_common.h include/weft.h
+	@mkdir -p $(dir $@)
+	$(MPICHCC) $(MPI_CFLAGS) -o $@ $(MPI_SRC)
 
 $(TRAIN_OBJ) $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/trainer/weft_plan_cli.o \
     $(BUILD)/obj/tests/test_train.o $(BUILD)/obj/tests/test_nn.o: \

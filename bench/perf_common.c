@@ -1,20 +1,24 @@
 /*
- * perf_common.c - the driver of weft's nccl-tests-compatible perf tools.
+ * perf_common.c - the driver of the nccl-tests-compatible perf tools, over a backend.
  *
- * The flow is nccl-tests' (src/common.cu): parse the flags, join the job with
- * weft_comm_init (weftrun, mpirun or srun environment), print the parameters and one
- * "Using devices" line per rank, then for each (dtype, op, root) warm up at the largest and
- * the smallest size, and for each size time the out-of-place call then the in-place call:
- * one untimed call, a barrier, `iters` timed calls (per-iteration time combined over ranks
- * as -a says), then -c checked calls on fresh data with the wrong elements summed over
- * ranks. Rows, units and bus-bandwidth factors are nccl-tests'. Before the sweep, all ranks
- * measure the host's copy bandwidth together (unless -B gives it); under the table, rows of
- * 1 MB or more are set against the memory-bandwidth bound (see perf_common.h).
+ * The flow is nccl-tests' (src/common.cu): parse the flags, join the job (the backend's
+ * init: weft_comm_init under weftrun, mpirun or srun, or MPI_Init), print the parameters
+ * and one "Using devices" line per rank, then for each (dtype, op, root) warm up at the
+ * largest and the smallest size, and for each size time the out-of-place call then the
+ * in-place call: one untimed call, a barrier, `iters` timed calls (per-iteration time
+ * combined over ranks as -a says), then -c checked calls on fresh data with the wrong
+ * elements summed over ranks. Rows, units and bus-bandwidth factors are nccl-tests'
+ * (bench/perf_colls.c). Before the sweep, all ranks measure the host's copy bandwidth
+ * together (unless -B gives it); under the table, rows of 1 MB or more are set against
+ * the memory-bandwidth bound (see perf_common.h).
  *
- * Invariants: every rank makes the same sequence of weft calls (each decision comes from
- * the command line, nranks, or a value all ranks agreed on), so one rank's failure cannot
- * strand the others in a different collective; a failing call aborts the communicator and
- * exits 1. Only rank 0 writes the table to stdout.
+ * One driver for every backend (perf_backend_t: weft in perf_weft.c, MPI in
+ * mpi_coll_perf.c), so that a weft row and an MPI row are measured by the same code.
+ *
+ * Invariants: every rank makes the same sequence of backend calls (each decision comes
+ * from the command line, nranks, or a value all ranks agreed on), so one rank's failure
+ * cannot strand the others in a different collective; a failing call is reported by the
+ * backend, which exits 1. Only rank 0 writes the table to stdout.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -27,10 +31,12 @@
 
 typedef struct {
     perf_opts_t o;
-    const perf_coll_t *coll;
+    perf_kind_t kind;
+    unsigned flags;             /* perf_coll_flags(kind) */
+    const perf_backend_t *be;
+    void *ctx;                  /* the backend's */
     const char *prog;
-    weft_comm_t *comm;
-    int rank, nranks;
+    perf_job_t job;
     size_t max_bytes;           /* o.max_bytes after the memory limit */
     char *send, *recv, *expected;   /* max_bytes each */
     perf_args_t a;              /* the row being measured */
@@ -41,33 +47,12 @@ typedef struct {
     perf_bound_t bound;         /* copy bandwidth and the rows the bound section lists */
 } perf_run_t;
 
-#define PERF_CHECK(r, call)                                                   \
-    do {                                                                      \
-        weft_status_t st_ = (call);                                           \
-        if (st_ != WEFT_OK)                                                   \
-            perf_fail((r), st_, __FILE__, __LINE__);                          \
-    } while (0)
-
-/* Reports a failed weft call the way nccl-tests reports an NCCL failure, then leaves. */
-static void perf_fail(perf_run_t *r, weft_status_t st, const char *file, int line)
-{
-    char host[256];
-    perf_hostname(host, sizeof(host));
-    fflush(stdout);
-    printf("%s: Test weft failure %s:%d '%s / %s'\n", host, file, line, weft_status_str(st),
-           weft_last_error());
-    printf(" .. %s pid %d: Test failure (rank %d)\n", host, (int)getpid(), r->rank);
-    fflush(stdout);
-    if (r->comm)
-        weft_comm_abort(r->comm);
-    exit(1);
-}
-
 /* ---- one row ---- */
 
 static void setup_args(perf_run_t *r, size_t bytes)
 {
-    r->coll->counts(bytes / r->a.type->size, r->nranks, &r->a.c);
+    perf_coll_counts(r->kind, bytes / r->a.type->size, r->job.nranks,
+                     r->be->scatter_at_start, &r->a.c);
 }
 
 static size_t row_bytes(const perf_args_t *a)
@@ -89,9 +74,9 @@ static void start_coll(perf_run_t *r, int in_place, int iter)
                                 : r->send + shift;
     void *out = in_place ? recv + a->c.recv_inplace_offset * (size_t)a->rank * ts : recv;
 
-    PERF_CHECK(r, r->coll->run(send, out, a));
+    r->be->run(r->ctx, r->kind, send, out, a, in_place);
     if (r->o.blocking)
-        PERF_CHECK(r, weft_barrier(r->comm));
+        r->be->barrier(r->ctx);
 }
 
 /* Fresh inputs and expected outputs for a check (or for the untimed call). */
@@ -103,7 +88,7 @@ static void init_data(perf_run_t *r, int in_place, uint64_t seed)
     memset(r->recv, 0, a->c.recvcount * ts);
     void *input = in_place ? r->recv + a->c.send_inplace_offset * (size_t)a->rank * ts
                            : (void *)r->send;
-    r->coll->init(a, input, r->recv);
+    perf_coll_init(r->kind, a, input, r->recv);
 }
 
 static size_t check_data(perf_run_t *r, int in_place)
@@ -115,31 +100,21 @@ static size_t check_data(perf_run_t *r, int in_place)
     return perf_count_wrong(a->type, out, r->expected, a->c.recvcount);
 }
 
-/* This rank's per-iteration time, combined over ranks as -a says (nccl-tests' Allreduce). */
+/* This rank's per-iteration time, combined over ranks as -a says (nccl-tests' Allreduce):
+ * 0 rank 0's (a sum where only rank 0 adds), 1 the mean, 2 the min, 3 the max. */
 static double combine_time(perf_run_t *r, double sec)
 {
-    double v = sec;
     switch (r->o.average) {
-    case 0:
-        PERF_CHECK(r, weft_broadcast(&v, &v, 1, WEFT_FLOAT64, 0, r->comm));
-        return v;
-    case 2:
-        PERF_CHECK(r, weft_allreduce(&sec, &v, 1, WEFT_FLOAT64, WEFT_MIN, r->comm));
-        return v;
-    case 3:
-        PERF_CHECK(r, weft_allreduce(&sec, &v, 1, WEFT_FLOAT64, WEFT_MAX, r->comm));
-        return v;
-    default:
-        PERF_CHECK(r, weft_allreduce(&sec, &v, 1, WEFT_FLOAT64, WEFT_SUM, r->comm));
-        return v / r->nranks;
+    case 0: return r->be->allreduce_f64(r->ctx, r->job.rank == 0 ? sec : 0.0, WEFT_SUM);
+    case 2: return r->be->allreduce_f64(r->ctx, sec, WEFT_MIN);
+    case 3: return r->be->allreduce_f64(r->ctx, sec, WEFT_MAX);
+    default: return r->be->allreduce_f64(r->ctx, sec, WEFT_SUM) / r->job.nranks;
     }
 }
 
 static uint64_t sum_over_ranks(perf_run_t *r, uint64_t x)
 {
-    uint64_t total = 0;
-    PERF_CHECK(r, weft_allreduce(&x, &total, 1, WEFT_UINT64, WEFT_SUM, r->comm));
-    return total;
+    return r->be->allreduce_u64(r->ctx, x, WEFT_SUM);
 }
 
 /* -c checked calls; the wrong elements over all ranks, or -1 where nothing is checked. */
@@ -166,8 +141,8 @@ static void bench_time(perf_run_t *r, int in_place)
     const perf_opts_t *o = &r->o;
     double algbw, busbw;
 
-    if (in_place && (r->coll->flags & PERF_NO_INPLACE)) {
-        if (r->rank == 0)
+    if (in_place && (r->flags & PERF_NO_INPLACE)) {
+        if (r->job.rank == 0)
             perf_print_na();
         return;
     }
@@ -175,7 +150,7 @@ static void bench_time(perf_run_t *r, int in_place)
     if (o->check)
         init_data(r, in_place, 99);
     start_coll(r, in_place, 0);
-    PERF_CHECK(r, weft_barrier(r->comm));
+    r->be->barrier(r->ctx);
 
     double t0 = perf_now();
     for (int iter = 0; iter < o->iters; iter++)
@@ -183,11 +158,12 @@ static void bench_time(perf_run_t *r, int in_place)
             start_coll(r, in_place, iter * o->agg_iters + aiter);
     double sec = combine_time(r, (perf_now() - t0) / ((double)o->iters * o->agg_iters));
 
-    r->coll->bw(r->a.c.paramcount, r->a.type->size, sec, r->nranks, &algbw, &busbw);
-    PERF_CHECK(r, weft_barrier(r->comm));
+    perf_coll_bw(r->kind, r->a.c.paramcount, r->a.type->size, sec, r->job.nranks, &algbw,
+                 &busbw);
+    r->be->barrier(r->ctx);
 
     long wrong = check_calls(r, in_place);
-    if (r->rank == 0)
+    if (r->job.rank == 0)
         perf_print_result(sec * 1.0e6, algbw, busbw, wrong);
     perf_bound_record(&r->bound, row_bytes(&r->a), in_place, sec, busbw);
     r->bw_sum += busbw;
@@ -207,18 +183,18 @@ static void time_test(perf_run_t *r, const char *op_name)
     perf_args_t *a = &r->a;
     long cycles = r->o.run_cycles;
 
-    PERF_CHECK(r, weft_barrier(r->comm));
+    r->be->barrier(r->ctx);
     warmup(r, r->max_bytes);
     warmup(r, r->o.min_bytes);
     do {
         for (size_t size = r->o.min_bytes;;) {
             setup_args(r, size);
-            if (r->rank == 0)
+            if (r->job.rank == 0)
                 perf_print_row_start(row_bytes(a), a->c.paramcount, a->type->name, op_name,
                                      a->root);
             bench_time(r, 0);
             bench_time(r, 1);
-            if (r->rank == 0)
+            if (r->job.rank == 0)
                 printf("\n");
             size = perf_next_size(&r->o, size);
             if (size == 0)
@@ -227,29 +203,33 @@ static void time_test(perf_run_t *r, const char *op_name)
     } while (--cycles != 0);
 }
 
-/* Every (dtype, op, root) the flags ask for, in nccl-tests' order. */
+/* Every (dtype, op, root) the flags ask for, in nccl-tests' order; rows the backend
+ * cannot run are skipped. */
 static void run_all(perf_run_t *r)
 {
-    const perf_coll_t *coll = r->coll;
+    unsigned flags = r->flags;
     int ntypes, nops = 1, nroots = 1;
     const perf_type_t *types = perf_types(&ntypes);
     int t0 = r->o.type < 0 ? 0 : r->o.type, t1 = r->o.type < 0 ? ntypes : r->o.type + 1;
 
-    if ((coll->flags & PERF_OP) && r->o.op < 0)
+    if ((flags & PERF_OP) && r->o.op < 0)
         nops = PERF_NOPS;
-    if ((coll->flags & PERF_ROOT) && r->o.root < 0)
-        nroots = r->nranks;
+    if ((flags & PERF_ROOT) && r->o.root < 0)
+        nroots = r->job.nranks;
     for (int t = t0; t < t1; t++) {
         for (int i = 0; i < nops; i++) {
+            weft_op_t op = !(flags & PERF_OP) ? WEFT_SUM
+                           : r->o.op < 0      ? perf_op_at(i)
+                                              : (weft_op_t)r->o.op;
+            if (r->be->row && !r->be->row(r->ctx, r->kind, &types[t], op))
+                continue;
             for (int j = 0; j < nroots; j++) {
                 perf_args_t *a = &r->a;
                 a->type = &types[t];
-                a->op = !(coll->flags & PERF_OP) ? WEFT_SUM
-                        : r->o.op < 0            ? perf_op_at(i)
-                                                 : (weft_op_t)r->o.op;
-                a->data_op = (coll->flags & PERF_REDUCES) ? a->op : WEFT_SUM;
-                a->root = !(coll->flags & PERF_ROOT) ? -1 : r->o.root < 0 ? j : r->o.root;
-                time_test(r, (coll->flags & PERF_OP) ? perf_op_str(a->op) : "none");
+                a->op = op;
+                a->data_op = (flags & PERF_REDUCES) ? op : WEFT_SUM;
+                a->root = !(flags & PERF_ROOT) ? -1 : r->o.root < 0 ? j : r->o.root;
+                time_test(r, (flags & PERF_OP) ? perf_op_str(op) : "none");
             }
         }
     }
@@ -261,20 +241,19 @@ static void run_all(perf_run_t *r)
 static void print_devices(perf_run_t *r)
 {
     enum { LINE = 256 };
-    char line[LINE], desc[64];
-    char *all = malloc((size_t)r->nranks * LINE);
+    char line[LINE];
+    char *all = malloc((size_t)r->job.nranks * LINE);
 
     if (!all) {
         fprintf(stderr, "%s: out of memory\n", r->prog);
-        weft_comm_abort(r->comm);
+        r->be->abort(r->ctx);
         exit(1);
     }
-    snprintf(desc, sizeof(desc), "weft %s", weft_comm_transport(r->comm));
     memset(line, 0, sizeof(line));
-    perf_device_line(line, sizeof(line) - 1, r->rank, weft_comm_local_rank(r->comm), desc);
-    PERF_CHECK(r, weft_allgather(line, all, LINE, WEFT_UINT8, r->comm));
-    if (r->rank == 0)
-        for (int i = 0; i < r->nranks; i++) {
+    perf_device_line(line, sizeof(line) - 1, r->job.rank, r->job.local_rank, r->job.desc);
+    r->be->gather(r->ctx, line, all, LINE);
+    if (r->job.rank == 0)
+        for (int i = 0; i < r->job.nranks; i++) {
             all[(size_t)i * LINE + LINE - 1] = '\0';
             printf("%s", all + (size_t)i * LINE);
         }
@@ -283,8 +262,8 @@ static void print_devices(perf_run_t *r)
 
 static void barrier_fn(void *ctx)
 {
-    perf_run_t *r = ctx;
-    PERF_CHECK(r, weft_barrier(r->comm));
+    const perf_run_t *r = ctx;
+    r->be->barrier(r->ctx);
 }
 
 /* The copy bandwidth for the bound section, as rank 0's -B says: none, given, or measured
@@ -293,20 +272,17 @@ static void barrier_fn(void *ctx)
 static void measure_copy_bw(perf_run_t *r)
 {
     perf_bound_t *b = &r->bound;
-    double opt = r->o.copy_bw, mine;
-    uint64_t over;
+    double opt = r->be->allreduce_f64(r->ctx, r->job.rank == 0 ? r->o.copy_bw : 0.0,
+                                      WEFT_SUM);
 
-    PERF_CHECK(r, weft_broadcast(&opt, &opt, 1, WEFT_FLOAT64, 0, r->comm));
-    perf_bound_init(b, r->coll->kind, r->nranks, opt, weft_comm_local_size(r->comm));
+    perf_bound_init(b, r->kind, r->job.nranks, opt, r->job.local_size);
     if (b->off)
         return;
-    if (!b->given) {
-        mine = perf_copy_bw(b->copy_bytes, barrier_fn, r);
-        PERF_CHECK(r, weft_allreduce(&mine, &b->copy_bw, 1, WEFT_FLOAT64, WEFT_MIN, r->comm));
-    }
-    over = (uint64_t)b->oversubscribed;
-    PERF_CHECK(r, weft_allreduce(&over, &over, 1, WEFT_UINT64, WEFT_MAX, r->comm));
-    b->oversubscribed = over != 0;
+    if (!b->given)
+        b->copy_bw = r->be->allreduce_f64(r->ctx, perf_copy_bw(b->copy_bytes, barrier_fn, r),
+                                          WEFT_MIN);
+    b->oversubscribed = r->be->allreduce_u64(r->ctx, (uint64_t)b->oversubscribed,
+                                             WEFT_MAX) != 0;
 }
 
 /* Caps max_bytes so send, recv and expected fit in this host's memory per local rank
@@ -314,25 +290,25 @@ static void measure_copy_bw(perf_run_t *r)
 static void limit_memory(perf_run_t *r)
 {
     uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
-    int local = weft_comm_local_size(r->comm) > 0 ? weft_comm_local_size(r->comm) : 1;
-    uint64_t mine = phys / (uint64_t)local, cap = 0;
+    int local = r->job.local_size > 0 ? r->job.local_size : 1;
+    uint64_t mine = phys / (uint64_t)local, cap;
     uint64_t reserve = mine / 4 < (1ull << 30) ? mine / 4 : (1ull << 30);
 
     mine = (mine - reserve) / (r->o.check ? 3 : 2);
-    PERF_CHECK(r, weft_allreduce(&mine, &cap, 1, WEFT_UINT64, WEFT_MIN, r->comm));
+    cap = r->be->allreduce_u64(r->ctx, mine, WEFT_MIN);
     r->max_bytes = r->o.max_bytes;
     if (r->max_bytes > cap) {
         r->max_bytes = cap;
         if (r->o.min_bytes > cap)
             r->o.min_bytes = cap;
-        if (r->rank == 0)
+        if (r->job.rank == 0)
             printf("#\n# Reducing maxBytes to %zu due to memory limitation\n", r->max_bytes);
     }
 }
 
 /* Allocates and touches the three buffers; every rank learns whether all succeeded.
- * With -R, send and recv come from weft_mem_alloc (registered: peers on this host read
- * them through mappings), as nccl-tests -R registers its buffers. */
+ * With -R, send and recv come from the backend's registered memory (weft_mem_alloc,
+ * MPI_Alloc_mem), as nccl-tests -R registers its buffers. */
 static void alloc_buffers(perf_run_t *r)
 {
     size_t n = r->max_bytes > 64 ? r->max_bytes : 64;
@@ -340,9 +316,8 @@ static void alloc_buffers(perf_run_t *r)
     char **bufs[3] = { &r->send, &r->recv, &r->expected };
 
     for (int i = 0; i < 3; i++) {
-        void *p = NULL;
-        int reg = r->o.local_register && i < 2;
-        if (reg ? weft_mem_alloc(&p, n) != WEFT_OK : posix_memalign(&p, 4096, n) != 0) {
+        void *p = r->be->alloc(r->ctx, n, r->o.local_register && i < 2);
+        if (!p) {
             bad = 1;
             continue;
         }
@@ -350,100 +325,84 @@ static void alloc_buffers(perf_run_t *r)
         *bufs[i] = p;
     }
     if (sum_over_ranks(r, bad)) {
-        if (r->rank == 0)
+        if (r->job.rank == 0)
             fprintf(stderr, "%s: cannot allocate 3 x %zu bytes on some rank\n", r->prog, n);
-        weft_comm_destroy(r->comm);
+        r->be->finalize(r->ctx);
         exit(1);
     }
 }
 
-static void print_flag_notes(const perf_run_t *r)
-{
-    if (r->o.graph)
-        fprintf(stderr, "%s: ignoring -G %d: weft has no CUDA graphs\n", r->prog, r->o.graph);
-}
-
 static void free_buffers(perf_run_t *r)
 {
-    if (r->o.local_register) {
-        weft_mem_free(r->send);
-        weft_mem_free(r->recv);
-    } else {
-        free(r->send);
-        free(r->recv);
-    }
-    free(r->expected);
+    r->be->free(r->ctx, r->send, r->o.local_register);
+    r->be->free(r->ctx, r->recv, r->o.local_register);
+    r->be->free(r->ctx, r->expected, 0);
 }
 
-static int join(perf_run_t *r)
+/* Joins the job and checks what needs nranks; 0 to go on, else the exit code. */
+static int join(perf_run_t *r, int *argc, char ***argv)
 {
-    char num[32];
-    if (r->o.timeout > 0) {
-        snprintf(num, sizeof(num), "%d", r->o.timeout);
-        setenv("WEFT_TIMEOUT", num, 1);
-    }
-    weft_status_t st = weft_comm_init(&r->comm);
-    if (st != WEFT_OK) {
-        fprintf(stderr, "%s: weft_comm_init failed: %s: %s\n", r->prog, weft_status_str(st),
-                weft_last_error());
-        return 1;
-    }
-    r->rank = weft_comm_rank(r->comm);
-    r->nranks = weft_comm_size(r->comm);
-    r->a.comm = r->comm;
-    r->a.rank = r->rank;
-    r->a.nranks = r->nranks;
-    if ((r->coll->flags & PERF_ROOT) && r->o.root >= r->nranks) {
-        if (r->rank == 0)
+    int rc = r->be->init(r->ctx, argc, argv, &r->o, &r->job);
+    if (rc != 0)
+        return rc;
+    r->a.rank = r->job.rank;
+    r->a.nranks = r->job.nranks;
+    if ((r->flags & PERF_ROOT) && r->o.root >= r->job.nranks) {
+        if (r->job.rank == 0)
             fprintf(stderr, "%s: invalid root %d for %d ranks\n", r->prog, r->o.root,
-                    r->nranks);
-        weft_comm_destroy(r->comm);
+                    r->job.nranks);
+        r->be->finalize(r->ctx);
         return 2;
     }
     return 0;
 }
 
-int perf_main(int argc, char **argv, const perf_coll_t *coll)
+int perf_main(int argc, char **argv, int kind, const perf_backend_t *be, void *ctx)
 {
     perf_run_t run, *r = &run;
     int rc;
 
     memset(r, 0, sizeof(*r));
     setlinebuf(stdout);
-    r->coll = coll;
+    r->be = be;
+    r->ctx = ctx;
     r->prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
     perf_opts_default(&r->o);
-    rc = perf_parse_opts(argc, argv, &r->o, 0);
+    rc = perf_parse_opts(argc, argv, &r->o, kind < 0);
+    if (rc == 0 && be->check)
+        rc = be->check(ctx, &r->o, &kind);
     if (rc != 0)
         return rc == 1 ? 0 : 2;
-    if ((rc = join(r)) != 0)
+    r->kind = (perf_kind_t)kind;
+    r->flags = perf_coll_flags(r->kind);
+    if ((rc = join(r, &argc, &argv)) != 0)
         return rc;
 
-    if (r->rank == 0) {
-        print_flag_notes(r);
+    if (r->job.rank == 0) {
+        be->notes(ctx, &r->o, r->kind);
         perf_print_params(&r->o);
-        if (r->o.local_register)
-            printf("# Buffers: send and recv from weft_mem_alloc (-R %d): peers on this host "
-                   "read them in place\n", r->o.local_register);
+        if (r->o.local_register && be->reg_alloc)
+            printf("# Buffers: send and recv from %s (-R %d): peers on this host "
+                   "read them in place\n", be->reg_alloc, r->o.local_register);
     }
     print_devices(r);
     measure_copy_bw(r);                         /* before the buffers: less memory at once */
     limit_memory(r);
     alloc_buffers(r);
     r->a.expected = r->expected;
-    if (r->rank == 0)
+    if (r->job.rank == 0)
         perf_print_header(r->o.cputime);
 
     run_all(r);
 
     int errors = (int)sum_over_ranks(r, (uint64_t)r->errors);
     double avg_bw = r->bw_count ? r->bw_sum / r->bw_count : 0.0;
-    if (r->rank == 0)
-        perf_print_footer(errors, avg_bw, &r->bound, weft_last_error());
+    if (r->job.rank == 0)
+        perf_print_footer(errors, avg_bw, &r->bound, be->last_error(ctx));
     rc = perf_exit_code(errors, avg_bw);
 
     perf_bound_free(&r->bound);
     free_buffers(r);
-    weft_comm_destroy(r->comm);
+    be->finalize(ctx);
     return rc;
 }

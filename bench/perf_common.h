@@ -1,15 +1,17 @@
 /*
- * perf_common.h - nccl-tests-compatible perf tools: the shared driver and what the MPI peer
- * shares with it.
+ * perf_common.h - nccl-tests-compatible perf tools: one driver, its backends, and what they
+ * share.
  *
- * Part 1 (static inline, no libweft calls) is also compiled into bench/mpi_coll_perf.c,
- * which mpicc builds alone without libweft; sharing it is what makes a weft row and an MPI
- * row comparable line by line: the dtype table in nccl-tests' names and order, the command
- * line, the test data pattern and its expected results, the output table, and the
- * memory-bandwidth bound printed under it (the host copy test and the traffic model).
- * Part 2 is the weft driver: each bench/<coll>_perf.c describes its collective in a
- * perf_coll_t (sizes to counts, bandwidth, inputs and expected outputs, the call) and hands
- * it to perf_main().
+ * One driver (perf_common.c) runs every tool over a backend (perf_backend_t): weft
+ * (perf_weft.c, the bench/<coll>_perf tools) or MPI (mpi_coll_perf.c, built by each MPI's
+ * mpicc without libweft: mpi_coll_perf, mpich_coll_perf). The collectives' counts,
+ * bandwidth and data are written once, in perf_colls.c. Sharing all of it is what makes a
+ * weft row and an MPI row comparable line by line.
+ *
+ * Part 1 (static inline, library-free): the dtype table in nccl-tests' names and order,
+ * the command line, the test data pattern and its expected results, the output table, and
+ * the memory-bandwidth bound printed under it (the host copy test and the traffic model).
+ * Part 2: a row's counts and arguments, the collectives, the backend interface.
  *
  * Data pattern invariant: every input is a small integer, bounded so that every op over
  * every rank count is exact in every dtype, so results are compared exactly. Sums, min,
@@ -556,7 +558,7 @@ static inline size_t perf_next_size(const perf_opts_t *o, size_t size)
  * cores on a host, ranks take turns on cores and neither B nor the bound means much.
  */
 
-/* Seconds on a monotonic clock (the drivers time their calls with it too). */
+/* Seconds on a monotonic clock (the driver times its calls with it too). */
 static inline double perf_now(void)
 {
     struct timespec ts;
@@ -889,7 +891,7 @@ static inline void perf_print_footer(int errors, double avg_bw, const perf_bound
     printf("%s\n", last_error);
 }
 
-/* ---- rows: counts and arguments (also used by the MPI peer) ---- */
+/* ---- Part 2: one row, the collectives, the backends ------------------------------ */
 
 /* Element counts for one size (nccl-tests' getCollByteCount). In place, the input starts
  * at recv + send_inplace_offset*rank elements and the output at recv +
@@ -900,9 +902,8 @@ typedef struct {
     size_t send_inplace_offset, recv_inplace_offset;
 } perf_counts_t;
 
-/* What a collective's init and run see for one row. */
+/* What a collective's data and call see for one row. */
 typedef struct {
-    weft_comm_t *comm;
     int rank, nranks;
     const perf_type_t *type;
     weft_op_t op;               /* the op of the call */
@@ -920,43 +921,62 @@ enum {
     PERF_NO_INPLACE = 8,        /* no in-place form: that column group prints N/A */
 };
 
-/* Helpers for init: rank's inputs, or the reduction over all ranks, for elements
- * [offset, offset + count) of the pattern. */
-static inline void perf_fill(const perf_args_t *a, void *buf, size_t count, size_t offset,
-                             int rank)
-{
-    perf_fill_values(a->type, a->data_op, a->seed, rank, a->nranks, buf, count, offset);
-}
+/* The collectives, written once for every backend (bench/perf_colls.c): flags, counts,
+ * bandwidth, and the inputs and expected outputs of a row. scatter_at_start: in place,
+ * reduce_scatter leaves the result at the start of the buffer (MPI_IN_PLACE) instead of
+ * at rank*recvcount (NCCL, weft). */
+unsigned perf_coll_flags(perf_kind_t kind);
+void perf_coll_counts(perf_kind_t kind, size_t count, int nranks, int scatter_at_start,
+                      perf_counts_t *c);
+/* algbw and busbw in GB/s (1e9 bytes/s) for paramcount `count` taking `sec`. */
+void perf_coll_bw(perf_kind_t kind, size_t count, size_t typesize, double sec, int nranks,
+                  double *algbw, double *busbw);
+/* Writes this rank's inputs at `input` (the in-place location when in place) and the
+ * expected output in a->expected. recv (recvcount elements) is zero. */
+void perf_coll_init(perf_kind_t kind, const perf_args_t *a, void *input, const void *recv);
 
-static inline void perf_fill_reduced(const perf_args_t *a, void *buf, size_t count,
-                                     size_t offset)
-{
-    perf_fill_reduced_values(a->type, a->data_op, a->seed, a->nranks, buf, count, offset);
-}
-
-static inline void *perf_elem(const perf_args_t *a, void *buf, size_t k)
-{
-    return (char *)buf + k * a->type->size;
-}
-
-/* ---- Part 2: the weft driver ------------------------------------------------------ */
-
-/* A collective, as its bench/<coll>_perf.c describes it to the driver. */
+/* The job as a backend's init finds it. */
 typedef struct {
-    const char *name;
-    perf_kind_t kind;
-    unsigned flags;
-    void (*counts)(size_t count, int nranks, perf_counts_t *c);
-    /* algbw and busbw in GB/s (1e9 bytes/s) for paramcount `count` taking `sec`. */
-    void (*bw)(size_t count, size_t typesize, double sec, int nranks, double *algbw,
-               double *busbw);
-    /* Writes this rank's inputs at `input` (the in-place location when in place) and the
-     * expected output in a->expected. recv (recvcount elements) is zero. */
-    void (*init)(const perf_args_t *a, void *input, const void *recv);
-    weft_status_t (*run)(const void *send, void *recv, const perf_args_t *a);
-} perf_coll_t;
+    int rank, nranks;
+    int local_rank, local_size; /* among the ranks on this host */
+    char desc[256];             /* "# Using devices" names it: "weft shm", "Open MPI v4.1.4" */
+} perf_job_t;
 
-/* The whole tool: flags, init, sweep, output. Returns the exit code. */
-int perf_main(int argc, char **argv, const perf_coll_t *coll);
+/* A communication library under the driver (bench/perf_weft.c, bench/mpi_coll_perf.c).
+ * ctx is the backend's state. Calls between init and finalize that talk to other ranks
+ * are collective; a failing one reports the library's error with file:line and exits 1. */
+typedef struct {
+    /* -- before init: the command line (NULL: nothing to check). Returns 0 to go on or an
+     *    exit code after printing why; where *kind_p is -1 (-c picks it) sets it. -- */
+    int (*check)(void *ctx, const perf_opts_t *o, int *kind_p);
+    /* -- the job: init returns 0 or an exit code after printing why -- */
+    int (*init)(void *ctx, int *argc, char ***argv, const perf_opts_t *o, perf_job_t *job);
+    void (*finalize)(void *ctx);
+    void (*abort)(void *ctx);                    /* takes the job down; the caller exits */
+    void (*notes)(void *ctx, const perf_opts_t *o, perf_kind_t kind);  /* rank 0, stderr */
+    const char *(*last_error)(void *ctx);        /* nccl-tests' last line */
+    /* -- the driver's own communication -- */
+    void (*barrier)(void *ctx);
+    double (*allreduce_f64)(void *ctx, double x, weft_op_t op);       /* SUM, MIN, MAX */
+    uint64_t (*allreduce_u64)(void *ctx, uint64_t x, weft_op_t op);
+    void (*gather)(void *ctx, const void *mine, void *all, size_t len);  /* to rank 0 */
+    /* -- buffers: reg is -R (NULL on failure) -- */
+    void *(*alloc)(void *ctx, size_t bytes, int reg);
+    void (*free)(void *ctx, void *p, int reg);
+    const char *reg_alloc;      /* where -R buffers come from, for "# Buffers"; NULL: none */
+    /* -- the measured calls: row prepares for rows of (type, op), 0 if it cannot run them
+     *    (skipped; NULL: all run); run makes one call, in place as perf_counts_t says -- */
+    int (*row)(void *ctx, perf_kind_t kind, const perf_type_t *type, weft_op_t op);
+    void (*run)(void *ctx, perf_kind_t kind, const void *send, void *recv,
+                const perf_args_t *a, int in_place);
+    int scatter_at_start;       /* see perf_coll_counts */
+} perf_backend_t;
+
+/* The whole tool: flags, init, sweep, output. kind -1: the MPI peer's command line, where
+ * -c names the collective (be->check picks it). Returns the exit code. */
+int perf_main(int argc, char **argv, int kind, const perf_backend_t *be, void *ctx);
+
+/* The weft backend's tools (bench/perf_weft.c): perf_main over weft_*. */
+int perf_weft_main(int argc, char **argv, perf_kind_t kind);
 
 #endif /* WEFT_BENCH_PERF_COMMON_H */
