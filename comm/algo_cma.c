@@ -1,9 +1,10 @@
 /*
  * algo_cma.c - single-copy collectives for ranks on one host.
  *
- * Instead of pushing data through the shm rings (copy in, copy out), each rank reads
- * what it needs straight out of its peers' buffers (tp rget: process_vm_readv), so
- * every byte crosses memory once. A call starts with every rank telling its peers
+ * Instead of pushing data through the rings (copy in, copy out), each rank reads what
+ * it needs straight out of its peers' buffers with the transports' one-sided get
+ * (shm: process_vm_readv; ucx: ucp_get_nbx with the packed keys the META frame carries;
+ * engine_rma.c), so every byte crosses memory once. A call starts with every rank telling its peers
  * where its buffers are (a small META frame), and ends with a "done" exchange, so no
  * rank returns (and lets the caller reuse its buffers) while a peer may still read them.
  *
@@ -18,9 +19,9 @@
  * rank p said "ready", and p says so only after it has read that block.
  * Block b is reduced by rank b alone, so every rank ends with the same bits.
  *
- * Reads go through process_vm_readv, or, where the peer's buffer is weft_mem_alloc
- * memory (mem.c), through a mapping of it: then a reduction reads the peer's block in
- * place (no scratch copy) and a gather is one memcpy. A call whose buffers are
+ * Reads are gets, or, where the transport maps the peer's buffer (shm, for weft_mem_alloc
+ * memory, mem.c), reads in place: then a reduction reads the peer's block with no
+ * scratch copy and a gather is one memcpy. A call whose buffers are
  * registered on every rank finds that out in a probe (algo_cma_probe) and skips the
  * address exchange here.
  */
@@ -75,7 +76,7 @@ static void reduce_own(const sched_args_t *a, sched_t *s, const int *mi, size_t 
                        size_t dst_off, size_t len)
 {
     int first = 1;
-    s->tmp_bytes = s->chunk;
+    s->tmp_bytes = 2 * s->chunk;        /* two pieces in flight (engine_rma.c) */
     SCHED_FOR_PEERS(p, k, a->rank, a->nranks) {
         sched_rget_reduce(s, p, BUF_RECV, dst_off, first ? BUF_SEND : BUF_RECV,
                           first ? own_off : dst_off, BUF_SEND, own_off, len, mi[p],

@@ -133,6 +133,8 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
     op->args = *args;
     op->send = send;
     op->recv = recv;
+    op->send_mt = mem_type_of(send);
+    op->recv_mt = mem_type_of(recv);
     op->status = WEFT_IN_PROGRESS;
     if (req)
         op->error_msg = req->error_msg;

@@ -42,6 +42,7 @@ static weft_status_t comm_alloc(int rank, int nranks, const weft_config_t *cfg,
     c->p2p_tx = calloc(n, sizeof(uint32_t));
     c->p2p_rx = calloc(n, sizeof(uint32_t));
     c->meta_in = calloc(n, sizeof(sched_meta_t));
+    c->rma.rmem = calloc(2 * n, sizeof(*c->rma.rmem));
     const char *secret = getenv("WEFT_SECRET");
     if (secret && *secret) {
         snprintf(c->secret, sizeof(c->secret), "%s", secret);
@@ -49,7 +50,7 @@ static weft_status_t comm_alloc(int rank, int nranks, const weft_config_t *cfg,
     }
     snprintf(c->transport_desc, sizeof(c->transport_desc), "self");
     if (!c->peers || !c->eps || !c->cursor || !c->frame_tx || !c->frame_rx || !c->p2p_tx ||
-        !c->p2p_rx || !c->meta_in) {
+        !c->p2p_rx || !c->meta_in || !c->rma.rmem) {
         weft_comm_destroy(c);
         return weft_error(WEFT_ERR_NO_MEMORY, "comm_init: out of memory");
     }
@@ -230,6 +231,7 @@ weft_status_t weft_comm_destroy(weft_comm_t *comm)
     free(comm->p2p_tx);
     free(comm->p2p_rx);
     free(comm->meta_in);
+    free(comm->rma.rmem);
     free(comm->st);
     free(comm->tmp);
     free(comm);

@@ -35,6 +35,9 @@ struct comm_op {
     uint32_t seq;            /* collective sequence number */
     uint32_t seq_tx, seq_rx; /* point-to-point: per-peer sequence numbers */
     sched_t *sched;          /* borrowed from the cache while the op runs */
+    mem_type_t send_mt, recv_mt;    /* the memory types of send and recv (coll.c) */
+    const mem_ops_t *mops;   /* copies and reductions of this op (engine_start: for the
+                                types of its buffers; scratch and staging are host) */
     weft_status_t status;    /* WEFT_IN_PROGRESS until done; stored last (atomic), after
                                 which the engine never touches the op again */
     char *error_msg;         /* a request's: its failure's message (the message is
@@ -61,8 +64,23 @@ typedef struct sched_cache_entry {
 } sched_cache_entry_t;
 
 /* Per-step progress of the running operation. */
+/* One-sided transfers of the head op (engine.c): the step that runs posts them in order
+ * and completes them in order, at most ENGINE_RMA_DEPTH at a time. */
+#define ENGINE_RMA_DEPTH 4
+typedef struct engine_rma {
+    tp_rma_t xfer[ENGINE_RMA_DEPTH];
+    size_t off[ENGINE_RMA_DEPTH], len[ENGINE_RMA_DEPTH];   /* in the step, bytes */
+    int head, n;             /* ring of posted transfers, oldest at head */
+    int peer;                /* whose memory they read (when n > 0) */
+    int active;              /* something below needs undoing when the op ends */
+    /* this rank's registrations of the head op's send and recv buffers, by key slot */
+    tp_mem_t *reg[2][SCHED_META_KEYS];
+    tp_rmem_t **rmem;        /* [2*nranks] peers' unpacked keys (send, recv), head op */
+} engine_rma_t;
+
 typedef struct step_state {
     size_t done;             /* bytes moved / produced */
+    size_t posted;           /* one-sided steps: bytes whose transfers were posted */
     uint32_t frames;         /* frames moved */
     uint32_t inflight_len;   /* send: length of the frame the transport has not taken */
     uint8_t inflight;
@@ -116,6 +134,11 @@ struct weft_comm {
     sched_meta_t meta_out;   /* the head op's buffer addresses, for single-copy peers */
     sched_meta_t *meta_in;   /* [nranks] the peers' */
     int cma_all;             /* every rank reaches every other with single-copy reads */
+    /* the transports whose one-sided ops serve this rank's peers (connect.c); key slot k
+     * of sched_meta_t is rma_tps[k]'s */
+    const tp_ops_t *rma_tps[SCHED_META_KEYS];
+    int nrma_tps;
+    engine_rma_t rma;        /* the head op's one-sided transfers (engine.c) */
     uint64_t last_check_ns;  /* when idle waits last looked for lost peers */
     flight_t flight;         /* the last FLIGHT_SIZE calls */
     struct sockaddr_in rdv_addr;    /* where the bootstrap met */
@@ -165,6 +188,28 @@ void comm_leave(weft_comm_t *comm, int entered);
 void progress_kick(weft_comm_t *comm);
 /* Stops and joins the thread (pending ops stay pending); then frees the lock. */
 void progress_fini(weft_comm_t *comm);
+
+/* A schedule's buffer as this op names it. */
+static inline char *engine_buf(weft_comm_t *comm, comm_op_t *op, int buf)
+{
+    switch (buf) {
+    case BUF_SEND: return (char *)op->send;
+    case BUF_RECV: return (char *)op->recv;
+    case BUF_TMP:  return (char *)comm->tmp;
+    case BUF_META_OUT: return (char *)&comm->meta_out;
+    case BUF_META_IN:  return (char *)comm->meta_in;
+    default:       return NULL;
+    }
+}
+
+/* engine_rma.c: the one-sided steps of the head op (with comm->lock held). */
+/* registers the buffers peers will read and writes their keys into meta_out */
+weft_status_t rma_begin(weft_comm_t *comm, const comm_op_t *op);
+/* runs an RGET / RGET_REDUCE step as far as it goes: WEFT_OK once whole */
+weft_status_t rma_step(weft_comm_t *comm, comm_op_t *op, const sched_step_t *st,
+                       step_state_t *ss, int *moved);
+/* cancels what is in flight, releases keys and registrations (every op's end) */
+void rma_end(weft_comm_t *comm);
 
 /* Fills d with the call as frames and peer states describe it. */
 void engine_call_desc(const comm_op_t *op, call_desc_t *d);

@@ -140,12 +140,26 @@ static weft_status_t connect_peers(weft_comm_t *comm)
     return WEFT_OK;
 }
 
-/* 1 when this rank reaches every peer over shm with single-copy reads. */
-static int local_cma(const weft_comm_t *comm)
+/* 1 when this rank reaches every peer with one-sided reads (transport.h: get), over at
+ * most SCHED_META_KEYS transports, which it lists in rma_tps: their keys are what its
+ * calls' metadata carry. */
+static int local_rma(weft_comm_t *comm)
 {
-    for (int p = 0; p < comm->nranks; p++)
-        if (p != comm->rank && !(comm->eps[p] && comm->eps[p]->ops->can_rget(comm->eps[p])))
+    comm->nrma_tps = 0;
+    for (int p = 0; p < comm->nranks; p++) {
+        const tp_ep_t *ep = comm->eps[p];
+        if (p == comm->rank)
+            continue;
+        if (!(ep && ep->ops->get && (!ep->ops->rma_reach || ep->ops->rma_reach(ep))))
             return 0;
+        int k = 0;
+        while (k < comm->nrma_tps && comm->rma_tps[k] != ep->ops)
+            k++;
+        if (k == SCHED_META_KEYS)
+            return 0;
+        if (k == comm->nrma_tps)
+            comm->rma_tps[comm->nrma_tps++] = ep->ops;
+    }
     return 1;
 }
 
@@ -164,7 +178,7 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
     }
     /* barrier, which also agrees on what every rank can do: nobody drops names before
      * everyone has connected, and single copy is used only if all ranks have it */
-    int mine[2] = { st == WEFT_OK, st == WEFT_OK && local_cma(comm) }, all_ok = 1, cma = 1;
+    int mine[2] = { st == WEFT_OK, st == WEFT_OK && local_rma(comm) }, all_ok = 1, cma = 1;
     int *all = malloc(2 * (size_t)comm->nranks * sizeof(int));
     if (all == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "connect: out of memory");

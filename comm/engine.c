@@ -25,21 +25,8 @@
 
 #include "comm_int.h"
 #include "check.h"
-#include "reduce.h"
 #include "status.h"
 #include "util.h"
-
-static char *buf_ptr(weft_comm_t *comm, comm_op_t *op, int buf)
-{
-    switch (buf) {
-    case BUF_SEND: return (char *)op->send;
-    case BUF_RECV: return (char *)op->recv;
-    case BUF_TMP:  return (char *)comm->tmp;
-    case BUF_META_OUT: return (char *)&comm->meta_out;
-    case BUF_META_IN:  return (char *)comm->meta_in;
-    default:       return NULL;
-    }
-}
 
 static weft_status_t ensure_state(weft_comm_t *comm, const sched_t *s)
 {
@@ -84,13 +71,15 @@ weft_status_t engine_start(weft_comm_t *comm, comm_op_t *op)
     RETURN_IF_ERR(begin_schedule(comm, op));
     for (int p = 0; p < comm->nranks; p++)
         comm->frame_tx[p] = comm->frame_rx[p] = 0;
+    op->mops = mem_ops_for(WEFT_MAX(op->send_mt, op->recv_mt));
+    if (!op->mops->usable)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "rank %d: %s on %s memory: this build of "
+                          "weft copies and reduces host memory only", comm->rank,
+                          coll_name(op->args.coll), op->mops->name);
     comm->meta_out.send = (uint64_t)(uintptr_t)op->send;
     comm->meta_out.recv = (uint64_t)(uintptr_t)op->recv;
-    if (op->sched->meta) {          /* peers may read these through mappings */
-        mem_lookup(op->send, &comm->meta_out.send_reg);
-        mem_lookup(op->recv, &comm->meta_out.recv_reg);
-        comm->meta_out.inplace = (uint32_t)op->args.inplace;
-    }
+    if (op->sched->meta)            /* peers will read these one-sidedly */
+        RETURN_IF_ERR(rma_begin(comm, op));
     op->started = 1;
     op->t_start = op->t_queued ? op->t_queued : time_ns_coarse();
     fr_started(&comm->flight, op->fr_id, op->sched->algo, op->t_start);
@@ -144,7 +133,7 @@ static weft_status_t progress_send(weft_comm_t *comm, comm_op_t *op, int i, int 
     const sched_step_t *st = &s->steps[i];
     step_state_t *ss = &comm->st[i];
     tp_ep_t *ep = comm->eps[st->peer];
-    const char *src = buf_ptr(comm, op, st->src_buf) + st->src_off;
+    const char *src = engine_buf(comm, op, st->src_buf) + st->src_off;
     for (;;) {
         size_t avail = st->stream >= 0 ? comm->st[st->stream].done : st->len;
         if (ss->done == st->len && ss->frames > 0)
@@ -241,25 +230,22 @@ static weft_status_t progress_recv(weft_comm_t *comm, comm_op_t *op, int i, int 
         RETURN_IF_ERR(check_header(comm, op, i, h));
         if (st->stream >= 0 && comm->st[st->stream].done < ss->done + h->len)
             return WEFT_IN_PROGRESS;            /* its bytes are not sent yet (in place) */
-        char *dst = buf_ptr(comm, op, st->dst_buf) + st->dst_off + ss->done;
+        char *dst = engine_buf(comm, op, st->dst_buf) + st->dst_off + ss->done;
         if (payload == NULL) {      /* still on the wire: land it, at dst if we can */
             rc = ep->ops->recv_payload(ep, st->kind == STEP_RECV ? dst : NULL, &payload);
             if (rc != WEFT_OK)
                 return rc;
         }
         if (st->kind == STEP_RECV) {
-            if (h->len && payload != dst && st->nt)
-                kern_copy_nt(dst, payload, h->len);
-            else if (h->len && payload != dst)
-                memcpy(dst, payload, h->len);
+            if (h->len && payload != dst)
+                RETURN_IF_ERR(op->mops->copy(dst, payload, h->len, st->nt));
         } else {
-            const char *src = buf_ptr(comm, op, st->src_buf) + st->src_off + ss->done;
+            const char *src = engine_buf(comm, op, st->src_buf) + st->src_off + ss->done;
             const void *x = st->swap ? payload : src, *y = st->swap ? src : payload;
             int div = st->final ? comm->nranks : 0;
-            if (st->nt && dst != src)   /* in place, the lines were just read: cached */
-                kern_reduce_nt(dst, x, y, h->len / esz, a->dtype, a->op, div);
-            else
-                kern_reduce(dst, x, y, h->len / esz, a->dtype, a->op, div);
+            /* in place, the lines were just read: cached, plain stores */
+            RETURN_IF_ERR(op->mops->reduce(dst, x, y, h->len / esz, a->dtype, a->op, div,
+                                           st->nt && dst != src));
         }
         ss->done += h->len;
         ss->frames++;
@@ -276,9 +262,10 @@ static int meta_registered(int coll, const sched_meta_t *m)
     switch (coll) {
     case COLL_REDUCE_SCATTER:
     case COLL_ALLGATHER:
-        return m->send_reg.fd >= 0;     /* peers read the send buffer only */
+        return (m->registered & META_SEND_REG) != 0;    /* peers read the send buffer only */
     default:
-        return m->send_reg.fd >= 0 && m->recv_reg.fd >= 0;
+        return (m->registered & (META_SEND_REG | META_RECV_REG)) ==
+               (META_SEND_REG | META_RECV_REG);
     }
 }
 
@@ -302,69 +289,34 @@ static weft_status_t continue_after_probe(weft_comm_t *comm, comm_op_t *op)
     return WEFT_IN_PROGRESS;
 }
 
-/* Single-copy steps: the peer's address comes from its META frame. */
-static weft_status_t run_rget(weft_comm_t *comm, comm_op_t *op, const sched_step_t *st)
+/* A local step: a copy, a fold, or a one-sided read (engine_rma.c), which may take
+ * several passes (WEFT_IN_PROGRESS). */
+static weft_status_t run_local(weft_comm_t *comm, comm_op_t *op, int i, int *moved)
 {
+    const sched_step_t *st = &op->sched->steps[i];
     const sched_args_t *a = &op->args;
-    tp_ep_t *ep = comm->eps[st->peer];
-    const sched_meta_t *m = &comm->meta_in[st->peer];
-    uint64_t raddr = (st->rbuf == BUF_SEND ? m->send : m->recv) + st->roff;
-    char *dst = buf_ptr(comm, op, st->dst_buf) + st->dst_off;
-    if (st->len == 0)
-        return WEFT_OK;
-    size_t esz = weft_dtype_size(a->dtype), chunk = op->sched->chunk;
-    int div = st->final ? comm->nranks : 0;
-    const char *rp = ep->ops->rptr == NULL ? NULL :
-        ep->ops->rptr(ep, st->rbuf == BUF_SEND ? &m->send_reg : &m->recv_reg, raddr, st->len);
-    if (rp != NULL && st->kind == STEP_RGET) {
-        if (st->nt)
-            kern_copy_nt(dst, rp, st->len);
-        else
-            memcpy(dst, rp, st->len);
-        return WEFT_OK;
-    }
-    if (st->kind == STEP_RGET)
-        return ep->ops->rget(ep, dst, raddr, st->len);
-    const char *src = buf_ptr(comm, op, st->src_buf) + st->src_off;
-    if (rp != NULL) {
-        if (st->nt && dst != src)   /* in place, the lines were just read: cached */
-            kern_reduce_nt(dst, src, rp, st->len / esz, a->dtype, a->op, div);
-        else
-            kern_reduce(dst, src, rp, st->len / esz, a->dtype, a->op, div);
-        return WEFT_OK;
-    }
-    for (size_t off = 0; off < st->len; off += chunk) {
-        size_t n = WEFT_MIN(chunk, st->len - off);
-        RETURN_IF_ERR(ep->ops->rget(ep, comm->tmp, raddr + off, n));
-        kern_reduce(dst + off, src + off, comm->tmp, n / esz, a->dtype, a->op, div);
-    }
-    return WEFT_OK;
-}
-
-static weft_status_t run_local(weft_comm_t *comm, comm_op_t *op, const sched_step_t *st)
-{
-    const sched_args_t *a = &op->args;
+    const mem_ops_t *mo = op->mops;
     size_t esz = weft_dtype_size(a->dtype);
-    if (st->kind == STEP_RGET || st->kind == STEP_RGET_REDUCE)
-        return run_rget(comm, op, st);
-    char *dst = buf_ptr(comm, op, st->dst_buf) + st->dst_off;
-    const char *src = buf_ptr(comm, op, st->src_buf) + st->src_off;
+    if (st->kind == STEP_RGET || st->kind == STEP_RGET_REDUCE) {
+        weft_status_t rc = rma_step(comm, op, st, &comm->st[i], moved);
+        return rc == WEFT_ERR_PEER_LOST ? fail_explain_lost(comm, op, st->peer, rc) : rc;
+    }
+    char *dst = engine_buf(comm, op, st->dst_buf) + st->dst_off;
+    const char *src = engine_buf(comm, op, st->src_buf) + st->src_off;
     int div = st->final && a->op == WEFT_AVG ? comm->nranks : 0;
     if (st->kind == STEP_COPY || st->nslots == 1) {
         if (st->kind == STEP_FOLD && div)
-            kern_divide(dst, src, st->len / esz, a->dtype, div);
-        else if (dst != src && st->len && st->nt &&
-                 (dst + st->len <= src || src + st->len <= dst))
-            kern_copy_nt(dst, src, st->len);
-        else if (dst != src && st->len)
-            memmove(dst, src, st->len);
+            return mo->divide(dst, src, st->len / esz, a->dtype, div);
+        if (dst != src && st->len)
+            return mo->copy(dst, src, st->len, st->nt && (dst + st->len <= src ||
+                                                          src + st->len <= dst));
         return WEFT_OK;
     }
     size_t n = st->len / esz;
     for (int k = 1; k < st->nslots; k++) {
         const char *acc = k == 1 ? src : dst;
-        kern_reduce(dst, acc, src + (size_t)k * st->slot_stride, n, a->dtype, a->op,
-                    k == st->nslots - 1 ? div : 0);
+        RETURN_IF_ERR(mo->reduce(dst, acc, src + (size_t)k * st->slot_stride, n, a->dtype,
+                                 a->op, k == st->nslots - 1 ? div : 0, 0));
     }
     return WEFT_OK;
 }
@@ -410,7 +362,10 @@ weft_status_t engine_progress(weft_comm_t *comm, comm_op_t *op, int *moved_p)
         int i = s->locals[comm->local_cursor];
         if (!deps_met(comm, s, i))
             break;
-        RETURN_IF_ERR(run_local(comm, op, &s->steps[i]));
+        weft_status_t rc = run_local(comm, op, i, &moved);
+        if (rc == WEFT_IN_PROGRESS)
+            break;
+        RETURN_IF_ERR(rc);
         complete_step(comm, i);
         comm->local_cursor++;
         moved = 1;
@@ -435,6 +390,8 @@ static void describe_waiting(const weft_comm_t *comm, char *buf, size_t cap)
         if (draining && ep && ep->ops->flush && ep->ops->flush(ep) == WEFT_IN_PROGRESS)
             n += (size_t)snprintf(buf + n, cap - n, "%s%d(to take our sends)", n ? "," : "",
                                   p);
+        else if (!draining && comm->rma.n > 0 && comm->rma.peer == p)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%d(one-sided read)", n ? "," : "", p);
         else if (!draining && (rx >= 0 || tx >= 0))
             n += (size_t)snprintf(buf + n, cap - n, "%s%d(%s)", n ? "," : "", p,
                                   rx >= 0 ? "recv" : "send");
@@ -462,6 +419,7 @@ static void finish_head(weft_comm_t *comm, weft_status_t st)
     comm_op_t *op = comm->q_head;
     if (st < 0 && st != WEFT_ERR_ABORTED && comm_is_aborted(comm))   /* our own echo */
         st = weft_error(WEFT_ERR_ABORTED, "rank %d: communicator aborted", comm->rank);
+    rma_end(comm);      /* the op's transfers, keys and registrations, if any */
     comm->q_head = op->next;
     if (comm->q_head == NULL)
         comm->q_tail = NULL;
@@ -556,7 +514,8 @@ static void check_stalled(weft_comm_t *comm)
         tp_ep_t *ep = comm->eps[p];
         // the peers it still waits on: steps left, or (draining) sends not yet complete
         if (head->draining ? !(ep && ep->ops->flush && ep->ops->flush(ep) == WEFT_IN_PROGRESS)
-                           : comm->cursor[2 * p] < 0 && comm->cursor[2 * p + 1] < 0)
+                           : comm->cursor[2 * p] < 0 && comm->cursor[2 * p + 1] < 0 &&
+                             !(comm->rma.n > 0 && comm->rma.peer == p))
             continue;
         weft_status_t st = ep->ops->check_alive(ep);
         if (st < 0) {

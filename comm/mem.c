@@ -3,7 +3,7 @@
  *
  * Each allocation is its own memfd, mapped shared. A peer that is told (base, size, fd,
  * serial) in a call's address exchange opens /proc/<owner pid>/fd/<fd> and maps the
- * same pages (tp_shm.c: shm_rptr), so a collective reads the owner's buffer in place.
+ * same pages (comm/shm/shm_rma.c: its rptr), so a collective reads the owner's buffer in place.
  * Opening another process's fd needs the same permission as process_vm_readv, which is
  * why the tuner offers this only where single-copy access was agreed at init (cma_all).
  * Nothing is named in /dev/shm: the pages go away with the last fd and mapping, so a job

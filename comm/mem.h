@@ -1,5 +1,6 @@
 /*
- * mem.h - memory the ranks of one host can share (weft_mem_alloc), and how a peer finds it.
+ * mem.h - memory the ranks of one host can share (weft_mem_alloc), and how a peer finds
+ * memory: a region, or a transport's packed remote key.
  */
 #ifndef WEFT_MEM_H
 #define WEFT_MEM_H
@@ -15,6 +16,20 @@ typedef struct mem_region {
     uint32_t serial;            /* never reused within a process: tells a new region from
                                    an old one at the same address or fd */
 } mem_region_t;
+
+/* A packed remote key: what a peer needs to reach one registered buffer, as the transport
+ * that packed it (registry slot tp) wrote it. Fixed size, so sched_meta_t is a flat
+ * blob; len 0 = no key. UCX keys (ucp_rkey_pack) are tens of bytes on shm, cma and tcp
+ * and grow by about 10 per RDMA device; a transport whose key does not fit refuses to
+ * register (mem_reg fails, naming TP_RKEY_BYTES). */
+#define TP_RKEY_BYTES 252
+typedef struct tp_rkey {
+    uint16_t len;               /* bytes of blob in use */
+    uint8_t tp;                 /* the packing transport's registry slot */
+    uint8_t pad;
+    uint8_t blob[TP_RKEY_BYTES];
+} tp_rkey_t;
+_Static_assert(sizeof(tp_rkey_t) == 256, "tp_rkey_t is a flat 256-byte record");
 
 /* The region holding ptr, or fd = -1 when ptr is not weft_mem_alloc memory. */
 void mem_lookup(const void *ptr, mem_region_t *r);

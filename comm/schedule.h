@@ -33,13 +33,21 @@ typedef enum {
     BUF_META_IN         /* every rank's addresses, sched_meta_t each, by rank */
 } sched_buf_t;
 
-/* What a rank tells single-copy peers about one call: where its buffers are. */
+/* What a rank tells single-copy peers about one call: where its buffers are, and for
+ * each transport that reads them one-sidedly (at most SCHED_META_KEYS per communicator,
+ * connect.c) a packed remote key per buffer. A peer uses the key whose tp is its
+ * endpoint's transport (engine.c). Sent as one frame with the default chunk (the tuner's
+ * least is 256 bytes, and then it takes several, as any step's bytes would). */
+#define SCHED_META_KEYS 2
+enum { META_SEND_REG = 1, META_RECV_REG = 2 };   /* sched_meta_t.registered */
 typedef struct sched_meta {
     uint64_t send, recv;
-    mem_region_t send_reg, recv_reg;    /* weft_mem_alloc memory holding them, or fd -1 */
     uint32_t inplace;                   /* this rank's call is in place */
-    uint32_t pad;
+    uint32_t registered;                /* META_*_REG: weft_mem_alloc memory holds it */
+    tp_rkey_t send_key[SCHED_META_KEYS], recv_key[SCHED_META_KEYS];
 } sched_meta_t;
+_Static_assert(sizeof(sched_meta_t) <= 4096, "a META frame stays one frame at the default "
+               "chunk (and small beside the calls that send one)");
 
 /* A call's registered-buffer state (sched_args_t.reg): whether its buffers on every rank
  * are weft_mem_alloc memory is found out by an address exchange (the "probe" schedule),

@@ -26,9 +26,26 @@
  *               payload is still on the wire: the engine checks the header, then calls
  *   recv_payload to land it at dst (a plain receive: no staging copy) or, with dst NULL,
  *               in the transport's staging (*payload_p); WEFT_IN_PROGRESS until whole
- *   rget        single-copy read of len bytes at the peer's address raddr into dst
- *               (blocking, whole or error); transports without it return
- *               WEFT_ERR_UNSUPPORTED, and can_rget says whether this endpoint has it
+ * One-sided access (RMA), for the single-copy algorithms (algo_cma.c); a transport
+ * without it leaves these ops NULL, and the engine never schedules one-sided steps over
+ * it (connect.c: cma_all):
+ *   mem_reg     registers len bytes at ptr (of memory type mt) with this rank's context:
+ *               a local handle, and a packed remote key (tp_rkey_t, at most
+ *               TP_RKEY_BYTES) that travels to peers in the schedule's metadata
+ *               (sched_meta_t); mem_dereg releases the handle (caching is the transport's)
+ *   rkey_unpack a peer's packed key, as this endpoint can use it (validated: a key that
+ *               is not this transport's, is oversized or garbled is refused with a clear
+ *               error, never handed to a library); rkey_release gives it back
+ *   get, put    post a read of the peer's [raddr, raddr+len) into dst, or a write of src
+ *               there, and never block: WEFT_OK when already complete, WEFT_IN_PROGRESS
+ *               with the transfer in *req (test it with rma_test; several may be in
+ *               flight), <0 on failure. A peer that is gone gives WEFT_ERR_PEER_LOST,
+ *               from the post, rma_test, or check_alive while the engine waits
+ *   rma_cancel  gives up a posted transfer (a failed call): bounded; afterwards the
+ *               transport never touches the request again
+ *   rptr        optional: a pointer through which this process reads the peer's memory
+ *               in place (shm maps weft_mem_alloc regions), NULL where it cannot
+ * docs/TRANSPORTS.md has the table of what each transport implements.
  */
 #ifndef WEFT_TRANSPORT_H
 #define WEFT_TRANSPORT_H
@@ -39,6 +56,7 @@
 #include "weft.h"
 #include "frame.h"
 #include "mem.h"
+#include "memtype.h"
 
 typedef struct weft_comm weft_comm_t;
 
@@ -77,6 +95,13 @@ typedef struct peer_info {
 
 _Static_assert(sizeof(peer_info_t) <= 2304, "peer_info_t crosses the bootstrap N^2 times");
 
+typedef struct tp_mem tp_mem_t;     /* a local registration (the transport's) */
+typedef struct tp_rmem tp_rmem_t;   /* an unpacked remote key (the endpoint's) */
+/* A posted transfer: the transport's handle, NULL once complete. The caller owns it. */
+typedef struct tp_rma {
+    void *req;
+} tp_rma_t;
+
 typedef struct tp_ops {
     const char *name;
     int preference;             /* higher first, among those that reach a peer */
@@ -101,12 +126,6 @@ typedef struct tp_ops {
     weft_status_t (*recv_peek)(tp_ep_t *ep, const frame_hdr_t **hdr_p, const void **payload_p);
     weft_status_t (*recv_payload)(tp_ep_t *ep, void *dst, const void **payload_p);
     void (*recv_release)(tp_ep_t *ep);
-    weft_status_t (*rget)(tp_ep_t *ep, void *dst, uint64_t raddr, size_t len);
-    int (*can_rget)(const tp_ep_t *ep);
-    /* a pointer through which this process can read the peer's [raddr, raddr+len),
-     * which lies in the peer's weft_mem_alloc region reg; NULL where it cannot (not
-     * registered, out of the region, mapping refused): rget then. May be NULL. */
-    const void *(*rptr)(tp_ep_t *ep, const mem_region_t *reg, uint64_t raddr, size_t len);
     /* WEFT_OK once every frame sent on ep is complete, needing nothing more of this
      * process (the peer has it, or can take it without this rank's progress); else
      * WEFT_IN_PROGRESS, <0 on failure. The engine calls it before an operation ends, so
@@ -129,6 +148,22 @@ typedef struct tp_ops {
     /* from any thread, at any time: this rank gives up on the peer, which then sees
      * WEFT_ERR_PEER_LOST once it has read what was sent before (abort, destroy) */
     void (*abort)(tp_ep_t *ep);
+
+    /* -- one-sided access (see the top of this file); all NULL where absent -- */
+    weft_status_t (*mem_reg)(weft_comm_t *comm, const void *ptr, size_t len, mem_type_t mt,
+                             tp_mem_t **mem_p, tp_rkey_t *rkey);
+    void (*mem_dereg)(weft_comm_t *comm, tp_mem_t *mem);
+    /* 1 when get and put reach this endpoint's peer (NULL: whenever get is set) */
+    int (*rma_reach)(const tp_ep_t *ep);
+    weft_status_t (*rkey_unpack)(tp_ep_t *ep, const tp_rkey_t *rkey, tp_rmem_t **rmem_p);
+    void (*rkey_release)(tp_ep_t *ep, tp_rmem_t *rmem);
+    weft_status_t (*get)(tp_ep_t *ep, void *dst, tp_rmem_t *rmem, uint64_t raddr, size_t len,
+                         tp_rma_t *req);
+    weft_status_t (*put)(tp_ep_t *ep, const void *src, tp_rmem_t *rmem, uint64_t raddr,
+                         size_t len, tp_rma_t *req);
+    weft_status_t (*rma_test)(tp_ep_t *ep, tp_rma_t *req);
+    void (*rma_cancel)(tp_ep_t *ep, tp_rma_t *req);
+    const void *(*rptr)(tp_ep_t *ep, tp_rmem_t *rmem, uint64_t raddr, size_t len);
 
     /* -- teardown -- */
     void (*close)(tp_ep_t *ep);

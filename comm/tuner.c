@@ -6,12 +6,14 @@
  *   send, recv, sendrecv       p2p
  *   alltoall, barrier          direct (pairwise)
  *   per-rank bytes <= WEFT_DIRECT_MAX (32K)   direct: one exchange, latency-bound sizes
- *   per-rank bytes >= WEFT_REG_MIN (64M; 0 = off), all ranks on one host with single-copy
- *   access, allreduce/reduce_scatter/allgather (in place on any rank: from twice that)
+ *   per-rank bytes >= WEFT_REG_MIN (64M; 0 = off), every peer reached by one-sided reads
+ *   (cma_all: shm, or ucx's RMA), allreduce/reduce_scatter/allgather (in place on any
+ *   rank: from twice that)
  *                              probe: exchange the buffer addresses first; registered
  *                              buffers (weft_mem_alloc) on every rank: cma, reading the
- *                              peers' buffers through mappings; else the rows below
- *   per-rank bytes >= WEFT_CMA_MIN (0 = off), all ranks on one host with single-copy access,
+ *                              peers' buffers in place or with cached registrations;
+ *                              else the rows below
+ *   per-rank bytes >= WEFT_CMA_MIN (0 = off), every peer reached by one-sided reads,
  *   allreduce/reduce_scatter/allgather/broadcast
  *                              cma: read peers' buffers directly (one copy)
  *   otherwise                  ring (allreduce, reduce_scatter, allgather) or chain

@@ -144,15 +144,16 @@ static const cfg_knob_t knobs[] = {
       SIZE(socket_buffsize), NULL },
     /* algorithms */
     { "WEFT_ALGO", "auto", "auto (tuner), ring, direct (one-shot exchange), or cma (single "
-      "copy between processes of one host)", STR(algo), "auto|ring|direct|cma" },
+      "copy: one-sided reads of the peers' buffers, where every transport in use has them)", STR(algo), "auto|ring|direct|cma" },
     { "WEFT_CHUNK", "0", "bytes per frame; 0 lets the tuner decide", SIZE(chunk), NULL },
     { "WEFT_DIRECT_MAX", "32K", "largest per-rank message the tuner sends with the direct algorithm",
       SIZE(direct_max), NULL },
     { "WEFT_CMA_MIN", "0", "smallest per-rank message the tuner moves by single-copy reads "
-      "(process_vm_readv) when all ranks share a host; 0 = only with WEFT_ALGO=cma "
+      "(one-sided gets) when every peer has them; 0 = only with WEFT_ALGO=cma "
       "(slower than the shm ring on VMs, see docs/PERF.md)", SIZE(cma_min), NULL },
-    { "WEFT_REG_MIN", "64M", "smallest per-rank message (all ranks on one host) that first "
-      "exchanges buffer addresses, and runs single-copy through mappings when every rank's "
+    { "WEFT_REG_MIN", "64M", "smallest per-rank message (every peer with one-sided reads) that "
+      "first exchanges buffer addresses, and runs single-copy (mappings, or cached "
+      "registrations) when every rank's "
       "buffers are weft_mem_alloc memory (from twice the size when any rank's call is in "
       "place); 0 = never", SIZE(reg_min), NULL },
     { "WEFT_NT_MIN", "32M", "smallest call (its larger buffer, bytes) whose writes into the "

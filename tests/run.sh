@@ -79,7 +79,7 @@ found=0
 for t in "$B"/tests/test_*; do
     [ -f "$t" ] && [ -x "$t" ] || continue
     case $(basename "$t") in
-    test_coll | test_fail | test_progress) continue ;;   # multi-process: under weftrun below
+    test_coll | test_fail | test_progress | test_rma) continue ;;   # multi-process: below
     esac
     found=1
     run "$(basename "$t")" "$t"
@@ -146,6 +146,25 @@ else
             run "test_coll -n $n ucx" env WEFT_TRANSPORT=ucx "$WEFTRUN" -n "$n" \
                 "$B/tests/test_coll" "${quick[@]}"
         done
+        # single copy over UCX's one-sided reads (ucp_get_nbx with packed rkeys); test_reg.sh
+        # checks that the path is taken
+        run "test_coll -n 2 ucx WEFT_ALGO=cma" env WEFT_TRANSPORT=ucx WEFT_ALGO=cma \
+            "$WEFTRUN" -n 2 "$B/tests/test_coll"
+        run "test_coll -n 3 ucx WEFT_ALGO=cma" env WEFT_TRANSPORT=ucx WEFT_ALGO=cma \
+            "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
+    fi
+    # The transports' one-sided ops below the engine: keys, gets, puts, refusals, a peer
+    # that exited (tcp: must have none)
+    if [ -x "$B/tests/test_rma" ]; then
+        ts=(shm tcp)
+        [ "$HAVE_UCX" = 1 ] && ts+=(ucx)
+        for t in "${ts[@]}"; do
+            run "test_rma basic $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 2 "$B/tests/test_rma" basic
+            [ "$t" != tcp ] && run "test_rma peer_exit $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=5 \
+                "$WEFTRUN" -n 2 "$B/tests/test_rma" peer_exit
+        done
+    else
+        missing "test_rma" "$B/tests/test_rma"
     fi
     # The tuner sends small messages direct and large ones by ring; forcing each algorithm
     # gives both every size. Tiny frames and staging make the pipelines wrap many times.

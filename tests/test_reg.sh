@@ -29,15 +29,22 @@ job() {
 }
 count() { grep -c "$1" "$2"; }
 
-for n in 2 3 4; do
-    name="registered-n$n"
-    if ! job "$name" "$n" all WEFT_REG_MIN=1 WEFT_DIRECT_MAX=0; then
+# registered NAME N [ENV...]: every rank registered, every size through the probe; the
+# registered path must be taken (at least 100 schedules) and every result exact.
+registered() {
+    local name=$1 n=$2
+    shift 2
+    if ! job "$name" "$n" all WEFT_REG_MIN=1 WEFT_DIRECT_MAX=0 "$@"; then
         bad "$name: test_coll failed" "$OUT/$name"
     elif [ "$(count 'algo cma (registered buffers)' "$OUT/$name")" -lt 100 ]; then
         bad "$name: the registered path was not taken" "$OUT/$name"
     else
-        ok "$name: $(count 'algo cma (registered buffers)' "$OUT/$name") schedules through mappings, results exact"
+        ok "$name: $(count 'algo cma (registered buffers)' "$OUT/$name") registered schedules, results exact"
     fi
+}
+
+for n in 2 3 4; do
+    registered "registered-n$n" "$n"
 done
 
 # Rank 1 allocates with malloc: every call must notice in its probe and run the ring.
@@ -80,6 +87,30 @@ elif [ "$(count 'algo probe' "$OUT/$name")" -ne 0 ]; then
     bad "$name: calls under WEFT_REG_MIN probed" "$OUT/$name"
 else
     ok "$name: no probe under WEFT_REG_MIN"
+fi
+
+# The same over UCX (when built in): its one-sided reads with packed rkeys instead of
+# mappings; registered regions stay registered (ucx_rma.c), other memory per call.
+if ldd "$B/lib/libweft.so" 2>/dev/null | grep -q 'libucp\.so'; then
+    for n in 2 3; do
+        registered "registered-n$n-ucx" "$n" WEFT_TRANSPORT=ucx
+    done
+    name=mixed-n2-ucx
+    if ! job "$name" 2 even WEFT_TRANSPORT=ucx WEFT_REG_MIN=1 WEFT_DIRECT_MAX=0; then
+        bad "$name: test_coll failed" "$OUT/$name"
+    elif [ "$(count 'algo cma (registered buffers)' "$OUT/$name")" -ne 0 ]; then
+        bad "$name: expected no registered path" "$OUT/$name"
+    else
+        ok "$name: none took the registered path, results exact"
+    fi
+    name=cma-n2-ucx
+    if ! job "$name" 2 even WEFT_TRANSPORT=ucx WEFT_ALGO=cma; then   # rank 0 registered, rank 1 not
+        bad "$name: test_coll failed" "$OUT/$name"
+    elif [ "$(count ': algo cma' "$OUT/$name")" -lt 100 ]; then
+        bad "$name: WEFT_ALGO=cma did not run single copy over ucx" "$OUT/$name"
+    else
+        ok "$name: $(count ': algo cma' "$OUT/$name") single-copy schedules over ucx, results exact"
+    fi
 fi
 
 echo "test_reg: $PASS passed, $FAIL failed"

@@ -17,9 +17,10 @@
  * Frames are 64-byte aligned and never wrap: when one does not fit before the end, a
  * WRAP marker (a stamped line too) sends the reader back to offset 0.
  *
- * Large messages can skip the ring: rget reads straight from the peer's buffer with
- * process_vm_readv (one copy instead of two), when the kernel lets this process read
- * the peer's memory (checked at connect with a probe word).
+ * Large messages can skip the ring: the single-copy algorithms read straight from the
+ * peer's buffer (shm_rma.c: process_vm_readv, or a mapping of weft_mem_alloc memory),
+ * one copy instead of two, when the kernel lets this process read the peer's memory
+ * (checked at connect with a probe word).
  *
  * Invariants: a stamp is only ever written at a frame start, and a frame's payload lies
  * wholly after its own stamp or wholly before it in its header line, so the word the
@@ -42,7 +43,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "comm_int.h"
+#include "shm_int.h"
 #include "log.h"
 #include "status.h"
 #include "util.h"
@@ -90,8 +91,6 @@ typedef struct shm_ring_ctl {
 #define CTL_BYTES     256           /* ring data starts this far into its slot */
 _Static_assert(sizeof(shm_ring_ctl_t) <= CTL_BYTES, "ring control fits before the data");
 
-extern const tp_ops_t tp_shm_ops;
-
 typedef struct shm_local {
     char name[64];
     char *base;
@@ -100,7 +99,6 @@ typedef struct shm_local {
     uint64_t cma_probe;             /* peers read this to test single-copy access */
 } shm_local_t;
 
-#define SHM_RMAPS 8                 /* peer regions kept mapped per endpoint */
 
 /* shm's address blob in the exchange: the inbound segment and the single-copy probe */
 typedef struct shm_addr {
@@ -133,13 +131,13 @@ typedef struct shm_ep {
     void *peer_map;
     size_t peer_map_bytes;
     pid_t peer_pid;
-    int cma_ok;                     /* process_vm_readv on the peer works */
-    struct shm_rmap {               /* the peer's weft_mem_alloc regions we mapped */
-        mem_region_t reg;
-        const char *map;
-    } rmaps[SHM_RMAPS];
-    int rmap_next;                  /* the slot the next new mapping replaces */
+    shm_rma_t *rma;                 /* one-sided access to the peer (shm_rma.c) */
 } shm_ep_t;
+
+shm_rma_t *shm_ep_rma(const tp_ep_t *ep)
+{
+    return ((const shm_ep_t *)ep)->rma;
+}
 
 static int shm_can_connect(const weft_comm_t *comm, const peer_info_t *self,
                            const peer_info_t *peer)
@@ -253,28 +251,11 @@ static weft_status_t map_peer(const char *name, void **base_p, size_t *bytes_p)
     return WEFT_OK;
 }
 
-/* Reads len bytes at the peer's raddr with process_vm_readv (cross-memory attach). */
-static weft_status_t cma_read(pid_t pid, void *dst, uint64_t raddr, size_t len)
-{
-    size_t done = 0;
-    while (done < len) {
-        struct iovec lv = { (char *)dst + done, len - done };
-        struct iovec rv = { (void *)(uintptr_t)(raddr + done), len - done };
-        ssize_t n = process_vm_readv(pid, &lv, 1, &rv, 1, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return errno == ESRCH ? WEFT_ERR_PEER_LOST : WEFT_ERR_SYSTEM;
-        done += (size_t)n;
-    }
-    return WEFT_OK;
-}
-
 /* Single copy works when we can read the peer's probe word and it holds what it said. */
 static int cma_probe(const shm_ep_t *e, const peer_info_t *peer, const shm_addr_t *a)
 {
     uint64_t v = 0;
-    if (cma_read(e->peer_pid, &v, a->cma_probe_addr, sizeof(v)) != WEFT_OK) {
+    if (shm_cma_read(e->peer_pid, &v, a->cma_probe_addr, sizeof(v)) != WEFT_OK) {
         LOG_INFO(LOG_SHM, "shm: no single-copy access to rank %u (pid %u): %m", peer->rank,
                  peer->pid);
         return 0;
@@ -329,7 +310,12 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     e->tx_key = e->tx_ctl->key;     /* written before the magic we acquired */
     e->rx_key = e->rx_ctl->key;
     e->peer_pid = (pid_t)comm->peers[peer].pid;
-    e->cma_ok = cma_probe(e, &comm->peers[peer], &a);
+    e->rma = shm_rma_create(peer, e->peer_pid, cma_probe(e, &comm->peers[peer], &a));
+    if (e->rma == NULL) {
+        munmap(e->peer_map, e->peer_map_bytes);
+        free(e);
+        return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
+    }
     ring_populate(e->tx_data, e->tx_size);
     ring_populate(e->rx_data, e->rx_size);
     *ep_p = &e->base;
@@ -450,18 +436,6 @@ static void shm_recv_release(tp_ep_t *ep)
     __atomic_store_n(&e->rx_ctl->head, e->rx_head, __ATOMIC_RELEASE);
 }
 
-static weft_status_t shm_rget(tp_ep_t *ep, void *dst, uint64_t raddr, size_t len)
-{
-    shm_ep_t *e = (shm_ep_t *)ep;
-    weft_status_t st = cma_read(e->peer_pid, dst, raddr, len);
-    if (st == WEFT_ERR_PEER_LOST)
-        return weft_error(st, "shm: rank %d (pid %d) is gone", ep->peer, (int)e->peer_pid);
-    if (st != WEFT_OK)
-        return weft_error(st, "shm: single-copy read of %zu bytes from rank %d failed: %m",
-                          len, ep->peer);
-    return WEFT_OK;
-}
-
 /* A peer that exited or gave up will never advance its rings; what it wrote before
  * is still ours to read (our segment outlives it), so it is lost only once drained. */
 static weft_status_t shm_check_alive(tp_ep_t *ep)
@@ -517,65 +491,12 @@ static void shm_abort(tp_ep_t *ep)
     __atomic_store_n(&e->tx_ctl->gone, 1, __ATOMIC_RELEASE);
 }
 
-/* The peer's region mapped here: one open of /proc/<pid>/fd/<fd> and one mmap per region
- * (keyed by serial, so a new region at an old address or fd is mapped anew), kept for
- * later calls. The oldest of SHM_RMAPS is unmapped to make room: a region its owner
- * freed stays mapped here (its pages alive) until then or until the endpoint closes. */
-static const void *shm_rptr(tp_ep_t *ep, const mem_region_t *reg, uint64_t raddr, size_t len)
-{
-    shm_ep_t *e = (shm_ep_t *)ep;
-    if (reg->fd < 0 || reg->size == 0 || raddr < reg->base || raddr - reg->base > reg->size ||
-        len > reg->size - (raddr - reg->base))
-        return NULL;
-    struct shm_rmap *m = NULL;
-    for (int i = 0; i < SHM_RMAPS; i++)
-        if (e->rmaps[i].map && e->rmaps[i].reg.serial == reg->serial &&
-            e->rmaps[i].reg.base == reg->base && e->rmaps[i].reg.size == reg->size) {
-            m = &e->rmaps[i];
-            break;
-        }
-    if (m == NULL) {
-        char path[64];
-        struct stat sb;
-        snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)e->peer_pid, (int)reg->fd);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-            LOG_INFO(LOG_SHM, "shm: cannot open rank %d's registered memory (%s): %s; reading "
-                     "it with process_vm_readv", ep->peer, path, strerror(errno));
-            return NULL;
-        }
-        void *p = MAP_FAILED;
-        if (fstat(fd, &sb) == 0 && (uint64_t)sb.st_size >= reg->size)
-            p = mmap(NULL, reg->size, PROT_READ, MAP_SHARED, fd, 0);
-        close(fd);
-        if (p == MAP_FAILED) {
-            LOG_INFO(LOG_SHM, "shm: cannot map rank %d's registered memory (%s); reading it with "
-                     "process_vm_readv", ep->peer, path);
-            return NULL;
-        }
-        m = &e->rmaps[e->rmap_next];
-        e->rmap_next = (e->rmap_next + 1) % SHM_RMAPS;
-        if (m->map)
-            munmap((void *)m->map, m->reg.size);
-        m->reg = *reg;
-        m->map = p;
-    }
-    return m->map + (raddr - reg->base);
-}
-
-static int shm_can_rget(const tp_ep_t *ep)
-{
-    return ((const shm_ep_t *)ep)->cma_ok;
-}
-
 static void shm_close(tp_ep_t *ep)
 {
     shm_ep_t *e = (shm_ep_t *)ep;
     shm_abort(ep);          /* a peer still waiting on us must not wait for our pid */
     munmap(e->peer_map, e->peer_map_bytes);
-    for (int i = 0; i < SHM_RMAPS; i++)
-        if (e->rmaps[i].map)
-            munmap((void *)e->rmaps[i].map, e->rmaps[i].reg.size);
+    shm_rma_destroy(e->rma);
     free(e);
 }
 
@@ -596,15 +517,23 @@ const tp_ops_t tp_shm_ops = {
     .recv_peek = shm_recv_peek,
     .recv_payload = shm_recv_payload,
     .recv_release = shm_recv_release,
-    .rget = shm_rget,
-    .can_rget = shm_can_rget,
-    .rptr = shm_rptr,
     .flush = NULL,                  /* a frame in the ring needs nothing more of us */
     .check_alive = shm_check_alive,
     /* peer states */
     .post_state = shm_post_state,
     .peer_state = shm_peer_state,
     .abort = shm_abort,
+    /* one-sided: process_vm_readv/writev, regions mapped (shm_rma.c) */
+    .mem_reg = shm_mem_reg,
+    .mem_dereg = shm_mem_dereg,
+    .rma_reach = shm_rma_reach,
+    .rkey_unpack = shm_rkey_unpack,
+    .rkey_release = shm_rkey_release,
+    .get = shm_get,
+    .put = shm_put,
+    .rma_test = shm_rma_test,
+    .rma_cancel = shm_rma_cancel,
+    .rptr = shm_rptr,
     /* teardown */
     .close = shm_close,
 };

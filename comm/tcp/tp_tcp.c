@@ -388,16 +388,6 @@ static void tcp_recv_release(tp_ep_t *ep)
     ((tcp_ep_t *)ep)->rx_got = 0;
 }
 
-static weft_status_t tcp_rget(tp_ep_t *ep, void *dst, uint64_t raddr, size_t len)
-{
-    return weft_error(WEFT_ERR_UNSUPPORTED, "tcp: no single-copy reads");
-}
-
-static int tcp_can_rget(const tp_ep_t *ep)
-{
-    return 0;
-}
-
 /* A lost peer shows up as EOF or a reset on the socket, which recv and send report. */
 static weft_status_t tcp_check_alive(tp_ep_t *ep)
 {
@@ -498,14 +488,14 @@ const tp_ops_t tp_tcp_ops = {
     .recv_peek = tcp_recv_peek,
     .recv_payload = tcp_recv_payload,
     .recv_release = tcp_recv_release,
-    .rget = tcp_rget,                  /* unsupported */
-    .can_rget = tcp_can_rget,
     .flush = NULL,                  /* the kernel delivers what write() took */
     .check_alive = tcp_check_alive,
     /* peer states */
     .post_state = tcp_post_state,
     .peer_state = tcp_peer_state,
     .abort = tcp_abort,
+    /* one-sided: none (every op NULL), so the engine never schedules single-copy steps
+     * over tcp (connect.c: cma_all) */
     /* teardown */
     .close = tcp_close,
 };

@@ -137,6 +137,7 @@ static void shared_release(void)
     pthread_mutex_lock(&shared.lock);
     if (--shared.users == 0) {
         drain_unexpected(shared.worker);
+        ucx_reg_purge();
         ucp_worker_destroy(shared.worker);
         ucp_cleanup(shared.ucp);
         shared.worker = NULL;
@@ -171,7 +172,8 @@ static weft_status_t shared_create(int nranks)
                           ucs_status_string(s));
     mm_error_handling(cfg);
     ucp_params_t p = { .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS,
-                       .features = UCP_FEATURE_TAG, .estimated_num_eps = (size_t)nranks };
+                       .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA,
+                       .estimated_num_eps = (size_t)nranks };
     s = ucp_init(&p, cfg, &shared.ucp);
     ucp_config_release(cfg);
     if (s != UCS_OK)
@@ -187,6 +189,11 @@ static weft_status_t shared_create(int nranks)
                           ucs_status_string(s));
     }
     return WEFT_OK;
+}
+
+ucp_context_h ucx_context(void)
+{
+    return shared.ucp;
 }
 
 static weft_status_t shared_acquire(int nranks, ucp_worker_h *worker_p)
@@ -473,6 +480,7 @@ static void ucx_close(tp_ep_t *ep)
                 ucx_abort(&x->eps[p]->base);
     }
     ucx_drain(e, x->timeout_s);
+    ucx_rkeys_destroy(e);           /* before the endpoint they were unpacked on */
     ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                               .flags = UCP_EP_CLOSE_FLAG_FORCE };
     void *req;
@@ -483,16 +491,6 @@ static void ucx_close(tp_ep_t *ep)
     ucx_rx_stop(e);
     x->eps[e->base.peer] = NULL;
     free(e);
-}
-
-static weft_status_t ucx_rget(tp_ep_t *ep, void *dst, uint64_t raddr, size_t len)
-{
-    return weft_error(WEFT_ERR_UNSUPPORTED, "ucx: no single-copy reads (yet)");
-}
-
-static int ucx_can_rget(const tp_ep_t *ep)
-{
-    return 0;
 }
 
 const tp_ops_t tp_ucx_ops = {
@@ -512,15 +510,23 @@ const tp_ops_t tp_ucx_ops = {
     .recv_peek = ucx_recv_peek,
     .recv_payload = ucx_recv_payload,
     .recv_release = ucx_recv_release,
-    .rget = ucx_rget,                  /* unsupported: RMA with packed rkeys is not done */
-    .can_rget = ucx_can_rget,
-    .rptr = NULL,
     .flush = ucx_flush,
     .check_alive = ucx_check_alive,
     /* peer states */
     .post_state = ucx_post_state,
     .peer_state = ucx_peer_state,
     .abort = ucx_abort,                /* ucx_state.c */
+    /* one-sided: ucp_mem_map, packed rkeys, ucp_get_nbx / ucp_put_nbx (ucx_rma.c) */
+    .mem_reg = ucx_mem_reg,
+    .mem_dereg = ucx_mem_dereg,
+    .rma_reach = NULL,                 /* every peer: UCX emulates RMA where no lane has it */
+    .rkey_unpack = ucx_rkey_unpack,
+    .rkey_release = ucx_rkey_release,
+    .get = ucx_get,
+    .put = ucx_put,
+    .rma_test = ucx_rma_test,
+    .rma_cancel = ucx_rma_cancel,
+    .rptr = NULL,
     /* teardown */
     .close = ucx_close,
 };

@@ -74,6 +74,7 @@ typedef struct ucx_ep {
     uint64_t gone_frames;
     weft_status_t rx_err;           /* a failure recv_release could not return */
     size_t max_frame;
+    struct ucx_rkeys *rkeys;        /* the peer's unpacked remote keys (ucx_rma.c) */
 
     /* sends: frames UCX still holds, tx_tail..tx_head (free-running), at most tx_max
      * payload bytes of them (one frame always goes) */
@@ -138,6 +139,26 @@ void ucx_recv_release(tp_ep_t *ep);
 /* tp_ucx.c: waits (progressing) until the peer took every frame and state we sent, or
  * can no longer, or max_s passed (0: no limit) */
 void ucx_drain(ucx_ep_t *e, double max_s);
+
+/* tp_ucx.c: the process's context (for registrations) */
+ucp_context_h ucx_context(void);
+
+/* ucx_rma.c: one-sided access (transport.h) */
+weft_status_t ucx_mem_reg(weft_comm_t *comm, const void *ptr, size_t len, mem_type_t mt,
+                          tp_mem_t **mem_p, tp_rkey_t *rkey);
+void ucx_mem_dereg(weft_comm_t *comm, tp_mem_t *mem);
+weft_status_t ucx_rkey_unpack(tp_ep_t *ep, const tp_rkey_t *rkey, tp_rmem_t **rmem_p);
+void ucx_rkey_release(tp_ep_t *ep, tp_rmem_t *rmem);
+weft_status_t ucx_get(tp_ep_t *ep, void *dst, tp_rmem_t *rmem, uint64_t raddr, size_t len,
+                      tp_rma_t *req);
+weft_status_t ucx_put(tp_ep_t *ep, const void *src, tp_rmem_t *rmem, uint64_t raddr,
+                      size_t len, tp_rma_t *req);
+weft_status_t ucx_rma_test(tp_ep_t *ep, tp_rma_t *req);
+void ucx_rma_cancel(tp_ep_t *ep, tp_rma_t *req);
+/* destroys the endpoint's unpacked keys (before it closes) */
+void ucx_rkeys_destroy(ucx_ep_t *e);
+/* unmaps every cached registration (the context is about to go) */
+void ucx_reg_purge(void);
 
 /* ucx_state.c */
 /* posts the receives of the peer's states and goodbye */

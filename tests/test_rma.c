@@ -1,0 +1,295 @@
+/*
+ * test_rma.c - the transports' one-sided ops (transport.h: mem_reg, rkey_unpack, get,
+ * put, rma_test) between two ranks, below the engine; run under weftrun -n 2 with
+ * WEFT_TRANSPORT=shm, ucx or tcp.
+ *
+ *   weftrun -n 2 build/tests/test_rma basic|peer_exit
+ *
+ * basic      rank 1 registers a malloc'd and a weft_mem_alloc'd buffer and sends their
+ *            keys and addresses; rank 0 unpacks them, reads them back in sizes from 1 byte
+ *            to 3 MB with up to 4 gets in flight, and writes a pattern into them with put;
+ *            rank 1 then checks every byte. Refusals, with their messages: a key longer
+ *            than TP_RKEY_BYTES, a key with its first or last byte flipped, a key of
+ *            another transport, host memory registered as CUDA, and the CUDA copy and
+ *            reduce tables. A transport without one-sided ops (tcp) must leave every op
+ *            NULL and the communicator without single-copy (cma_all 0).
+ * peer_exit  rank 1 sends its key and exits without a word; rank 0's get from it must fail
+ *            with WEFT_ERR_PEER_LOST (from the post, the test, or check_alive as the engine
+ *            asks it) within 5 s, never hang.
+ * Every wait is bounded, and alarm() ends a stuck rank. Exit 0 when every check passed.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm_int.h"
+
+#define BIG (3u << 20)
+
+static int rank, fails, checks;
+
+static void check(int ok, const char *what)
+{
+    checks++;
+    if (ok)
+        return;
+    fails++;
+    printf("FAIL rank %d: %s (last error: %s)\n", rank, what, weft_last_error());
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* What rank 1 tells rank 0 about one buffer. */
+typedef struct offer {
+    uint64_t addr;
+    tp_rkey_t key;
+} offer_t;
+
+/* Drives the transfer to its end as the engine does: progress, test, and check_alive
+ * every 20 ms; max_s bounds it (WEFT_ERR_TIMEOUT then, after cancelling). */
+static weft_status_t wait_xfer(weft_comm_t *comm, tp_ep_t *ep, tp_rma_t *x, weft_status_t st,
+                               double max_s)
+{
+    double t0 = now_s(), next = t0;
+    while (st == WEFT_IN_PROGRESS) {
+        for (int i = 0; i < comm->nprogress; i++)
+            comm->progress_tps[i]->progress(comm);
+        st = ep->ops->rma_test(ep, x);
+        if (st != WEFT_IN_PROGRESS)
+            break;
+        if (now_s() >= next) {
+            next = now_s() + 0.02;
+            weft_status_t a = ep->ops->check_alive(ep);
+            if (a < 0)
+                st = a;
+        }
+        if (now_s() - t0 > max_s)
+            st = WEFT_ERR_TIMEOUT;
+    }
+    if (st < 0 && x->req)
+        ep->ops->rma_cancel(ep, x);
+    return st;
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)(i * 131u + seed * 7u + (i >> 9));
+}
+
+static int same(const unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (unsigned char)(i * 131u + seed * 7u + (i >> 9)))
+            return 0;
+    return 1;
+}
+
+/* Rank 0: reads the buffer in several sizes, up to 4 gets in flight, then writes seed 9. */
+static void read_and_write(weft_comm_t *comm, tp_ep_t *ep, const offer_t *o, unsigned seed,
+                           const char *what)
+{
+    tp_rmem_t *rm = NULL;
+    weft_status_t st = ep->ops->rkey_unpack(ep, &o->key, &rm);
+    check(st == WEFT_OK, "unpack a good key");
+    if (st != WEFT_OK)
+        return;
+    unsigned char *dst = malloc(BIG), *src = malloc(BIG);
+    const size_t sizes[] = { 1, 63, 4096, 65537, BIG };
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+        size_t n = sizes[s], piece = (n + 3) / 4;
+        tp_rma_t x[4] = { { NULL } };
+        weft_status_t r[4] = { WEFT_OK };
+        memset(dst, 0, n);
+        for (int k = 0; k < 4 && (size_t)k * piece < n; k++) {
+            size_t off = (size_t)k * piece, len = n - off < piece ? n - off : piece;
+            r[k] = ep->ops->get(ep, dst + off, rm, o->addr + off, len, &x[k]);
+        }
+        int ok = 1;
+        for (int k = 0; k < 4; k++)
+            ok &= wait_xfer(comm, ep, &x[k], r[k], 10) == WEFT_OK;
+        char msg[128];
+        snprintf(msg, sizeof(msg), "get %zu bytes of the %s buffer in 4 pieces", n, what);
+        check(ok && same(dst, n, seed), msg);
+    }
+    fill(src, BIG, 9);
+    tp_rma_t x = { NULL };
+    st = ep->ops->put(ep, src, rm, o->addr, BIG, &x);
+    check(wait_xfer(comm, ep, &x, st, 10) == WEFT_OK, "put 3 MB and see it complete");
+    ep->ops->rkey_release(ep, rm);
+    free(dst);
+    free(src);
+}
+
+/* A key that is not one must be refused with a message, never crash or be used. */
+static void refusals(tp_ep_t *ep, const offer_t *o)
+{
+    tp_rmem_t *rm = NULL;
+    tp_rkey_t k = o->key;
+    k.len = TP_RKEY_BYTES + 1;
+    check(ep->ops->rkey_unpack(ep, &k, &rm) < 0 && strstr(weft_last_error(), "key"),
+          "an oversized key is refused");
+    k = o->key;
+    k.blob[0] ^= 0x5a;
+    check(ep->ops->rkey_unpack(ep, &k, &rm) < 0 && strstr(weft_last_error(), "garbled"),
+          "a key with its first byte flipped is refused as garbled");
+    if (!strcmp(ep->ops->name, "ucx")) {    /* the packed bytes are checksummed */
+        k = o->key;
+        k.blob[k.len - 1] ^= 0x01;
+        check(ep->ops->rkey_unpack(ep, &k, &rm) < 0 && strstr(weft_last_error(), "garbled"),
+              "a key with its last byte flipped is refused as garbled");
+    }
+    k = o->key;
+    k.tp = (uint8_t)(k.tp + 1);
+    check(ep->ops->rkey_unpack(ep, &k, &rm) < 0 && strstr(weft_last_error(), "not a"),
+          "a key of another transport is refused");
+}
+
+static void cuda_refused(weft_comm_t *comm, tp_ep_t *ep)
+{
+    char buf[64] = { 0 }, out[64];
+    tp_mem_t *mem = NULL;
+    tp_rkey_t key;
+    check(ep->ops->mem_reg(comm, buf, sizeof(buf), MEM_CUDA, &mem, &key) ==
+          WEFT_ERR_UNSUPPORTED && strstr(weft_last_error(), "cuda"),
+          "registering CUDA memory is refused, naming cuda");
+    const mem_ops_t *cu = mem_ops_for(MEM_CUDA), *host = mem_ops_for(MEM_HOST);
+    check(!cu->usable && cu->copy(out, buf, sizeof(buf), 0) == WEFT_ERR_UNSUPPORTED &&
+          strstr(weft_last_error(), "cuda"), "the CUDA copy is refused, naming cuda");
+    check(cu->reduce(out, buf, buf, 4, WEFT_FLOAT32, WEFT_SUM, 0, 0) == WEFT_ERR_UNSUPPORTED,
+          "the CUDA reduction is refused");
+    check(host->usable && host->copy(out, buf, sizeof(buf), 0) == WEFT_OK &&
+          !memcmp(out, buf, sizeof(buf)), "the host table copies");
+    check(mem_type_of(buf) == MEM_HOST, "host memory is typed HOST");
+}
+
+/* Rank 1: offers a malloc'd buffer (seed 1) and a weft_mem_alloc'd one (seed 2). */
+static weft_status_t offer(weft_comm_t *comm, tp_ep_t *ep, unsigned char *buf, unsigned seed,
+                           tp_mem_t **mem)
+{
+    offer_t o = { .addr = (uint64_t)(uintptr_t)buf };
+    fill(buf, BIG, seed);
+    weft_status_t st = ep->ops->mem_reg(comm, buf, BIG, MEM_HOST, mem, &o.key);
+    check(st == WEFT_OK && o.key.len > 0 && o.key.len <= TP_RKEY_BYTES,
+          "register a buffer and pack its key");
+    printf("rank 1: %s key of %u bytes\n", ep->ops->name, o.key.len);
+    return weft_send(&o, sizeof(o), WEFT_UINT8, 0, comm);
+}
+
+static void basic(weft_comm_t *comm)
+{
+    tp_ep_t *ep = comm->eps[1 - rank];
+    if (ep->ops->get == NULL) {
+        check(!ep->ops->mem_reg && !ep->ops->rkey_unpack && !ep->ops->put &&
+              !ep->ops->rma_test && !comm->cma_all,
+              "a transport without one-sided ops leaves them all NULL, and no single copy");
+        printf("rank %d: %s has no one-sided ops, as expected\n", rank, ep->ops->name);
+        return;
+    }
+    check(comm->cma_all, "the communicator agreed on single copy");
+    unsigned char *heap = malloc(BIG), *reg = NULL;
+    check(weft_mem_alloc((void **)&reg, BIG) == WEFT_OK, "weft_mem_alloc");
+    tp_mem_t *m1 = NULL, *m2 = NULL;
+    if (rank == 1) {
+        check(offer(comm, ep, heap, 1, &m1) == WEFT_OK, "send the first key");
+        check(offer(comm, ep, reg, 2, &m2) == WEFT_OK, "send the second key");
+        check(weft_barrier(comm) == WEFT_OK, "barrier after rank 0's puts");
+        check(same(heap, BIG, 9), "rank 0's put landed in the malloc'd buffer");
+        check(same(reg, BIG, 9), "rank 0's put landed in the weft_mem_alloc'd buffer");
+        if (m1)
+            ep->ops->mem_dereg(comm, m1);
+        if (m2)
+            ep->ops->mem_dereg(comm, m2);
+    } else {
+        offer_t o1, o2;
+        check(weft_recv(&o1, sizeof(o1), WEFT_UINT8, 1, comm) == WEFT_OK, "receive key 1");
+        check(weft_recv(&o2, sizeof(o2), WEFT_UINT8, 1, comm) == WEFT_OK, "receive key 2");
+        read_and_write(comm, ep, &o1, 1, "malloc'd");
+        read_and_write(comm, ep, &o2, 2, "weft_mem_alloc'd");
+        refusals(ep, &o1);
+        refusals(ep, &o2);
+        cuda_refused(comm, ep);
+        check(weft_barrier(comm) == WEFT_OK, "barrier after the puts");
+    }
+    weft_mem_free(reg);
+    free(heap);
+}
+
+static void peer_exit(weft_comm_t *comm)
+{
+    tp_ep_t *ep = comm->eps[1 - rank];
+    unsigned char *buf = malloc(BIG);
+    if (ep->ops->get == NULL) {
+        printf("rank %d: %s has no one-sided ops: nothing to test\n", rank, ep->ops->name);
+        return;
+    }
+    if (rank == 1) {
+        tp_mem_t *m = NULL;
+        offer(comm, ep, buf, 1, &m);
+        weft_barrier(comm);
+        fflush(stdout);
+        _exit(fails ? 1 : 0);        /* gone, with the key still out there */
+    }
+    offer_t o;
+    check(weft_recv(&o, sizeof(o), WEFT_UINT8, 1, comm) == WEFT_OK, "receive the key");
+    check(weft_barrier(comm) == WEFT_OK, "barrier before the peer exits");
+    pid_t pid = (pid_t)comm->peers[1].pid;
+    double t0 = now_s();
+    while (!(kill(pid, 0) != 0 && errno == ESRCH) && now_s() - t0 < 5)
+        usleep(1000);
+    tp_rmem_t *rm = NULL;
+    weft_status_t st = ep->ops->rkey_unpack(ep, &o.key, &rm);
+    t0 = now_s();
+    if (st == WEFT_OK) {
+        tp_rma_t x = { NULL };
+        st = ep->ops->get(ep, buf, rm, o.addr, BIG, &x);
+        st = wait_xfer(comm, ep, &x, st, 5);
+        ep->ops->rkey_release(ep, rm);
+    }
+    double secs = now_s() - t0;
+    char msg[160];
+    snprintf(msg, sizeof(msg), "a get from a rank that exited fails with PEER_LOST (got %s "
+             "after %.3f s)", weft_status_str(st), secs);
+    check(st == WEFT_ERR_PEER_LOST && secs < 5, msg);
+    printf("rank 0: get from the exited rank: %s after %.3f s: %s\n", weft_status_str(st),
+           secs, weft_last_error());
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "basic";
+    weft_comm_t *comm;
+    alarm(60);
+    weft_status_t st = weft_comm_init(&comm);
+    if (st != WEFT_OK) {
+        printf("FAIL: weft_comm_init: %s\n", weft_last_error());
+        return 1;
+    }
+    rank = weft_comm_rank(comm);
+    if (weft_comm_size(comm) != 2) {
+        printf("FAIL: test_rma runs on 2 ranks\n");
+        return 1;
+    }
+    if (!strcmp(mode, "basic"))
+        basic(comm);
+    else if (!strcmp(mode, "peer_exit"))
+        peer_exit(comm);
+    else {
+        printf("usage: test_rma basic|peer_exit\n");
+        return 2;
+    }
+    if (strcmp(mode, "peer_exit") != 0)
+        weft_comm_destroy(comm);
+    printf("test_rma %s rank %d: %d passed, %d failed\n", mode, rank, checks - fails, fails);
+    return fails ? 1 : 0;
+}
