@@ -163,6 +163,7 @@ static weft_status_t progress_send(weft_comm_t *comm, comm_op_t *op, int i, int 
         if (rc < 0)
             return rc;
         ss->inflight = 0;
+        ep->bytes_tx += sizeof(h) + n;
         comm->frame_tx[st->peer]++;
         ss->done += n;
         ss->frames++;
@@ -263,6 +264,7 @@ static weft_status_t progress_recv(weft_comm_t *comm, comm_op_t *op, int i, int 
         }
         ss->done += h->len;
         ss->frames++;
+        ep->bytes_rx += sizeof(*h) + h->len;
         comm->frame_rx[st->peer]++;
         ep->ops->recv_release(ep);
         *moved = 1;
@@ -312,6 +314,7 @@ static weft_status_t run_rget(weft_comm_t *comm, comm_op_t *op, const sched_step
     char *dst = buf_ptr(comm, op, st->dst_buf) + st->dst_off;
     if (st->len == 0)
         return WEFT_OK;
+    ep->bytes_rx += st->len;
     size_t esz = weft_dtype_size(a->dtype), chunk = op->sched->chunk;
     int div = st->final ? comm->nranks : 0;
     const char *rp = ep->ops->rptr == NULL ? NULL :
