@@ -9,6 +9,7 @@
  * socket, no memory left behind). The communicator id is drawn by rank 0 at init and
  * derived deterministically at split, so every member agrees on it.
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,12 +216,40 @@ out:
 
 /* ---- teardown and accessors ---- */
 
+/* One INFO line (NET): the endpoints' byte counters summed by transport, every enabled
+ * transport named (0 where no peer used it); tests read it to see which transport carried
+ * a job's traffic (tests/test_multihost.sh). */
+static void log_bytes(const weft_comm_t *comm)
+{
+    if (!log_enabled(LOG_LVL_INFO, LOG_NET) || comm->eps == NULL)
+        return;
+    char line[256];
+    size_t n = 0;
+    line[0] = '\0';
+    for (int i = 0; i < comm->ntransports; i++) {
+        const tp_ops_t *t = comm->transports[i];
+        uint64_t tx = 0, rx = 0;
+        for (int p = 0; p < comm->nranks; p++)
+            if (comm->eps[p] && comm->eps[p]->ops == t) {
+                tx += comm->eps[p]->bytes_tx;
+                rx += comm->eps[p]->bytes_rx;
+            }
+        n += (size_t)snprintf(line + n, sizeof(line) - n, "%s%s sent %" PRIu64 " recv %" PRIu64,
+                              i ? ", " : "", t->name, tx, rx);
+        if (n >= sizeof(line))
+            break;
+    }
+    LOG_INFO(LOG_NET, "comm %#x: rank %d of %d bytes by transport: %s", comm->id32, comm->rank,
+             comm->nranks, line[0] ? line : "none");
+}
+
 weft_status_t weft_comm_destroy(weft_comm_t *comm)
 {
     if (comm == NULL)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_destroy: comm is NULL");
     progress_fini(comm);            /* joins the thread; nothing runs the engine now */
     engine_cancel_all(comm);
+    log_bytes(comm);
     connect_close_all(comm);
     tuner_cache_clear(comm);
     free(comm->peers);

@@ -152,6 +152,7 @@ static weft_status_t progress_send(weft_comm_t *comm, comm_op_t *op, int i, int 
         if (rc < 0)
             return rc;
         ss->inflight = 0;
+        ep->bytes_tx += sizeof(h) + n;
         comm->frame_tx[st->peer]++;
         ss->done += n;
         ss->frames++;
@@ -249,6 +250,7 @@ static weft_status_t progress_recv(weft_comm_t *comm, comm_op_t *op, int i, int 
         }
         ss->done += h->len;
         ss->frames++;
+        ep->bytes_rx += sizeof(*h) + h->len;
         comm->frame_rx[st->peer]++;
         ep->ops->recv_release(ep);
         *moved = 1;

@@ -133,8 +133,10 @@ weft_status_t rma_step(weft_comm_t *comm, comm_op_t *op, const sched_step_t *st,
     int reduce = st->kind == STEP_RGET_REDUCE, div = st->final ? comm->nranks : 0;
     const char *rp = ss->posted == 0 && ep->ops->rptr ? ep->ops->rptr(ep, rm, raddr, st->len)
                                                       : NULL;
-    if (rp != NULL)
+    if (rp != NULL) {
+        ep->bytes_rx += st->len;        /* the per-transport counters (engine.c) */
         return rget_in_place(op, st, dst, src, rp, div);
+    }
     size_t esz = weft_dtype_size(a->dtype);
     size_t piece = reduce ? op->sched->chunk
                           : align_up((st->len + ENGINE_RMA_DEPTH - 1) / ENGINE_RMA_DEPTH, 64);
@@ -152,6 +154,7 @@ weft_status_t rma_step(weft_comm_t *comm, comm_op_t *op, const sched_step_t *st,
             q->len[i] = n;
             q->n++;
             ss->posted += n;
+            ep->bytes_rx += n;
         }
         if (q->n == 0)
             break;

@@ -64,6 +64,10 @@ typedef struct weft_comm weft_comm_t;
 typedef struct tp_ep {
     const struct tp_ops *ops;
     int peer;                   /* rank in the communicator */
+    /* counted by the engine alone: frames' bytes (header + payload) this endpoint sent
+     * and received, and bytes it read single-copy (rget, rptr) into rx; reported by
+     * transport at weft_comm_destroy (WEFT_DEBUG=INFO, NET) */
+    uint64_t bytes_tx, bytes_rx;
 } tp_ep_t;
 
 #define TP_MAX 4               /* transports in the registry, at most */

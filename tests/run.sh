@@ -274,6 +274,12 @@ fi
 if [ -x "$B/bin/all_reduce_perf" ]; then
     run "test_hostile.py" /usr/bin/python3 tests/test_hostile.py "$B"
 fi
+# 3d. Several hosts on one machine (network namespaces, each its own hostname; needs
+# root, else skipped saying so): the matrix at 2x2, 3x1 and 2x3 ranks over shm inside
+# and tcp between hosts, the per-transport byte counters, a SIGKILL seen across hosts.
+if [ -x "$B/tests/test_coll" ] && [ -x "$B/tests/test_fail" ]; then
+    run "test_multihost.sh" bash tests/test_multihost.sh "$B"
+fi
 if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_args" ]; then
     run "test_args -n 2" env -u WEFT_TRANSPORT "$WEFTRUN" -n 2 "$B/tests/test_args"
 fi

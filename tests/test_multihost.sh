@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# test_multihost.sh - several hosts on one machine: weft with shm inside a host and tcp
+# between hosts, as on a cluster.
+#
+#   bash tests/test_multihost.sh [BUILD]        (tests/run.sh runs it; needs root)
+#
+# Hosts are network namespaces (weftmh<pid>a, b, c: unique to the run), each joined by a
+# veth pair to a bridge in a hub namespace (weftmh<pid>h), with 10.78.0.1-3/24; every rank
+# runs in its host's namespace and in a UTS namespace of its own whose hostname is the
+# host's name, so weft's host id (hostname + boot id) tells the hosts apart. Each rank is
+# started here with the launcher's variables (WEFT_RANK, WEFT_WORLD_SIZE, WEFT_LOCAL_*,
+# WEFT_ADDR = rank 0's address, WEFT_SECRET), WEFT_TRANSPORT unset (auto).
+#
+# Layouts: 2 hosts x 2 ranks (ranks 0,1 on a, 2,3 on b), 3 hosts x 1 rank, 2 hosts x 3
+# ranks (round robin: rank r on host r % 2). In each:
+#   1. test_coll runs the collective matrix and passes on every rank: every collective x
+#      dtype x op x in-place, at counts up to 1M, with --quick (MATRIX_ARGS), as the suite
+#      runs it from 3 ranks: a few combinations at the large counts. MATRIX_ARGS= runs
+#      all of them at every count, which passes too but takes 37 s (2x2), 35 s (3x1) and
+#      74 s (2x3) on the 2-core VM against 10, 7 and 15 s with --quick;
+#   2. the byte counters weft logs at weft_comm_destroy (WEFT_DEBUG=INFO, NET: "bytes by
+#      transport: shm sent X recv Y, ...") show shm traffic exactly on the ranks that
+#      share a host, tcp traffic on every rank, no other transport, and on each
+#      transport as many bytes received as sent, summed over the job;
+#   3. test_fail kill: one rank, on a host with other ranks where there is one, SIGKILLs
+#      itself in the middle of a loop of collectives; every other rank, on its host and
+#      on the others, fails with WEFT_ERR_PEER_LOST naming it within 2 s of the kill
+#      (test_fail's own clock) and exits within 2 s of the victim (this script's clock).
+# The hosts share this machine's cores, so no rank spins (WEFT_SPIN=0): weft's auto
+# setting weighs only the ranks of one host against the cores. Every rank runs under
+# timeout (RANK_TIMEOUT, default 60 s; 20 s in the kill cases); the namespaces and
+# every process in them go at exit, also on failure or interruption, and those of an
+# earlier run killed before its cleanup at the start.
+# Where namespaces cannot be made (not root, no ip/unshare, no veth or bridge) it says
+# "skipped" and exits 0. Ends "test_multihost.sh: N passed, N failed".
+set -u
+cd "$(dirname "$0")/.." || exit 2
+B=${1:-build}
+MATRIX_ARGS=${MATRIX_ARGS---quick}
+RANK_TIMEOUT=${RANK_TIMEOUT:-60}
+PASS=0
+FAIL=0
+NS=weftmh$$
+HOSTS=(a b c)
+SUBNET=10.78.0
+D=$(mktemp -d "${TMPDIR:-/tmp}/test_multihost.XXXXXX")
+
+skip() {
+    echo "test_multihost.sh: skipped: $*"
+    exit 0
+}
+
+# remove_ns NS...: stops what still runs in each namespace (else it outlives `ip netns
+# del`) and deletes it; a hub last takes its veth pairs with it.
+remove_ns() {
+    local ns pids
+    for ns in "$@"; do
+        pids=$(ip netns pids "$ns" 2>/dev/null)
+        [ -z "$pids" ] || kill -9 $pids 2>/dev/null
+        ip netns del "$ns" 2>/dev/null
+    done
+}
+cleanup() {
+    remove_ns "${HOSTS[@]/#/$NS}" "${NS}h"
+    rm -rf "$D"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The network: hub namespace with bridge br0; host X gets eth0 (10.78.0.N) whose veth
+# peer hX is a port of br0. Returns non-zero, with the failing step's message, if any
+# step cannot be done.
+net_up() {
+    local hub=${NS}h i=1 h
+    ip netns add "$hub" && ip -n "$hub" link set lo up &&
+        ip -n "$hub" link add br0 type bridge && ip -n "$hub" link set br0 up || return 1
+    for h in "${HOSTS[@]}"; do
+        ip netns add "$NS$h" &&
+            ip link add eth0 netns "$NS$h" type veth peer name "h$h" netns "$hub" &&
+            ip -n "$hub" link set "h$h" master br0 up &&
+            ip -n "$NS$h" link set lo up &&
+            ip -n "$NS$h" addr add "$SUBNET.$i/24" dev eth0 &&
+            ip -n "$NS$h" link set eth0 up || return 1
+        i=$((i + 1))
+    done
+    # usable once every host end reports carrier (state UP)
+    for i in $(seq 50); do
+        local up=1
+        for h in "${HOSTS[@]}"; do
+            ip -n "$NS$h" -o link show eth0 | grep -q 'state UP' || up=0
+        done
+        [ $up = 1 ] && return 0
+        sleep 0.1
+    done
+    echo "the veth pairs do not come up" >&2
+    return 1
+}
+
+[ "$(id -u)" = 0 ] || skip "network namespaces need root"
+command -v ip >/dev/null 2>&1 || skip "no 'ip' command (iproute2; make deps)"
+command -v unshare >/dev/null 2>&1 || skip "no 'unshare' command (util-linux)"
+for t in tests/test_coll tests/test_fail; do
+    [ -x "$B/$t" ] || { echo "test_multihost.sh: $B/$t is missing (make tests)"; exit 1; }
+done
+# namespaces of runs that were killed before their cleanup (weftmh<pid>X, pid gone)
+for ns in $(ip netns list 2>/dev/null | sed -nE 's/^(weftmh[0-9]+[abch])( .*)?$/\1/p'); do
+    pid=${ns#weftmh}
+    kill -0 "${pid%?}" 2>/dev/null || remove_ns "$ns"
+done
+net_up 2>"$D/net.err" ||
+    skip "cannot make network namespaces joined by veth pairs and a bridge: $(tail -n 1 "$D/net.err")"
+ip netns exec "${NS}a" unshare --uts true 2>"$D/net.err" ||
+    skip "cannot make a UTS namespace: $(tail -n 1 "$D/net.err")"
+
+# layout H P [rr]: the job's shape for what follows: H hosts of P ranks, rank r on host
+# r / P (block) or, with rr, r % H (round robin); sets L (its name), N (ranks).
+layout() {
+    L_HOSTS=$1 L_PER=$2 L_RR=${3:-} N=$(($1 * $2))
+    L=${1}x$2${3:+/$3}
+}
+host_of() {    # R: rank R's host letter
+    if [ -n "$L_RR" ]; then echo "${HOSTS[$1 % L_HOSTS]}"; else echo "${HOSTS[$1 / L_PER]}"; fi
+}
+local_of() {   # R: rank R's rank among its host's
+    if [ -n "$L_RR" ]; then echo $(($1 / L_HOSTS)); else echo $(($1 % L_PER)); fi
+}
+
+# launch NAME PORT PROG ARGS...: starts every rank of the layout in its host (under
+# timeout) and waits for all; rank R's output goes to $D/NAME.R, and "EXIT_STATUS
+# END_TIME" (seconds, this script's clock) to $D/NAME.R.end.
+launch() {
+    local name=$1 port=$2 r h secret
+    shift 2
+    secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    rm -f "$D/$name".*
+    for ((r = 0; r < N; r++)); do
+        h=$(host_of $r)
+        (
+            env -u WEFT_TRANSPORT WEFT_RANK=$r WEFT_WORLD_SIZE=$N WEFT_LOCAL_RANK=$(local_of $r) \
+                WEFT_LOCAL_SIZE=$L_PER WEFT_ADDR=$SUBNET.1:$port WEFT_SECRET=$secret \
+                WEFT_SPIN=0 timeout -k 5 "$RANK_TIMEOUT" \
+                ip netns exec "$NS$h" unshare --uts \
+                sh -c 'hostname "$0" && exec "$@"' "$NS$h" "$@" >"$D/$name.$r" 2>&1 </dev/null
+            echo "$? $(date +%s.%N)" >"$D/$name.$r.end"
+        ) 2>/dev/null &       # (not bash's "Killed" line for the victim)
+    done
+    wait
+}
+
+# report BAD WHAT: a check that passed when BAD (why it failed) is empty; on a failure
+# the tail of every rank's output of run NAME follows.
+report() {
+    local r
+    if [ -z "$1" ]; then
+        PASS=$((PASS + 1))
+        echo "ok - $2"
+        return
+    fi
+    FAIL=$((FAIL + 1))
+    echo "FAIL - $2:$1"
+    for ((r = 0; r < N; r++)); do tail -n "${4:-5}" "$D/$3.$r" | sed "s/^/     | $r: /"; done
+}
+
+# bytes NAME R TRANSPORT: rank R's bytes sent and received over TRANSPORT in run NAME,
+# summed over its communicators' lines ("... bytes by transport: shm sent X recv Y, ...").
+bytes() {
+    sed -n "s/.* bytes by transport: //p" "$D/$1.$2" | tr ',' '\n' |
+        awk -v t="$3" '$1 == t { tx += $3; rx += $5 } END { printf "%.0f %.0f\n", tx, rx }'
+}
+
+# matrix PORT: the collective matrix on every rank, then the counters.
+matrix() {
+    local name=coll.${L//\//_} r rc tx rx bad="" t0 stx=0 srx=0 ttx=0 trx=0 seen=""
+    t0=$(date +%s.%N)
+    WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET launch "$name" "$1" "$B/tests/test_coll" $MATRIX_ARGS
+    for ((r = 0; r < N; r++)); do
+        read -r rc _ <"$D/$name.$r.end"
+        [ "$rc" = 0 ] || bad="$bad rank $r exit $rc;"
+    done
+    report "$bad" "$L: test_coll $MATRIX_ARGS on $N ranks ($(awk -v a="$t0" -v b="$(date +%s.%N)" \
+        'BEGIN { printf "%.1f", b - a }') s): $(grep -h 'passed, .* failed' "$D/$name".[0-9]* |
+        head -n 1)" "$name"
+    # shm exactly on the ranks that share a host, tcp on every rank, nothing else, and
+    # on each transport the job received what it sent
+    bad=""
+    for ((r = 0; r < N; r++)); do
+        read -r tx rx < <(bytes "$name" $r shm)
+        stx=$((stx + tx)) srx=$((srx + rx))
+        seen="$seen r$r@$(host_of $r) shm $tx/$rx"
+        if [ "$L_PER" -gt 1 ] && { [ "$tx" = 0 ] || [ "$rx" = 0 ]; }; then
+            bad="$bad rank $r shares its host but moved no shm bytes;"
+        elif [ "$L_PER" = 1 ] && [ "$tx$rx" != 00 ]; then
+            bad="$bad rank $r is alone on its host but moved shm bytes;"
+        fi
+        read -r tx rx < <(bytes "$name" $r tcp)
+        ttx=$((ttx + tx)) trx=$((trx + rx))
+        seen="$seen tcp $tx/$rx"
+        [ "$tx" != 0 ] && [ "$rx" != 0 ] || bad="$bad rank $r moved no tcp bytes;"
+        sed -n "s/.* bytes by transport: //p" "$D/$name.$r" | tr ',' '\n' |
+            awk '$1 != "shm" && $1 != "tcp" && ($3 != 0 || $5 != 0) { exit 1 }' ||
+            bad="$bad rank $r moved bytes over another transport;"
+    done
+    [ $stx = $srx ] || bad="$bad shm: $stx bytes sent but $srx received;"
+    [ $ttx = $trx ] || bad="$bad tcp: $ttx bytes sent but $trx received;"
+    report "$bad" "$L: shm inside hosts, tcp between (bytes sent/received:$seen)" "$name" 0
+    [ -z "$bad" ] || grep -h 'bytes by transport' "$D/$name".[0-9]* | sed 's/^/     | /'
+}
+
+# kill_case PORT VICTIM: test_fail kill on every rank; VICTIM SIGKILLs itself in a loop
+# of collectives, and every other rank must report it (test_fail: within 2 s of the
+# kill) and exit within 2 s of the victim.
+kill_case() {
+    local name=kill.${L//\//_} victim=$2 r rc end vend bad="" times=""
+    WEFT_TIMEOUT=5 RANK_TIMEOUT=20 launch "$name" "$1" "$B/tests/test_fail" kill "$victim" \
+        "$D/$name.t"
+    read -r rc vend <"$D/$name.$victim.end"
+    [ "$rc" = 137 ] || bad="$bad victim exit $rc, want 137;"
+    for ((r = 0; r < N; r++)); do
+        [ $r = $victim ] && continue
+        read -r rc end <"$D/$name.$r.end"
+        grep -q "^ok rank $r survivor" "$D/$name.$r" && [ "$rc" = 0 ] ||
+            bad="$bad rank $r (exit $rc) did not report it;"
+        times="$times rank $r $(sed -nE 's/^ok rank [0-9]+ survivor: .* after ([0-9.]+) s.*/\1/p' \
+            "$D/$name.$r")/$(awk -v a="$vend" -v b="$end" 'BEGIN { printf "%.2f", b - a }')"
+        awk -v a="$vend" -v b="$end" 'BEGIN { exit !(b - a > 2) }' &&
+            bad="$bad rank $r exited more than 2 s after the victim;"
+    done
+    report "$bad" "$L: rank $victim on host $(host_of "$victim") SIGKILLed; peer lost reported/exited (s after):$times" "$name"
+}
+
+# Rank 0 is the rendezvous; every run its own port. The victims share a host with
+# others where there are any, so both transports carry the news.
+layout 2 2
+matrix 29501
+kill_case 29502 2
+layout 3 1
+matrix 29503
+kill_case 29504 1
+layout 2 3 rr
+matrix 29505
+kill_case 29506 3
+
+echo "test_multihost.sh: $PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]
