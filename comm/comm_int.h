@@ -116,6 +116,7 @@ struct weft_comm {
     sched_meta_t meta_out;   /* the head op's buffer addresses, for single-copy peers */
     sched_meta_t *meta_in;   /* [nranks] the peers' */
     int cma_all;             /* every rank reaches every other with single-copy reads */
+    sched_layout_t layout;   /* hosts, ranks per host, this rank's place (tuner_setup) */
     uint64_t last_check_ns;  /* when idle waits last looked for lost peers */
     flight_t flight;         /* the last FLIGHT_SIZE calls */
     struct sockaddr_in rdv_addr;    /* where the bootstrap met */
@@ -183,6 +184,8 @@ weft_status_t fail_probe(weft_comm_t *comm, comm_op_t *op);
 void fail_abort_peers(weft_comm_t *comm);
 
 /* tuner.c: picks algorithm and chunk, builds or finds the schedule. */
+/* once connected (peers' host ids, cma_all known): the layout schedules see */
+weft_status_t tuner_setup(weft_comm_t *comm);
 weft_status_t tuner_schedule(weft_comm_t *comm, comm_op_t *op);
 void tuner_cache_clear(weft_comm_t *comm);
 int tuner_after_probe(const weft_comm_t *comm, const sched_args_t *a, int all_registered,
