@@ -22,22 +22,16 @@
  * Reads are gets, or, where the transport maps the peer's buffer (shm, for weft_mem_alloc
  * memory, mem.c), reads in place: then a reduction reads the peer's block with no
  * scratch copy and a gather is one memcpy. A call whose buffers are
- * registered on every rank finds that out in a probe (algo_cma_probe) and skips the
+ * registered on every rank finds that out in a probe (the "probe" algorithm, below) and skips the
  * address exchange here.
  */
 #include <stdlib.h>
 
-#include "schedule.h"
+#include "algo.h"
 #include "frame.h"
 #include "util.h"
 
 #define META sizeof(sched_meta_t)
-
-int algo_cma_supports(int coll)
-{
-    return coll == COLL_ALLREDUCE || coll == COLL_REDUCE_SCATTER || coll == COLL_ALLGATHER ||
-           coll == COLL_BROADCAST;
-}
 
 /* Everyone's addresses to everyone; mi[p] = the step that receives p's. After a probe
  * (registered buffers everywhere) they were exchanged already: no step waits on them. */
@@ -142,7 +136,7 @@ static void cma_broadcast(const sched_args_t *a, size_t esz, sched_t *s)
 /* The first part of a call that may find registered buffers everywhere: the address
  * exchange alone. The engine then compares what every rank sent and continues with the
  * schedule the tuner picks for the answer (engine.c: continue_after_probe). */
-weft_status_t algo_cma_probe(const sched_args_t *a, sched_t *s)
+static weft_status_t probe_build(const sched_args_t *a, sched_t *s)
 {
     int stack_idx[64], *mi = stack_idx, *heap = NULL;
     if (a->nranks > 64) {
@@ -157,7 +151,7 @@ weft_status_t algo_cma_probe(const sched_args_t *a, sched_t *s)
     return WEFT_OK;
 }
 
-weft_status_t algo_cma(const sched_args_t *a, sched_t *s)
+static weft_status_t cma_build(const sched_args_t *a, sched_t *s)
 {
     size_t esz = weft_dtype_size(a->dtype);
     int stack_idx[2 * 64], *mi = stack_idx, *rdy = stack_idx + 64;
@@ -179,3 +173,66 @@ weft_status_t algo_cma(const sched_args_t *a, sched_t *s)
     free(heap);
     return WEFT_OK;
 }
+
+static int cma_supports(const sched_args_t *a)
+{
+    int c = a->coll;
+    return a->nranks > 1 && a->layout.cma && (c == COLL_ALLREDUCE ||
+           c == COLL_REDUCE_SCATTER || c == COLL_ALLGATHER || c == COLL_BROADCAST);
+}
+
+/* Every byte crosses memory once instead of twice (half the ring's beta); hops: the
+ * address exchange (none after a probe), "ready", "done". */
+static double cma_cost(const sched_args_t *a, const algo_model_t *m)
+{
+    double n = a->nranks, S = (double)algo_rank_bytes(a), meta = a->reg != SCHED_REG_ALL;
+    switch (a->coll) {
+    case COLL_ALLREDUCE:
+        return algo_time(m, a, meta + 2, (n - 1) / n * S, (n - 1) / n * S);
+    case COLL_REDUCE_SCATTER:
+        return algo_time(m, a, meta + 1, (n - 1) * S / 2, (n - 1) * S);
+    case COLL_ALLGATHER:
+        return algo_time(m, a, meta + 1, (n - 1) * S / 2, 0);
+    default:
+        return algo_time(m, a, 2, S / 2, 0);        /* broadcast */
+    }
+}
+
+/* WEFT_CMA_MIN: from there on (0: never unless WEFT_ALGO=cma). */
+static int cma_window(const weft_config_t *cfg, const sched_args_t *a, size_t *lo,
+                      size_t *hi)
+{
+    return algo_window_from(cfg->cma_min, lo, hi);
+}
+
+const algo_t algo_cma_def = {
+    .name = "cma", .supports = cma_supports, .cost = cma_cost, .window = cma_window,
+    .build = cma_build,
+};
+
+/* The probe: only while it is not known whether every rank's buffers are registered;
+ * not for broadcast, whose peers read the root's buffer once anyway. */
+static int probe_supports(const sched_args_t *a)
+{
+    return cma_supports(a) && a->reg == SCHED_REG_ASK && a->coll != COLL_BROADCAST;
+}
+
+/* The exchange, then cma without one (the answer the probe hopes for). */
+static double probe_cost(const sched_args_t *a, const algo_model_t *m)
+{
+    sched_args_t after = *a;
+    after.reg = SCHED_REG_ALL;
+    return algo_time(m, a, 1, 0, 0) + cma_cost(&after, m);
+}
+
+/* WEFT_REG_MIN: from there on (0: never). */
+static int probe_window(const weft_config_t *cfg, const sched_args_t *a, size_t *lo,
+                        size_t *hi)
+{
+    return algo_window_from(cfg->reg_min, lo, hi);
+}
+
+const algo_t algo_probe_def = {
+    .name = "probe", .supports = probe_supports, .cost = probe_cost,
+    .window = probe_window, .build = probe_build,
+};

@@ -8,16 +8,13 @@
  * All-reduce on 2 ranks reduces straight out of the peer's frame instead, operands in
  * rank order (x0 op x1 on both): no copy, no fold, no scratch.
  * The fold runs after every other step, so in-place calls never overwrite data that is
- * still being sent. Also here: alltoall (pairwise, any size), barrier, send/recv and
- * the one-rank case.
+ * still being sent. Also here: alltoall (pairwise, any size) and barrier.
  *
  * Invariant: pure functions of their arguments, like every algorithm.
  */
-#include "schedule.h"
+#include "algo.h"
 #include "frame.h"
 #include "util.h"
-
-
 
 static void direct_allreduce(const sched_args_t *a, size_t esz, sched_t *s)
 {
@@ -128,7 +125,7 @@ static void direct_barrier(const sched_args_t *a, sched_t *s)
     }
 }
 
-weft_status_t algo_direct(const sched_args_t *a, sched_t *s)
+static weft_status_t direct_build(const sched_args_t *a, sched_t *s)
 {
     size_t esz = weft_dtype_size(a->dtype);
     switch (a->coll) {
@@ -139,37 +136,39 @@ weft_status_t algo_direct(const sched_args_t *a, sched_t *s)
     case COLL_REDUCE:         direct_reduce(a, esz, s); break;
     case COLL_ALLTOALL:       direct_alltoall(a, esz, s); break;
     case COLL_BARRIER:        direct_barrier(a, s); break;
-    default:                  return algo_p2p(a, s);
+    default:                  return WEFT_ERR_INTERNAL;
     }
     return WEFT_OK;
 }
 
-weft_status_t algo_p2p(const sched_args_t *a, sched_t *s)
+static int direct_supports(const sched_args_t *a)
 {
-    size_t esz = weft_dtype_size(a->dtype);
-    switch (a->coll) {
-    case COLL_SEND:
-        sched_send(s, a->root, BUF_SEND, 0, a->count * esz, -1);
-        break;
-    case COLL_RECV:
-        sched_recv(s, a->root, BUF_RECV, 0, a->count * esz);
-        break;
-    case COLL_SENDRECV:
-        sched_send(s, a->root, BUF_SEND, 0, a->count * esz, -1);
-        sched_recv(s, a->peer2, BUF_RECV, 0, a->count2 * esz);
-        break;
-    default:
-        return WEFT_ERR_INTERNAL;
-    }
-    return WEFT_OK;
+    return a->nranks > 1 && a->coll >= COLL_ALLREDUCE && a->coll <= COLL_BARRIER &&
+           a->coll != COLL_SEND && a->coll != COLL_RECV;
 }
 
-/* One rank: every collective is a copy (or nothing, in place). */
-weft_status_t algo_local(const sched_args_t *a, sched_t *s)
+/* One hop; the busiest rank moves (and reduces) n-1 contributions, 2 ranks' all-reduce
+ * one. */
+static double direct_cost(const sched_args_t *a, const algo_model_t *m)
 {
-    size_t len = a->count * weft_dtype_size(a->dtype);
-    if (a->coll == COLL_BARRIER || a->inplace)
-        return WEFT_OK;
-    sched_copy(s, BUF_RECV, 0, BUF_SEND, 0, len);
-    return WEFT_OK;
+    double n = a->nranks, S = (double)algo_rank_bytes(a), in = (n - 1) * S;
+    int reduces = a->coll == COLL_ALLREDUCE || a->coll == COLL_REDUCE_SCATTER ||
+                  a->coll == COLL_REDUCE;
+    if (a->coll == COLL_BARRIER)
+        return algo_time(m, a, 1, 0, 0);
+    return algo_time(m, a, 1, in, reduces ? in : 0);
 }
+
+/* WEFT_DIRECT_MAX: latency-bound sizes, one exchange. */
+static int direct_window(const weft_config_t *cfg, const sched_args_t *a, size_t *lo,
+                         size_t *hi)
+{
+    *lo = 0;
+    *hi = cfg->direct_max;
+    return 1;
+}
+
+const algo_t algo_direct_def = {
+    .name = "direct", .supports = direct_supports, .cost = direct_cost,
+    .window = direct_window, .build = direct_build,
+};

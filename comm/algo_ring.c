@@ -13,10 +13,9 @@
  *
  * Invariant: every function here is pure - (args) -> schedule - and uses byte offsets.
  */
-#include "schedule.h"
+#include "algo.h"
 #include "frame.h"
 #include "util.h"
-
 
 typedef struct {
     size_t count, esz;
@@ -140,7 +139,7 @@ static void chain_reduce(const sched_args_t *a, size_t esz, sched_t *s)
     }
 }
 
-weft_status_t algo_ring(const sched_args_t *a, sched_t *s)
+static weft_status_t ring_build(const sched_args_t *a, sched_t *s)
 {
     size_t esz = weft_dtype_size(a->dtype);
     switch (a->coll) {
@@ -149,7 +148,33 @@ weft_status_t algo_ring(const sched_args_t *a, sched_t *s)
     case COLL_ALLGATHER:      ring_allgather(a, esz, s); break;
     case COLL_BROADCAST:      chain_broadcast(a, esz, s); break;
     case COLL_REDUCE:         chain_reduce(a, esz, s); break;
-    default:                  return algo_direct(a, s);   /* alltoall, barrier */
+    default:                  return WEFT_ERR_INTERNAL;
     }
     return WEFT_OK;
 }
+
+static int ring_supports(const sched_args_t *a)
+{
+    return a->nranks > 1 && (a->coll == COLL_ALLREDUCE || a->coll == COLL_REDUCE_SCATTER ||
+                             a->coll == COLL_ALLGATHER || a->coll == COLL_BROADCAST ||
+                             a->coll == COLL_REDUCE);
+}
+
+/* n-1 hops per phase; a pipelined chain moves its S bytes over each link once. */
+static double ring_cost(const sched_args_t *a, const algo_model_t *m)
+{
+    double n = a->nranks, S = (double)algo_rank_bytes(a);
+    switch (a->coll) {
+    case COLL_ALLREDUCE:      return algo_time(m, a, 2 * (n - 1), 2 * (n - 1) / n * S,
+                                               (n - 1) / n * S);
+    case COLL_REDUCE_SCATTER: return algo_time(m, a, n - 1, (n - 1) * S, (n - 1) * S);
+    case COLL_ALLGATHER:      return algo_time(m, a, n - 1, (n - 1) * S, 0);
+    case COLL_BROADCAST:      return algo_time(m, a, n - 1, S, 0);
+    default:                  return algo_time(m, a, n - 1, S, S);    /* reduce */
+    }
+}
+
+const algo_t algo_ring_def = {
+    .name = "ring", .supports = ring_supports, .cost = ring_cost, .window = algo_no_window,
+    .build = ring_build,
+};

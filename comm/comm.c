@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "algo.h"
 #include "comm_int.h"
 #include "check.h"
 #include "sock.h"
@@ -81,6 +82,7 @@ weft_status_t weft_comm_init_rank(int rank, int nranks, const char *rendezvous,
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_init_rank: rendezvous '%s' is "
                                 "not host:port", rendezvous ? rendezvous : "(null)");
     RETURN_IF_ERR(cfg_load(&cfg));
+    RETURN_IF_ERR(algo_check_config(&cfg));
     log_set_rank(rank);
     fr_install_signal();
     GOTO_IF_ERR(comm_alloc(rank, nranks, &cfg, &c), st, fail);

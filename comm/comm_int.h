@@ -139,6 +139,7 @@ struct weft_comm {
     const tp_ops_t *rma_tps[SCHED_META_KEYS];
     int nrma_tps;
     engine_rma_t rma;        /* the head op's one-sided transfers (engine.c) */
+    sched_layout_t layout;   /* hosts, ranks per host, this rank's place (tuner_setup) */
     uint64_t last_check_ns;  /* when idle waits last looked for lost peers */
     flight_t flight;         /* the last FLIGHT_SIZE calls */
     struct sockaddr_in rdv_addr;    /* where the bootstrap met */
@@ -228,6 +229,8 @@ weft_status_t fail_probe(weft_comm_t *comm, comm_op_t *op);
 void fail_abort_peers(weft_comm_t *comm);
 
 /* tuner.c: picks algorithm and chunk, builds or finds the schedule. */
+/* once connected (peers' host ids, cma_all known): the layout schedules see */
+weft_status_t tuner_setup(weft_comm_t *comm);
 weft_status_t tuner_schedule(weft_comm_t *comm, comm_op_t *op);
 void tuner_cache_clear(weft_comm_t *comm);
 int tuner_after_probe(const weft_comm_t *comm, const sched_args_t *a, int all_registered,

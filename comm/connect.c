@@ -195,6 +195,7 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
     if (!all_ok)
         return weft_error(WEFT_ERR_PEER_LOST, "connect: another rank failed to connect");
     comm->cma_all = cma && comm->nranks > 1;
+    RETURN_IF_ERR(tuner_setup(comm));
     if (comm->cfg.spin < 0)     /* spinning only helps when every rank has a core */
         comm->cfg.spin = comm->local_size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 2000;
     for (int i = 0; i < comm->ntransports; i++)

@@ -107,6 +107,16 @@ typedef struct sched {
     int meta;           /* fills BUF_META_OUT (single-copy and probe schedules) */
 } sched_t;
 
+/* Where the ranks are: the same on every rank but local_rank and host. Algorithms and
+ * the tuner's choices may read only the shared fields (the choice must agree). */
+typedef struct sched_layout {
+    int nhosts;         /* hosts the ranks span */
+    int per_host;       /* ranks on the most populated host */
+    int local_rank;     /* this rank among its host's ranks (in rank order) */
+    int host;           /* this rank's host, 0..nhosts-1 (in order of their first rank) */
+    int cma;            /* every rank reaches every other with single-copy reads */
+} sched_layout_t;
+
 /* The algorithm inputs. */
 typedef struct sched_args {
     int coll;           /* coll_kind_t */
@@ -121,6 +131,7 @@ typedef struct sched_args {
     int inplace;
     size_t chunk;       /* frame payload bytes, already a multiple of the element size */
     int reg;            /* SCHED_REG_* */
+    sched_layout_t layout;
 } sched_args_t;
 
 /* Builders used by algorithms. sched_add returns the new step's index, or -1 when
@@ -159,13 +170,6 @@ static inline void sched_block(size_t count, int n, int b, size_t *off, size_t *
     *len = base + (ub < rem ? 1 : 0);
 }
 
-/* The algorithms. Each is a pure function of its arguments: no I/O, no globals. */
-weft_status_t algo_ring(const sched_args_t *a, sched_t *s);
-weft_status_t algo_cma_probe(const sched_args_t *a, sched_t *s);
-weft_status_t algo_direct(const sched_args_t *a, sched_t *s);
-weft_status_t algo_p2p(const sched_args_t *a, sched_t *s);   /* send, recv, sendrecv */
-weft_status_t algo_local(const sched_args_t *a, sched_t *s); /* one rank */
-weft_status_t algo_cma(const sched_args_t *a, sched_t *s);   /* single copy, one host */
-int algo_cma_supports(int coll);
+/* The algorithms register in algo.h's registry (algo.c), one file each. */
 
 #endif

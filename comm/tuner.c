@@ -1,23 +1,28 @@
 /*
  * tuner.c - which algorithm and frame size a call gets, and the schedule cache.
  *
- * The table (overridable with WEFT_ALGO and WEFT_CHUNK):
- *   1 rank                     local copy
- *   send, recv, sendrecv       p2p
- *   alltoall, barrier          direct (pairwise)
- *   per-rank bytes <= WEFT_DIRECT_MAX (32K)   direct: one exchange, latency-bound sizes
- *   per-rank bytes >= WEFT_REG_MIN (64M; 0 = off), every peer reached by one-sided reads
- *   (cma_all: shm, or ucx's RMA), allreduce/reduce_scatter/allgather (in place on any
- *   rank: from twice that)
- *                              probe: exchange the buffer addresses first; registered
- *                              buffers (weft_mem_alloc) on every rank: cma, reading the
- *                              peers' buffers in place or with cached registrations;
- *                              else the rows below
- *   per-rank bytes >= WEFT_CMA_MIN (0 = off), every peer reached by one-sided reads,
- *   allreduce/reduce_scatter/allgather/broadcast
- *                              cma: read peers' buffers directly (one copy)
- *   otherwise                  ring (allreduce, reduce_scatter, allgather) or chain
- *                              (broadcast, reduce): bandwidth-bound sizes
+ * The algorithm (algo_pick, over the registry in algo.c):
+ *   1. after a probe that found registered buffers on every rank: cma (it continues
+ *      the probe, reading the peers' buffers through mappings);
+ *   2. WEFT_ALGO names a registered algorithm that supports the call: that one;
+ *   3. among the algorithms that support the call (local: 1 rank; p2p: send, recv,
+ *      sendrecv; direct: every collective; ring: allreduce, reduce_scatter, allgather,
+ *      broadcast, reduce; cma and probe: every peer reached by one-sided
+ *      reads, shm or ucx's RMA), the first whose knob reserves the call's per-rank size:
+ *        direct   up to WEFT_DIRECT_MAX (32K): one exchange, latency-bound sizes
+ *        probe    from WEFT_REG_MIN (64M; 0 = off), allreduce/reduce_scatter/allgather:
+ *                 exchange the buffer addresses first; registered buffers (weft_mem_alloc)
+ *                 everywhere: rule 1, else the call goes on as if it had not probed
+ *                 (in place on any rank: registered from twice that, tuner_after_probe)
+ *        cma      from WEFT_CMA_MIN (0 = off): read peers' buffers directly (one copy)
+ *   4. else the cheapest by the cost model (algo.h: alpha-beta-gamma per link class)
+ *      among those no knob governs: today the ring (allreduce, reduce_scatter,
+ *      allgather) or chain (broadcast, reduce), bandwidth-bound sizes;
+ *   5. else (a knob governs every candidate and none wants this size: alltoall and
+ *      barrier above WEFT_DIRECT_MAX) the cheapest of them: direct.
+ * This is the table weft had before algorithms registered themselves, choice for
+ * choice; the model decides where no knob speaks, which is where algorithms added
+ * later (trees, hierarchical ones) will compete.
  * Frames: WEFT_CHUNK, else 128K on shm and 512K on tcp, never above a quarter of the
  * staging buffer (a frame and a wrap must always fit).
  * Streaming stores: in a call whose larger buffer is WEFT_NT_MIN (32M) or more, the steps
@@ -30,25 +35,20 @@
  * staging buffer later, by when the block has left the cache anyway.
  *
  * Invariant: the choice depends only on arguments every rank shares (collective,
- * count, dtype, op, root, in-place, nranks, and after a probe what every rank sent in
- * it) and on configuration, never on timing, so all ranks build matching schedules.
+ * count, dtype, op, root, in-place, nranks, the layout's shared fields, and after a
+ * probe what every rank sent in it) and on configuration, never on timing, so all
+ * ranks build matching schedules.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo.h"
 #include "comm_int.h"
 #include "frame.h"
 #include "log.h"
 #include "status.h"
 #include "util.h"
-
-/* Every collective's count is per rank (reduce_scatter's recvcount, allgather's
- * sendcount), so count * size is what one rank contributes. */
-static size_t per_rank_bytes(const sched_args_t *a)
-{
-    return a->count * weft_dtype_size(a->dtype);
-}
 
 /* The larger of the call's buffers: reduce_scatter's send buffer, allgather's receive
  * buffer and alltoall's hold one block per rank. */
@@ -56,38 +56,9 @@ static size_t call_bytes(const sched_args_t *a)
 {
     int blocks = a->coll == COLL_REDUCE_SCATTER || a->coll == COLL_ALLGATHER ||
                  a->coll == COLL_ALLTOALL;
-    size_t b = per_rank_bytes(a) * (blocks ? (size_t)a->nranks : 1);
+    size_t b = algo_rank_bytes(a) * (blocks ? (size_t)a->nranks : 1);
     size_t b2 = a->count2 * weft_dtype_size(a->dtype);
     return WEFT_MAX(b, b2);
-}
-
-static const char *pick_algo(const weft_comm_t *comm, const sched_args_t *a)
-{
-    if (a->nranks == 1)
-        return "local";
-    switch (a->coll) {
-    case COLL_SEND: case COLL_RECV: case COLL_SENDRECV:
-        return "p2p";
-    case COLL_ALLTOALL: case COLL_BARRIER:
-        return "direct";
-    default:
-        break;
-    }
-    int cma = comm->cma_all && algo_cma_supports(a->coll);
-    if (a->reg == SCHED_REG_ALL)
-        return "cma";
-    if (!strcmp(comm->cfg.algo, "cma"))
-        return cma ? "cma" : "ring";     /* same answer on every rank: cma_all is agreed */
-    if (strcmp(comm->cfg.algo, "auto") != 0)
-        return comm->cfg.algo;
-    if (per_rank_bytes(a) <= comm->cfg.direct_max)
-        return "direct";
-    if (a->reg == SCHED_REG_ASK && cma && a->coll != COLL_BROADCAST && comm->cfg.reg_min &&
-        per_rank_bytes(a) >= comm->cfg.reg_min)
-        return "probe";
-    if (cma && comm->cfg.cma_min && per_rank_bytes(a) >= comm->cfg.cma_min)
-        return "cma";
-    return "ring";
 }
 
 static size_t pick_chunk(const weft_comm_t *comm, const sched_args_t *a)
@@ -99,91 +70,6 @@ static size_t pick_chunk(const weft_comm_t *comm, const sched_args_t *a)
     size_t esz = weft_dtype_size(a->dtype);
     chunk = chunk / 64 * 64;
     return chunk / esz * esz;
-}
-
-/*
- * Root agreement (WEFT_ROOT_CHECK). Ranks that disagree only about a rooted
- * collective's root must all fail in that call, so no rank may finish before every
- * rank has shown the root it believes in:
- *   broadcast  every other rank first sends the root an empty frame; the root moves
- *              no data until it has one from each (one extra hop, before the data);
- *   reduce     the root, once it has everything, sends every other rank an empty
- *              frame that rank waits for (one extra hop, after the data).
- * Each empty frame's header names the sender's root and is checked like any frame. A
- * rank that believes in another root sends to, or waits on, a different rank: whoever
- * reads its frames fails with WEFT_ERR_MISMATCH, and when nobody does, every rank is
- * left waiting and the stall probe compares their calls (comm/fail.c).
- * With two ranks the extra hop overlaps the data instead of preceding or following it:
- * the only other rank's frames show its root to the root and the root's frames show the
- * root to it, so neither can finish unconvinced. A broadcast's root sends at once and
- * waits for the empty frame too; a reduce's root sends its empty frame at once. A call
- * then costs one hop, like an exchange, where it cost two.
- */
-static int root_guard_before(const sched_args_t *a, sched_t *s)
-{
-    if (a->coll != COLL_BROADCAST)
-        return -1;
-    if (a->rank != a->root) {
-        sched_send(s, a->root, BUF_NONE, 0, 0, -1);
-        return -1;
-    }
-    SCHED_FOR_PEERS(p, k, a->rank, a->nranks)
-        sched_recv(s, p, BUF_NONE, 0, 0);
-    if (a->nranks == 2)
-        return -1;                  /* no gate: the data goes out alongside */
-    int gate = sched_copy(s, BUF_NONE, 0, BUF_NONE, 0, 0);   /* done when all arrived */
-    if (gate >= 0)
-        s->steps[gate].after_all = 1;
-    return gate;
-}
-
-static void root_guard_after(const sched_args_t *a, sched_t *s, int gate)
-{
-    for (int i = gate + 1; gate >= 0 && i < s->nsteps; i++) {
-        sched_step_t *st = &s->steps[i];
-        if (st->dep < 0 && st->kind != STEP_COPY && st->kind != STEP_FOLD)
-            st->dep = gate;    /* the root's transfers wait for every rank's frame */
-    }
-    if (a->coll != COLL_REDUCE)
-        return;
-    if (a->rank != a->root) {
-        sched_recv(s, a->root, BUF_NONE, 0, 0);
-        return;
-    }
-    SCHED_FOR_PEERS(p, k, a->rank, a->nranks) {
-        int i = sched_send(s, p, BUF_NONE, 0, 0, -1);
-        if (i >= 0 && a->nranks > 2)
-            s->steps[i].after_all = 1;
-    }
-}
-
-static weft_status_t build(const sched_args_t *a, const char *algo, int root_check,
-                           sched_t *s)
-{
-    weft_status_t st;
-    sched_init(s, algo, a->chunk);
-    int guard = root_check && a->nranks > 1 &&
-                (a->coll == COLL_BROADCAST || a->coll == COLL_REDUCE);
-    int gate = guard ? root_guard_before(a, s) : -1;
-    if (!strcmp(algo, "local"))
-        st = algo_local(a, s);
-    else if (!strcmp(algo, "p2p"))
-        st = algo_p2p(a, s);
-    else if (!strcmp(algo, "direct"))
-        st = algo_direct(a, s);
-    else if (!strcmp(algo, "cma"))
-        st = algo_cma(a, s);
-    else if (!strcmp(algo, "probe"))
-        st = algo_cma_probe(a, s);
-    else
-        st = algo_ring(a, s);
-    if (st == WEFT_OK && guard)
-        root_guard_after(a, s, gate);
-    if (st != WEFT_OK) {
-        sched_free(s);
-        return st;
-    }
-    return sched_finish(s, a->nranks);
 }
 
 /* Sets nt on the steps that write a caller's buffer with data that is not read again
@@ -218,9 +104,21 @@ static int mark_streaming(sched_t *s)
 int tuner_after_probe(const weft_comm_t *comm, const sched_args_t *a, int all_registered,
                       int any_inplace)
 {
-    if (!all_registered || (any_inplace && per_rank_bytes(a) < 2 * comm->cfg.reg_min))
+    if (!all_registered || (any_inplace && algo_rank_bytes(a) < 2 * comm->cfg.reg_min))
         return SCHED_REG_NONE;
     return SCHED_REG_ALL;
+}
+
+weft_status_t tuner_setup(weft_comm_t *comm)
+{
+    uint64_t *host_id = malloc((size_t)comm->nranks * sizeof(*host_id));
+    if (host_id == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "tuner: out of memory");
+    for (int p = 0; p < comm->nranks; p++)
+        host_id[p] = comm->peers[p].host_id;
+    algo_layout(host_id, comm->nranks, comm->rank, comm->cma_all, &comm->layout);
+    free(host_id);
+    return WEFT_OK;
 }
 
 void tuner_cache_clear(weft_comm_t *comm)
@@ -260,20 +158,28 @@ weft_status_t tuner_schedule(weft_comm_t *comm, comm_op_t *op)
     for (int i = 0; i < comm->ncache; i++)
         if (key_equal(&comm->cache[i].key, a))
             return cache_hit(comm, i, op);
-    const char *algo = pick_algo(comm, a);
+    algo_model_t model;
+    double cost;
+    algo_model_default(&model);
+    a->layout = comm->layout;
+    const algo_t *algo = algo_pick(&comm->cfg, &model, a, &cost);
+    if (algo == NULL)
+        return weft_error(WEFT_ERR_INTERNAL, "tuner: no algorithm runs %s on %d ranks",
+                          coll_name(a->coll), a->nranks);
     a->chunk = pick_chunk(comm, a);
     sched_t *s = malloc(sizeof(*s));
     if (s == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "tuner: out of memory");
-    weft_status_t st = build(a, algo, comm->cfg.root_check, s);
+    weft_status_t st = algo_build(algo, a, comm->cfg.root_check, s);
     if (st != WEFT_OK) {
         free(s);
         return st;
     }
     int nt = comm->cfg.nt_min && call_bytes(a) >= comm->cfg.nt_min ? mark_streaming(s) : 0;
-    LOG_DEBUG(LOG_TUNE, "%s count %zu %s: algo %s%s, chunk %zu, %d steps (%d streaming)",
-              coll_name(a->coll), a->count, weft_dtype_name(a->dtype), algo,
-              a->reg == SCHED_REG_ALL ? " (registered buffers)" : "", a->chunk, s->nsteps, nt);
+    LOG_DEBUG(LOG_TUNE, "%s count %zu %s: algo %s%s, chunk %zu, %d steps (%d streaming), "
+              "model %.2f us", coll_name(a->coll), a->count, weft_dtype_name(a->dtype),
+              algo->name, a->reg == SCHED_REG_ALL ? " (registered buffers)" : "", a->chunk,
+              s->nsteps, nt, cost * 1e6);
     if (comm->ncache == SCHED_CACHE_SIZE)
         tuner_cache_clear(comm);
     sched_cache_entry_t *e = &comm->cache[comm->ncache];

@@ -143,8 +143,10 @@ static const cfg_knob_t knobs[] = {
       "(smaller windows stall on zero-window probes)",
       SIZE(socket_buffsize), NULL },
     /* algorithms */
-    { "WEFT_ALGO", "auto", "auto (tuner), ring, direct (one-shot exchange), or cma (single "
-      "copy: one-sided reads of the peers' buffers, where every transport in use has them)", STR(algo), "auto|ring|direct|cma" },
+    { "WEFT_ALGO", "auto", "auto (the tuner), or a registered algorithm (comm/algo.c; the "
+      "names follow the table), used for every call it supports: ring (pipelined ring or "
+      "chain), direct (one-shot exchange), cma (single copy: one-sided reads of the peers' buffers, where every transport in use has them), "
+      "...", STR(algo), NULL },
     { "WEFT_CHUNK", "0", "bytes per frame; 0 lets the tuner decide", SIZE(chunk), NULL },
     { "WEFT_DIRECT_MAX", "32K", "largest per-rank message the tuner sends with the direct algorithm",
       SIZE(direct_max), NULL },

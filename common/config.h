@@ -18,7 +18,8 @@ typedef struct weft_config {
     char debug_subsys[128];   /* WEFT_DEBUG_SUBSYS (read by the logger) */
     double timeout_s;         /* WEFT_TIMEOUT */
     char transport[16];       /* WEFT_TRANSPORT: auto | shm | tcp */
-    char algo[16];            /* WEFT_ALGO: auto | ring | direct */
+    char algo[16];            /* WEFT_ALGO: auto | a registered algorithm (comm/algo.c,
+                                 which checks it: algo_check_config) */
     char socket_ifname[64];   /* WEFT_SOCKET_IFNAME */
     char ib_hca[64];          /* WEFT_IB_HCA */
     char topo_file[256];      /* WEFT_TOPO_FILE */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "algo.h"
 #include "config.h"
 #include "topo.h"
 #include "weft.h"
@@ -118,12 +119,14 @@ int main(int argc, char **argv)
         return rc;
 
     weft_config_t cfg;
-    if (cfg_load(&cfg) != WEFT_OK) {
+    if (cfg_load(&cfg) != WEFT_OK || algo_check_config(&cfg) != WEFT_OK) {
         fprintf(stderr, "weft-topo: %s\n", weft_last_error());
         return 1;
     }
     if (a.print_config) {
+        char names[256];
         cfg_print(stdout, &cfg);
+        printf("# WEFT_ALGO names: %s\n", algo_choices(names, sizeof(names)));
         return 0;
     }
     return show_topology(&a, &cfg);

@@ -1,0 +1,103 @@
+/*
+ * algo.h - algorithms as plug-ins: what each one registers, and the cost model.
+ *
+ * An algorithm is one file (comm/algo_*.c) that defines an algo_t: its name, which calls
+ * it can run (supports), what a call would cost by the model (cost), the knob that
+ * reserves a size range for it (window), and its schedule builder (build). The registry
+ * (algo.c) lists them; the tuner picks among those that support a call, WEFT_ALGO names
+ * any of them, and the simulator (simexec.c) runs their schedules without transports.
+ *
+ * Invariant: supports, cost and window read only what every rank shares (the call's
+ * arguments, the layout's shared fields, configuration), so every rank picks the same
+ * algorithm; build is a pure function of its arguments.
+ */
+#ifndef WEFT_ALGO_H
+#define WEFT_ALGO_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "schedule.h"
+
+/* Link classes of the cost model: a hop inside a host or between hosts. */
+enum { ALGO_LINK_SHM = 0, ALGO_LINK_NET = 1, ALGO_NLINKS };
+
+/* alpha-beta-gamma: a hop costs alpha (s) plus beta (s/byte) per byte it moves, and a
+ * reduction gamma (s/byte) per byte it reduces. */
+typedef struct algo_model {
+    double alpha[ALGO_NLINKS];
+    double beta[ALGO_NLINKS];
+    double gamma;
+} algo_model_t;
+
+/* The defaults (algo.c says where the numbers come from). */
+void algo_model_default(algo_model_t *m);
+
+/* The slowest hop a call's ring or exchange crosses: NET when ranks span hosts. */
+static inline int algo_link(const sched_layout_t *l)
+{
+    return l->nhosts > 1 ? ALGO_LINK_NET : ALGO_LINK_SHM;
+}
+
+/* hops, bytes moved over the busiest link and bytes reduced, in seconds */
+static inline double algo_time(const algo_model_t *m, const sched_args_t *a, double hops,
+                               double bytes, double reduced)
+{
+    int l = algo_link(&a->layout);
+    return hops * m->alpha[l] + bytes * m->beta[l] + reduced * m->gamma;
+}
+
+/* A window from a knob that reserves sizes from `min` up; min 0 turns it off. */
+static inline int algo_window_from(size_t min, size_t *lo, size_t *hi)
+{
+    *lo = min ? min : 1;
+    *hi = min ? (size_t)-1 : 0;
+    return 1;
+}
+
+typedef struct algo {
+    const char *name;
+    /* whether build handles this call on this layout (args: coll, nranks, reg, ...) */
+    int (*supports)(const sched_args_t *a);
+    /* seconds the model expects the call to take */
+    double (*cost)(const sched_args_t *a, const algo_model_t *m);
+    /* the per-rank byte range [*lo, *hi] a knob reserves for it (returns 1), or 0 when
+     * no knob governs it; lo > hi: the knob turned it off */
+    int (*window)(const weft_config_t *cfg, const sched_args_t *a, size_t *lo, size_t *hi);
+    weft_status_t (*build)(const sched_args_t *a, sched_t *s);
+} algo_t;
+
+/* The window of an algorithm no knob governs (the ring takes what the others leave). */
+int algo_no_window(const weft_config_t *cfg, const sched_args_t *a, size_t *lo, size_t *hi);
+
+/* The registry, NULL-terminated, in order of preference between knob windows. */
+extern const algo_t *const algo_registry[];
+const algo_t *algo_find(const char *name);
+/* "auto|local|p2p|..." for messages and --print-config */
+const char *algo_choices(char *buf, size_t cap);
+/* WEFT_ALGO names "auto" or a registered algorithm; else WEFT_ERR_INVALID_ARG saying
+ * which names are. */
+weft_status_t algo_check_config(const weft_config_t *cfg);
+
+/* The tuner's choice for a call (tuner.c's banner says the rules); *cost_p gets the
+ * model's estimate for it. Depends only on what every rank shares. */
+const algo_t *algo_pick(const weft_config_t *cfg, const algo_model_t *m,
+                        const sched_args_t *a, double *cost_p);
+
+/* Builds a's schedule with algorithm `al`, the root check included (root_check, as
+ * WEFT_ROOT_CHECK): what the engine runs and the simulator replays. On error s is freed. */
+weft_status_t algo_build(const algo_t *al, const sched_args_t *a, int root_check,
+                         sched_t *s);
+
+/* The layout of rank `rank` among n ranks whose host ids are host_id[0..n-1] (ranks of a
+ * host are numbered in rank order, hosts in order of their first rank); cma: every rank
+ * reaches every other with single-copy reads. */
+void algo_layout(const uint64_t *host_id, int n, int rank, int cma, sched_layout_t *l);
+
+/* Bytes one rank contributes: every count is per rank. */
+size_t algo_rank_bytes(const sched_args_t *a);
+
+extern const algo_t algo_local_def, algo_p2p_def, algo_direct_def, algo_probe_def,
+    algo_cma_def, algo_ring_def;
+
+#endif

@@ -1,0 +1,418 @@
+/*
+ * test_algos.c - every registered algorithm against a reference, without transports.
+ *
+ * Each algorithm x every collective it supports x dtype (float32, float64, int32, int64,
+ * bf16, fp16) x op (sum, prod, min, max, avg) x count (0, 1, 17, a few frames, more
+ * than a link's staging) x in place or not runs among 1-9, 16, 31, 32 and 64 simulated
+ * ranks (comm/simexec.c: the engine's step semantics and kernels, in-memory links with
+ * small frames and staging, so pipelines wrap and fill). Every rank's output is compared
+ * bit for bit with a reference computed here, and the send buffers of out-of-place
+ * calls must come back untouched. At 16 ranks and more a subset (float32, bf16, int64 x
+ * sum, avg, max) keeps the run short.
+ *
+ * The reference reduces in the order each algorithm promises, so random non-integer
+ * data must match exactly (and every rank of an all-reduce therefore holds the same
+ * bits): direct folds ranks 0, 1, ..., n-1; the ring reduces all-reduce block b from
+ * rank b around the ring, reduce-scatter block b from rank b+1, and its chain reduce
+ * from root+1; cma reduces block b from rank b. Operands are commuted freely: IEEE
+ * addition, multiplication, min and max of non-NaN values are commutative, and fp16/
+ * bf16 are widened, reduced and rounded once per step either way. AVG divides at the
+ * last step, as the algorithms do.
+ *
+ * Also: the tuner's choice (algo_pick) against the table weft had before algorithms
+ * registered themselves, at 1-64 ranks on one and on two hosts, under each knob.
+ *
+ * Usage: test_algos [-v]; prints one summary line, exits 1 on failure.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "algo.h"
+#include "frame.h"
+#include "reduce.h"
+#include "simexec.h"
+#include "util.h"
+
+static struct { int passed, failed, runs; } T;
+
+#define CHUNK   256             /* frame payload: a multiple of 64 and of every dtype */
+#define STAGING 2048            /* bytes a link holds: a frame and a wrap always fit */
+
+static void fail(const char *what, const sim_call_t *c, const char *detail)
+{
+    if (T.failed++ < 200)
+        fprintf(stderr, "FAIL %s: %s %s on %d ranks, %s %s, count %zu%s, root %d: %s\n", what,
+                c->algo->name, coll_name(c->args.coll), c->args.nranks,
+                weft_dtype_name(c->args.dtype), c->args.op == WEFT_SUM ? "sum" :
+                c->args.op == WEFT_PROD ? "prod" : c->args.op == WEFT_MIN ? "min" :
+                c->args.op == WEFT_MAX ? "max" : "avg", c->args.count,
+                c->args.inplace ? " in place" : "", c->args.root, detail);
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* Random values with full mantissas (so order matters), no NaN, no infinity in sums;
+ * products stay near 1 so 64 factors neither overflow nor underflow fp16. */
+static void fill(void *p, size_t n, weft_dtype_t dt, weft_op_t op)
+{
+    for (size_t i = 0; i < n; i++) {
+        double u = (double)(rnd() >> 11) / 9007199254740992.0;   /* [0, 1) */
+        double v = op == WEFT_PROD ? (rnd() & 1 ? -1 : 1) * (0.9 + 0.2 * u) : 4 * u - 2;
+        uint64_t r = rnd();
+        switch (dt) {
+        case WEFT_FLOAT32:  ((float *)p)[i] = (float)v; break;
+        case WEFT_FLOAT64:  ((double *)p)[i] = v; break;
+        case WEFT_FLOAT16:  ((uint16_t *)p)[i] = kern_float_to_half((float)v); break;
+        case WEFT_BFLOAT16: ((uint16_t *)p)[i] = kern_float_to_bf16((float)v); break;
+        case WEFT_INT32:    ((uint32_t *)p)[i] = (uint32_t)r; break;
+        default:            ((uint64_t *)p)[i] = r; break;
+        }
+    }
+}
+
+/* The rank whose contribution an algorithm's reduction of block b starts from. */
+static int fold_start(const sim_call_t *c, int b)
+{
+    const char *name = c->algo->name;
+    int n = c->args.nranks;
+    if (!strcmp(name, "ring") && c->args.coll == COLL_ALLREDUCE)
+        return b;
+    if (!strcmp(name, "ring") && c->args.coll == COLL_REDUCE_SCATTER)
+        return (b + 1) % n;
+    if (!strcmp(name, "ring"))
+        return (c->args.root + 1) % n;          /* the chain reduce */
+    if (!strcmp(name, "cma"))
+        return b;
+    return 0;                                   /* direct, local */
+}
+
+/* out[0, len) = the reduction of in[q] + off over q, from rank `start` around. */
+static void fold(char *out, char *const *in, size_t off, size_t len, const sim_call_t *c,
+                 int start)
+{
+    int n = c->args.nranks;
+    size_t esz = weft_dtype_size(c->args.dtype);
+    memcpy(out, in[start] + off, len * esz);
+    for (int j = 1; j < n; j++)
+        kern_reduce(out, out, in[(start + j) % n] + off, len, c->args.dtype, c->args.op,
+                    j == n - 1 ? n : 0);
+}
+
+/* ref[q]: what rank q's receive buffer must hold (NULL: not checked). */
+static void reference(const sim_call_t *c, char *const *in, char **ref)
+{
+    int n = c->args.nranks, root = c->args.root;
+    size_t cnt = c->args.count, esz = weft_dtype_size(c->args.dtype), blk = cnt * esz;
+    for (int q = 0; q < n; q++) {
+        switch (c->args.coll) {
+        case COLL_ALLREDUCE:
+            for (int b = 0; b < n; b++) {
+                size_t off, len;
+                sched_block(cnt, n, b, &off, &len);
+                fold(ref[q] + off * esz, in, off * esz, len, c, fold_start(c, b));
+            }
+            break;
+        case COLL_REDUCE_SCATTER: fold(ref[q], in, (size_t)q * blk, cnt, c, fold_start(c, q)); break;
+        case COLL_REDUCE:
+            if (q == root)
+                fold(ref[q], in, 0, cnt, c, fold_start(c, 0));
+            break;
+        case COLL_ALLGATHER:
+            for (int p = 0; p < n; p++)
+                memcpy(ref[q] + (size_t)p * blk, in[p], blk);
+            break;
+        case COLL_BROADCAST: memcpy(ref[q], in[root], blk); break;
+        case COLL_ALLTOALL:
+            for (int p = 0; p < n; p++)
+                memcpy(ref[q] + (size_t)p * blk, in[p] + (size_t)q * blk, blk);
+            break;
+        default: break;
+        }
+    }
+}
+
+/* Bytes of rank q's input and output buffers as the API lays them out. */
+static void sizes(const sim_call_t *c, size_t *in_b, size_t *out_b)
+{
+    size_t blk = c->args.count * weft_dtype_size(c->args.dtype), n = (size_t)c->args.nranks;
+    int coll = c->args.coll;
+    *in_b = coll == COLL_REDUCE_SCATTER || coll == COLL_ALLTOALL ? n * blk : blk;
+    *out_b = coll == COLL_ALLGATHER || coll == COLL_ALLTOALL ? n * blk : blk;
+}
+
+/* Runs c on fresh data and checks every rank's output. */
+static void run_one(sim_call_t *c)
+{
+    int n = c->args.nranks, coll = c->args.coll;
+    size_t in_b, out_b, blk = c->args.count * weft_dtype_size(c->args.dtype);
+    sizes(c, &in_b, &out_b);
+    size_t cap = (in_b > out_b ? in_b : out_b) + 1;
+    char *in[64], *ref[64], *sendp[64], *recvp[64], *mem[64];
+    for (int q = 0; q < n; q++) {
+        in[q] = malloc(cap);
+        ref[q] = malloc(cap);
+        mem[q] = malloc(2 * cap);
+        fill(in[q], in_b / weft_dtype_size(c->args.dtype), c->args.dtype, c->args.op);
+        memset(mem[q], 0xa5, 2 * cap);
+        sendp[q] = mem[q];
+        recvp[q] = mem[q] + cap;
+        if (c->args.inplace && coll == COLL_REDUCE_SCATTER)
+            recvp[q] = sendp[q] + (size_t)q * blk;
+        else if (c->args.inplace && coll == COLL_ALLGATHER)
+            sendp[q] = (recvp[q] = mem[q]) + (size_t)q * blk;
+        else if (c->args.inplace)
+            recvp[q] = sendp[q];
+        memcpy(sendp[q], in[q], in_b);
+        if (coll != COLL_REDUCE && coll != COLL_BARRIER)
+            memcpy(ref[q], recvp[q], out_b);    /* what is not written must stay */
+    }
+    if (strcmp(c->algo->name, "probe") != 0)  /* the probe only exchanges addresses */
+        reference(c, in, ref);
+    T.runs++;
+    weft_status_t st = simexec_run(c, (const void *const *)sendp, (void *const *)recvp);
+    if (st != WEFT_OK) {
+        fail("run", c, weft_last_error());
+    } else {
+        int ok = 1;
+        for (int q = 0; q < n && ok; q++) {
+            int checked = coll != COLL_BARRIER && (coll != COLL_REDUCE || q == c->args.root);
+            if (checked && memcmp(recvp[q], ref[q], out_b) != 0) {
+                char d[64];
+                snprintf(d, sizeof(d), "rank %d's result differs from the reference", q);
+                fail("result", c, d);
+                ok = 0;
+            } else if (!c->args.inplace && memcmp(sendp[q], in[q], in_b) != 0) {
+                char d[64];
+                snprintf(d, sizeof(d), "rank %d's send buffer was written", q);
+                fail("send buffer", c, d);
+                ok = 0;
+            }
+        }
+        T.passed += ok;
+    }
+    for (int q = 0; q < n; q++) {
+        free(in[q]);
+        free(ref[q]);
+        free(mem[q]);
+    }
+}
+
+/* Point-to-point, whose calls differ by rank: send/recv pairs (even ranks send to the
+ * next, which receives; even rank counts), or sendrecv around a ring. from[q]: whose
+ * data rank q receives, or -1. */
+static void run_send_recv(sim_call_t *c)
+{
+    int n = c->args.nranks, from[64];
+    sched_args_t ra[64];
+    for (int q = 0; q < n; q++) {
+        ra[q] = c->args;
+        ra[q].count2 = c->args.count;
+        if (c->args.coll == COLL_SENDRECV) {
+            ra[q].root = (q + 1) % n;
+            ra[q].peer2 = from[q] = (q + n - 1) % n;
+        } else {
+            ra[q].coll = q % 2 ? COLL_RECV : COLL_SEND;
+            ra[q].root = q % 2 ? q - 1 : q + 1;
+            from[q] = q % 2 ? q - 1 : -1;
+        }
+    }
+    c->rank_args = ra;
+    size_t blk = c->args.count * weft_dtype_size(c->args.dtype);
+    char *buf[64], *out[64];
+    for (int q = 0; q < n; q++) {
+        buf[q] = malloc(blk + 1);
+        out[q] = calloc(1, blk + 1);
+        fill(buf[q], c->args.count, c->args.dtype, WEFT_SUM);
+    }
+    T.runs++;
+    weft_status_t st = simexec_run(c, (const void *const *)buf, (void *const *)out);
+    int ok = st == WEFT_OK;
+    if (!ok)
+        fail("run", c, weft_last_error());
+    for (int q = 0; ok && q < n; q++) {
+        if (from[q] >= 0 && memcmp(out[q], buf[from[q]], blk) != 0) {
+            fail("result", c, "a receive differs from what was sent");
+            ok = 0;
+        }
+    }
+    T.passed += ok;
+    c->rank_args = NULL;
+    for (int q = 0; q < n; q++) {
+        free(buf[q]);
+        free(out[q]);
+    }
+}
+
+static const weft_dtype_t DTYPES[] = { WEFT_FLOAT32, WEFT_FLOAT64, WEFT_INT32, WEFT_INT64,
+                                       WEFT_BFLOAT16, WEFT_FLOAT16 };
+static const weft_op_t OPS[] = { WEFT_SUM, WEFT_PROD, WEFT_MIN, WEFT_MAX, WEFT_AVG };
+static const int RANKS[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 31, 32, 64 };
+
+static int is_reduction(int coll)
+{
+    return coll == COLL_ALLREDUCE || coll == COLL_REDUCE_SCATTER || coll == COLL_REDUCE;
+}
+
+/* The subset at 16 ranks and more. */
+static int in_subset(int n, weft_dtype_t dt, weft_op_t op)
+{
+    return n < 16 || ((dt == WEFT_FLOAT32 || dt == WEFT_BFLOAT16 || dt == WEFT_INT64) &&
+                      (op == WEFT_SUM || op == WEFT_AVG || op == WEFT_MAX));
+}
+
+/* Every count of the matrix for one call shape. */
+static void run_counts(sim_call_t *c, int p2p)
+{
+    size_t esz = weft_dtype_size(c->args.dtype);
+    size_t counts[] = { 0, 1, 17, 3 * CHUNK / esz + 5, 2 * STAGING / esz + 7 };
+    for (size_t k = 0; k < WEFT_ARRAY_LEN(counts); k++) {
+        c->args.count = counts[k];
+        c->args.root = (int)(k * 7 + 1) % c->args.nranks;
+        if (p2p)
+            run_send_recv(c);
+        else
+            run_one(c);
+    }
+}
+
+static void run_algo(const algo_t *al, int n)
+{
+    sim_call_t c = { .algo = al, .cma = 1, .root_check = 1, .staging = STAGING };
+    c.args.nranks = n;
+    c.args.chunk = CHUNK;
+    c.args.layout = (sched_layout_t){ .nhosts = 1, .per_host = n, .cma = 1 };
+    for (int coll = COLL_ALLREDUCE; coll < COLL_NUM; coll++) {
+        int p2p = coll == COLL_SEND || coll == COLL_RECV || coll == COLL_SENDRECV;
+        if (coll == COLL_RECV || (coll == COLL_SEND && n % 2))
+            continue;                           /* run with its sends; pairs */
+        for (int reg = SCHED_REG_ASK; reg <= SCHED_REG_ALL; reg++) {
+            c.args.coll = coll;
+            c.args.reg = reg;
+            if (!al->supports(&c.args) || (reg != SCHED_REG_ASK && strcmp(al->name, "cma")))
+                continue;
+            for (size_t d = 0; d < WEFT_ARRAY_LEN(DTYPES); d++)
+                for (size_t o = 0; o < WEFT_ARRAY_LEN(OPS); o++)
+                    for (int inplace = 0; inplace < 2; inplace++) {
+                        c.args.dtype = DTYPES[d];
+                        c.args.op = OPS[o];
+                        c.args.inplace = inplace && !p2p;
+                        if ((!is_reduction(coll) && o > 0) || (c.args.inplace != inplace) ||
+                            !in_subset(n, DTYPES[d], OPS[o]))
+                            continue;
+                        run_counts(&c, p2p);
+                    }
+        }
+    }
+}
+
+/* ---- the tuner's choice against the table weft had before the registry ---- */
+
+static const char *legacy_pick(const weft_config_t *cfg, const sched_args_t *a)
+{
+    size_t bytes = algo_rank_bytes(a);
+    if (a->nranks == 1)
+        return "local";
+    if (a->coll == COLL_SEND || a->coll == COLL_RECV || a->coll == COLL_SENDRECV)
+        return "p2p";
+    if (a->coll == COLL_ALLTOALL || a->coll == COLL_BARRIER)
+        return "direct";
+    int cma = a->layout.cma && (a->coll == COLL_ALLREDUCE || a->coll == COLL_REDUCE_SCATTER ||
+                                a->coll == COLL_ALLGATHER || a->coll == COLL_BROADCAST);
+    if (a->reg == SCHED_REG_ALL)
+        return "cma";
+    if (bytes <= cfg->direct_max)
+        return "direct";
+    if (a->reg == SCHED_REG_ASK && cma && a->coll != COLL_BROADCAST && cfg->reg_min &&
+        bytes >= cfg->reg_min)
+        return "probe";
+    if (cma && cfg->cma_min && bytes >= cfg->cma_min)
+        return "cma";
+    return "ring";
+}
+
+static void check_tuner(void)
+{
+    weft_config_t cfgs[4];
+    algo_model_t m;
+    algo_model_default(&m);
+    for (int k = 0; k < 4; k++)
+        cfg_defaults(&cfgs[k]);
+    cfgs[1].cma_min = 1 << 20;
+    cfgs[2].direct_max = 0;
+    cfgs[2].reg_min = 4 << 20;
+    cfgs[3].direct_max = 1 << 20;
+    cfgs[3].cma_min = 256 << 10;
+    for (int k = 0; k < 4; k++)
+        for (int n = 1; n <= 64; n++)
+            for (int hosts = 1; hosts <= 2; hosts++)
+                for (int coll = COLL_ALLREDUCE; coll < COLL_NUM; coll++)
+                    for (int reg = SCHED_REG_ASK; reg <= SCHED_REG_NONE; reg++)
+                        for (int sh = -1; sh <= 30; sh++) {
+                            sched_args_t a = { .coll = coll, .nranks = n, .reg = reg,
+                                               .dtype = WEFT_UINT8 };
+                            a.count = sh < 0 ? 0 : (size_t)1 << sh;
+                            a.layout = (sched_layout_t){ .nhosts = hosts, .cma = hosts == 1,
+                                                         .per_host = (n + hosts - 1) / hosts };
+                            double cost;
+                            int probed = a.layout.cma && (coll == COLL_ALLREDUCE ||
+                                         coll == COLL_REDUCE_SCATTER || coll == COLL_ALLGATHER);
+                            if (reg == SCHED_REG_ALL && !probed)
+                                continue;       /* only a probe's answer sets it */
+                            const algo_t *al = algo_pick(&cfgs[k], &m, &a, &cost);
+                            const char *want = legacy_pick(&cfgs[k], &a);
+                            if (al == NULL || strcmp(al->name, want) != 0) {
+                                if (T.failed++ < 20)
+                                    fprintf(stderr, "FAIL tuner: config %d, %s on %d ranks "
+                                            "(%d hosts), reg %d, %zu bytes: %s, want %s\n",
+                                            k, coll_name(coll), n, hosts, reg, a.count,
+                                            al ? al->name : "none", want);
+                            } else {
+                                T.passed++;
+                            }
+                        }
+}
+
+/* The layout of ranks on hosts 7, 7, 9, 7, 9 (host ids in rank order). */
+static void check_layout(void)
+{
+    const uint64_t ids[] = { 7, 7, 9, 7, 9 };
+    const int host[] = { 0, 0, 1, 0, 1 }, local[] = { 0, 1, 0, 2, 1 };
+    for (int r = 0; r < 5; r++) {
+        sched_layout_t l;
+        algo_layout(ids, 5, r, 0, &l);
+        int ok = l.nhosts == 2 && l.per_host == 3 && l.host == host[r] &&
+                 l.local_rank == local[r];
+        T.passed += ok;
+        if (!ok && T.failed++ < 20)
+            fprintf(stderr, "FAIL layout: rank %d: %d hosts, %d per host, host %d, local "
+                    "rank %d\n", r, l.nhosts, l.per_host, l.host, l.local_rank);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int verbose = argc > 1 && !strcmp(argv[1], "-v");
+    clock_t t0 = clock();
+    check_layout();
+    check_tuner();
+    for (size_t i = 0; i < WEFT_ARRAY_LEN(RANKS); i++) {
+        for (int k = 0; algo_registry[k]; k++)
+            run_algo(algo_registry[k], RANKS[i]);
+        if (verbose)
+            fprintf(stderr, "%d ranks: %d runs, %.1f s\n", RANKS[i], T.runs,
+                    (double)(clock() - t0) / CLOCKS_PER_SEC);
+    }
+    printf("test_algos: %d passed, %d failed (%d simulated calls)\n", T.passed, T.failed,
+           T.runs);
+    return T.failed ? 1 : 0;
+}
