@@ -414,10 +414,15 @@ static void child_exec(const job_t *job, int r, int out_w, int err_w)
             dprintf(2, "weftrun: rank %d: cannot bind: %s\n", r, weft_last_error());
             _exit(EXIT_NOEXEC);
         }
-        if (job->o->report_bindings) {
-            fprintf(stderr, "weftrun: ");
-            topo_place_print(job->topo, &job->places[r], stderr);
-            fflush(stderr);
+        if (job->o->report_bindings) {   /* one write: ranks' lines never interleave */
+            char line[512];
+            FILE *m = fmemopen(line, sizeof(line), "w");
+            if (m != NULL) {
+                fprintf(m, "weftrun: ");
+                topo_place_print(job->topo, &job->places[r], m);
+                ssize_t w = fclose(m) == 0 ? write(2, line, strlen(line)) : 0;
+                (void)w;                    /* a closed stderr is no reason to fail */
+            }
         }
     }
     if (job->o->bind_none)
