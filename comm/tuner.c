@@ -13,7 +13,8 @@
  *                              buffers (weft_mem_alloc) on every rank: cma, reading the
  *                              peers' buffers in place or with cached registrations;
  *                              else the rows below
- *   per-rank bytes >= WEFT_CMA_MIN (0 = off), every peer reached by one-sided reads,
+ *   per-rank bytes >= WEFT_CMA_MIN (0 = the transports' cma_min: 256K where ucx serves
+ *   every peer within one host, else off), every peer reached by one-sided reads,
  *   allreduce/reduce_scatter/allgather/broadcast
  *                              cma: read peers' buffers directly (one copy)
  *   otherwise                  ring (allreduce, reduce_scatter, allgather) or chain
@@ -85,7 +86,8 @@ static const char *pick_algo(const weft_comm_t *comm, const sched_args_t *a)
     if (a->reg == SCHED_REG_ASK && cma && a->coll != COLL_BROADCAST && comm->cfg.reg_min &&
         per_rank_bytes(a) >= comm->cfg.reg_min)
         return "probe";
-    if (cma && comm->cfg.cma_min && per_rank_bytes(a) >= comm->cfg.cma_min)
+    size_t cma_min = comm->cfg.cma_min ? comm->cfg.cma_min : comm->cma_min_default;
+    if (cma && cma_min && per_rank_bytes(a) >= cma_min)
         return "cma";
     return "ring";
 }
