@@ -198,11 +198,20 @@ static double cma_cost(const sched_args_t *a, const algo_model_t *m)
     }
 }
 
-/* WEFT_CMA_MIN: from there on (0: never unless WEFT_ALGO=cma). */
+/* WEFT_CMA_MIN, else the transports' agreed threshold (256K where ucx serves every peer
+ * of one host), and for all-gather CMA_ALLGATHER_MIN wherever every peer is read by
+ * single copy: from there on (0: never unless WEFT_ALGO=cma). An all-gather moves each
+ * block once this way against the ring's two copies through staging; on shm (2 ranks,
+ * 256K-256M, in and out of place) it was 5-20% faster than the ring, while all-reduce,
+ * reduce-scatter and broadcast stayed faster on the ring (docs/PERF.md, issue 20). */
+#define CMA_ALLGATHER_MIN (256u << 10)
 static int cma_window(const weft_config_t *cfg, const sched_args_t *a, size_t *lo,
                       size_t *hi)
 {
-    return algo_window_from(cfg->cma_min, lo, hi);
+    size_t min = cfg->cma_min ? cfg->cma_min : a->layout.cma_min;
+    if (!cfg->cma_min && a->coll == COLL_ALLGATHER && a->layout.cma)
+        min = min ? WEFT_MIN(min, CMA_ALLGATHER_MIN) : CMA_ALLGATHER_MIN;
+    return algo_window_from(min, lo, hi);
 }
 
 const algo_t algo_cma_def = {

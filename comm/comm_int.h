@@ -134,6 +134,8 @@ struct weft_comm {
     sched_meta_t meta_out;   /* the head op's buffer addresses, for single-copy peers */
     sched_meta_t *meta_in;   /* [nranks] the peers' */
     int cma_all;             /* every rank reaches every other with single-copy reads */
+    size_t cma_min_default;  /* the tuner's WEFT_CMA_MIN when unset: agreed at connect from
+                                the transports' cma_min (0: none) */
     /* the transports whose one-sided ops serve this rank's peers (connect.c); key slot k
      * of sched_meta_t is rma_tps[k]'s */
     const tp_ops_t *rma_tps[SCHED_META_KEYS];
@@ -238,6 +240,12 @@ int tuner_after_probe(const weft_comm_t *comm, const sched_args_t *a, int all_re
 
 /* connect.c: transport setup over an address exchange. */
 typedef weft_status_t (*exchange_fn_t)(void *ctx, const void *mine, void *all, size_t len);
+/* What each rank puts in connect_all's closing barrier (a rank left out of a split sends
+ * zeros): it connected, it reaches every peer one-sidedly, and its transports' default
+ * single-copy threshold in KB (connect.c: local_cma_min). */
+typedef struct connect_agree {
+    int ok, rma, cma_min_k;
+} connect_agree_t;
 /* watch (may be NULL) is asked every 50 ms of a connection wait whether to go on */
 /* WEFT_BIND (bind.c): binds this process by the topology, once, after its first
  * communicator knows its local rank; errors only for an explicit WEFT_BIND=cores:. */

@@ -141,6 +141,25 @@ static weft_status_t connect_peers(weft_comm_t *comm)
     return WEFT_OK;
 }
 
+/* The transports' default single-copy threshold (tp_ops_t.cma_min) for this rank: the
+ * largest of its endpoints' when every peer is on this host and served by a transport
+ * that has one, else 0. The barrier agrees on it (0 on any rank: none, else the largest),
+ * so the tuner picks the same algorithm on every rank. */
+static size_t local_cma_min(const weft_comm_t *comm)
+{
+    size_t m = 0;
+    for (int p = 0; p < comm->nranks; p++) {
+        const tp_ep_t *ep = comm->eps[p];
+        if (p == comm->rank)
+            continue;
+        if (ep == NULL || ep->ops->cma_min == 0 ||
+            comm->peers[p].host_id != comm->peers[comm->rank].host_id)
+            return 0;
+        m = WEFT_MAX(m, ep->ops->cma_min);
+    }
+    return m;
+}
+
 /* 1 when this rank reaches every peer with one-sided reads (transport.h: get), over at
  * most SCHED_META_KEYS transports, which it lists in rma_tps: their keys are what its
  * calls' metadata carry. */
@@ -179,14 +198,17 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
     }
     /* barrier, which also agrees on what every rank can do: nobody drops names before
      * everyone has connected, and single copy is used only if all ranks have it */
-    int mine[2] = { st == WEFT_OK, st == WEFT_OK && local_rma(comm) }, all_ok = 1, cma = 1;
-    int *all = malloc(2 * (size_t)comm->nranks * sizeof(int));
+    connect_agree_t mine = { st == WEFT_OK, st == WEFT_OK && local_rma(comm),
+                             (int)(local_cma_min(comm) >> 10) };
+    int all_ok = 1, cma = 1, cma_min_k = mine.cma_min_k;
+    connect_agree_t *all = malloc((size_t)comm->nranks * sizeof(*all));
     if (all == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "connect: out of memory");
-    weft_status_t xs = exchange(ctx, mine, all, sizeof(mine));
+    weft_status_t xs = exchange(ctx, &mine, all, sizeof(mine));
     for (int p = 0; xs == WEFT_OK && p < comm->nranks; p++) {
-        all_ok &= all[2 * p];
-        cma &= all[2 * p + 1];
+        all_ok &= all[p].ok;
+        cma &= all[p].rma;
+        cma_min_k = all[p].cma_min_k && cma_min_k ? WEFT_MAX(cma_min_k, all[p].cma_min_k) : 0;
     }
     free(all);
     RETURN_IF_ERR(xs);
@@ -195,6 +217,7 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
     if (!all_ok)
         return weft_error(WEFT_ERR_PEER_LOST, "connect: another rank failed to connect");
     comm->cma_all = cma && comm->nranks > 1;
+    comm->cma_min_default = comm->cma_all ? (size_t)cma_min_k << 10 : 0;
     RETURN_IF_ERR(tuner_setup(comm));
     if (comm->cfg.spin < 0)     /* spinning only helps when every rank has a core */
         comm->cfg.spin = comm->local_size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 2000;

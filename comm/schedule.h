@@ -115,6 +115,9 @@ typedef struct sched_layout {
     int local_rank;     /* this rank among its host's ranks (in rank order) */
     int host;           /* this rank's host, 0..nhosts-1 (in order of their first rank) */
     int cma;            /* every rank reaches every other with single-copy reads */
+    size_t cma_min;     /* the transports' single-copy threshold, agreed at connect
+                           (tp_ops_t.cma_min; 0: none): cma's window when WEFT_CMA_MIN
+                           is unset */
 } sched_layout_t;
 
 /* The algorithm inputs. */

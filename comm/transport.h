@@ -110,6 +110,10 @@ typedef struct tp_ops {
     const char *name;
     int preference;             /* higher first, among those that reach a peer */
     size_t chunk;               /* frame payload the tuner uses by default (bytes) */
+    /* per-rank message from which the tuner moves data by one-sided reads (the cma
+     * algorithm) when this transport serves every peer and all are on this host, unless
+     * WEFT_CMA_MIN says otherwise; 0: never by default (connect.c agrees on it) */
+    size_t cma_min;
 
     /* -- setup -- */
     /* whether this rank reaches peer with it; self and peer carry the addresses */

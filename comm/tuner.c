@@ -14,7 +14,9 @@
  *                 exchange the buffer addresses first; registered buffers (weft_mem_alloc)
  *                 everywhere: rule 1, else the call goes on as if it had not probed
  *                 (in place on any rank: registered from twice that, tuner_after_probe)
- *        cma      from WEFT_CMA_MIN (0 = off): read peers' buffers directly (one copy)
+ *        cma      from WEFT_CMA_MIN (0 = the transports' cma_min: 256K where ucx serves
+ *                 every peer within one host, else off; all-gather from 256K wherever
+ *                 every peer is read by single copy): read peers' buffers directly
  *   4. else the cheapest by the cost model (algo.h: alpha-beta-gamma per link class)
  *      among those no knob governs: today the ring (allreduce, reduce_scatter,
  *      allgather) or chain (broadcast, reduce), bandwidth-bound sizes;
@@ -117,6 +119,7 @@ weft_status_t tuner_setup(weft_comm_t *comm)
     for (int p = 0; p < comm->nranks; p++)
         host_id[p] = comm->peers[p].host_id;
     algo_layout(host_id, comm->nranks, comm->rank, comm->cma_all, &comm->layout);
+    comm->layout.cma_min = comm->cma_min_default;
     free(host_id);
     return WEFT_OK;
 }

@@ -151,8 +151,10 @@ static const cfg_knob_t knobs[] = {
     { "WEFT_DIRECT_MAX", "32K", "largest per-rank message the tuner sends with the direct algorithm",
       SIZE(direct_max), NULL },
     { "WEFT_CMA_MIN", "0", "smallest per-rank message the tuner moves by single-copy reads "
-      "(one-sided gets) when every peer has them; 0 = only with WEFT_ALGO=cma "
-      "(slower than the shm ring on VMs, see docs/PERF.md)", SIZE(cma_min), NULL },
+      "(one-sided gets) when every peer has them, for every collective; 0 = the defaults: "
+      "all-gather from 256K, and everything from 256K where ucx serves every peer within "
+      "one host (on shm the ring is faster for the others, see docs/PERF.md)",
+      SIZE(cma_min), NULL },
     { "WEFT_REG_MIN", "64M", "smallest per-rank message (every peer with one-sided reads) that "
       "first exchanges buffer addresses, and runs single-copy (mappings, or cached "
       "registrations) when every rank's "

@@ -315,7 +315,7 @@ static void run_algo(const algo_t *al, int n)
     }
 }
 
-/* ---- the tuner's choice against the table weft had before the registry ---- */
+/* ---- the tuner's choice against its documented table (tuner.c) ---- */
 
 static const char *legacy_pick(const weft_config_t *cfg, const sched_args_t *a)
 {
@@ -335,7 +335,11 @@ static const char *legacy_pick(const weft_config_t *cfg, const sched_args_t *a)
     if (a->reg == SCHED_REG_ASK && cma && a->coll != COLL_BROADCAST && cfg->reg_min &&
         bytes >= cfg->reg_min)
         return "probe";
-    if (cma && cfg->cma_min && bytes >= cfg->cma_min)
+    size_t cma_min = cfg->cma_min ? cfg->cma_min : a->layout.cma_min;
+    if (cma && !cfg->cma_min && a->coll == COLL_ALLGATHER &&
+        (cma_min == 0 || cma_min > (256u << 10)))
+        cma_min = 256u << 10;               /* all-gather: single copy from 256K */
+    if (cma && cma_min && bytes >= cma_min)
         return "cma";
     return "ring";
 }
@@ -362,7 +366,9 @@ static void check_tuner(void)
                                                .dtype = WEFT_UINT8 };
                             a.count = sh < 0 ? 0 : (size_t)1 << sh;
                             a.layout = (sched_layout_t){ .nhosts = hosts, .cma = hosts == 1,
-                                                         .per_host = (n + hosts - 1) / hosts };
+                                                         .per_host = (n + hosts - 1) / hosts,
+                                                         .cma_min = hosts == 1 && k == 2 ?
+                                                                    512u << 10 : 0 };
                             double cost;
                             int probed = a.layout.cma && (coll == COLL_ALLREDUCE ||
                                          coll == COLL_REDUCE_SCATTER || coll == COLL_ALLGATHER);

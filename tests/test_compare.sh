@@ -6,10 +6,13 @@
 # Runs weft (and Open MPI where mpirun.openmpi is installed; compare skips a missing peer
 # with a note) over 8 B..8 KB with the small sizes split off: the table must hold every
 # size once, say which iteration count timed which sizes, and the raw output of both
-# sweeps must be kept. Bad options must fail before anything runs. Every run is bounded
-# by `timeout`.
+# sweeps must be kept. Bad options must fail before anything runs. Where weft is built
+# with UCX, a tiny `--transports ucx` run must show weft over UCX beside Open MPI's pml ucx
+# and weft's own shm (the extra column); else it is skipped with a note. Every run is
+# bounded by `timeout`. BUILD: the build directory whose tools run (default build).
 set -u
 cd "$(dirname "$0")/.." || exit 2
+B=${BUILD:-build}
 PASS=0
 FAIL=0
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/weft-compare.XXXXXX")
@@ -18,8 +21,8 @@ trap 'rm -rf "$OUT"' EXIT
 ok()  { PASS=$((PASS + 1)); echo "ok - $1"; }
 bad() { FAIL=$((FAIL + 1)); echo "FAIL - $1"; [ -n "${2:-}" ] && tail -n 15 "$2" | sed 's/^/   | /'; }
 
-compare() { timeout -k 5 120 /usr/bin/python3 bench/compare --transports shm --colls allreduce \
-                --reps 1 --peers ompi "$@"; }
+compare() { timeout -k 5 120 /usr/bin/python3 bench/compare --build "$B" --colls allreduce \
+                --reps 1 --peers ompi --transports shm "$@"; }
 
 # 1. The split sweep: 8..1K with 50 calls per size, 2K..8K with 2.
 if compare -b 8 -e 8K --iters 2 --warmup 1 --small-iters 50 --small-max 1K \
@@ -70,6 +73,23 @@ for args in "--small-iters -1" "--small-max 12Q" "--iters 0"; do
         ok "'$args' refused: $(grep -m1 '^compare: ' "$OUT/bad.log" | cut -c1-90)"
     fi
 done
+
+# 4. --transports ucx (one host): weft over UCX, Open MPI's pml ucx, and weft shm.
+if ! ldd "$B/bin/all_reduce_perf" 2>/dev/null | grep -q libucp; then
+    echo "skip - --transports ucx: weft is built without UCX ($B/bin/all_reduce_perf does not link libucp)"
+elif compare --transports ucx -b 8 -e 64K --iters 2 --warmup 1 --small-iters 20 --small-max 1K \
+        --out "$OUT/ucx" >"$OUT/ucx.log" 2>&1; then
+    md=$OUT/ucx/compare-ucx.md
+    if grep -q "^| size | weft us | .*weft shm us | .*| weft/weft shm |$" "$md" &&
+       grep -q "^| 64K | " "$md" && grep -q -- "--mca pml ucx --mca pml_ucx_tls any" "$md" &&
+       grep -q "WEFT_TRANSPORT=ucx" "$md" && grep -q "^| range | collective | weft/Open MPI | weft/weft shm |$" "$md" &&
+       grep -q -- "WEFT_TRANSPORT=shm .*weftrun -n 2 --bind-to core" "$OUT/ucx/raw/ucx-allreduce-weft-shm-0.txt" &&
+       grep -q -- "WEFT_TRANSPORT=ucx .*weftrun -n 2 --bind-to core" "$OUT/ucx/raw/ucx-allreduce-weft-0.txt"
+    then ok "--transports ucx: weft over UCX, the peers over UCX and a weft shm column"
+    else bad "--transports ucx: the table, setup lines or raw runs are not as expected" "$md"; fi
+else
+    bad "--transports ucx failed" "$OUT/ucx.log"
+fi
 
 echo "test_compare: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

@@ -497,6 +497,10 @@ const tp_ops_t tp_ucx_ops = {
     .name = "ucx",
     .preference = 15,               /* below shm (within a host), above tcp (with RDMA) */
     .chunk = 512 * 1024,
+    /* within a host, UCX 1.13's endpoints in error mode PEER have no cma lane: a frame's
+     * rendezvous runs as an active-message pipeline over sysv shared memory (four copies
+     * with the tx slot and staging), and its gets beat the ring from 256K (docs/PERF.md) */
+    .cma_min = 256 * 1024,
     /* setup */
     .can_connect = ucx_can_connect,
     .local_setup = ucx_local_setup,
