@@ -83,7 +83,7 @@ weft_status_t comm_bind(const weft_comm_t *c)
         return WEFT_OK;
     }
     topo_t *t = NULL;
-    weft_status_t st = topo_load(NULL, &t);
+    weft_status_t st = topo_load_cpus(&t);
     if (st == WEFT_OK) {
         st = bind_with(c, t);
         topo_free(t);

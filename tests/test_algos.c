@@ -156,7 +156,8 @@ static void run_one(sim_call_t *c)
     int n = c->args.nranks, coll = c->args.coll;
     size_t in_b, out_b, blk = c->args.count * weft_dtype_size(c->args.dtype);
     sizes(c, &in_b, &out_b);
-    size_t cap = (in_b > out_b ? in_b : out_b) + 1;
+    /* a spare byte past the larger buffer, and recvp (mem + cap) aligned like malloc's */
+    size_t cap = ((in_b > out_b ? in_b : out_b) + 1 + 63) / 64 * 64;
     char *in[64], *ref[64], *sendp[64], *recvp[64], *mem[64];
     for (int q = 0; q < n; q++) {
         in[q] = malloc(cap);

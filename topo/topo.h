@@ -62,6 +62,10 @@ typedef struct topo_place {
  * keeping PCI and OS devices. A missing or unparsable file gives WEFT_ERR_INVALID_ARG;
  * on any error *topo_p is untouched and nothing is leaked. */
 weft_status_t topo_load(const char *xml_path, topo_t **topo_p);
+/* This machine's cpus, caches and NUMA nodes only: no GPUs or NICs, so no I/O discovery
+ * (hwloc's pci plugin, slower, and it leaves libpciaccess allocations behind). Enough
+ * for binding: topo_place's cores do not depend on the devices. */
+weft_status_t topo_load_cpus(topo_t **topo_p);
 void topo_free(topo_t *t);
 
 /* 1 when loaded from XML (or otherwise not describing the running machine). */
