@@ -4,7 +4,7 @@
  *
  *   auto       when the launcher left the process free to run anywhere and the host has
  *              at least a core per local rank: bind the process (every thread) to its own
- *              block of cores, near its GPU and NIC (topo_place), as Open MPI binds by
+ *              block of cores (NUMA-aware blocks, topo_place), as Open MPI binds by
  *              default. A process already bound (mpirun's default, srun --cpu-bind,
  *              weftrun --bind-to core, taskset) keeps its binding; an oversubscribed host
  *              (more local ranks than cores) is left unbound, as Open MPI does.

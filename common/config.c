@@ -177,7 +177,7 @@ static const cfg_knob_t knobs[] = {
     { "WEFT_TOPO_FILE", "", "hwloc XML to use instead of discovering this machine", STR(topo_file), NULL },
     { "WEFT_BIND", "auto", "where each rank runs: auto = when the launcher left the process "
       "unbound and the host has a core per local rank, bind it to its own block of cores "
-      "(near its GPU and NIC; topo_place), as Open MPI binds by default; none = leave it; "
+      "(NUMA-aware blocks, topo_place), as Open MPI binds by default; none = leave it; "
       "cores:LIST = local rank i on the i-th comma-separated item of LIST, an OS cpu number or "
       "a range (cores:0,1 puts local rank 0 on cpu 0 and 1 on cpu 1; cores:0-3,4-7 gives "
       "each of two ranks four cpus)",

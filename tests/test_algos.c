@@ -318,7 +318,7 @@ static void run_algo(const algo_t *al, int n)
 
 /* ---- the tuner's choice against its documented table (tuner.c) ---- */
 
-static const char *legacy_pick(const weft_config_t *cfg, const sched_args_t *a)
+static const char *table_pick(const weft_config_t *cfg, const sched_args_t *a)
 {
     size_t bytes = algo_rank_bytes(a);
     if (a->nranks == 1)
@@ -376,7 +376,7 @@ static void check_tuner(void)
                             if (reg == SCHED_REG_ALL && !probed)
                                 continue;       /* only a probe's answer sets it */
                             const algo_t *al = algo_pick(&cfgs[k], &m, &a, &cost);
-                            const char *want = legacy_pick(&cfgs[k], &a);
+                            const char *want = table_pick(&cfgs[k], &a);
                             if (al == NULL || strcmp(al->name, want) != 0) {
                                 if (T.failed++ < 20)
                                     fprintf(stderr, "FAIL tuner: config %d, %s on %d ranks "
