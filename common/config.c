@@ -4,6 +4,7 @@
  * Invariant: every WEFT_* knob weft reads (other than the launcher's rank variables and
  * WEFT_SECRET) is a row of `knobs`; adding a knob means adding a field and a row.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,15 @@ static int parse_bind(const char *s, void *field, size_t cap)
             if (*p == ',' && (p == l || p[1] == ',' || p[1] == '\0'))
                 return -1;
     }
+    return parse_string(s, field, cap);
+}
+
+/* WEFT_HOSTID: a name, so that it survives shells and logs unquoted. */
+static int parse_hostid(const char *s, void *field, size_t cap)
+{
+    for (const char *p = s; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("._:-", *p))
+            return -1;
     return parse_string(s, field, cap);
 }
 
@@ -182,6 +192,12 @@ static const cfg_knob_t knobs[] = {
       "a range (cores:0,1 puts local rank 0 on cpu 0 and 1 on cpu 1; cores:0-3,4-7 gives "
       "each of two ranks four cpus)",
       offsetof(weft_config_t, bind), sizeof(((weft_config_t *)0)->bind), parse_bind,
+      format_string, NULL },
+    { "WEFT_HOSTID", "", "which host this process is on, for the ranks' host map (shm "
+      "within a host): empty = a hash of the host name, boot id and machine id; any name "
+      "(letters, digits, . _ : -) puts the processes that give the same one on one host "
+      "(tests, containers sharing /dev/shm)",
+      offsetof(weft_config_t, hostid), sizeof(((weft_config_t *)0)->hostid), parse_hostid,
       format_string, NULL },
 };
 #define NKNOBS (sizeof(knobs) / sizeof(knobs[0]))
