@@ -144,7 +144,9 @@ static const cfg_knob_t knobs[] = {
       STR(transport), "auto|shm|tcp|ucx" },
     { "WEFT_SOCKET_IFNAME", "", "interface (or prefix) whose address tcp listens on; default: "
       "the address that reaches the rendezvous host", STR(socket_ifname), NULL },
-    { "WEFT_IB_HCA", "", "InfiniBand HCA to use (reserved for the verbs transport)", STR(ib_hca), NULL },
+    { "WEFT_IB_HCA", "", "InfiniBand HCAs a rank may use, NCCL's syntax: mlx5_0:1,mlx5_1 (name "
+      "prefixes, optional port), ^mlx5_2 excludes, =mlx5_0 exact; each local rank takes the "
+      "nearest allowed one to its GPU (topo_nic_for_rank)", STR(ib_hca), NULL },
     { "WEFT_BUFFSIZE", "4M", "bytes of staging per connection and direction (shm ring size)",
       SIZE(buffsize), NULL },
     { "WEFT_SOCKET_BUFFSIZE", "0", "SO_SNDBUF and SO_RCVBUF of each tcp data connection "
@@ -187,7 +189,8 @@ static const cfg_knob_t knobs[] = {
     { "WEFT_TOPO_FILE", "", "hwloc XML to use instead of discovering this machine", STR(topo_file), NULL },
     { "WEFT_BIND", "auto", "where each rank runs: auto = when the launcher left the process "
       "unbound and the host has a core per local rank, bind it to its own block of cores "
-      "(NUMA-aware blocks, topo_place), as Open MPI binds by default; none = leave it; "
+      "(topo_place: with GPUs, cores of the NUMA node of its GPU, local rank i on GPU i mod "
+      "ngpus; without, NUMA-aware blocks), as Open MPI binds by default; none = leave it; "
       "cores:LIST = local rank i on the i-th comma-separated item of LIST, an OS cpu number or "
       "a range (cores:0,1 puts local rank 0 on cpu 0 and 1 on cpu 1; cores:0-3,4-7 gives "
       "each of two ranks four cpus)",

@@ -3,7 +3,9 @@
  *
  * topo_load builds everything up front: the object counts, the cores ordered NUMA node
  * by node, and the GPU and NIC tables (sorted by PCI bus id). After that a topo_t is
- * read-only, so queries and topo_place are pure functions and safe from any thread.
+ * read-only, so queries, topo_place and topo_nic_for_rank are pure functions and safe
+ * from any thread. Also here, as they are about the machine: the NIC filter syntax
+ * (WEFT_IB_HCA, WEFT_SOCKET_IFNAME), the host identity and the host-major ring order.
  *
  * Invariants:
  *  - t->hw is a loaded hwloc topology with PCI and OS devices kept (KEEP_IMPORTANT).
@@ -12,7 +14,8 @@
  *    cores whose node is unknown (-1) come last. run_start[] marks the runs of equal
  *    core_numa, run_start[0] = 0 and run_start[nruns] = ncores.
  *  - gpus[]/nics[] hold ngpus/nnics entries, sorted by busid, non-PCI ones last; every
- *    name is NUL-terminated and non-empty.
+ *    name is NUL-terminated and non-empty; pci_id is the gp_index of the PCI device
+ *    (bus ids can repeat in an export, gp_index cannot), 0 when off PCI.
  *  - A failed topo_load or topo_place writes nothing to its outputs and leaks nothing.
  */
 #include <ctype.h>
