@@ -6,7 +6,8 @@
  *              at least a core per local rank: bind the process (every thread) to its own
  *              block of cores (topo_place), as Open MPI binds by default: on a host with
  *              GPUs, cores of the NUMA node of the rank's GPU (local rank i: GPU i mod
- *              ngpus), split among the ranks whose GPUs share that node; without GPUs,
+ *              ngpus), split among the ranks whose GPUs share that node (left unbound
+ *              when that node has fewer cores than such ranks); without GPUs,
  *              NUMA-aware blocks. A process already bound (mpirun's default, srun --cpu-bind,
  *              weftrun --bind-to core, taskset) keeps its binding; an oversubscribed host
  *              (more local ranks than cores) is left unbound, as Open MPI does.
@@ -77,6 +78,11 @@ static weft_status_t bind_with(const weft_comm_t *c, topo_t *t)
     }
     topo_place_t p;
     RETURN_IF_ERR(topo_place(t, c->local_rank, c->local_size, &p));
+    if (p.shared) {     /* more ranks on its GPU's node than cores there */
+        LOG_INFO(LOG_TOPO, "bind: local rank %d would share core %s near gpu %d: left unbound",
+                 c->local_rank, p.cores, p.gpu);
+        return WEFT_OK;
+    }
     return topo_bind(t, &p);
 }
 
