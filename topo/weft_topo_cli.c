@@ -3,7 +3,7 @@
  * the configuration knobs.
  *
  *   weft-topo                     this machine (or WEFT_TOPO_FILE)
- *   weft-topo --xml FILE          an hwloc XML export instead
+ *   weft-topo --xml FILE          an hwloc XML export instead (--topo FILE: the same)
  *   weft-topo --ranks N           also one line per local rank: cores, NUMA, GPU, NIC
  *                                 (and its distance class), the InfiniBand HCA and socket
  *                                 interface it would use (WEFT_IB_HCA, WEFT_SOCKET_IFNAME),
@@ -39,6 +39,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: weft-topo [--xml FILE] [--ranks N [--hosts H]] [--print-config] [-h]\n"
             "  --xml FILE       read an hwloc XML topology instead of this machine\n"
+            "  --topo FILE      the same\n"
             "                   (default: WEFT_TOPO_FILE when set)\n"
             "  --ranks N        show the placement of N local ranks: cores, GPU, NIC and\n"
             "                   why (distance class), HCA and interface, ring order\n"
@@ -63,6 +64,7 @@ static int parse_args(int argc, char **argv, cli_args_t *a)
 {
     static const struct option opts[] = {
         { "xml", required_argument, NULL, 'x' },
+        { "topo", required_argument, NULL, 'x' },
         { "ranks", required_argument, NULL, 'n' },
         { "hosts", required_argument, NULL, 'H' },
         { "print-config", no_argument, NULL, 'c' },
@@ -148,9 +150,18 @@ static int show_ring(int n, int hosts)
     topo_ring_order(host_id, total, order);
     printf("ring order, %d host%s x %d ranks (host-major; '|' crosses hosts):\n ", hosts,
            hosts == 1 ? "" : "s", n);
-    for (int i = 0; i < total; i++)
-        printf("%s %d", i > 0 && host_id[order[i]] != host_id[order[i - 1]] ? " |" : "",
-               order[i]);
+    for (int i = 0; i < total;) {   /* runs of consecutive ranks on one host as a-b */
+        int j = i;
+        while (j + 1 < total && order[j + 1] == order[j] + 1 &&
+               host_id[order[j + 1]] == host_id[order[i]])
+            j++;
+        int cross = i > 0 && host_id[order[i]] != host_id[order[i - 1]];
+        if (j > i)
+            printf("%s %d-%d", cross ? " |" : "", order[i], order[j]);
+        else
+            printf("%s %d", cross ? " |" : "", order[i]);
+        i = j + 1;
+    }
     printf("%s\n", hosts > 1 ? " | (back to the first)" : "");
     /* Tree orders: print them here, from the same host_id[], once comm has a tree
      * algorithm (issue 21): show_trees(host_id, total). */
