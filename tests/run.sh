@@ -104,6 +104,15 @@ if [ -f tests/test_bind.sh ]; then
     fi
 fi
 
+# 2a'. weft-topo: placement, NIC choice and ring order as the CLI shows them.
+if [ -f tests/test_weft_topo.sh ]; then
+    if [ -x "$B/bin/weft-topo" ]; then
+        run "test_weft_topo.sh" bash tests/test_weft_topo.sh "$B"
+    else
+        missing "test_weft_topo.sh" "$B/bin/weft-topo"
+    fi
+fi
+
 # 2b. weft_comm_init under each launcher's conventions, and init's failure paths.
 if [ -f tests/test_launchers.sh ]; then
     if [ -x "$B/bin/all_reduce_perf" ]; then
