@@ -14,13 +14,18 @@
  * data must match exactly (and every rank of an all-reduce therefore holds the same
  * bits): direct folds ranks 0, 1, ..., n-1; the ring reduces all-reduce block b from
  * rank b around the ring, reduce-scatter block b from rank b+1, and its chain reduce
- * from root+1; cma reduces block b from rank b. Operands are commuted freely: IEEE
+ * from root+1; cma reduces block b from rank b; the tree reduces each half up its tree
+ * (algo_tree_links: own data, then child 0's subtree, then child 1's); rhd folds pairs
+ * into p = 2^k partials and combines partial v with v+d for d = p/2 down to 1. Operands are commuted freely: IEEE
  * addition, multiplication, min and max of non-NaN values are commutative, and fp16/
  * bf16 are widened, reduced and rounded once per step either way. AVG divides at the
  * last step, as the algorithms do.
  *
  * Also: the tuner's choice (algo_pick) against the table weft had before algorithms
- * registered themselves, at 1-64 ranks on one and on two hosts, under each knob.
+ * registered themselves, at 1-64 ranks on one and on two hosts, under each knob, where
+ * that table still holds (2 ranks, up to 4 on one host); beyond, against the model's
+ * cheapest among the candidates each rule admits, and at fixed spots where today's
+ * model puts direct, tree, rhd and ring (check_model_spots).
  *
  * Usage: test_algos [-v]; prints one summary line, exits 1 on failure.
  */
