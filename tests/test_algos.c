@@ -25,7 +25,8 @@
  * registered themselves, at 1-64 ranks on one and on two hosts, under each knob, where
  * that table still holds (2 ranks, up to 4 on one host); beyond, against the model's
  * cheapest among the candidates each rule admits, and at fixed spots where today's
- * model puts direct, tree, rhd and ring (check_model_spots).
+ * model puts direct, tree, rhd and ring (check_model_spots); and the double binary
+ * tree's links (check_tree_links): two trees, complementary, the root on top.
  *
  * Usage: test_algos [-v]; prints one summary line, exits 1 on failure.
  */
@@ -540,6 +541,56 @@ static void check_tuner(void)
                         }
 }
 
+/* The double binary tree's links at 2-64 ranks, for an all-reduce and rooted at each
+ * root: each tree is one tree (children name their parent back, one top, every rank
+ * reached from it), the root on top of both when rooted, and a rank interior in one tree
+ * is a leaf in the other (n even: every rank; n odd, all-reduce: all but rank 0). */
+static void check_tree_links(void)
+{
+    for (int n = 2; n <= 64; n++) {
+        for (int root = -1; root < n; root++) {
+            int interior[2][64] = { { 0 } }, ok = 1;
+            for (int t = 0; t < 2 && ok; t++) {
+                int parent[64], child[64][2], tops = 0, top = -1, seen = 0, stack[64], sp = 0;
+                for (int r = 0; r < n; r++) {
+                    if (root < 0)
+                        algo_tree_links(r, n, t, &parent[r], child[r]);
+                    else
+                        algo_tree_links_root(r, n, t, root, &parent[r], child[r]);
+                    interior[t][r] = child[r][0] >= 0 || child[r][1] >= 0;
+                    if (parent[r] < 0)
+                        tops++, top = r;
+                }
+                ok = tops == 1 && (root < 0 || top == root);
+                for (int r = 0; r < n && ok; r++)
+                    for (int k = 0; k < 2; k++)
+                        ok &= child[r][k] < 0 || (child[r][k] < n && child[r][k] != r &&
+                                                  parent[child[r][k]] == r);
+                if (ok)
+                    stack[sp++] = top;
+                while (ok && sp > 0) {          /* a walk down from the top */
+                    int r = stack[--sp];
+                    seen++;
+                    for (int k = 0; k < 2; k++)
+                        if (child[r][k] >= 0 && sp < 64)
+                            stack[sp++] = child[r][k];
+                    ok &= seen <= n;
+                }
+                ok &= seen == n;
+            }
+            int both = 0;
+            for (int r = 0; r < n && ok; r++)
+                both += interior[0][r] && interior[1][r];
+            if (ok && root < 0)
+                ok = both == (n % 2 ? 1 : 0) && (both == 0 || (interior[0][0] && interior[1][0]));
+            T.passed += ok;
+            if (!ok && T.failed++ < 20)
+                fprintf(stderr, "FAIL tree links: %d ranks, root %d: not two complementary "
+                        "trees (%d ranks interior in both)\n", n, root, both);
+        }
+    }
+}
+
 /* The layout of ranks on hosts 7, 7, 9, 7, 9 (host ids in rank order). */
 static void check_layout(void)
 {
@@ -564,6 +615,7 @@ int main(int argc, char **argv)
     check_layout();
     check_tuner();
     check_model_spots();
+    check_tree_links();
     for (size_t i = 0; i < WEFT_ARRAY_LEN(RANKS); i++) {
         for (int k = 0; algo_registry[k]; k++)
             run_algo(algo_registry[k], RANKS[i]);
