@@ -58,8 +58,8 @@ static void bit_tree(int pos, int n, int *parent, int child[2])
     }
 }
 
-/* Tree t's position of virtual rank v (rank - root), and back; `top` is the virtual
- * rank swapped to position 0 of tree 1 (0 for a rooted call, -1: no swap). */
+/* Tree t's position of virtual rank v (rank - root), and back, before a rooted call's
+ * swap (algo_tree_links_root). */
 static int tree_pos(int v, int n, int t)
 {
     if (t == 0)
@@ -78,7 +78,8 @@ void algo_tree_links_root(int rank, int nranks, int tree, int root, int *parent,
 {
     int n = nranks, rooted = root >= 0, base = rooted ? root : 0;
     int v = SCHED_MOD(rank - base, n);
-    /* rooted: swap virtual rank 0 (the root) with whichever sits at tree 1's top */
+    /* rooted: virtual rank 0 (the root) and whichever sits at tree 1's top (`top`)
+     * trade places: the root takes position 0, `top` the root's old position `at0` */
     int top = tree_rank(0, n, tree), at0 = tree_pos(0, n, tree);
     int pos = !rooted || tree == 0 ? tree_pos(v, n, tree) :
               v == 0 ? 0 : v == top ? at0 : tree_pos(v, n, tree);
