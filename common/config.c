@@ -158,9 +158,13 @@ static const cfg_knob_t knobs[] = {
     { "WEFT_ALGO", "auto", "auto (the tuner), or a registered algorithm (comm/algo.c; the "
       "names follow the table), used for every call it supports: ring (pipelined ring or "
       "chain), direct (one-shot exchange), cma (single copy: one-sided reads of the peers' buffers, where every transport in use has them), "
+      "tree (double binary tree: allreduce, reduce, broadcast), rhd (recursive halving/"
+      "doubling: allreduce; reduce_scatter, allgather at a power of two), "
       "...", STR(algo), NULL },
     { "WEFT_CHUNK", "0", "bytes per frame; 0 lets the tuner decide", SIZE(chunk), NULL },
-    { "WEFT_DIRECT_MAX", "32K", "largest per-rank message the tuner sends with the direct algorithm",
+    { "WEFT_DIRECT_MAX", "32K", "largest per-rank message the tuner sends with the direct "
+      "algorithm: all of them up to it on 2 ranks and up to 4 ranks of one host; beyond, "
+      "the cost model weighs direct against the trees up to it",
       SIZE(direct_max), NULL },
     { "WEFT_CMA_MIN", "0", "smallest per-rank message the tuner moves by single-copy reads "
       "(one-sided gets) when every peer has them, for every collective; 0 = the defaults: "
