@@ -5,7 +5,8 @@
 #   bash tests/test_weft_topo.sh [build]       (from the repository root)
 #
 # The decisions themselves are test_topo's; this checks that the CLI shows them (each
-# rank's cores, GPU, NIC with its distance class, HCA and interface, the ring order),
+# rank's cores, GPU, NIC with its distance class, HCA and interface, the ring order, the
+# double binary tree's links),
 # reads WEFT_IB_HCA / WEFT_SOCKET_IFNAME, and exits 1 on a bad topology or filter and 2 on
 # bad arguments, with a message. Runs in well under a second; every call under `timeout`.
 set -u
@@ -35,8 +36,10 @@ if wt two -- --xml "$D/2socket-4gpu-1ib.xml" --ranks 4 --hosts 2 &&
    has two "rank 2: numa 1 cores 10-12 (cpus 10-12,26-28) gpu cuda0 (0000:84:00.0) nic mlx5_0 (0000:04:00.0, pcie-switch)" &&
    has two "rank 0: numa 0 cores 0-7 (cpus 0-7,16-23) gpu gpu0 (0000:03:00.0) nic mlx5_0 (0000:04:00.0, far)" &&
    has two "rank 1: ib mlx5_0:1 (host-bridge, 1 of 1)  socket ib0 (host-bridge, 1 of 3)" &&
-   has two "  0-3 | 4-7 | (back to the first)"; then
-    ok "2socket, 4 ranks x 2 hosts: cores, gpu, nic and class, devices, ring"
+   has two "  0-3 | 4-7 | (back to the first)" &&
+   has two "  tree 0, top 0: 0:4 2:1,3 4:2,6 6:5,7" &&
+   has two "  tree 1, top 7: 1:2,0 3:5,1 5:6,4 7:3"; then
+    ok "2socket, 4 ranks x 2 hosts: cores, gpu, nic and class, devices, ring, trees"
 else
     bad "2socket --ranks 4 --hosts 2" "$OUT/two"
 fi

@@ -134,6 +134,41 @@ static int show_nics(const topo_t *t, int n, const weft_config_t *cfg)
 
 /* The ring of `hosts` hosts with n ranks each, global ranks host-major (how weftrun,
  * mpirun --map-by slot and srun's block distribution number them). */
+/* The double binary tree of an all-reduce among n ranks (the tree algorithm's links,
+ * algo_tree_links): each tree's top, then every interior rank with its children. Long
+ * layouts print the first TREE_SHOW interior ranks of each tree. */
+#define TREE_SHOW 64
+static void show_trees(int n)
+{
+    if (n < 2)
+        return;
+    printf("double binary tree (all-reduce; half the data each; rank: children):\n");
+    for (int t = 0; t < 2; t++) {
+        int top = -1, shown = 0, interior = 0;
+        for (int r = 0; r < n; r++) {
+            int parent, child[2];
+            algo_tree_links(r, n, t, &parent, child);
+            if (parent < 0)
+                top = r;
+            if (child[0] >= 0 || child[1] >= 0)
+                interior++;
+        }
+        printf("  tree %d, top %d:", t, top);
+        for (int r = 0; r < n && shown < TREE_SHOW; r++) {
+            int parent, child[2];
+            algo_tree_links(r, n, t, &parent, child);
+            if (child[0] < 0 && child[1] < 0)
+                continue;
+            printf(" %d:", r);
+            for (int c = 0; c < 2; c++)
+                if (child[c] >= 0)
+                    printf("%s%d", c && child[0] >= 0 ? "," : "", child[c]);
+            shown++;
+        }
+        printf("%s\n", interior > shown ? " ..." : "");
+    }
+}
+
 static int show_ring(int n, int hosts)
 {
     int total = n * hosts;
@@ -163,8 +198,7 @@ static int show_ring(int n, int hosts)
         i = j + 1;
     }
     printf("%s\n", hosts > 1 ? " | (back to the first)" : "");
-    /* Tree orders: print them here, from the same host_id[], once comm has a tree
-     * algorithm (issue 21): show_trees(host_id, total). */
+    show_trees(total);
     free(host_id);
     free(order);
     return 0;
