@@ -47,7 +47,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 # tests/probe_*.c: programs a test script runs under a launcher (not tests themselves)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) \
             $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/probe_*.c))
-TOOLS    := $(BUILD)/bin/weftrun $(BUILD)/bin/weft-topo
+TOOLS    := $(BUILD)/bin/weftrun $(BUILD)/bin/weft-topo $(BUILD)/bin/weft-sim
 # The trainer: kernels/nn/ (model kernels), shard/ (FSDP/ZeRO units over weft's
 # collectives) and trainer/ go into libweft_train.a, which needs OpenBLAS (libweft itself
 # does not); trainer/weft_train_cli.c is weft-train.
@@ -101,6 +101,11 @@ $(BUILD)/bin/weftrun: $(BUILD)/obj/tools/weftrun.o $(LIBA)
 	$(CC) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bin/weft-topo: $(BUILD)/obj/topo/weft_topo_cli.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+# weft-sim: the simulator (comm/simtime.c) with nccl-tests' counts and bandwidth factors
+$(BUILD)/bin/weft-sim: $(BUILD)/obj/tools/weft_sim_cli.o $(BUILD)/obj/bench/perf_colls.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS)
 
