@@ -1,0 +1,87 @@
+#!/bin/bash
+# sim_scale.sh - weft-sim's scale predictions for docs/SCALE.md: one 8-GPU host with
+# NVLink-class links, and 512 such hosts with one 400 Gb/s NIC per GPU, every registered
+# algorithm that runs all-reduce, 8 B to 8 GB; then the plots.
+#
+#   bench/sim_scale.sh [OUTDIR]      (default docs/scale; needs build/bin/weft-sim, gnuplot)
+#   SIM_SCALE_PLOT_ONLY=1 bench/sim_scale.sh   redraws the plots from the tables
+#
+# The cluster parameters are stated in the model files it writes (OUTDIR/*.model) and in
+# docs/SCALE.md. Nothing here is measured: weft-sim replays weft's schedules.
+# The 4096-rank sweep uses 2M frames and 8M of staging so that a 2 MB ring step is one
+# frame (the replay's cost grows with frames, about 0.1-1 us each), and steps by 32x
+# (8 B, 256 B, ... 8 GB); each row takes about a minute and 2-4 GB here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-docs/scale}
+SIM=${WEFT_SIM:-build/bin/weft-sim}
+mkdir -p "$OUT"
+
+if [ -z "${SIM_SCALE_PLOT_ONLY:-}" ]; then
+    [ -x "$SIM" ] || { echo "sim_scale.sh: $SIM not built (make tools)" >&2; exit 2; }
+    cat > "$OUT/nvlink8.model" <<'M'
+# One host, 8 GPUs, NVLink-class links: NVLink4's 900 GB/s is 450 GB/s per direction per GPU
+hosts = 1
+ranks_per_host = 8
+nics = 8
+intra_bw = 450
+intra_lat = 2.5
+inter_bw = 50
+inter_lat = 4
+# GPU reductions and copies run at HBM speed (~3.35 TB/s on H100; a reduction reads 2, writes 1)
+reduce_bw = 1000
+copy_bw = 1500
+M
+    sed -e 's/^hosts = 1$/hosts = 512/' \
+        -e 's/^# One host.*/# 512 hosts x 8 GPUs, NVLink-class inside a host, one 400 Gb\/s (50 GB\/s) NIC per GPU/' \
+        "$OUT/nvlink8.model" > "$OUT/512x8.model"
+    # a NIC send costs a work request, a doorbell, a completion and a proxy step: 1 us of
+    # the NIC's time per frame (what makes a one-shot exchange with 4095 peers slow)
+    printf 'inter_overhead = 1\nchunk = 2M\nstaging = 8M\n' >> "$OUT/512x8.model"
+    "$SIM" --model "$OUT/nvlink8.model" -c allreduce -b 8 -e 8G -f 2 --inplace 0 \
+        > "$OUT/nvlink8.txt"
+    "$SIM" --model "$OUT/512x8.model" -c allreduce -b 8 -e 8G -f 32 --inplace 0 -v \
+        > "$OUT/512x8.txt" 2> "$OUT/512x8.log"
+fi
+
+# One data file per (table, algorithm): size and busbw of the out-of-place column.
+split() {   # table prefix
+    awk -v pre="$2" '/^# Algorithm:/ { f = pre "_" $3 ".dat"; printf "" > f; next }
+                     /^ *[0-9]/ && f && $8 != "N/A" { print $1, $6, $8 > f }' "$1"
+}
+split "$OUT/nvlink8.txt" "$OUT/nvlink8"
+split "$OUT/512x8.txt" "$OUT/512x8"
+
+command -v gnuplot > /dev/null || { echo "sim_scale.sh: no gnuplot (apt-get install gnuplot-nox)" >&2; exit 2; }
+plot() {    # name title refs-gnuplot-commands
+    local name=$1 title=$2 refs=$3 cmd="" f
+    for f in "$OUT/${name}"_*.dat; do
+        [ -s "$f" ] || continue
+        local algo=${f##*/${name}_}; algo=${algo%.dat}
+        cmd+="${cmd:+, }'$f' using 1:3 with linespoints title 'weft-sim: $algo'"
+    done
+    gnuplot <<G
+set terminal png size 900,560
+set output '$OUT/$name.png'
+set title '$title'
+set logscale x 2
+set format x '%.0b%B'
+set xlabel 'size (bytes, all-reduce, float)'
+set ylabel 'busbw (GB/s)'
+set key top left
+set grid
+$refs
+plot $cmd
+G
+}
+plot nvlink8 "8 GPUs, one host, NVLink-class (450 GB/s/dir, 2.5 us): predicted all-reduce busbw" \
+    "set arrow from graph 0, first 367 to graph 1, first 367 nohead dt 2 lc rgb 'black'
+set label 'NCCL published, 8xH100 ring ~365-370' at graph 0.02, first 380
+set arrow from graph 0, first 480 to graph 1, first 480 nohead dt 3 lc rgb 'black'
+set label 'NCCL published, NVLS ~480' at graph 0.02, first 493
+set yrange [0:520]"
+plot 512x8 "512 hosts x 8 GPUs (4096 ranks), 400 Gb/s NIC per GPU: predicted all-reduce busbw" \
+    "set arrow from graph 0, first 47 to graph 1, first 47 nohead dt 2 lc rgb 'black'
+set label 'NCCL published, 46-48 GB/s per NDR NIC' at graph 0.02, first 49.5
+set yrange [0:60]"
+echo "sim_scale.sh: tables and plots in $OUT"
