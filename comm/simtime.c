@@ -15,11 +15,14 @@
  *     receive with a `stream` writes only what that send has handed over;
  *   - frames: a send cuts its bytes into frames of the call's chunk (at least one frame,
  *     empty ones too) and hands them over one at a time; a frame occupies the sender's
- *     port and the receiver's port for overhead + bytes * beta of its link class and
- *     arrives alpha after it leaves. Within a host the ports are each rank's own (one
- *     in, one out: an NVLink-class or shared-memory link per rank); between hosts they
- *     are the hosts' NICs, rank r using NIC (r % per_host) % nics, so ranks of a host
- *     that cross hosts at once share them. Ports serve frames first come, first served;
+ *     port for overhead + bytes * beta of its link class, then the receiver's port for
+ *     as long (at once when it is free: the two overlap, and a frame waits for a busy
+ *     receiving port in the fabric, not on the sender's port), and arrives alpha after
+ *     the receiver's port took it. Within a host the ports are each rank's own (one in,
+ *     one out: an NVLink-class or shared-memory link per rank, a full-bandwidth switch
+ *     between them); between hosts they are the hosts' NICs, rank r using NIC
+ *     (r % per_host) % nics, so ranks of a host that cross hosts at once share them.
+ *     Ports serve frames in the order they are handed over;
  *   - a link (sender, receiver) is a FIFO; it holds at most `staging` bytes sent and
  *     not yet consumed, and a sender whose next frame does not fit waits until the
  *     receiver consumes one (the shm ring and WEFT_BUFFSIZE), so pipelines fill, stall
@@ -494,9 +497,14 @@ static weft_status_t try_send(ts_t *t, int rank, int i)
     int cls = d->host == r->host ? ALGO_LINK_SHM : ALGO_LINK_NET;
     double *tx, *rx;
     ports(t, r, d, cls, &tx, &rx);
-    double start = WEFT_MAX(t->now, WEFT_MAX(*tx, *rx));
-    double end = start + t->c->overhead[cls] + (double)n * t->c->m.beta[cls];
-    *tx = *rx = end;
+    /* The sender's port, then the receiver's: a frame that finds the receiver's port
+     * busy waits in the fabric, not on the sender's port (an all-to-all runs at the
+     * busier side's rate, as through a switch). */
+    double occ = t->c->overhead[cls] + (double)n * t->c->m.beta[cls];
+    double end = WEFT_MAX(t->now, *tx) + occ;
+    double in = WEFT_MAX(end, *rx + occ);
+    *tx = end;
+    *rx = in;
     int32_t f;
     if (t->free_fr >= 0) {
         f = t->free_fr;
@@ -506,7 +514,7 @@ static weft_status_t try_send(ts_t *t, int rank, int i)
             return weft_error(WEFT_ERR_NO_MEMORY, "weft-sim: out of memory (frames)");
         f = (int32_t)t->nfr++;
     }
-    t->fr[f] = (ts_frame_t){ end + t->c->m.alpha[cls], n, -1 };
+    t->fr[f] = (ts_frame_t){ in + t->c->m.alpha[cls], n, -1 };
     if (l->tail >= 0)
         t->fr[l->tail].next = f;
     else
@@ -518,7 +526,7 @@ static weft_status_t try_send(ts_t *t, int rank, int i)
     st->busy = 1;
     t->frames++;
     RETURN_IF_ERR(ev_push(t, end, EV_TX_DONE, rank, i));
-    RETURN_IF_ERR(ev_push(t, end + t->c->m.alpha[cls], EV_LINK, st->peer, st->u.link));
+    RETURN_IF_ERR(ev_push(t, in + t->c->m.alpha[cls], EV_LINK, st->peer, st->u.link));
     return wake_readers(t, rank, i);            /* an in-place receive may go on */
 }
 

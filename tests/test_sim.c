@@ -5,7 +5,9 @@
  *     host takes exactly the ring's alpha-beta-gamma cost (algo_ring_def.cost: 2(n-1)
  *     hops, 2(n-1)/n S bytes, (n-1)/n S reduced), and on 2 ranks the direct one its cost;
  *   - many frames: a pipelined ring is bound by its busiest port, 2(n-1)/n S beta, and
- *     comes within 2% of it at 64 MB; a chain broadcast within 2% of S beta;
+ *     comes within 2% of it at 64 MB; a chain broadcast within 2% of S beta; a direct
+ *     all-gather of 8 ranks within 3% of 7 blocks through one port (the receiving port
+ *     does not hold up the sending one);
  *   - hosts: NICs are shared by the ranks of a host (an all-gather across 2 hosts x 2
  *     ranks takes twice as long on one NIC as on two), and a 4 x 8 ring's busbw at 256 MB
  *     is the NIC's bandwidth within 3%;
@@ -111,6 +113,14 @@ static void closed_forms(void)
         CHECK(got >= S * beta && near(got, S * beta, 0.02), "chain broadcast, %d ranks, "
               "64 MB: %.6g s, S beta is %.6g", n, got, S * beta);
     }
+    /* An all-to-all pattern runs at the ports' rate: a direct all-gather of 8 ranks
+     * moves 7 blocks out of and into every port. */
+    c.per_host = 8;
+    double blk = 8.0 * 1024 * 1024;
+    got = run(&c, &algo_direct_def, COLL_ALLGATHER, (size_t)blk, WEFT_OK);
+    want = 7 * blk * c.m.beta[ALGO_LINK_SHM];
+    CHECK(got >= want && near(got, want, 0.03), "direct all-gather, 8 ranks, 8 MB blocks: "
+          "%.6g s, 7 blocks through a port take %.6g", got, want);
     /* Scale with ranks: with one frame a step the ring's latency term grows as 2(n-1). */
     c.per_host = 4;
     double t4 = run(&c, &algo_ring_def, COLL_ALLREDUCE, 64, WEFT_OK);
