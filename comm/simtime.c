@@ -22,7 +22,9 @@
  *     one out: an NVLink-class or shared-memory link per rank, a full-bandwidth switch
  *     between them); between hosts they are the hosts' NICs, rank r using NIC
  *     (r % per_host) % nics, so ranks of a host that cross hosts at once share them.
- *     Ports serve frames in the order they are handed over;
+ *     A sending port carries one frame at a time: sends that find it busy queue and
+ *     take turns (round-robin among the sends that want it, as a NIC among its queue
+ *     pairs), so frames leave in time order; a receiving port takes them in that order;
  *   - a link (sender, receiver) is a FIFO; it holds at most `staging` bytes sent and
  *     not yet consumed, and a sender whose next frame does not fit waits until the
  *     receiver consumes one (the shm ring and WEFT_BUFFSIZE), so pipelines fill, stall
@@ -283,7 +285,9 @@ typedef struct ts_step {
         int32_t link;           /* receives: index in this rank's links; SEND: in the peer's */
         float cost;             /* local steps: seconds on the compute resource */
     } u;
-    uint8_t kind, after_all, busy, complete, sent;
+    uint8_t kind, after_all, complete, sent;
+    uint8_t busy;               /* 1: a frame on the port or being reduced, a local step
+                                   running; 2: queued for its sending port */
 } ts_step_t;
 
 /* Frames from one sender to this rank, in order. */
@@ -301,6 +305,20 @@ typedef struct ts_frame {
     int32_t next;
 } ts_frame_t;
 
+/* A sending port: busy until `free`; sends that find it busy queue in order (waiters,
+ * ts_t.wt) and the first of them gets it when it frees (`grant`), so frames go out in
+ * time order and a port is shared round-robin among the sends that want it. */
+typedef struct ts_port {
+    double free;
+    int32_t head, tail;         /* waiters, -1: none */
+    int64_t grant;              /* (rank << 32 | step) that may send now, or -1 */
+} ts_port_t;
+
+typedef struct ts_wait {
+    int64_t who;                /* rank << 32 | step */
+    int32_t next;
+} ts_wait_t;
+
 typedef struct ts_rank {
     ts_step_t *st;
     int32_t *woff, *wake;       /* CSR: the steps whose dep or stream is step i */
@@ -308,7 +326,8 @@ typedef struct ts_rank {
     ts_link_t *links;           /* by sender, ascending */
     int n, naa, aa_pos, nlinks, prefix, ncomplete, host, local;
     size_t esz;
-    double tx, rx, cpu;         /* when its ports and compute resource are free */
+    ts_port_t tx;               /* its sending port inside the host */
+    double rx, cpu;             /* when its receiving port and compute resource are free */
 } ts_rank_t;
 
 enum { EV_LINK, EV_TX_DONE, EV_BUSY_DONE };
@@ -325,7 +344,11 @@ typedef struct ts {
     int n;
     size_t chunk;
     ts_rank_t *r;
-    double *nic_tx, *nic_rx;            /* [hosts * nics] */
+    ts_port_t *nic_tx;                  /* [hosts * nics] */
+    double *nic_rx;
+    ts_wait_t *wt;                      /* port waiters, free list free_wt */
+    int32_t free_wt;
+    size_t nwt, capwt;
     ts_ev_t *heap;
     size_t nheap, capheap;
     uint64_t seq;
@@ -465,7 +488,7 @@ static int link_of(const ts_rank_t *r, int from)
 }
 
 /* The ports a frame from s to d occupies. */
-static void ports(ts_t *t, ts_rank_t *s, ts_rank_t *d, int cls, double **tx, double **rx)
+static void ports(ts_t *t, ts_rank_t *s, ts_rank_t *d, int cls, ts_port_t **tx, double **rx)
 {
     if (cls == ALGO_LINK_SHM) {
         *tx = &s->tx;
@@ -475,6 +498,44 @@ static void ports(ts_t *t, ts_rank_t *s, ts_rank_t *d, int cls, double **tx, dou
     int nics = t->c->nics;
     *tx = &t->nic_tx[s->host * nics + s->local % nics];
     *rx = &t->nic_rx[d->host * nics + d->local % nics];
+}
+
+/* Queues `who` for port p; the step is marked busy (2) until port_next grants it. */
+static weft_status_t port_wait(ts_t *t, ts_port_t *p, int64_t who)
+{
+    int32_t w;
+    t->r[who >> 32].st[(uint32_t)who].busy = 2;
+    if (t->free_wt >= 0) {
+        w = t->free_wt;
+        t->free_wt = t->wt[w].next;
+    } else {
+        if (grow((void **)&t->wt, &t->capwt, t->nwt + 1, sizeof(ts_wait_t), t))
+            return weft_error(WEFT_ERR_NO_MEMORY, "weft-sim: out of memory (ports)");
+        w = (int32_t)t->nwt++;
+    }
+    t->wt[w] = (ts_wait_t){ who, -1 };
+    if (p->tail >= 0)
+        t->wt[p->tail].next = w;
+    else
+        p->head = w;
+    p->tail = w;
+    return WEFT_OK;
+}
+
+/* Port p is free: its first waiter may send. */
+static weft_status_t port_next(ts_t *t, ts_port_t *p)
+{
+    int32_t w = p->head;
+    if (w < 0 || p->grant >= 0)
+        return WEFT_OK;
+    p->head = t->wt[w].next;
+    if (p->head < 0)
+        p->tail = -1;
+    p->grant = t->wt[w].who;
+    t->wt[w].next = t->free_wt;
+    t->free_wt = w;
+    t->r[p->grant >> 32].st[(uint32_t)p->grant].busy = 0;
+    return wake(t, (int)(p->grant >> 32), (int)(uint32_t)p->grant);
 }
 
 /* The next frame of send step i, if it can go. */
@@ -495,15 +556,20 @@ static weft_status_t try_send(ts_t *t, int rank, int i)
         return WEFT_OK;
     }
     int cls = d->host == r->host ? ALGO_LINK_SHM : ALGO_LINK_NET;
-    double *tx, *rx;
+    ts_port_t *tx;
+    double *rx;
     ports(t, r, d, cls, &tx, &rx);
+    int64_t me = (int64_t)rank << 32 | (uint32_t)i;
+    if (tx->grant != me && (tx->free > t->now || tx->grant >= 0 || tx->head >= 0))
+        return port_wait(t, tx, me);            /* EV_TX_DONE of the port's frame wakes it */
+    tx->grant = -1;
     /* The sender's port, then the receiver's: a frame that finds the receiver's port
      * busy waits in the fabric, not on the sender's port (an all-to-all runs at the
      * busier side's rate, as through a switch). */
     double occ = t->c->overhead[cls] + (double)n * t->c->m.beta[cls];
-    double end = WEFT_MAX(t->now, *tx) + occ;
+    double end = t->now + occ;
     double in = WEFT_MAX(end, *rx + occ);
-    *tx = end;
+    tx->free = end;
     *rx = in;
     int32_t f;
     if (t->free_fr >= 0) {
@@ -618,9 +684,16 @@ static weft_status_t handle(ts_t *t, const ts_ev_t *e)
         ts_link_t *l = &r->links[e->arg];
         return wake(t, e->rank, l->cur);
     }
-    case EV_TX_DONE:
-        r->st[e->arg].busy = 0;
+    case EV_TX_DONE: {
+        ts_step_t *st = &r->st[e->arg];
+        ts_rank_t *d = &t->r[st->peer];
+        ts_port_t *tx;
+        double *rx;
+        ports(t, r, d, d->host == r->host ? ALGO_LINK_SHM : ALGO_LINK_NET, &tx, &rx);
+        st->busy = 0;
+        RETURN_IF_ERR(port_next(t, tx));        /* waiters first: round-robin */
         return wake(t, e->rank, e->arg);
+    }
     default:                                    /* EV_BUSY_DONE */
         if (r->st[e->arg].kind == STEP_RECV_REDUCE)
             return consume(t, e->rank, e->arg);
@@ -825,6 +898,7 @@ static void ts_free(ts_t *t)
     free(t->heap);
     free(t->work);
     free(t->fr);
+    free(t->wt);
 }
 
 static weft_status_t replay(ts_t *t, const algo_t *al, const sched_args_t *args,
@@ -833,12 +907,15 @@ static weft_status_t replay(ts_t *t, const algo_t *al, const sched_args_t *args,
     const simtime_cluster_t *c = t->c;
     size_t nn = (size_t)c->hosts * (size_t)c->nics;
     t->r = ts_alloc(t, (size_t)t->n * sizeof(ts_rank_t));
-    t->nic_tx = ts_alloc(t, nn * sizeof(double));
+    t->nic_tx = ts_alloc(t, nn * sizeof(ts_port_t));
     t->nic_rx = ts_alloc(t, nn * sizeof(double));
     if (!t->r || !t->nic_tx || !t->nic_rx)
         return weft_error(WEFT_ERR_NO_MEMORY, "weft-sim: out of memory (%d ranks)", t->n);
     memset(t->r, 0, (size_t)t->n * sizeof(ts_rank_t));
-    memset(t->nic_tx, 0, nn * sizeof(double));
+    for (int q = 0; q < t->n; q++)
+        t->r[q].tx = (ts_port_t){ 0, -1, -1, -1 };
+    for (size_t k = 0; k < nn; k++)
+        t->nic_tx[k] = (ts_port_t){ 0, -1, -1, -1 };
     memset(t->nic_rx, 0, nn * sizeof(double));
     for (int q = 0; q < t->n; q++)
         RETURN_IF_ERR(build_rank(t, al, args, q, root_check));
@@ -881,7 +958,7 @@ weft_status_t simtime_run(const simtime_cluster_t *c, const algo_t *al,
     a.chunk = simtime_chunk(c, &a);
     if (a.chunk == 0)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "weft-sim: a chunk of 0 bytes");
-    ts_t t = { .c = c, .n = a.nranks, .chunk = a.chunk, .free_fr = -1 };
+    ts_t t = { .c = c, .n = a.nranks, .chunk = a.chunk, .free_fr = -1, .free_wt = -1 };
     memset(res, 0, sizeof(*res));
     weft_status_t st = replay(&t, al, &a, root_check, max_frames, res);
     ts_free(&t);
