@@ -11,6 +11,8 @@
  *   - hosts: NICs are shared by the ranks of a host (an all-gather across 2 hosts x 2
  *     ranks takes twice as long on one NIC as on two), and a 4 x 8 ring's busbw at 256 MB
  *     is the NIC's bandwidth within 3%;
+ *   - every registered algorithm and collective it runs, in place or not, 2-8 ranks on
+ *     one or two hosts, replays to the end;
  *   - bad input: unknown keys, bad values, a bad model file (file:line in the message,
  *     the cluster unchanged), a cluster of one rank, a chunk above half the staging;
  *   - schedules that do not fit (test algorithms here): a send nobody receives, a frame
@@ -153,6 +155,45 @@ static void hosts(void)
           "busbw %.4g GB/s, the NIC gives %.4g", busbw / 1e9, nic / 1e9);
 }
 
+/* Every registered algorithm x collective it runs x in place or not, on 1-2 hosts, with
+ * the root check: each replays to the end (no deadlock, no frame left over), and takes
+ * at least one hop's latency. */
+static void every_algorithm(void)
+{
+    static const int coll[] = { COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER,
+                                COLL_BROADCAST, COLL_REDUCE, COLL_ALLTOALL, COLL_BARRIER };
+    static const size_t counts[] = { 0, 1, 17, 300000 };
+    simtime_cluster_t c;
+    simtime_cluster_default(&c);
+    int runs = 0;
+    for (int k = 0; algo_registry[k]; k++)
+        for (size_t ci = 0; ci < sizeof(coll) / sizeof(coll[0]); ci++)
+            for (int shape = 0; shape < 6; shape++) {
+                c.hosts = shape < 3 ? 1 : 2;
+                c.per_host = (int[]){ 2, 3, 8, 1, 2, 3 }[shape];
+                for (size_t ni = 0; ni < sizeof(counts) / sizeof(counts[0]); ni++)
+                    for (int ip = 0; ip < 2; ip++) {
+                        int n = c.hosts * c.per_host;
+                        sched_args_t a = call(coll[ci], counts[ni], n);
+                        a.inplace = ip;
+                        a.root = coll[ci] == COLL_BROADCAST || coll[ci] == COLL_REDUCE ? n - 1
+                                                                                      : -1;
+                        simtime_layout(&c, 0, &a.layout);
+                        if (!algo_registry[k]->supports(&a))
+                            continue;
+                        simtime_result_t res;
+                        weft_status_t st = simtime_run(&c, algo_registry[k], &a, 1, 0, &res);
+                        runs++;
+                        CHECK(st == WEFT_OK && res.seconds >= c.m.alpha[ALGO_LINK_SHM],
+                              "%s %s on %dx%d, count %zu%s: status %d, %g s (%s)",
+                              algo_registry[k]->name, coll_name(coll[ci]), c.hosts, c.per_host,
+                              counts[ni], ip ? " in place" : "", st, res.seconds,
+                              weft_last_error());
+                    }
+            }
+    CHECK(runs > 200, "only %d replays ran", runs);
+}
+
 static void bad_input(void)
 {
     simtime_cluster_t c, keep;
@@ -272,6 +313,7 @@ int main(int argc, char **argv)
     verbose = argc > 1 && !strcmp(argv[1], "-v");
     closed_forms();
     hosts();
+    every_algorithm();
     bad_input();
     mismatches();
     printf("test_sim: %d passed, %d failed\n", passed, failed);
