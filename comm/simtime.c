@@ -264,13 +264,33 @@ size_t simtime_chunk(const simtime_cluster_t *c, const sched_args_t *args)
     return chunk / esz * esz;
 }
 
-void simtime_layout(const simtime_cluster_t *c, int rank, sched_layout_t *l)
+/* Rank `rank`'s layout from rank 0's: only host and local_rank differ between ranks. */
+static void layout_from(const simtime_cluster_t *c, const sched_layout_t *l0, int rank,
+                        sched_layout_t *l)
 {
-    memset(l, 0, sizeof(*l));
-    l->nhosts = c->hosts;
-    l->per_host = c->per_host;
+    *l = *l0;
     l->local_rank = rank % c->per_host;
     l->host = rank / c->per_host;
+}
+
+/* algo_layout, as the engine gets it, for rank 0 (O(n^2): once per call), then the
+ * per-rank fields; test_sim checks the result equals algo_layout's for every rank. */
+void simtime_layout(const simtime_cluster_t *c, int rank, sched_layout_t *l)
+{
+    int n = c->hosts * c->per_host;
+    uint64_t *ids = malloc((size_t)n * sizeof(uint64_t));
+    sched_layout_t l0;
+    if (ids == NULL) {                  /* what algo_layout would say, field by field */
+        memset(&l0, 0, sizeof(l0));
+        l0.nhosts = c->hosts;
+        l0.per_host = c->per_host;
+    } else {
+        for (int q = 0; q < n; q++)
+            ids[q] = (uint64_t)(q / c->per_host);
+        algo_layout(ids, n, 0, 0, &l0);
+        free(ids);
+    }
+    layout_from(c, &l0, rank, l);
 }
 
 /* ---- the replay ----------------------------------------------------------------- */
@@ -735,12 +755,12 @@ static int cmp_i32(const void *a, const void *b)
 
 /* Builds rank q's schedule and keeps its compact form. */
 static weft_status_t build_rank(ts_t *t, const algo_t *al, const sched_args_t *args, int q,
-                                int root_check)
+                                int root_check, const sched_layout_t *l0)
 {
     ts_rank_t *r = &t->r[q];
     sched_args_t a = *args;
     a.rank = q;
-    simtime_layout(t->c, q, &a.layout);
+    layout_from(t->c, l0, q, &a.layout);
     r->host = a.layout.host;
     r->local = a.layout.local_rank;
     r->esz = weft_dtype_size(a.dtype);
@@ -917,8 +937,10 @@ static weft_status_t replay(ts_t *t, const algo_t *al, const sched_args_t *args,
     for (size_t k = 0; k < nn; k++)
         t->nic_tx[k] = (ts_port_t){ 0, -1, -1, -1 };
     memset(t->nic_rx, 0, nn * sizeof(double));
+    sched_layout_t l0;
+    simtime_layout(c, 0, &l0);
     for (int q = 0; q < t->n; q++)
-        RETURN_IF_ERR(build_rank(t, al, args, q, root_check));
+        RETURN_IF_ERR(build_rank(t, al, args, q, root_check, &l0));
     if (max_frames > 0 && t->planned > max_frames)
         return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "weft-sim: %s would replay %lld frames, "
                                 "more than the limit of %lld", al->name, t->planned,

@@ -13,6 +13,7 @@
  *     is the NIC's bandwidth within 3%;
  *   - every registered algorithm and collective it runs, in place or not, 2-8 ranks on
  *     one or two hosts, replays to the end;
+ *   - the layouts (host, rank on the host, ...) are algo_layout's for every rank;
  *   - bad input: unknown keys, bad values, a bad model file (file:line in the message,
  *     the cluster unchanged), a cluster of one rank, a chunk above half the staging;
  *   - schedules that do not fit (test algorithms here): a send nobody receives, a frame
@@ -194,6 +195,29 @@ static void every_algorithm(void)
     CHECK(runs > 200, "only %d replays ran", runs);
 }
 
+/* The replay's layouts are the engine's (algo_layout over the ranks' host ids): a field
+ * added to sched_layout_t that simtime_layout does not fill shows here. */
+static void layouts(void)
+{
+    simtime_cluster_t c;
+    simtime_cluster_default(&c);
+    for (int h = 1; h <= 3; h++)
+        for (int p = 1; p <= 4; p++) {
+            c.hosts = h;
+            c.per_host = p;
+            uint64_t ids[12];
+            for (int q = 0; q < h * p; q++)
+                ids[q] = 1000 + (uint64_t)(q / p);
+            for (int q = 0; q < h * p; q++) {
+                sched_layout_t want, got;
+                algo_layout(ids, h * p, q, 0, &want);
+                simtime_layout(&c, q, &got);
+                CHECK(memcmp(&want, &got, sizeof(want)) == 0, "layout of rank %d on %dx%d "
+                      "differs from algo_layout's", q, h, p);
+            }
+        }
+}
+
 static void bad_input(void)
 {
     simtime_cluster_t c, keep;
@@ -314,6 +338,7 @@ int main(int argc, char **argv)
     closed_forms();
     hosts();
     every_algorithm();
+    layouts();
     bad_input();
     mismatches();
     printf("test_sim: %d passed, %d failed\n", passed, failed);
