@@ -52,6 +52,27 @@ split() {   # table prefix
 split "$OUT/nvlink8.txt" "$OUT/nvlink8"
 split "$OUT/512x8.txt" "$OUT/512x8"
 
+# Markdown tables for docs/SCALE.md: per size, each algorithm's time and busbw (every
+# row of the 512 x 8 sweep, every 4th size of the 8-rank one).
+mdtable() {   # table every-nth
+    awk -v every="$2" '
+        /^# Algorithm:/ { a = $3; if (!(a in seen)) { seen[a] = 1; order[++na] = a }; k = 0; next }
+        /^ *[0-9]/ && a { k++; if ((k - 1) % every) next
+                          if (!($1 in have)) { have[$1] = 1; sizes[++ns] = $1 }
+                          t[a, $1] = $6; b[a, $1] = $8 }
+        END {
+            printf "| size |"; for (i = 1; i <= na; i++) printf " %s time (us) | %s busbw (GB/s) |", order[i], order[i]
+            printf "\n| ---: |"; for (i = 1; i <= na; i++) printf " ---: | ---: |"; printf "\n"
+            for (j = 1; j <= ns; j++) {
+                s = sizes[j]; printf "| %s |", s
+                for (i = 1; i <= na; i++) printf " %s | %s |", (order[i], s) in t ? t[order[i], s] : "", (order[i], s) in b ? b[order[i], s] : ""
+                printf "\n"
+            }
+        }' "$1"
+}
+mdtable "$OUT/nvlink8.txt" 4 > "$OUT/nvlink8.md"
+mdtable "$OUT/512x8.txt" 1 > "$OUT/512x8.md"
+
 command -v gnuplot > /dev/null || { echo "sim_scale.sh: no gnuplot (apt-get install gnuplot-nox)" >&2; exit 2; }
 plot() {    # name title refs-gnuplot-commands
     local name=$1 title=$2 refs=$3 cmd="" f
@@ -61,14 +82,14 @@ plot() {    # name title refs-gnuplot-commands
         cmd+="${cmd:+, }'$f' using 1:3 with linespoints title 'weft-sim: $algo'"
     done
     gnuplot <<G
-set terminal png size 900,560
+set terminal png size 900,560 noenhanced
 set output '$OUT/$name.png'
 set title '$title'
 set logscale x 2
 set format x '%.0b%B'
 set xlabel 'size (bytes, all-reduce, float)'
 set ylabel 'busbw (GB/s)'
-set key top left
+set key left center
 set grid
 $refs
 plot $cmd

@@ -168,14 +168,13 @@ static int run_algo(const simtime_cluster_t *c, const algo_t *al, const sim_opts
             weft_status_t st = simtime_run(c, al, &a, o->root_check, o->max_frames, &res);
             clock_gettime(CLOCK_MONOTONIC, &t1);
             if (st == WEFT_ERR_UNSUPPORTED) {   /* past --max-frames: this row says N/A */
-                fprintf(stderr, "weft-sim: %zu bytes: %s (--max-frames)\n", size,
-                        weft_last_error());
+                fprintf(stderr, "%s at %zu bytes (--max-frames): N/A\n", weft_last_error(),
+                        size);
                 continue;
             }
             if (st != WEFT_OK) {
                 fflush(stdout);
-                fprintf(stderr, "weft-sim: %s, %zu bytes: %s\n", al->name, size,
-                        weft_last_error());
+                fprintf(stderr, "%s (%s, %zu bytes)\n", weft_last_error(), al->name, size);
                 return 1;
             }
             sec[ip] = res.seconds;
