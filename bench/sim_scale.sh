@@ -9,11 +9,12 @@
 # The cluster parameters are stated in the model files it writes (OUTDIR/*.model) and in
 # docs/SCALE.md. Nothing here is measured: weft-sim replays weft's schedules.
 # The 4096-rank sweep uses 2M frames and 8M of staging so that a 2 MB ring step is one
-# frame (the replay's cost grows with frames, about 0.1-1 us each), and steps by 32x
-# (8 B, 256 B, ... 8 GB); each row takes about a minute and 2-4 GB here.
+# frame (the replay's cost grows with frames, about 0.3-1 us each), and steps by
+# SIM_SCALE_FACTOR (8: 8 B, 64 B, ... 8 GB); a row takes 30-60 s and 3-4 GB here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-docs/scale}
+FACTOR=${SIM_SCALE_FACTOR:-8}
 SIM=${WEFT_SIM:-build/bin/weft-sim}
 mkdir -p "$OUT"
 
@@ -40,7 +41,7 @@ M
     printf 'inter_overhead = 1\nchunk = 2M\nstaging = 8M\n' >> "$OUT/512x8.model"
     "$SIM" --model "$OUT/nvlink8.model" -c allreduce -b 8 -e 8G -f 2 --inplace 0 \
         > "$OUT/nvlink8.txt"
-    "$SIM" --model "$OUT/512x8.model" -c allreduce -b 8 -e 8G -f 32 --inplace 0 -v \
+    "$SIM" --model "$OUT/512x8.model" -c allreduce -b 8 -e 8G -f "$FACTOR" --inplace 0 -v \
         > "$OUT/512x8.txt" 2> "$OUT/512x8.log"
 fi
 
@@ -74,21 +75,25 @@ mdtable "$OUT/nvlink8.txt" 4 > "$OUT/nvlink8.md"
 mdtable "$OUT/512x8.txt" 1 > "$OUT/512x8.md"
 
 command -v gnuplot > /dev/null || { echo "sim_scale.sh: no gnuplot (apt-get install gnuplot-nox)" >&2; exit 2; }
-plot() {    # name title refs-gnuplot-commands
-    local name=$1 title=$2 refs=$3 cmd="" f
+plot() {    # name title refs-gnuplot-commands [time]: busbw, or with "time" the time (log)
+    local name=$1 title=$2 refs=$3 col=3 out=$1 ylabel='busbw (GB/s)' cmd="" f
+    if [ "${4:-}" = time ]; then
+        col=2 out=${name}_time ylabel='time (us, log scale)'
+        refs="set logscale y 10"
+    fi
     for f in "$OUT/${name}"_*.dat; do
         [ -s "$f" ] || continue
         local algo=${f##*/${name}_}; algo=${algo%.dat}
-        cmd+="${cmd:+, }'$f' using 1:3 with linespoints title 'weft-sim: $algo'"
+        cmd+="${cmd:+, }'$f' using 1:$col with linespoints title 'weft-sim: $algo'"
     done
     gnuplot <<G
 set terminal png size 900,560 noenhanced
-set output '$OUT/$name.png'
+set output '$OUT/$out.png'
 set title '$title'
 set logscale x 2
 set format x '%.0b%B'
 set xlabel 'size (bytes, all-reduce, float)'
-set ylabel 'busbw (GB/s)'
+set ylabel '$ylabel'
 set key left center
 set grid
 $refs
@@ -105,4 +110,6 @@ plot 512x8 "512 hosts x 8 GPUs (4096 ranks), 400 Gb/s NIC per GPU: predicted all
     "set arrow from graph 0, first 47 to graph 1, first 47 nohead dt 2 lc rgb 'black'
 set label 'NCCL published, 46-48 GB/s per NDR NIC' at graph 0.02, first 49.5
 set yrange [0:60]"
+plot nvlink8 "8 GPUs, one host, NVLink-class: predicted all-reduce time" "" time
+plot 512x8 "512 hosts x 8 GPUs (4096 ranks): predicted all-reduce time" "" time
 echo "sim_scale.sh: tables and plots in $OUT"
