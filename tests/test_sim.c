@@ -13,6 +13,7 @@
  *     is the NIC's bandwidth within 3%;
  *   - every registered algorithm and collective it runs, in place or not, 2-8 ranks on
  *     one or two hosts, replays to the end;
+ *   - the staging bound holds a sender until its receiver drains the link;
  *   - the layouts (host, rank on the host, ...) are algo_layout's for every rank;
  *   - bad input: unknown keys, bad values, a bad model file (file:line in the message,
  *     the cluster unchanged), a cluster of one rank, a chunk above half the staging;
@@ -315,6 +316,52 @@ static weft_status_t build_deadlock(const sched_args_t *a, sched_t *s)
     return WEFT_OK;
 }
 
+/* The staging bound: rank 1 receives rank 0's 16 MB only after a 10 ms local copy; rank
+ * 0 then sends an empty frame to rank 2. Unbounded, rank 0's send is done long before;
+ * with 4M of staging it waits for rank 1 to drain 12 MB after the copy. */
+#define STAGED_S ((size_t)16 << 20)
+#define STAGED_COPY ((size_t)100000000)
+static int three(const sched_args_t *a)
+{
+    return a->nranks == 3;
+}
+
+static weft_status_t build_staged(const sched_args_t *a, sched_t *s)
+{
+    if (a->rank == 0) {
+        int tx = sched_send(s, 1, BUF_SEND, 0, STAGED_S, -1);
+        int e = sched_send(s, 2, BUF_NONE, 0, 0, -1);
+        if (e >= 0)
+            s->steps[e].dep = tx;
+    } else if (a->rank == 1) {
+        int l = sched_copy(s, BUF_TMP, 0, BUF_SEND, 0, STAGED_COPY);
+        int rx = sched_recv(s, 0, BUF_RECV, 0, STAGED_S);
+        if (rx >= 0)
+            s->steps[rx].dep = l;
+    } else {
+        sched_recv(s, 0, BUF_NONE, 0, 0);
+    }
+    return WEFT_OK;
+}
+
+static void staging(void)
+{
+    algo_t al = { .name = "staged", .supports = three, .window = algo_no_window,
+                  .build = build_staged };
+    simtime_cluster_t c;
+    simtime_cluster_default(&c);
+    c.per_host = 3;
+    double copy = STAGED_COPY * c.copy_beta, beta = c.m.beta[ALGO_LINK_SHM];
+    double bounded = run(&c, &al, COLL_ALLREDUCE, 64, WEFT_OK);
+    double want = copy + (double)(STAGED_S - c.staging) * beta;
+    CHECK(near(bounded, want, 0.02), "a full link holds its sender: %.6g s, want %.6g "
+          "(the copy, then all but the staging through the port)", bounded, want);
+    c.staging = 0;
+    double free_ = run(&c, &al, COLL_ALLREDUCE, 64, WEFT_OK);
+    CHECK(near(free_, copy, 0.01), "unbounded staging: %.6g s, want the copy's %.6g", free_,
+          copy);
+}
+
 static void mismatches(void)
 {
     algo_t al = { .name = "test", .supports = any, .window = algo_no_window };
@@ -339,6 +386,7 @@ int main(int argc, char **argv)
     hosts();
     every_algorithm();
     layouts();
+    staging();
     bad_input();
     mismatches();
     printf("test_sim: %d passed, %d failed\n", passed, failed);
