@@ -4,7 +4,8 @@
 # algorithm that runs all-reduce, 8 B to 8 GB; then the plots.
 #
 #   bench/sim_scale.sh [OUTDIR]      (default docs/scale; needs build/bin/weft-sim, gnuplot)
-#   SIM_SCALE_PLOT_ONLY=1 bench/sim_scale.sh   redraws the plots from the tables
+#   SIM_SCALE_PLOT_ONLY=1 bench/sim_scale.sh   redraws the plots and markdown tables (and
+#                                              docs/SCALE.md's copies) from the tables
 #
 # The cluster parameters are stated in the model files it writes (OUTDIR/*.model) and in
 # docs/SCALE.md. Nothing here is measured: weft-sim replays weft's schedules.
@@ -73,6 +74,18 @@ mdtable() {   # table every-nth
 }
 mdtable "$OUT/nvlink8.txt" 4 > "$OUT/nvlink8.md"
 mdtable "$OUT/512x8.txt" 1 > "$OUT/512x8.md"
+# docs/SCALE.md shows them between <!-- table: scale/NAME.md --> and <!-- end table -->
+if [ "$OUT" = docs/scale ] && [ -f docs/SCALE.md ]; then
+    python3 - <<'P'
+import re
+p = "docs/SCALE.md"
+s = open(p).read()
+s = re.sub(r"<!-- table: (\S+) -->\n.*?\n<!-- end table -->",
+           lambda m: "<!-- table: %s -->\n%s\n<!-- end table -->"
+           % (m.group(1), open("docs/" + m.group(1)).read().strip()), s, flags=re.S)
+open(p, "w").write(s)
+P
+fi
 
 command -v gnuplot > /dev/null || { echo "sim_scale.sh: no gnuplot (apt-get install gnuplot-nox)" >&2; exit 2; }
 plot() {    # name title refs-gnuplot-commands [time]: busbw, or with "time" the time (log)
