@@ -2,6 +2,7 @@
 #
 # Layout: every .c under common/ kernels/ topo/ comm/ and comm/<transport>/ goes into
 # libweft, except files ending in _cli.c (programs). Programs: tools/weftrun.c, topo/weft_topo_cli.c,
+# tools/weft_sim_cli.c (weft-sim, with bench/perf_colls.c's counts and bandwidth factors),
 # bench/*_perf.c (with the driver bench/perf_common.c, the collectives bench/perf_colls.c and
 # the weft backend bench/perf_weft.c; overlap_perf with OpenBLAS instead), and
 # bench/mpi_coll_perf.c, the MPI backend, with the same driver and collectives (when mpicc
