@@ -4,8 +4,9 @@
  *
  * Each rank's schedule is built by algo_build, exactly as the engine gets it (root check
  * included), then kept in a compact form (steps without buffers, the per-peer queues as
- * links between steps) so that 4096 ranks of a ring fit in about 2 GB; the full schedule
- * of one rank lives only while it is compacted. Time advances from event to event (a
+ * links between steps, 48 bytes a step) so that 4096 ranks of a ring all-reduce (67 M
+ * steps) fit in about 4 GB; the full schedule of one rank lives only while it is
+ * compacted. Time advances from event to event (a
  * heap ordered by time, ties in the order they were made, so a run is deterministic).
  *
  * Modelled, with the engine's step semantics (engine.c):
@@ -18,7 +19,9 @@
  *     port for overhead + bytes * beta of its link class, then the receiver's port for
  *     as long (at once when it is free: the two overlap, and a frame waits for a busy
  *     receiving port in the fabric, not on the sender's port), and arrives alpha after
- *     the receiver's port took it. Within a host the ports are each rank's own (one in,
+ *     the receiver's port took it. alpha is latency, not port time: frames in a
+ *     pipeline overlap it (a per-frame cost that holds the port is `overhead`).
+ *     Within a host the ports are each rank's own (one in,
  *     one out: an NVLink-class or shared-memory link per rank, a full-bandwidth switch
  *     between them); between hosts they are the hosts' NICs, rank r using NIC
  *     (r % per_host) % nics, so ranks of a host that cross hosts at once share them.
@@ -295,7 +298,7 @@ void simtime_layout(const simtime_cluster_t *c, int rank, sched_layout_t *l)
 
 /* ---- the replay ----------------------------------------------------------------- */
 
-/* One step, without buffers (48 bytes: 4096 ranks x 8190 ring steps fit in 1.6 GB). */
+/* One step, without buffers (48 bytes: 4096 ranks x 16380 ring steps take 3.2 GB). */
 typedef struct ts_step {
     uint64_t len, done;         /* bytes; done: sent, received or produced so far */
     int32_t peer;               /* SEND, RECV, RGET and their kin: the peer; FOLD: nslots */
