@@ -121,6 +121,14 @@ if [ -f tests/test_launchers.sh ]; then
         missing "test_launchers.sh" "$B/bin/all_reduce_perf"
     fi
 fi
+# weft-sim's command line (the executor itself: build/tests/test_sim, above).
+if [ -f tests/test_sim.sh ]; then
+    if [ -x "$B/bin/weft-sim" ]; then
+        run "test_sim.sh" bash tests/test_sim.sh "$B"
+    else
+        missing "test_sim.sh" "$B/bin/weft-sim"
+    fi
+fi
 # libweft.so exports weft.h's API only, and a program linked against build/lib runs.
 if [ -e "$B/lib/libweft.so" ] && [ -x "$WEFTRUN" ]; then
     run "test_symbols.sh" bash tests/test_symbols.sh "$B"
