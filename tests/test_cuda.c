@@ -189,7 +189,7 @@ static void *rank_main(void *v)
     rank_t *r = v;
     weft_comm_t *c = NULL;
     cudaStream_t st;
-    float *d_send, *d_recv, *h = malloc(sizeof(float) * RN * r->nranks);
+    float *d_send = NULL, *d_recv = NULL, *h = malloc(sizeof(float) * RN * r->nranks);
     r->ok = weft_comm_init_rank(r->rank, r->nranks, r->addr, &c) == WEFT_OK &&
             cudaStreamCreate(&st) == cudaSuccess &&
             cudaMalloc((void **)&d_send, sizeof(float) * RN * r->nranks) == cudaSuccess &&

@@ -10,7 +10,8 @@
  *
  * Invariants: arguments are checked (comm, dtype, op, root, sizes) before any copy, so
  * bad input changes nothing; the staging buffers belong to the calling thread (a
- * communicator is used by one thread at a time) and are freed when it exits.
+ * communicator is used by one thread at a time); when it exits they go to a small pool
+ * that the next thread takes from.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -43,13 +44,45 @@ typedef struct {
 static pthread_key_t stage_key;
 static pthread_once_t stage_once = PTHREAD_ONCE_INIT;
 
+/* Buffers of threads that exited, for the next thread that needs one: the shim runs a
+ * group's communicators on short-lived threads, and cudaMallocHost costs milliseconds. */
+#define POOL_MAX 32
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *pool_p[POOL_MAX];
+static size_t pool_cap[POOL_MAX];
+static int pool_n;
+
 static void stage_free(void *v)
 {
     stage_t *s = v;
-    for (int i = 0; i < 2; i++)
-        if (s->p[i])
+    pthread_mutex_lock(&pool_lock);
+    for (int i = 0; i < 2; i++) {
+        if (s->p[i] && pool_n < POOL_MAX) {
+            pool_p[pool_n] = s->p[i];
+            pool_cap[pool_n++] = s->cap[i];
+        } else if (s->p[i]) {
             cudaFreeHost(s->p[i]);
+        }
+    }
+    pthread_mutex_unlock(&pool_lock);
     free(s);
+}
+
+/* A pooled buffer of at least n bytes (its capacity in *cap), or NULL. */
+static void *pool_take(size_t n, size_t *cap)
+{
+    void *p = NULL;
+    pthread_mutex_lock(&pool_lock);
+    for (int k = 0; k < pool_n; k++)
+        if (pool_cap[k] >= n) {
+            p = pool_p[k];
+            *cap = pool_cap[k];
+            pool_p[k] = pool_p[--pool_n];
+            pool_cap[k] = pool_cap[pool_n];
+            break;
+        }
+    pthread_mutex_unlock(&pool_lock);
+    return p;
 }
 
 static void stage_key_make(void)
@@ -75,6 +108,10 @@ static weft_status_t stage_get(int i, size_t n, void **p_out)
             cudaFreeHost(s->p[i]);
         s->p[i] = NULL;
         s->cap[i] = 0;
+        if ((s->p[i] = pool_take(n, &s->cap[i])) != NULL) {
+            *p_out = s->p[i];
+            return WEFT_OK;
+        }
         cudaError_t e = cudaMallocHost(&s->p[i], cap);
         if (e != cudaSuccess) {
             cudaGetLastError();
