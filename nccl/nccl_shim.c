@@ -598,11 +598,19 @@ SHIM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *er
     return ncclSuccess;
 }
 
+/* The checks of a query: a live comm and somewhere to write the answer. */
+static ncclResult_t check_query(const char *fn, ncclComm_t comm, const int *out,
+                                const char *out_name)
+{
+    ncclResult_t r = check_comm(fn, comm, 0);
+    if (r == ncclSuccess && out == NULL)
+        r = fail(ncclInvalidArgument, "%s: %s is NULL", fn, out_name);
+    return r;
+}
+
 SHIM_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
 {
-    ncclResult_t r = check_comm("ncclCommCount", comm, 0);
-    if (r == ncclSuccess && count == NULL)
-        r = fail(ncclInvalidArgument, "ncclCommCount: count is NULL");
+    ncclResult_t r = check_query("ncclCommCount", comm, count, "count");
     if (r == ncclSuccess)
         *count = comm->nranks;
     return r;
@@ -610,9 +618,7 @@ SHIM_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
 
 SHIM_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
 {
-    ncclResult_t r = check_comm("ncclCommUserRank", comm, 0);
-    if (r == ncclSuccess && rank == NULL)
-        r = fail(ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
+    ncclResult_t r = check_query("ncclCommUserRank", comm, rank, "rank");
     if (r == ncclSuccess)
         *rank = comm->rank;
     return r;
@@ -620,9 +626,7 @@ SHIM_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
 
 SHIM_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device)
 {
-    ncclResult_t r = check_comm("ncclCommCuDevice", comm, 0);
-    if (r == ncclSuccess && device == NULL)
-        r = fail(ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
+    ncclResult_t r = check_query("ncclCommCuDevice", comm, device, "device");
     if (r == ncclSuccess && comm->dev < 0)
         r = fail(ncclInvalidUsage, "ncclCommCuDevice: the communicator was made without a "
                  "visible GPU");
