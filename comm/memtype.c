@@ -8,12 +8,14 @@
  * once (pthread_once): cudaGetDeviceCount loads the driver, which a host-only process on
  * a machine without one must not pay for on every call, and which must never crash it
  * (libcudart_static dlopens libcuda and reports cudaErrorInsufficientDriver /
- * cudaErrorNoDevice when it is missing).
+ * cudaErrorNoDevice when it is missing). WEFT_CUDA=0 skips the question: no CUDA call
+ * at all, for host-only jobs on GPU machines.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "config.h"
 #include "memtype.h"
 #include "reduce.h"
 #include "status.h"
@@ -58,6 +60,11 @@ static char cuda_why[160] = "this build of weft has no CUDA (built with CUDA=0 o
 static void cuda_probe(void)
 {
 #ifdef WEFT_HAVE_CUDA
+    weft_config_t cfg;
+    if (cfg_load(&cfg) == WEFT_OK && cfg.cuda == 0) {  /* a bad knob fails init anyway */
+        snprintf(cuda_why, sizeof(cuda_why), "no GPU visible: CUDA is off (WEFT_CUDA=0)");
+        return;
+    }
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {

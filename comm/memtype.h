@@ -47,8 +47,9 @@ const mem_ops_t *mem_ops_for(mem_type_t t);
  * managed memory included (the CPU may touch both). */
 mem_type_t mem_type_of(const void *ptr);
 const char *mem_type_name(mem_type_t t);
-/* 1 when this build has CUDA and the CUDA runtime sees at least one GPU (asked once per
- * process, on first use); 0 otherwise, with the reason in *why_p when why_p is given. */
+/* 1 when this build has CUDA, WEFT_CUDA is not 0 and the CUDA runtime sees at least one
+ * GPU (asked once per process, on first use); 0 otherwise, with the reason in *why_p when
+ * why_p is given. */
 int mem_cuda_visible(const char **why_p);
 
 #endif

@@ -2,6 +2,7 @@
  * test_cuda.c - weft's CUDA parts: the memory-type dispatch everywhere, the kernels and
  * the stream calls where a GPU is visible (built only with CUDA; make CUDA=0 leaves it out).
  *
+ * WEFT_CUDA=0 (in a forked child): no GPU and no CUDA call whatever the machine has.
  * Without a GPU (this part runs on every CUDA build): host pointers are typed HOST,
  * mem_cuda_visible says why there is no GPU, the CUDA table refuses copy/reduce/divide
  * with WEFT_ERR_UNSUPPORTED naming the reason, weft_cuda_available() is 0 with a message,
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
@@ -279,8 +281,27 @@ static void test_stream_one_rank(void)
     weft_comm_destroy(c);
 }
 
+/* WEFT_CUDA=0, in a child forked before this process calls CUDA: no GPU whatever the
+ * machine has, and the reason says why. */
+static void test_cuda_off(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        const char *why = "";
+        setenv("WEFT_CUDA", "0", 1);
+        int ok = !mem_cuda_visible(&why) && strstr(why, "WEFT_CUDA=0") != NULL &&
+                 mem_type_of(&why) == MEM_HOST && weft_cuda_available() == 0;
+        _exit(ok ? 0 : 1);
+    }
+    int status = -1;
+    waitpid(pid, &status, 0);
+    check(pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "WEFT_CUDA=0: no GPU, host memory, and the reason names WEFT_CUDA=0");
+}
+
 int main(void)
 {
+    test_cuda_off();
     if (!mem_cuda_visible(NULL)) {
         test_no_gpu();
         printf("SKIP: no GPU visible: the kernel, stream and several-ranks-on-one-GPU checks "
