@@ -259,6 +259,10 @@ install: all
 	install -m 755 $(BUILD)/lib/libweft.so.0 $(DESTDIR)$(PREFIX)/lib/libweft.so.0
 	ln -sf libweft.so.0 $(DESTDIR)$(PREFIX)/lib/libweft.so
 	install -m 644 include/weft.h $(DESTDIR)$(PREFIX)/include/
+ifeq ($(CUDA),1)
+	install -m 644 include/weft_cuda.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(BUILD)/lib/libweft_nccl.so $(DESTDIR)$(PREFIX)/lib/libweft_nccl.so
+endif
 	install -m 755 $(TOOLS) $(PERF_BIN) $(MPI_BIN) $(TRAIN_BIN) $(PLAN_BIN) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' weft.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft.pc
 
