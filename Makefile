@@ -34,17 +34,39 @@ UCX_LIBS    := $(shell pkg-config --libs ucx)
 else
 $(info weft: UCX not found (pkg-config ucx; Debian: libucx-dev): the UCX transport is skipped)
 endif
-CFLAGS  += $(CFLAGS_BASE) $(INCS) $(HWLOC_CFLAGS) $(UCX_CFLAGS)
-LDLIBS  += $(HWLOC_LIBS) $(UCX_LIBS) -lrt -lm -pthread $(LDSAN)
+# CUDA (docs/GPU.md): with $(CUDA_HOME)/bin/nvcc present, libweft gets the CUDA kernels
+# (kernels/cuda/*.cu, nvcc) and the stream calls of include/weft_cuda.h (kernels/cuda/*.c),
+# cudart linked statically (it loads the driver at run time, so libweft still runs on a
+# machine without one), and build/lib/libweft_nccl.so, the NCCL-API shim (nccl/). CUDA=0,
+# or no nvcc, builds everything else. CUDA_GENCODE: sm_90 code (H100/H200) plus its PTX,
+# which the driver compiles for any newer GPU.
+CUDA_HOME   ?= /usr/local/cuda
+CUDA        ?= $(if $(wildcard $(CUDA_HOME)/bin/nvcc),1,0)
+NVCC        ?= $(CUDA_HOME)/bin/nvcc
+CUDA_GENCODE ?= -gencode=arch=compute_90,code=[sm_90,compute_90]
+ifeq ($(CUDA),1)
+CUDA_CFLAGS := -DWEFT_HAVE_CUDA -I$(CUDA_HOME)/include -Ikernels/cuda
+CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lstdc++
+endif
+CFLAGS  += $(CFLAGS_BASE) $(INCS) $(HWLOC_CFLAGS) $(UCX_CFLAGS) $(CUDA_CFLAGS)
+LDLIBS  += $(HWLOC_LIBS) $(UCX_LIBS) $(CUDA_LIBS) -lrt -lm -pthread $(LDSAN)
 
 LIB_SRC  := $(filter-out %_cli.c,$(wildcard common/*.c kernels/*.c topo/*.c comm/*.c comm/*/*.c))
 ifneq ($(HAVE_UCX),1)
 LIB_SRC  := $(filter-out comm/ucx/%,$(LIB_SRC))
 endif
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+ifeq ($(CUDA),1)
+LIB_SRC  += $(wildcard kernels/cuda/*.c)
+CU_SRC   := $(wildcard kernels/cuda/*.cu)
+endif
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 PERF_SRC := $(filter-out bench/mpi_coll_perf.c,$(wildcard bench/*_perf.c))
 PERF_BIN := $(PERF_SRC:bench/%.c=$(BUILD)/bin/%)
 TEST_SRC := $(wildcard tests/test_*.c)
+ifneq ($(CUDA),1)
+# the shim's and the GPU's tests need the CUDA build (tests/run.sh says they were skipped)
+TEST_SRC := $(filter-out tests/test_nccl_shim.c tests/test_cuda.c,$(TEST_SRC))
+endif
 # tests/probe_*.c: programs a test script runs under a launcher (not tests themselves)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) \
             $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/probe_*.c))
@@ -69,13 +91,21 @@ MPI_BIN  := $(if $(MPICC),$(BUILD)/bin/mpi_coll_perf) $(if $(MPICHCC),$(BUILD)/b
 
 all: lib tools $(PERF_BIN) $(MPI_BIN) $(TRAIN_BIN) $(PLAN_BIN)
 
-lib: $(BUILD)/lib/libweft.so $(BUILD)/lib/libweft.so.0 $(BUILD)/lib/libweft.a
+NCCL_SHIM := $(if $(filter 1,$(CUDA)),$(BUILD)/lib/libweft_nccl.so $(BUILD)/lib/libnccl.so \
+                 $(BUILD)/include/nccl.h)
+lib: $(BUILD)/lib/libweft.so $(BUILD)/lib/libweft.so.0 $(BUILD)/lib/libweft.a $(NCCL_SHIM)
 tools: $(TOOLS)
 tests: $(TEST_BIN)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# nvcc compiles host code with the same hiding as the C objects.
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -std=c++17 -O3 -g $(CUDA_GENCODE) -Xcompiler -fPIC,-fvisibility=hidden,-Wall \
+	    -Werror all-warnings $(INCS) -Ikernels/cuda -MMD -MP -c $< -o $@
 
 $(BUILD)/lib/libweft.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -96,6 +126,27 @@ $(BUILD)/lib/libweft.so: $(BUILD)/lib/libweft.so.0
 	ln -sf libweft.so.0 $@
 
 LIBA = $(BUILD)/lib/libweft.a
+
+# The NCCL-API shim: nccl/*.c over libweft's objects, one .so whose soname is NCCL's
+# (libnccl.so.2), exporting only nccl* (nccl/nccl.map); libnccl.so and libnccl.so.2 link
+# to it and build/include/nccl.h is nccl/nccl.h, so NCCL_HOME=build builds and runs
+# programs written for NCCL (nccl-tests) against weft.
+SHIM_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard nccl/*.c))
+# -Inccl first: CUDA 13 ships NCCL's own nccl.h in $(CUDA_HOME)/include
+$(SHIM_OBJ): CFLAGS := -Inccl $(CFLAGS) -fvisibility=hidden
+
+$(BUILD)/lib/libweft_nccl.so: $(SHIM_OBJ) $(LIB_OBJ) nccl/nccl.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libnccl.so.2 -Wl,--version-script,nccl/nccl.map -o $@ \
+	    $(SHIM_OBJ) $(LIB_OBJ) $(LDLIBS)
+
+$(BUILD)/lib/libnccl.so: $(BUILD)/lib/libweft_nccl.so
+	ln -sf libweft_nccl.so $(BUILD)/lib/libnccl.so.2
+	ln -sf libnccl.so.2 $@
+
+$(BUILD)/include/nccl.h: nccl/nccl.h
+	@mkdir -p $(dir $@)
+	cp $< $@
 
 $(BUILD)/bin/weftrun: $(BUILD)/obj/tools/weftrun.o $(LIBA)
 	@mkdir -p $(dir $@)
@@ -157,6 +208,12 @@ $(BUILD)/tests/test_train $(BUILD)/tests/test_nn: $(BUILD)/tests/%: $(BUILD)/obj
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
 
+# the shim's test links the shim as nccl-tests do (-lnccl), through its soname
+$(BUILD)/obj/tests/test_nccl_shim.o: CFLAGS := -Inccl $(CFLAGS)
+$(BUILD)/tests/test_nccl_shim: $(BUILD)/obj/tests/test_nccl_shim.o $(BUILD)/lib/libnccl.so
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lnccl $(LDLIBS)
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS)
@@ -208,6 +265,10 @@ install: all
 	install -m 755 $(BUILD)/lib/libweft.so.0 $(DESTDIR)$(PREFIX)/lib/libweft.so.0
 	ln -sf libweft.so.0 $(DESTDIR)$(PREFIX)/lib/libweft.so
 	install -m 644 include/weft.h $(DESTDIR)$(PREFIX)/include/
+ifeq ($(CUDA),1)
+	install -m 644 include/weft_cuda.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(BUILD)/lib/libweft_nccl.so $(DESTDIR)$(PREFIX)/lib/libweft_nccl.so
+endif
 	install -m 755 $(TOOLS) $(PERF_BIN) $(MPI_BIN) $(TRAIN_BIN) $(PLAN_BIN) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' weft.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft.pc
 
