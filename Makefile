@@ -57,6 +57,36 @@ TRAIN_LIB := $(BUILD)/lib/libweft_train.a
 TRAIN_BIN := $(BUILD)/bin/weft-train
 PLAN_BIN  := $(BUILD)/bin/weft-plan
 KJV       := $(BUILD)/data/kjv.txt
+# The trainer's GPU path (weft-train --device cuda; docs/GPU-TRAIN.md): the model kernels
+# kernels/nn/cuda/*.cu, compiled by nvcc into libweft_train.a, and trainer/gpt2_cuda.c
+# with WEFT_TRAIN_CUDA; whatever links the trainer then needs cudart and cuBLAS
+# (TRAIN_LDLIBS). On when nvcc is at NVCC; `make CUDA=0` builds without it, and
+# --device cuda then says so. Code: sm_90 (H100/H200) plus compute_90 PTX, which newer GPUs
+# compile at load time (TRAIN_CUDA_ARCH to change). The stamp rebuilds gpt2_cuda.o when
+# CUDA changes between builds in one BUILD directory.
+NVCC      ?= /usr/local/cuda/bin/nvcc
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA      ?= $(if $(wildcard $(NVCC)),1,0)
+TRAIN_CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS  = -std=c++17 -g -lineinfo $(OPT) $(TRAIN_CUDA_ARCH) -Werror all-warnings \
+             -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter,-fPIC -Ikernels/nn/cuda
+TRAIN_LDLIBS =
+ifeq ($(CUDA),1)
+TRAIN_OBJ    += $(patsubst %.cu,$(BUILD)/obj/%.o,$(wildcard kernels/nn/cuda/*.cu))
+TRAIN_LDLIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+$(BUILD)/obj/trainer/gpt2_cuda.o: CFLAGS += -DWEFT_TRAIN_CUDA -I$(CUDA_HOME)/include \
+    -Ikernels/nn/cuda
+else ifneq ($(CUDA),0)
+$(error CUDA must be 0 or 1)
+endif
+TRAIN_CUDA_STAMP := $(BUILD)/train-cuda-$(CUDA).stamp
+$(TRAIN_CUDA_STAMP):
+	@mkdir -p $(dir $@) && rm -f $(BUILD)/train-cuda-*.stamp && touch $@
+$(BUILD)/obj/trainer/gpt2_cuda.o: $(TRAIN_CUDA_STAMP)
+
+$(BUILD)/obj/kernels/nn/cuda/%.o: kernels/nn/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 # The MPI peers: Open MPI's and MPICH's compilers by their own names, so installing both
 # (Debian's alternatives pick one `mpicc`) never mixes them up.
 MPICC    := $(shell command -v mpicc.openmpi 2>/dev/null || command -v mpicc 2>/dev/null)
@@ -131,7 +161,8 @@ $(BUILD)/bin/mpich_coll_perf: $(MPI_SRC) bench/perf_common.h include/weft.h
 	$(MPICHCC) $(MPI_CFLAGS) -o $@ $(MPI_SRC)
 
 $(TRAIN_OBJ) $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/trainer/weft_plan_cli.o \
-    $(BUILD)/obj/tests/test_train.o $(BUILD)/obj/tests/test_nn.o: \
+    $(BUILD)/obj/tests/test_train.o $(BUILD)/obj/tests/test_nn.o \
+    $(BUILD)/obj/tests/test_train_gpu.o: \
     CFLAGS += -Itrainer -Ishard -Ikernels/nn -fopenmp-simd -fno-math-errno
 
 $(TRAIN_LIB): $(TRAIN_OBJ)
@@ -140,16 +171,16 @@ $(TRAIN_LIB): $(TRAIN_OBJ)
 
 $(TRAIN_BIN): $(BUILD)/obj/trainer/weft_train_cli.o $(TRAIN_LIB) $(LIBA)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
+	$(CC) -o $@ $^ -lopenblas $(TRAIN_LDLIBS) $(LDLIBS)
 
 # weft-plan: the sizing calculator (shard/plan.c; the model's sizes from trainer/)
 $(PLAN_BIN): $(BUILD)/obj/trainer/weft_plan_cli.o $(TRAIN_LIB) $(LIBA)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
+	$(CC) -o $@ $^ -lopenblas $(TRAIN_LDLIBS) $(LDLIBS)
 
-$(BUILD)/tests/test_train $(BUILD)/tests/test_nn: $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TRAIN_LIB) $(LIBA)
+$(BUILD)/tests/test_train $(BUILD)/tests/test_nn $(BUILD)/tests/test_train_gpu: $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TRAIN_LIB) $(LIBA)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
+	$(CC) -o $@ $^ -lopenblas $(TRAIN_LDLIBS) $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBA)
 	@mkdir -p $(dir $@)
