@@ -316,6 +316,8 @@ if [ -x "$B/bin/weft-train" ] && [ -x "$B/tests/test_train" ]; then
     run "test_llmc.sh" bash tests/test_llmc.sh "$B"
     # checkpoints under a full disk (a small tmpfs) and a rank killed during a save
     run "test_ckpt_faults.sh" bash tests/test_ckpt_faults.sh "$B"
+    # the GPU benchmark script's shard, figures and refusals (no GPU needed)
+    run "test_gpu_bench.sh" bash tests/test_gpu_bench.sh "$B"
 else
     missing "test_train_ref.sh" "$B/bin/weft-train"
 fi
