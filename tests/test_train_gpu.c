@@ -56,6 +56,11 @@ static void test_layout(void)
     check(nacts + nscratch == train_gpt2_act_floats(&c, B, T), "split adds up");
     size_t extra = train_cuda_extra_floats(&c, B, T);
     check(extra == 7ull * B * T * 768 + (size_t)B * 12 * T * T, "attention scratch %zu", extra);
+    train_gpt2_cfg_t odd = { .max_seq_len = 7, .vocab_size = 10, .padded_vocab_size = 128,
+                             .num_layers = 1, .num_heads = 4, .channels = 36 };
+    // 1*7*36 = 252 -> 256 and 1*4*7*7 = 196 -> 208: each region 16-float aligned
+    check(train_cuda_extra_floats(&odd, 1, 7) == 7 * 256 + 208, "odd sizes aligned: %zu",
+          train_cuda_extra_floats(&odd, 1, 7));
     size_t want = (4 * np + nacts + nscratch + extra) * 4 + 2ull * B * T * 4 + 64;
     check(train_cuda_bytes(&c, B, T) == want, "device bytes %zu, want %zu",
           train_cuda_bytes(&c, B, T), want);

@@ -27,10 +27,16 @@
 #include "status.h"
 #include "train_int.h"
 
+/* regions start on 16-float (64-byte) boundaries, as the CPU split's */
+static size_t align16(size_t n)
+{
+    return (n + 15) / 16 * 16;
+}
+
 size_t train_cuda_extra_floats(const train_gpt2_cfg_t *c, int B, int T)
 {
     size_t BT = (size_t)B * T;
-    return 7 * BT * c->channels + (size_t)B * c->num_heads * T * T;
+    return 7 * align16(BT * c->channels) + align16((size_t)B * c->num_heads * T * T);
 }
 
 size_t train_cuda_bytes(const train_gpt2_cfg_t *c, int B, int T)
@@ -529,7 +535,7 @@ static weft_status_t create(train_cuda_t *g, const train_gpt2_t *m, int B, int T
     g->m = g->grads + np;
     g->v = g->m + np;
     train_gpt2_act_split(c, B, T, &nacts, &nscratch);
-    size_t extra = train_cuda_extra_floats(c, B, T), btc = (size_t)B * T * c->channels;
+    size_t extra = train_cuda_extra_floats(c, B, T), btc = align16((size_t)B * T * c->channels);
     size_t nf = nacts + nscratch + extra + 16;   // + loss sum, norm (aligned)
     CU(cudaMalloc((void **)&g->acts_mem, nf * sizeof(float) + 2 * (size_t)B * T * sizeof(int)),
        "activations");
@@ -540,7 +546,7 @@ static weft_status_t create(train_cuda_t *g, const train_gpt2_t *m, int B, int T
     for (size_t i = 0; i < sizeof(att) / sizeof(att[0]); i++, x += btc)
         *att[i] = x;
     g->dP = x;
-    x += (size_t)B * c->num_heads * T * T;
+    x += align16((size_t)B * c->num_heads * T * T);
     g->sumsq = (double *)x;   // 8-byte aligned: every region above is a multiple of 16 floats
     g->loss_sum = x + 2;
     g->inputs = (int *)(x + 16);
@@ -552,6 +558,9 @@ static weft_status_t create(train_cuda_t *g, const train_gpt2_t *m, int B, int T
         CU(cudaMemcpy(g->v, m->v_mem, bytes, cudaMemcpyHostToDevice), "upload AdamW v");
         g->have_moments = 1;
     }
+    // the copies and memsets above ran on the legacy stream, which g->s (non-blocking)
+    // does not wait for
+    CU(cudaDeviceSynchronize(), "upload");
     return WEFT_OK;
 }
 

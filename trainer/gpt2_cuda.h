@@ -31,7 +31,8 @@ int train_cuda_built(void);
  * else WEFT_ERR_UNSUPPORTED saying why (not built, no device, driver error). */
 weft_status_t train_cuda_probe(const char **name_p);
 /* floats of device scratch beyond the CPU split, for attention at (B, T): q, k, v, their
- * gradients, one head-major y (7 B*T*C) and one layer's dP (B*NH*T*T). */
+ * gradients, one head-major y (7 regions of B*T*C) and one layer's dP (B*NH*T*T), each
+ * rounded up to 16 floats. */
 size_t train_cuda_extra_floats(const train_gpt2_cfg_t *cfg, int B, int T);
 /* Device bytes train_cuda_create allocates at (B, T): parameters, gradients, moments,
  * activations, scratch, tokens. */
