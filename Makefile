@@ -87,6 +87,35 @@ $(BUILD)/obj/trainer/gpt2_cuda.o: $(TRAIN_CUDA_STAMP)
 $(BUILD)/obj/kernels/nn/cuda/%.o: kernels/nn/cuda/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+# test_train_gpu_emu: test_train_gpu's GPU comparisons with gpt2_cuda.c's host half over
+# tests/emu_cuda_host.c (the CUDA runtime, cuBLAS and the kcu_* kernels on the host), so
+# the orchestration is checked where no GPU is; the .cu kernels need the real test.
+ifeq ($(CUDA),1)
+TEST_BIN += $(BUILD)/tests/test_train_gpu_emu
+EMU_CFLAGS = -DWEFT_TRAIN_CUDA -I$(CUDA_HOME)/include -Ikernels/nn/cuda -Itrainer -Ishard \
+             -Ikernels/nn -fopenmp-simd -fno-math-errno
+$(BUILD)/obj/emu/gpt2_cuda.o: trainer/gpt2_cuda.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(EMU_CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/emu/test_train_gpu.o: tests/test_train_gpu.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(EMU_CFLAGS) -DTRAIN_GPU_EMU -MMD -MP -c $< -o $@
+$(BUILD)/obj/emu/emu_cuda_host.o: tests/emu_cuda_host.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(EMU_CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/tests/test_train_gpu_emu: $(BUILD)/obj/emu/test_train_gpu.o $(BUILD)/obj/emu/gpt2_cuda.o \
+    $(BUILD)/obj/emu/emu_cuda_host.o $(TRAIN_LIB) $(BUILD)/lib/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
+# weft-train over the same emulation, for tests/test_train_gpu_emu.sh (--device cuda end
+# to end: the step, val, checkpoints and resume, the saved model)
+TEST_BIN += $(BUILD)/tests/probe_train_emu
+$(BUILD)/tests/probe_train_emu: $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/emu/gpt2_cuda.o \
+    $(BUILD)/obj/emu/emu_cuda_host.o $(TRAIN_LIB) $(BUILD)/lib/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
+endif
 # The MPI peers: Open MPI's and MPICH's compilers by their own names, so installing both
 # (Debian's alternatives pick one `mpicc`) never mixes them up.
 MPICC    := $(shell command -v mpicc.openmpi 2>/dev/null || command -v mpicc 2>/dev/null)

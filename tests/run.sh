@@ -318,6 +318,8 @@ if [ -x "$B/bin/weft-train" ] && [ -x "$B/tests/test_train" ]; then
     run "test_ckpt_faults.sh" bash tests/test_ckpt_faults.sh "$B"
     # the GPU benchmark script's shard, figures and refusals (no GPU needed)
     run "test_gpu_bench.sh" bash tests/test_gpu_bench.sh "$B"
+    # weft-train --device cuda end to end over the host emulation of CUDA (CUDA builds)
+    run "test_train_gpu_emu.sh" bash tests/test_train_gpu_emu.sh "$B"
 else
     missing "test_train_ref.sh" "$B/bin/weft-train"
 fi

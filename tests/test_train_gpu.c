@@ -12,7 +12,7 @@
  * refusals (backward without a forward, a token out of range, a batch over the prepared
  * one). Without a GPU these print "no CUDA device visible: skipped".
  *
- * Invariants: exits non-zero when anything failed; ends "test_train_gpu: N passed, N
+ * Invariants: exits non-zero when anything failed; ends NAME ": N passed, N
  * failed"; runs weft-train from $BUILD (default build) relative to the repository root.
  */
 #include <math.h>
@@ -25,6 +25,14 @@
 #include "model.h"
 #include "status.h"
 #include "train_check.h"
+
+/* Built twice: as itself (the real CUDA path, or the skip) and, with TRAIN_GPU_EMU, as
+ * test_train_gpu_emu over tests/emu_cuda_host.c (the host half of the GPU path, see there). */
+#ifdef TRAIN_GPU_EMU
+#define NAME "test_train_gpu_emu"
+#else
+#define NAME "test_train_gpu"
+#endif
 
 static train_gpt2_t *tiny_model(int L, int C, int NH, int maxT, int V, uint64_t seed)
 {
@@ -175,7 +183,7 @@ static void compare_grads(const train_gpt2_t *m, const float *gpu, const float *
     }
     check(worst <= bar, "gradients: worst tensor (unit %d, tensor %d) off by %.3g of its "
           "largest value (bar %.0e)", worst_u, worst_j, worst, bar);
-    printf("test_train_gpu: step-1 gradients, worst tensor within %.2e of its largest value\n",
+    printf(NAME ": step-1 gradients, worst tensor within %.2e of its largest value\n",
            worst);
     // the padded rows [V, Vp) of wte get no gradient
     double pad = 0.0;
@@ -242,7 +250,7 @@ static void test_gpu(void)
         check(train_gpt2_update(m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s) == WEFT_OK, "cpu adamw");
         check(train_cuda_update(g, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s) == WEFT_OK, "gpu adamw");
     }
-    printf("test_train_gpu: fp32 losses, %d steps: cpu %.6f -> %.6f\n", STEPS, cpu_loss[0],
+    printf(NAME ": fp32 losses, %d steps: cpu %.6f -> %.6f\n", STEPS, cpu_loss[0],
            cpu_loss[STEPS - 1]);
     train_cuda_destroy(g);
     g = NULL;
@@ -288,12 +296,12 @@ int main(void)
         char why[512];
         snprintf(why, sizeof(why), "%s", weft_last_error());
         test_no_device();
-        printf("test_train_gpu: no CUDA device visible: skipped the GPU comparisons (%s)\n",
+        printf(NAME ": no CUDA device visible: skipped the GPU comparisons (%s)\n",
                why);
     } else {
-        printf("test_train_gpu: device %s\n", name);
+        printf(NAME ": device %s\n", name);
         test_gpu();
     }
-    printf("test_train_gpu: %d passed, %d failed\n", R.passed, R.failed);
+    printf(NAME ": %d passed, %d failed\n", R.passed, R.failed);
     return R.failed ? 1 : 0;
 }
