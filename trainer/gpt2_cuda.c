@@ -571,6 +571,9 @@ weft_status_t train_cuda_create(train_cuda_t **g_p, const train_gpt2_t *m, int B
     if (B <= 0 || T <= 0 || T > m->cfg.max_seq_len)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "batch %d x %d invalid (sequence "
                                 "length must be 1..%d)", B, T, m->cfg.max_seq_len);
+    if (m->cfg.channels > 6144)   // layernorm backward keeps 2C floats in 48 KB of shared memory
+        return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "--device cuda: channels %d > 6144 "
+                                "(layernorm backward's shared memory)", m->cfg.channels);
     RETURN_IF_ERR(train_cuda_probe(NULL));
     train_cuda_t *g = calloc(1, sizeof(*g));
     if (!g)
