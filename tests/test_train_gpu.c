@@ -136,11 +136,16 @@ static void test_no_device(void)
     if (train_cuda_built() && m) {   // argument checks come first
         st = train_cuda_create(&g, m, 2, 17, 0);
         check(st == WEFT_ERR_INVALID_ARG && g == NULL, "T over maxT refused: %d", st);
-        train_gpt2_t *wide = tiny_model(1, 6400, 4, 2, 10, 1);
+        // a configuration only: the refusal comes before any parameter is read
+        train_gpt2_t *wide = calloc(1, sizeof(*wide));
+        if (wide)
+            wide->cfg = (train_gpt2_cfg_t){ .max_seq_len = 2, .vocab_size = 10,
+                                            .padded_vocab_size = 128, .num_layers = 1,
+                                            .num_heads = 4, .channels = 6400 };
         st = wide ? train_cuda_create(&g, wide, 1, 2, 0) : WEFT_ERR_NO_MEMORY;
         check(st == WEFT_ERR_UNSUPPORTED && strstr(weft_last_error(), "channels 6400") &&
               g == NULL, "C over 6144 refused: %d", st);
-        train_gpt2_destroy(wide);
+        free(wide);
     }
     train_gpt2_destroy(m);
     int found, rc = run_cli("--device cuda --steps 0", why_want, &found);
