@@ -34,21 +34,6 @@
 #define NAME "test_train_gpu"
 #endif
 
-static train_gpt2_t *tiny_model(int L, int C, int NH, int maxT, int V, uint64_t seed)
-{
-    train_gpt2_cfg_t cfg = { .max_seq_len = maxT, .vocab_size = V,
-                             .padded_vocab_size = train_padded_vocab(V), .num_layers = L,
-                             .num_heads = NH, .channels = C };
-    train_gpt2_t *m = NULL;
-    if (train_gpt2_create(&m, &cfg) != WEFT_OK)
-        return NULL;
-    if (train_gpt2_init(m, seed) != WEFT_OK) {
-        train_gpt2_destroy(m);
-        return NULL;
-    }
-    return m;
-}
-
 /* The device plan: the CPU split carves the same offsets whatever the base, in order,
  * 16-float aligned, ending inside the region; the byte count adds up. */
 static void test_layout(void)

@@ -309,10 +309,7 @@ weft_status_t train_cuda_forward(train_cuda_t *g, const int *inputs, const int *
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "forward: batch %d x %d exceeds "
                                 "the prepared %d x %d", B, T, g->B, g->T);
     int V = c->vocab_size, L = c->num_layers, C = c->channels, BT = B * T;
-    for (int i = 0; i < BT; i++)
-        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
-            return weft_error_quiet(WEFT_ERR_INVALID_ARG, "forward: token out of range "
-                                    "[0, %d) at position %d", V, i);
+    RETURN_IF_ERR(train_check_tokens(inputs, targets, BT, V));
     train_acts_t *a = &g->acts;
     size_t btc = (size_t)BT * C;
     train_emb_t emb;

@@ -274,20 +274,25 @@ extern "C" void kcu_residual_forward(float *out, const float *a, const float *b,
 
 /* ---- attention layouts: (B, T, 3C) <-> (B, NH, T, hs) ---- */
 
-/* i walks (b, h, t, d) of the head-major layout; merge = 1 goes the other way */
+/* Element i of the head-major layout (B, NH, T, hs) is channel h*hs + d of row (b, t):
+ * its offset in a row-major (B, T, row) buffer whose rows are `row` floats long. */
+static __device__ __forceinline__ size_t head_to_row(size_t i, int T, int C, int NH, size_t row)
+{
+    int hs = C / NH, d = (int)(i % hs);
+    size_t r = i / hs;
+    int t = (int)(r % T);
+    r /= T;
+    int h = (int)(r % NH);
+    return (r / NH * T + t) * row + (size_t)h * hs + d;
+}
+
+/* i walks the head-major q, k, v; merge = 1 goes the other way (into qkv) */
 static __global__ void qkv_split(float *q, float *k, float *v, const float *qkv, int T,
                                  int C, int NH, size_t n, int merge)
 {
-    int hs = C / NH;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        int d = (int)(i % hs);
-        size_t r = i / hs;
-        int t = (int)(r % T);
-        r /= T;
-        int h = (int)(r % NH);
-        size_t b = r / NH;
-        size_t src = (b * T + t) * 3 * C + (size_t)h * hs + d;
+        size_t src = head_to_row(i, T, C, NH, 3 * (size_t)C);
         if (merge) {
             ((float *)qkv)[src] = q[i];
             ((float *)qkv)[src + C] = k[i];
@@ -303,16 +308,9 @@ static __global__ void qkv_split(float *q, float *k, float *v, const float *qkv,
 static __global__ void heads_permute(float *dst, const float *src, int T, int C, int NH,
                                      size_t n, int to_btc)
 {
-    int hs = C / NH;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {   // i walks (b, h, t, d)
-        int d = (int)(i % hs);
-        size_t r = i / hs;
-        int t = (int)(r % T);
-        r /= T;
-        int h = (int)(r % NH);
-        size_t b = r / NH;
-        size_t j = (b * T + t) * C + (size_t)h * hs + d;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t j = head_to_row(i, T, C, NH, C);
         if (to_btc)
             dst[j] = src[i];
         else
