@@ -59,8 +59,8 @@ PLAN_BIN  := $(BUILD)/bin/weft-plan
 KJV       := $(BUILD)/data/kjv.txt
 # The trainer's GPU path (weft-train --device cuda; docs/GPU-TRAIN.md): the model kernels
 # kernels/nn/cuda/*.cu, compiled by nvcc into libweft_train.a, and trainer/gpt2_cuda.c
-# with WEFT_TRAIN_CUDA; whatever links the trainer then needs cudart and cuBLAS
-# (TRAIN_LDLIBS). On when nvcc is at NVCC; `make CUDA=0` builds without it, and
+# with WEFT_TRAIN_CUDA; whatever links the trainer then needs cudart (TRAIN_LDLIBS; cuBLAS
+# is dlopen'ed by the first --device cuda run, so the CPU path maps none of it). On when nvcc is at NVCC; `make CUDA=0` builds without it, and
 # --device cuda then says so. Code: sm_90 (H100/H200) plus compute_90 PTX, which newer GPUs
 # compile at load time (TRAIN_CUDA_ARCH to change). The stamp rebuilds gpt2_cuda.o when
 # CUDA changes between builds in one BUILD directory.
@@ -68,14 +68,14 @@ NVCC      ?= /usr/local/cuda/bin/nvcc
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA      ?= $(if $(wildcard $(NVCC)),1,0)
 TRAIN_CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-NVCCFLAGS  = -std=c++17 -g -lineinfo $(OPT) $(TRAIN_CUDA_ARCH) -Werror all-warnings \
+TRAIN_NVCCFLAGS  = -std=c++17 -g -lineinfo $(OPT) $(TRAIN_CUDA_ARCH) -Werror all-warnings \
              -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter,-fPIC -Ikernels/nn/cuda
 TRAIN_LDLIBS =
 ifeq ($(CUDA),1)
 TRAIN_OBJ    += $(patsubst %.cu,$(BUILD)/obj/%.o,$(wildcard kernels/nn/cuda/*.cu))
-TRAIN_LDLIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+TRAIN_LDLIBS  = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++ -ldl
 $(BUILD)/obj/trainer/gpt2_cuda.o: CFLAGS += -DWEFT_TRAIN_CUDA -I$(CUDA_HOME)/include \
-    -Ikernels/nn/cuda
+    -Ikernels/nn/cuda -DWEFT_CUDA_LIBDIR='"$(CUDA_HOME)/lib64"'
 else ifneq ($(CUDA),0)
 $(error CUDA must be 0 or 1)
 endif
@@ -86,7 +86,7 @@ $(BUILD)/obj/trainer/gpt2_cuda.o: $(TRAIN_CUDA_STAMP)
 
 $(BUILD)/obj/kernels/nn/cuda/%.o: kernels/nn/cuda/%.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+	$(NVCC) $(TRAIN_NVCCFLAGS) -MMD -MP -c $< -o $@
 
 # test_train_gpu_emu: test_train_gpu's GPU comparisons with gpt2_cuda.c's host half over
 # tests/emu_cuda_host.c (the CUDA runtime, cuBLAS and the kcu_* kernels on the host), so
@@ -95,6 +95,7 @@ ifeq ($(CUDA),1)
 TEST_BIN += $(BUILD)/tests/test_train_gpu_emu
 EMU_CFLAGS = -DWEFT_TRAIN_CUDA -I$(CUDA_HOME)/include -Ikernels/nn/cuda -Itrainer -Ishard \
              -Ikernels/nn -fopenmp-simd -fno-math-errno
+# -rdynamic: gpt2_cuda.c finds the emulated cuBLAS in the program (dlsym) before any library
 $(BUILD)/obj/emu/gpt2_cuda.o: trainer/gpt2_cuda.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(EMU_CFLAGS) -MMD -MP -c $< -o $@
@@ -107,14 +108,14 @@ $(BUILD)/obj/emu/emu_cuda_host.o: tests/emu_cuda_host.c
 $(BUILD)/tests/test_train_gpu_emu: $(BUILD)/obj/emu/test_train_gpu.o $(BUILD)/obj/emu/gpt2_cuda.o \
     $(BUILD)/obj/emu/emu_cuda_host.o $(TRAIN_LIB) $(BUILD)/lib/libweft.a
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
+	$(CC) -rdynamic -o $@ $^ -lopenblas -ldl $(LDLIBS)
 # weft-train over the same emulation, for tests/test_train_gpu_emu.sh (--device cuda end
 # to end: the step, val, checkpoints and resume, the saved model)
 TEST_BIN += $(BUILD)/tests/probe_train_emu
 $(BUILD)/tests/probe_train_emu: $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/emu/gpt2_cuda.o \
     $(BUILD)/obj/emu/emu_cuda_host.o $(TRAIN_LIB) $(BUILD)/lib/libweft.a
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
+	$(CC) -rdynamic -o $@ $^ -lopenblas -ldl $(LDLIBS)
 endif
 # The MPI peers: Open MPI's and MPICH's compilers by their own names, so installing both
 # (Debian's alternatives pick one `mpicc`) never mixes them up.

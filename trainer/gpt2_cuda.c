@@ -119,8 +119,80 @@ weft_status_t train_cuda_sync(train_cuda_t *g)
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <pthread.h>
 
 #include "nn_cuda.h"
+
+/* cuBLAS is loaded when the first device model is created, not linked: mapping it (and
+ * cuBLASLt, half a gigabyte) at start-up cost every weft-train run ~200 MB of resident
+ * memory, --device cpu included. Symbols a program already has (linked in) win over the
+ * library's; else libcublas.so.<major> from the CUDA tree the build used, then the
+ * loader's search path. */
+#define STR2(x) #x
+#define STR(x) STR2(x)
+#ifndef WEFT_CUDA_LIBDIR
+#define WEFT_CUDA_LIBDIR "/usr/local/cuda/lib64"
+#endif
+#define CUBLAS_SONAME "libcublas.so." STR(CUBLAS_VER_MAJOR)
+
+static struct {
+    cublasStatus_t (*create)(cublasHandle_t *);
+    cublasStatus_t (*destroy)(cublasHandle_t);
+    cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+    cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t);
+    const char *(*status_string)(cublasStatus_t);
+    cublasStatus_t (*gemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                           int, const void *, const void *, cudaDataType, int, const void *,
+                           cudaDataType, int, const void *, void *, cudaDataType, int,
+                           cublasComputeType_t, cublasGemmAlgo_t);
+    cublasStatus_t (*gemm_batched)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
+                                   int, int, const void *, const void *, cudaDataType, int,
+                                   long long, const void *, cudaDataType, int, long long,
+                                   const void *, void *, cudaDataType, int, long long, int,
+                                   cublasComputeType_t, cublasGemmAlgo_t);
+} cublas;
+static pthread_once_t cublas_once = PTHREAD_ONCE_INIT;
+static char cublas_why[512];   // empty once every symbol is resolved
+
+static void cublas_load(void)
+{
+    static const char *const names[] = {
+        "cublasCreate_v2", "cublasDestroy_v2", "cublasSetStream_v2", "cublasSetMathMode",
+        "cublasGetStatusString", "cublasGemmEx", "cublasGemmStridedBatchedEx",
+    };
+    void **slots[] = {
+        (void **)&cublas.create, (void **)&cublas.destroy, (void **)&cublas.set_stream,
+        (void **)&cublas.set_math_mode, (void **)&cublas.status_string, (void **)&cublas.gemm,
+        (void **)&cublas.gemm_batched,
+    };
+    void *lib = NULL;
+    if (!dlsym(RTLD_DEFAULT, names[0])) {
+        lib = dlopen(WEFT_CUDA_LIBDIR "/" CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+        if (!lib)
+            lib = dlopen(CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+        if (!lib) {
+            snprintf(cublas_why, sizeof(cublas_why), "cannot load %s: %s", CUBLAS_SONAME,
+                     dlerror());
+            return;
+        }
+    }
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        *slots[i] = dlsym(lib ? lib : RTLD_DEFAULT, names[i]);
+        if (!*slots[i]) {
+            snprintf(cublas_why, sizeof(cublas_why), "%s has no %s", CUBLAS_SONAME, names[i]);
+            return;
+        }
+    }
+}
+
+static weft_status_t cublas_ready(void)
+{
+    pthread_once(&cublas_once, cublas_load);
+    if (cublas_why[0])
+        return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "--device cuda: %s", cublas_why);
+    return WEFT_OK;
+}
 
 struct train_cuda {
     train_gpt2_cfg_t cfg;
@@ -152,7 +224,7 @@ struct train_cuda {
         cublasStatus_t b_ = (call);                                                     \
         if (b_ != CUBLAS_STATUS_SUCCESS)                                                \
             return weft_error_quiet(WEFT_ERR_SYSTEM, "cublas: %s: %s", what,            \
-                                    cublasGetStatusString(b_));                         \
+                                    cublas.status_string(b_));                         \
     } while (0)
 
 int train_cuda_built(void)
@@ -189,7 +261,7 @@ static weft_status_t gemm(train_cuda_t *g, int ta, int tb, int m, int n, int k,
                           float *C, int ldc)
 {
     const float one = 1.0f;
-    BLAS(cublasGemmEx(g->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+    BLAS(cublas.gemm(g->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                       m, n, k, &one, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
                       CUDA_R_32F, ldc, compute_type(g), CUBLAS_GEMM_DEFAULT), "gemm");
     return WEFT_OK;
@@ -201,7 +273,7 @@ static weft_status_t gemm_batched(train_cuda_t *g, int ta, int tb, int m, int n,
                                   int count)
 {
     const float one = 1.0f, zero = 0.0f;
-    BLAS(cublasGemmStridedBatchedEx(g->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+    BLAS(cublas.gemm_batched(g->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                     tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, A,
                                     CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb, sb, &zero, C,
                                     CUDA_R_32F, ldc, sc, count, compute_type(g),
@@ -504,7 +576,7 @@ void train_cuda_destroy(train_cuda_t *g)
     cudaFree(g->params);
     cudaFree(g->acts_mem);
     if (g->blas)
-        cublasDestroy(g->blas);
+        cublas.destroy(g->blas);
     if (g->s)
         cudaStreamDestroy(g->s);
     free(g);
@@ -522,11 +594,11 @@ static weft_status_t create(train_cuda_t *g, const train_gpt2_t *m, int B, int T
                                 "%.2f GiB of device memory, %.2f GiB free (lower -b)", B, T,
                                 need / 1073741824.0, free_b / 1073741824.0);
     CU(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking), "stream");
-    BLAS(cublasCreate(&g->blas), "create handle");
-    BLAS(cublasSetStream(g->blas, g->s), "set stream");
+    BLAS(cublas.create(&g->blas), "create handle");
+    BLAS(cublas.set_stream(g->blas, g->s), "set stream");
     // fp32 means fp32: the default math mode takes no TF32 for CUBLAS_COMPUTE_32F (only
     // NVIDIA_TF32_OVERRIDE or CUBLAS_TF32_TENSOR_OP_MATH would), FAST_16BF is asked per call
-    BLAS(cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH), "math mode");
+    BLAS(cublas.set_math_mode(g->blas, CUBLAS_DEFAULT_MATH), "math mode");
     CU(cudaMalloc((void **)&g->params, 4 * bytes), "parameters, gradients, moments");
     g->grads = g->params + np;
     g->m = g->grads + np;
@@ -572,6 +644,7 @@ weft_status_t train_cuda_create(train_cuda_t **g_p, const train_gpt2_t *m, int B
         return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "--device cuda: channels %d > 6144 "
                                 "(layernorm backward's shared memory)", m->cfg.channels);
     RETURN_IF_ERR(train_cuda_probe(NULL));
+    RETURN_IF_ERR(cublas_ready());
     train_cuda_t *g = calloc(1, sizeof(*g));
     if (!g)
         return weft_error_quiet(WEFT_ERR_NO_MEMORY, "--device cuda: out of memory");
