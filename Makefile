@@ -63,7 +63,7 @@ KJV       := $(BUILD)/data/kjv.txt
 # is dlopen'ed by the first --device cuda run, so the CPU path maps none of it). On when nvcc is at NVCC; `make CUDA=0` builds without it, and
 # --device cuda then says so. Code: sm_90 (H100/H200) plus compute_90 PTX, which newer GPUs
 # compile at load time (TRAIN_CUDA_ARCH to change). The stamp rebuilds gpt2_cuda.o when
-# CUDA changes between builds in one BUILD directory.
+# CUDA changes between builds in one BUILD directory
 NVCC      ?= /usr/local/cuda/bin/nvcc
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA      ?= $(if $(wildcard $(NVCC)),1,0)
@@ -79,9 +79,11 @@ $(BUILD)/obj/trainer/gpt2_cuda.o: CFLAGS += -DWEFT_TRAIN_CUDA -I$(CUDA_HOME)/inc
 else ifneq ($(CUDA),0)
 $(error CUDA must be 0 or 1)
 endif
-TRAIN_CUDA_STAMP := $(BUILD)/train-cuda-$(CUDA).stamp
-$(TRAIN_CUDA_STAMP):
-	@mkdir -p $(dir $@) && rm -f $(BUILD)/train-cuda-*.stamp && touch $@
+# (rewritten at parse time only when CUDA changes: a stamp made by a rule would count as
+# intermediate under .SECONDARY, and a missing one would not force the rebuild)
+TRAIN_CUDA_STAMP := $(BUILD)/train-cuda.stamp
+$(shell mkdir -p $(BUILD) && [ "$$(cat $(TRAIN_CUDA_STAMP) 2>/dev/null)" = "$(CUDA)" ] || \
+    echo $(CUDA) > $(TRAIN_CUDA_STAMP))
 $(BUILD)/obj/trainer/gpt2_cuda.o: $(TRAIN_CUDA_STAMP)
 
 $(BUILD)/obj/kernels/nn/cuda/%.o: kernels/nn/cuda/%.cu
