@@ -2,7 +2,7 @@
 # gpu_train_vs_llmc.sh - weft-train --device cuda against llm.c's train_gpt2cu, side by side
 # on one GPU: GPT-2 124M (12 layers, 768 channels, 12 heads, T=1024), bf16, one rank.
 #
-#   bench/gpu_train_vs_llmc.sh [--batches "32 16 8 4"] [--steps 30] [--warmup 5]
+#   bench/gpu_train_vs_llmc.sh [--batches "64 32 16 8 4"] [--steps 30] [--warmup 5]
 #                              [--out docs/perf/gpu_train] [--peak-tflops X]
 #   bench/gpu_train_vs_llmc.sh --make-data FILE NTOKENS SEED   (the token shard only)
 #   bench/gpu_train_vs_llmc.sh --parse LLMC_LOG WEFT_JSON B T WARMUP PEAK_TFLOPS
@@ -109,7 +109,7 @@ case "${1:-}" in
              shift; parse "$@"; exit $? ;;
 esac
 
-BATCHES="32 16 8 4" STEPS=30 WARMUP=5 OUT=docs/perf/gpu_train PEAK=""
+BATCHES="64 32 16 8 4" STEPS=30 WARMUP=5 OUT=docs/perf/gpu_train PEAK=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --batches) BATCHES=$2; shift 2 ;;
@@ -157,7 +157,7 @@ make -j"$(nproc)" all NVCC="$NVCC" >"$OUT/raw/weft_build.log" 2>&1 ||
     { tail -n 20 "$OUT/raw/weft_build.log"; die "weft build failed"; }
 WEFT=$ROOT/build/bin/weft-train
 DATA=$W/tokens.bin
-NTOK=$(( (32 * T + 1) * (STEPS + 2) ))
+NTOK=$(( (64 * T + 1) * (STEPS + 2) ))
 make_data "$DATA" "$NTOK" 1337 || die "cannot write $DATA"
 
 best=""
