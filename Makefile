@@ -80,6 +80,67 @@ TRAIN_LIB := $(BUILD)/lib/libweft_train.a
 TRAIN_BIN := $(BUILD)/bin/weft-train
 PLAN_BIN  := $(BUILD)/bin/weft-plan
 KJV       := $(BUILD)/data/kjv.txt
+# The trainer's GPU path (weft-train --device cuda; docs/GPU-TRAIN.md): the model kernels
+# kernels/nn/cuda/*.cu, compiled by nvcc into libweft_train.a, and trainer/gpt2_cuda.c
+# with WEFT_TRAIN_CUDA; they use the static cudart libweft links (CUDA_LIBS; cuBLAS is
+# dlopen'ed by the first --device cuda run, so the CPU path maps none of it). Built with
+# the CUDA parts above (CUDA, NVCC, CUDA_HOME); `make CUDA=0` builds without it, and
+# --device cuda then says so. Code: CUDA_GENCODE's (TRAIN_CUDA_ARCH to change). The stamp
+# rebuilds gpt2_cuda.o when CUDA changes between builds in one BUILD directory
+TRAIN_CUDA_ARCH ?= $(CUDA_GENCODE)
+TRAIN_NVCCFLAGS  = -std=c++17 -g -lineinfo $(OPT) $(TRAIN_CUDA_ARCH) -Werror all-warnings \
+             -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter,-fPIC -Ikernels/nn/cuda
+ifeq ($(CUDA),1)
+TRAIN_OBJ    += $(patsubst %.cu,$(BUILD)/obj/%.o,$(wildcard kernels/nn/cuda/*.cu))
+$(BUILD)/obj/trainer/gpt2_cuda.o: CFLAGS += -DWEFT_TRAIN_CUDA -I$(CUDA_HOME)/include \
+    -Ikernels/nn/cuda -DWEFT_CUDA_LIBDIR='"$(CUDA_HOME)/lib64"'
+else ifneq ($(CUDA),0)
+$(error CUDA must be 0 or 1)
+endif
+# (rewritten at parse time only when CUDA changes: a stamp made by a rule would count as
+# intermediate under .SECONDARY, and a missing one would not force the rebuild)
+TRAIN_CUDA_STAMP := $(BUILD)/train-cuda.stamp
+$(shell mkdir -p $(BUILD) && [ "$$(cat $(TRAIN_CUDA_STAMP) 2>/dev/null)" = "$(CUDA)" ] || \
+    echo $(CUDA) > $(TRAIN_CUDA_STAMP))
+$(BUILD)/obj/trainer/gpt2_cuda.o: $(TRAIN_CUDA_STAMP)
+
+$(BUILD)/obj/kernels/nn/cuda/%.o: kernels/nn/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(TRAIN_NVCCFLAGS) -MMD -MP -c $< -o $@
+
+# test_train_gpu_emu: test_train_gpu's GPU comparisons with gpt2_cuda.c's host half over
+# tests/emu_cuda_host.c (the CUDA runtime, cuBLAS and the kcu_* kernels on the host), so
+# the orchestration is checked where no GPU is; the .cu kernels need the real test.
+ifeq ($(CUDA),1)
+TEST_BIN += $(BUILD)/tests/test_train_gpu_emu
+EMU_CFLAGS = -DWEFT_TRAIN_CUDA -I$(CUDA_HOME)/include -Ikernels/nn/cuda -Itrainer -Ishard \
+             -Ikernels/nn -fopenmp-simd -fno-math-errno
+# -rdynamic: gpt2_cuda.c finds the emulated cuBLAS in the program (dlsym) before any library.
+# EMU_LINK: libweft.a's CUDA objects pull in the static cudart, which defines the runtime
+# calls the emulation defines too; the emulation's object comes first and wins, and the
+# runs set WEFT_CUDA=0 so libweft itself never asks the (driverless) runtime anything.
+EMU_LINK = -rdynamic -Wl,--allow-multiple-definition
+$(BUILD)/obj/emu/gpt2_cuda.o: trainer/gpt2_cuda.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(EMU_CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/emu/test_train_gpu.o: tests/test_train_gpu.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(EMU_CFLAGS) -DTRAIN_GPU_EMU -MMD -MP -c $< -o $@
+$(BUILD)/obj/emu/emu_cuda_host.o: tests/emu_cuda_host.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(EMU_CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/tests/test_train_gpu_emu: $(BUILD)/obj/emu/test_train_gpu.o $(BUILD)/obj/emu/gpt2_cuda.o \
+    $(BUILD)/obj/emu/emu_cuda_host.o $(TRAIN_LIB) $(BUILD)/lib/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(EMU_LINK) -o $@ $^ -lopenblas -ldl $(LDLIBS)
+# weft-train over the same emulation, for tests/test_train_gpu_emu.sh (--device cuda end
+# to end: the step, val, checkpoints and resume, the saved model)
+TEST_BIN += $(BUILD)/tests/probe_train_emu
+$(BUILD)/tests/probe_train_emu: $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/emu/gpt2_cuda.o \
+    $(BUILD)/obj/emu/emu_cuda_host.o $(TRAIN_LIB) $(BUILD)/lib/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(EMU_LINK) -o $@ $^ -lopenblas -ldl $(LDLIBS)
+endif
 # The MPI peers: Open MPI's and MPICH's compilers by their own names, so installing both
 # (Debian's alternatives pick one `mpicc`) never mixes them up.
 MPICC    := $(shell command -v mpicc.openmpi 2>/dev/null || command -v mpicc 2>/dev/null)
@@ -188,7 +249,8 @@ $(BUILD)/bin/mpich_coll_perf: $(MPI_SRC) bench/perf_common.h include/weft.h
 	$(MPICHCC) $(MPI_CFLAGS) -o $@ $(MPI_SRC)
 
 $(TRAIN_OBJ) $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/trainer/weft_plan_cli.o \
-    $(BUILD)/obj/tests/test_train.o $(BUILD)/obj/tests/test_nn.o: \
+    $(BUILD)/obj/tests/test_train.o $(BUILD)/obj/tests/test_nn.o \
+    $(BUILD)/obj/tests/test_train_gpu.o: \
     CFLAGS += -Itrainer -Ishard -Ikernels/nn -fopenmp-simd -fno-math-errno
 
 $(TRAIN_LIB): $(TRAIN_OBJ)
@@ -204,7 +266,7 @@ $(PLAN_BIN): $(BUILD)/obj/trainer/weft_plan_cli.o $(TRAIN_LIB) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
 
-$(BUILD)/tests/test_train $(BUILD)/tests/test_nn: $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TRAIN_LIB) $(LIBA)
+$(BUILD)/tests/test_train $(BUILD)/tests/test_nn $(BUILD)/tests/test_train_gpu: $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TRAIN_LIB) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
 
