@@ -115,21 +115,25 @@ static void drain_after_failed(ucx_ep_t *e)
             ucx_drain(x->eps[p], (double)(end - now) * 1e-9);
     }
 }
+/* A lost peer gets nothing, but its endpoint still counts as posted for the drain: the
+ * usual failure is a lost peer, and the survivors must hear of it before this rank
+ * exits (else one that was waiting on this rank reports it, not the lost one, as the
+ * cause). */
 void ucx_post_state(tp_ep_t *ep, const tp_state_t *s)
 {
     ucx_ep_t *e = (ucx_ep_t *)ep;
-    if (__atomic_load_n(&e->lost, __ATOMIC_ACQUIRE))
-        return;
-    for (int i = 0; i < UCX_STATE_SLOTS; i++) {
-        if (ucx_req_test(&e->st_tx[i].req) == UCS_INPROGRESS)
-            continue;
-        e->st_tx[i].m = (ucx_state_msg_t){ .s = *s, .frames = e->frames_tx };
-        ucx_post_send(e, &e->st_tx[i].m, sizeof(e->st_tx[i].m), UCX_TAG_STATE,
-                      &e->st_tx[i].req);
-        if (s->kind == TP_STATE_FAILED)
-            drain_after_failed(e);
-        return;
+    if (!__atomic_load_n(&e->lost, __ATOMIC_ACQUIRE)) {
+        for (int i = 0; i < UCX_STATE_SLOTS; i++) {
+            if (ucx_req_test(&e->st_tx[i].req) == UCS_INPROGRESS)
+                continue;
+            e->st_tx[i].m = (ucx_state_msg_t){ .s = *s, .frames = e->frames_tx };
+            ucx_post_send(e, &e->st_tx[i].m, sizeof(e->st_tx[i].m), UCX_TAG_STATE,
+                          &e->st_tx[i].req);
+            break;
+        }
     }
+    if (s->kind == TP_STATE_FAILED)
+        drain_after_failed(e);
 }
 
 /* A nudge of the worker follows, so that the goodbye leaves even if this rank makes no
