@@ -116,9 +116,17 @@ weft_status_t tuner_setup(weft_comm_t *comm)
     uint64_t *host_id = malloc((size_t)comm->nranks * sizeof(*host_id));
     if (host_id == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "tuner: out of memory");
+    free(comm->rank_host);
+    comm->rank_host = malloc((size_t)comm->nranks * sizeof(*comm->rank_host));
+    if (comm->rank_host == NULL) {
+        free(host_id);
+        return weft_error(WEFT_ERR_NO_MEMORY, "tuner: out of memory");
+    }
     for (int p = 0; p < comm->nranks; p++)
         host_id[p] = comm->peers[p].host_id;
     algo_layout(host_id, comm->nranks, comm->rank, comm->cma_all, &comm->layout);
+    algo_host_map(host_id, comm->nranks, comm->rank_host);
+    comm->layout.rank_host = comm->rank_host;   /* freed at weft_comm_destroy */
     comm->layout.cma_min = comm->cma_min_default;
     free(host_id);
     return WEFT_OK;
