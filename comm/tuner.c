@@ -18,13 +18,15 @@
  *                 every peer within one host, else off; all-gather from 256K wherever
  *                 every peer is read by single copy): read peers' buffers directly
  *   4. else the cheapest by the cost model (algo.h: alpha-beta-gamma per link class)
- *      among those no knob governs: today the ring (allreduce, reduce_scatter,
- *      allgather) or chain (broadcast, reduce), bandwidth-bound sizes;
+ *      among those no knob governs: the ring (allreduce, reduce_scatter, allgather) or
+ *      chain (broadcast, reduce), bandwidth-bound sizes; hier instead for those but
+ *      reduce where ranks span hosts with as many on each, more than one (its
+ *      intra-host hops cost SHM, the ring's every hop NET there);
  *   5. else (a knob governs every candidate and none wants this size: alltoall and
  *      barrier above WEFT_DIRECT_MAX) the cheapest of them: direct.
  * This is the table weft had before algorithms registered themselves, choice for
- * choice; the model decides where no knob speaks, which is where algorithms added
- * later (trees, hierarchical ones) will compete.
+ * choice on one host; the model decides where no knob speaks, which is where the
+ * hierarchical algorithm competes (and algorithms added later will).
  * Frames: WEFT_CHUNK, else 128K on shm and 512K on tcp, never above a quarter of the
  * staging buffer (a frame and a wrap must always fit).
  * Streaming stores: in a call whose larger buffer is WEFT_NT_MIN (32M) or more, the steps
