@@ -23,10 +23,13 @@
  *                   local rank j's shard being the blocks of every rank (g, j).
  * broadcast      a chain across hosts among the root's counterparts, then a chain inside
  *                each host from the rank that holds the data.
- * Pipelining: inside each phase as in the ring (stream dependencies, frame by frame);
- * across phases where a block's producer is one step (reduce-scatter, all-gather,
- * broadcast: the next phase's send streams on it); all-reduce's second phase waits for
- * the first one's shard, and its third for the whole second (a gate).
+ * Pipelining: inside each phase as in the ring (stream dependencies, frame by frame),
+ * and across phases too: every block a phase hands on is produced by one step, on which
+ * the next phase's send streams (all-reduce therefore moves its shards in H pieces in
+ * every phase: piece t of shard j is sub-block t of step 2). A receive that adds to a
+ * block the previous phase produced waits for that step (dep). No phase waits for a
+ * whole earlier one; a receive may overwrite a block an earlier send is still reading
+ * only where the incoming bytes already depend on that send's (as in the ring).
  * The reduction order is fixed by the layout alone, so every rank of an all-reduce ends
  * with the same bits (tests/test_algos.c reproduces it).
  *
@@ -62,57 +65,68 @@ static void part(const hier_t *x, size_t base, size_t count, int n, int i, size_
     *len = l * x->esz;
 }
 
-/* Steps from `first` on that wait for nothing yet wait for step `dep`. */
-static void deps_from(sched_t *s, int first, int dep)
+/* Piece (m, t): part t of H of shard m of P: byte offset and length. */
+static void piece(const hier_t *x, size_t count, int m, int t, size_t *off, size_t *len)
 {
-    for (int i = first; dep >= 0 && i < s->nsteps; i++)
-        if (s->steps[i].dep < 0)
-            s->steps[i].dep = dep;
+    size_t so, sl;
+    sched_block(count, x->P, SCHED_MOD(m, x->P), &so, &sl);
+    part(x, so, sl, x->H, t, off, len);
 }
 
-static void hier_allreduce(const sched_args_t *a, const hier_t *x, sched_t *s)
+/* Every phase moves pieces, so each piece's next phase streams on the step that
+ * produced it. last[t]: the latest producer of piece (*, t) on this rank. */
+static weft_status_t hier_allreduce(const sched_args_t *a, const hier_t *x, sched_t *s)
 {
-    int H = x->H, P = x->P, h = x->h, l = x->l, prev = -1;
+    int H = x->H, P = x->P, h = x->h, l = x->l, j = SCHED_MOD(l + 1, P), prev = -1;
     int right = at(x, h, l + 1), left = at(x, h, l - 1);
     int nr = at(x, h + 1, l), nl = at(x, h - 1, l);
-    size_t o, n, so, sl, c = a->count;
+    size_t o, n, c = a->count;
+    int *last = malloc((size_t)H * sizeof(int));
+    if (last == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "hier: out of memory");
     /* 1. shard j ends host-reduced in RECV on local rank j-1 */
     for (int k = 0; k < P - 1; k++) {
-        part(x, 0, c, P, l - k, &o, &n);
-        sched_send(s, right, k ? BUF_RECV : BUF_SEND, o, n, k ? prev : -1);
-        part(x, 0, c, P, l - k - 1, &o, &n);
-        prev = sched_recv_reduce(s, left, BUF_RECV, o, BUF_SEND, o, n, 0);
+        for (int t = 0; t < H; t++) {
+            piece(x, c, l - k, t, &o, &n);
+            sched_send(s, right, k ? BUF_RECV : BUF_SEND, o, n, k ? last[t] : -1);
+        }
+        for (int t = 0; t < H; t++) {
+            piece(x, c, l - k - 1, t, &o, &n);
+            last[t] = sched_recv_reduce(s, left, BUF_RECV, o, BUF_SEND, o, n, 0);
+        }
     }
-    int shard = prev, first = s->nsteps, j = SCHED_MOD(l + 1, P);
-    sched_block(c, P, j, &so, &sl);
-    /* 2. a ring all-reduce of shard j among the counterparts, in RECV */
-    prev = -1;
+    /* 2. a ring all-reduce of shard j's pieces among the counterparts, in RECV */
     for (int k = 0; k < H - 1; k++) {
-        part(x, so, sl, H, h - k, &o, &n);
-        sched_send(s, nr, BUF_RECV, o, n, k ? prev : -1);
-        part(x, so, sl, H, h - k - 1, &o, &n);
-        prev = sched_recv_reduce(s, nl, BUF_RECV, o, BUF_RECV, o, n, k == H - 2);
+        int ts = SCHED_MOD(h - k, H), tr = SCHED_MOD(h - k - 1, H);
+        piece(x, c, j, ts, &o, &n);
+        sched_send(s, nr, BUF_RECV, o, n, k ? prev : last[ts]);
+        piece(x, c, j, tr, &o, &n);
+        int i = sched_recv_reduce(s, nl, BUF_RECV, o, BUF_RECV, o, n, k == H - 2);
+        if (i >= 0)
+            s->steps[i].dep = last[tr];     /* adds to this host's partial */
+        prev = i;
     }
+    last[SCHED_MOD(h + 1, H)] = prev;
     for (int k = 0; k < H - 1; k++) {
-        part(x, so, sl, H, h + 1 - k, &o, &n);
+        int ts = SCHED_MOD(h + 1 - k, H), tr = SCHED_MOD(h - k, H);
+        piece(x, c, j, ts, &o, &n);
         sched_send(s, nr, BUF_RECV, o, n, prev);
-        part(x, so, sl, H, h - k, &o, &n);
-        prev = sched_recv(s, nl, BUF_RECV, o, n);
+        piece(x, c, j, tr, &o, &n);
+        prev = last[tr] = sched_recv(s, nl, BUF_RECV, o, n);
     }
-    deps_from(s, first, shard);
-    /* 3. the shards around the host once the whole of step 2 is done */
-    int gate = sched_copy(s, BUF_NONE, 0, BUF_NONE, 0, 0);
-    if (gate >= 0)
-        s->steps[gate].after_all = 1;
-    first = s->nsteps;
-    prev = -1;
+    /* 3. the shards around the host, piece by piece as they are done */
     for (int k = 0; k < P - 1; k++) {
-        part(x, 0, c, P, j - k, &o, &n);
-        sched_send(s, right, BUF_RECV, o, n, prev);
-        part(x, 0, c, P, j - k - 1, &o, &n);
-        prev = sched_recv(s, left, BUF_RECV, o, n);
+        for (int t = 0; t < H; t++) {
+            piece(x, c, j - k, t, &o, &n);
+            sched_send(s, right, BUF_RECV, o, n, last[t]);
+        }
+        for (int t = 0; t < H; t++) {
+            piece(x, c, j - k - 1, t, &o, &n);
+            last[t] = sched_recv(s, left, BUF_RECV, o, n);
+        }
     }
-    deps_from(s, first, gate);
+    free(last);
+    return WEFT_OK;
 }
 
 static weft_status_t hier_reduce_scatter(const sched_args_t *a, const hier_t *x, sched_t *s)
@@ -228,7 +242,7 @@ static weft_status_t hier_build(const sched_args_t *a, sched_t *s)
             x.h = i / x.P, x.l = i % x.P;
     weft_status_t st = WEFT_OK;
     switch (a->coll) {
-    case COLL_ALLREDUCE:      hier_allreduce(a, &x, s); break;
+    case COLL_ALLREDUCE:      st = hier_allreduce(a, &x, s); break;
     case COLL_REDUCE_SCATTER: st = hier_reduce_scatter(a, &x, s); break;
     case COLL_ALLGATHER:      st = hier_allgather(a, &x, s); break;
     case COLL_BROADCAST:      hier_broadcast(a, &x, s); break;
