@@ -2,6 +2,7 @@
 #
 # Layout: every .c under common/ kernels/ topo/ comm/ and comm/<transport>/ goes into
 # libweft, except files ending in _cli.c (programs). Programs: tools/weftrun.c, topo/weft_topo_cli.c,
+# tools/weft_sim_cli.c (weft-sim, with bench/perf_colls.c's counts and bandwidth factors),
 # bench/*_perf.c (with the driver bench/perf_common.c, the collectives bench/perf_colls.c and
 # the weft backend bench/perf_weft.c; overlap_perf with OpenBLAS instead), and
 # bench/mpi_coll_perf.c, the MPI backend, with the same driver and collectives (when mpicc
@@ -47,7 +48,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 # tests/probe_*.c: programs a test script runs under a launcher (not tests themselves)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) \
             $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/probe_*.c))
-TOOLS    := $(BUILD)/bin/weftrun $(BUILD)/bin/weft-topo
+TOOLS    := $(BUILD)/bin/weftrun $(BUILD)/bin/weft-topo $(BUILD)/bin/weft-sim
 # The trainer: kernels/nn/ (model kernels), shard/ (FSDP/ZeRO units over weft's
 # collectives) and trainer/ go into libweft_train.a, which needs OpenBLAS (libweft itself
 # does not); trainer/weft_train_cli.c is weft-train.
@@ -101,6 +102,11 @@ $(BUILD)/bin/weftrun: $(BUILD)/obj/tools/weftrun.o $(LIBA)
 	$(CC) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bin/weft-topo: $(BUILD)/obj/topo/weft_topo_cli.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+# weft-sim: the simulator (comm/simtime.c) with nccl-tests' counts and bandwidth factors
+$(BUILD)/bin/weft-sim: $(BUILD)/obj/tools/weft_sim_cli.o $(BUILD)/obj/bench/perf_colls.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS)
 

@@ -16,16 +16,19 @@
 #include "frame.h"
 #include "status.h"
 
-/* Order matters only where knob windows overlap: the first one wins (direct over the
- * probe over cma, as WEFT_DIRECT_MAX, WEFT_REG_MIN and WEFT_CMA_MIN always ranked). */
+/* Order matters only where knob windows overlap and where the model ties: the first
+ * one wins (direct over the probe over cma, as WEFT_DIRECT_MAX, WEFT_REG_MIN and
+ * WEFT_CMA_MIN always ranked; the ring over the trees). */
 const algo_t *const algo_registry[] = {
     &algo_local_def,
     &algo_p2p_def,
     &algo_direct_def,
     &algo_probe_def,
     &algo_cma_def,
-    &algo_hier_def,
     &algo_ring_def,
+    &algo_tree_def,         /* after the ring: it keeps the ties of the model */
+    &algo_rhd_def,
+    &algo_hier_def,         /* last: the others keep its ties */
     NULL,
 };
 
@@ -48,6 +51,14 @@ void algo_model_default(algo_model_t *m)
 int algo_no_window(const weft_config_t *cfg, const sched_args_t *a, size_t *lo, size_t *hi)
 {
     return 0;
+}
+
+int algo_few_window(const weft_config_t *cfg, const sched_args_t *a, size_t *lo, size_t *hi)
+{
+    int off = algo_few_ranks(a);
+    *lo = off ? 1 : 0;
+    *hi = off ? 0 : (size_t)-1;
+    return 2;
 }
 
 const algo_t *algo_find(const char *name)
@@ -143,13 +154,13 @@ const algo_t *algo_pick(const weft_config_t *cfg, const algo_model_t *m,
         double c = al->cost(a, m);
         if (any == NULL || c < any_cost)
             any = al, any_cost = c;
-        if (al->window(cfg, a, &lo, &hi)) {
-            if (bytes >= lo && bytes <= hi) {
-                *cost_p = c;
-                return al;          /* a knob reserved this size for it */
-            }
-            continue;               /* its knob keeps it off this size */
+        int w = al->window(cfg, a, &lo, &hi);
+        if (w == 1 && bytes >= lo && bytes <= hi) {
+            *cost_p = c;
+            return al;              /* a knob reserved this size for it */
         }
+        if (w == 1 || (w == 2 && (bytes < lo || bytes > hi)))
+            continue;               /* its knob keeps it off this size */
         if (best == NULL || c < best_cost)
             best = al, best_cost = c;
     }

@@ -61,7 +61,8 @@ typedef struct algo {
     int (*supports)(const sched_args_t *a);
     /* seconds the model expects the call to take */
     double (*cost)(const sched_args_t *a, const algo_model_t *m);
-    /* the per-rank byte range [*lo, *hi] a knob reserves for it (returns 1), or 0 when
+    /* the per-rank byte range [*lo, *hi] a knob reserves for it (returns 1); or the range
+     * outside which it must not run, the model deciding inside (returns 2); or 0 when
      * no knob governs it; lo > hi: the knob turned it off */
     int (*window)(const weft_config_t *cfg, const sched_args_t *a, size_t *lo, size_t *hi);
     weft_status_t (*build)(const sched_args_t *a, sched_t *s);
@@ -69,6 +70,18 @@ typedef struct algo {
 
 /* The window of an algorithm no knob governs (the ring takes what the others leave). */
 int algo_no_window(const weft_config_t *cfg, const sched_args_t *a, size_t *lo, size_t *hi);
+
+/* Where the tuned table of old stays as it was: 2 ranks, or at most 4 on one host
+ * (direct's window reserves, the ring takes the rest; the shm benchmarks are tuned
+ * there). Elsewhere the model weighs the algorithms added since (tree, rhd). */
+static inline int algo_few_ranks(const sched_args_t *a)
+{
+    return a->nranks == 2 || (a->layout.nhosts == 1 && a->nranks <= 4);
+}
+
+/* The window of the algorithms the model weighs only beyond few ranks: off there (they
+ * run when WEFT_ALGO names them), else every size (returns 2). */
+int algo_few_window(const weft_config_t *cfg, const sched_args_t *a, size_t *lo, size_t *hi);
 
 /* The registry, NULL-terminated, in order of preference between knob windows. */
 extern const algo_t *const algo_registry[];
@@ -107,7 +120,14 @@ void algo_ring_order(const sched_layout_t *l, int n, int *order);
 size_t algo_rank_bytes(const sched_args_t *a);
 
 extern const algo_t algo_local_def, algo_p2p_def, algo_direct_def, algo_probe_def,
-    algo_cma_def, algo_ring_def;
-extern const algo_t algo_hier_def;
+    algo_cma_def, algo_tree_def, algo_rhd_def, algo_ring_def, algo_hier_def;
+
+/* The double binary tree (algo_tree.c): rank's parent (-1 at the top) and children (-1
+ * where none) in tree 0 or 1 of an all-reduce among nranks; _root: of a reduce or
+ * broadcast rooted at `root`, which is the top of both trees. For printing (weft-topo)
+ * and the tests' references; the schedules use the same links. */
+void algo_tree_links(int rank, int nranks, int tree, int *parent, int child[2]);
+void algo_tree_links_root(int rank, int nranks, int tree, int root, int *parent,
+                          int child[2]);
 
 #endif

@@ -159,13 +159,15 @@ static double direct_cost(const sched_args_t *a, const algo_model_t *m)
     return algo_time(m, a, 1, in, reduces ? in : 0);
 }
 
-/* WEFT_DIRECT_MAX: latency-bound sizes, one exchange. */
+/* WEFT_DIRECT_MAX: latency-bound sizes, one exchange. Among few ranks (algo.h) the
+ * knob reserves them; beyond, it only bounds them and the model weighs the exchange
+ * against the trees (n-1 contributions at one rank cost more than log2(n) hops). */
 static int direct_window(const weft_config_t *cfg, const sched_args_t *a, size_t *lo,
                          size_t *hi)
 {
     *lo = 0;
     *hi = cfg->direct_max;
-    return 1;
+    return algo_few_ranks(a) ? 1 : 2;
 }
 
 const algo_t algo_direct_def = {

@@ -4,14 +4,22 @@
  *
  *   auto       when the launcher left the process free to run anywhere and the host has
  *              at least a core per local rank: bind the process (every thread) to its own
- *              block of cores (NUMA-aware blocks, topo_place), as Open MPI binds by
- *              default. A process already bound (mpirun's default, srun --cpu-bind,
+ *              block of cores (topo_place), as Open MPI binds by default: on a host with
+ *              GPUs, cores of the NUMA node of the rank's GPU (local rank i: GPU i mod
+ *              ngpus), split among the ranks whose GPUs share that node (left unbound
+ *              when that node has fewer cores than such ranks); without GPUs,
+ *              NUMA-aware blocks. A process already bound (mpirun's default, srun --cpu-bind,
  *              weftrun --bind-to core, taskset) keeps its binding; an oversubscribed host
  *              (more local ranks than cores) is left unbound, as Open MPI does.
  *   none       never bind.
  *   cores:LIST local rank i on the i-th comma-separated item of LIST (an OS cpu or a
  *              range): a clear error when LIST has fewer items than local ranks or names
  *              cpus this process may not use.
+ *
+ * I/O discovery (hwloc's pci plugin) happens only when sysfs shows a GPU, since only
+ * then do the cores depend on the devices, and never in a sanitizer build: the plugin
+ * leaves libpciaccess allocations that LeakSanitizer reports at exit (such a build binds
+ * GPU hosts by NUMA blocks, and says so in the log).
  *
  * Why a default binding: two unbound ranks on this 2-vCPU VM spent whole phases on the
  * same core (the scheduler's wake-up placement), and those launches ran large collectives
@@ -70,7 +78,33 @@ static weft_status_t bind_with(const weft_comm_t *c, topo_t *t)
     }
     topo_place_t p;
     RETURN_IF_ERR(topo_place(t, c->local_rank, c->local_size, &p));
+    if (p.shared) {     /* more ranks on its GPU's node than cores there */
+        LOG_INFO(LOG_TOPO, "bind: local rank %d would share core %s near gpu %d: left unbound",
+                 c->local_rank, p.cores, p.gpu);
+        return WEFT_OK;
+    }
     return topo_bind(t, &p);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define BIND_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BIND_SANITIZED 1
+#endif
+#endif
+
+/* 1 when the placement needs the GPUs (and so hwloc's I/O discovery). */
+static int want_devices(void)
+{
+    if (!topo_machine_has_gpus())
+        return 0;
+#ifdef BIND_SANITIZED
+    LOG_INFO(LOG_TOPO, "bind: sanitizer build: GPUs ignored, NUMA blocks (pci plugin leaks)");
+    return 0;
+#else
+    return 1;
+#endif
 }
 
 weft_status_t comm_bind(const weft_comm_t *c)
@@ -83,7 +117,7 @@ weft_status_t comm_bind(const weft_comm_t *c)
         return WEFT_OK;
     }
     topo_t *t = NULL;
-    weft_status_t st = topo_load_cpus(&t);
+    weft_status_t st = want_devices() ? topo_load(NULL, &t) : topo_load_cpus(&t);
     if (st == WEFT_OK) {
         st = bind_with(c, t);
         topo_free(t);

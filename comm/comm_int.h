@@ -282,7 +282,5 @@ weft_status_t env_detect(launch_env_t *env);
 weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *send,
                        void *recv, weft_request_t **req_p);
 
-/* id helpers */
-uint64_t host_id_compute(char *hostname, size_t cap);
 
 #endif

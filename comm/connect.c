@@ -21,27 +21,12 @@
 #include "comm_int.h"
 #include "check.h"
 #include "status.h"
+#include "topo.h"
 #include "util.h"
 
 static int transport_allowed(const weft_comm_t *comm, const tp_ops_t *t)
 {
     return !strcmp(comm->cfg.transport, "auto") || !strcmp(comm->cfg.transport, t->name);
-}
-
-uint64_t host_id_compute(char *hostname, size_t cap)
-{
-    char boot[64] = "";
-    if (gethostname(hostname, cap) != 0)
-        snprintf(hostname, cap, "unknown");
-    hostname[cap - 1] = '\0';
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f) {
-        if (fgets(boot, sizeof(boot), f) == NULL)
-            boot[0] = '\0';
-        fclose(f);
-    }
-    uint64_t h = hash_bytes(HASH_SEED, hostname, strlen(hostname));
-    return hash_bytes(h, boot, strlen(boot));
 }
 
 /* The enabled transports, most preferred first. */
@@ -63,7 +48,7 @@ static weft_status_t local_setup(weft_comm_t *comm, peer_info_t *self)
     memset(self, 0, sizeof(*self));
     self->rank = (uint32_t)comm->rank;
     self->pid = (uint32_t)getpid();
-    self->host_id = host_id_compute(self->hostname, sizeof(self->hostname));
+    self->host_id = topo_host_id(comm->cfg.hostid, self->hostname, sizeof(self->hostname));
     shm_remove_stale_segments();
     for (int i = 0; i < comm->ntransports; i++) {
         const tp_ops_t *t = comm->transports[i];

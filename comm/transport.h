@@ -90,7 +90,7 @@ typedef struct tp_addr {
 typedef struct peer_info {
     uint32_t rank;
     uint32_t pid;
-    uint64_t host_id;           /* hash of hostname and boot id: same value = same host */
+    uint64_t host_id;           /* topo_host_id (WEFT_HOSTID): same value = same host */
     char hostname[64];
     uint32_t local_rank;        /* filled by the communicator after the exchange */
     uint32_t pad;

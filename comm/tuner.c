@@ -7,9 +7,13 @@
  *   2. WEFT_ALGO names a registered algorithm that supports the call: that one;
  *   3. among the algorithms that support the call (local: 1 rank; p2p: send, recv,
  *      sendrecv; direct: every collective; ring: allreduce, reduce_scatter, allgather,
- *      broadcast, reduce; cma and probe: every peer reached by one-sided
- *      reads, shm or ucx's RMA), the first whose knob reserves the call's per-rank size:
- *        direct   up to WEFT_DIRECT_MAX (32K): one exchange, latency-bound sizes
+ *      broadcast, reduce; tree: allreduce, reduce, broadcast; rhd: allreduce, and
+ *      reduce_scatter, allgather at a power of two; cma and probe: every peer reached
+ *      by one-sided reads, shm or ucx's RMA), the first whose knob reserves the call's
+ *      per-rank size:
+ *        direct   up to WEFT_DIRECT_MAX (32K): one exchange, latency-bound sizes; only
+ *                 among few ranks (algo.h: 2 ranks, or <= 4 on one host); beyond, the
+ *                 knob only bounds it and rule 4 weighs it
  *        probe    from WEFT_REG_MIN (64M; 0 = off), allreduce/reduce_scatter/allgather:
  *                 exchange the buffer addresses first; registered buffers (weft_mem_alloc)
  *                 everywhere: rule 1, else the call goes on as if it had not probed
@@ -18,15 +22,23 @@
  *                 every peer within one host, else off; all-gather from 256K wherever
  *                 every peer is read by single copy): read peers' buffers directly
  *   4. else the cheapest by the cost model (algo.h: alpha-beta-gamma per link class)
- *      among those no knob governs: the ring (allreduce, reduce_scatter, allgather) or
- *      chain (broadcast, reduce), bandwidth-bound sizes; hier instead for those but
- *      reduce where ranks span hosts with as many on each, more than one (its
- *      intra-host hops cost SHM, the ring's every hop NET there);
+ *      among those no knob reserves and whose bounds hold the size: among few ranks the
+ *      ring (allreduce, reduce_scatter, allgather) or chain (broadcast, reduce), as
+ *      weft always chose; beyond, also direct (up to WEFT_DIRECT_MAX), the double
+ *      binary tree and rhd (up to 1M per rank). With the default model that gives, on
+ *      one host: direct for the smallest sizes (all-reduce up to 256 B at 64 ranks, 2K
+ *      at 5), rhd at power-of-two rank counts from there up to 1M (all-reduce; reduce-
+ *      scatter and all-gather above WEFT_DIRECT_MAX), the tree for all-reduce at other
+ *      rank counts (4-8K at 5 ranks) and past rhd's bound at many (2-4M at 64), and
+ *      for reduce and broadcast at every larger size, the ring above; across hosts the
+ *      same shape at larger sizes (test_algos' check_model_spots pins a few); and
+ *      where ranks span hosts with as many on each, more than one, hier for all-reduce,
+ *      reduce-scatter, all-gather and broadcast at almost every size past direct's (its
+ *      intra-host hops cost SHM, where the others' every hop costs NET);
  *   5. else (a knob governs every candidate and none wants this size: alltoall and
  *      barrier above WEFT_DIRECT_MAX) the cheapest of them: direct.
- * This is the table weft had before algorithms registered themselves, choice for
- * choice on one host; the model decides where no knob speaks, which is where the
- * hierarchical algorithm competes (and algorithms added later will).
+ * Among few ranks this is the table weft had before algorithms registered themselves,
+ * choice for choice; the model decides everywhere else.
  * Frames: WEFT_CHUNK, else 128K on shm and 512K on tcp, never above a quarter of the
  * staging buffer (a frame and a wrap must always fit).
  * Streaming stores: in a call whose larger buffer is WEFT_NT_MIN (32M) or more, the steps

@@ -4,6 +4,7 @@
  * Invariant: every WEFT_* knob weft reads (other than the launcher's rank variables and
  * WEFT_SECRET) is a row of `knobs`; adding a knob means adding a field and a row.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,15 @@ static int parse_bind(const char *s, void *field, size_t cap)
             if (*p == ',' && (p == l || p[1] == ',' || p[1] == '\0'))
                 return -1;
     }
+    return parse_string(s, field, cap);
+}
+
+/* WEFT_HOSTID: a name, so that it survives shells and logs unquoted. */
+static int parse_hostid(const char *s, void *field, size_t cap)
+{
+    for (const char *p = s; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("._:-", *p))
+            return -1;
     return parse_string(s, field, cap);
 }
 
@@ -134,7 +144,9 @@ static const cfg_knob_t knobs[] = {
       STR(transport), "auto|shm|tcp|ucx" },
     { "WEFT_SOCKET_IFNAME", "", "interface (or prefix) whose address tcp listens on; default: "
       "the address that reaches the rendezvous host", STR(socket_ifname), NULL },
-    { "WEFT_IB_HCA", "", "InfiniBand HCA to use (reserved for the verbs transport)", STR(ib_hca), NULL },
+    { "WEFT_IB_HCA", "", "InfiniBand HCAs a rank may use, NCCL's syntax: mlx5_0:1,mlx5_1 (name "
+      "prefixes, optional port), ^mlx5_2 excludes, =mlx5_0 exact; each local rank takes the "
+      "nearest allowed one to its GPU (topo_nic_for_rank)", STR(ib_hca), NULL },
     { "WEFT_BUFFSIZE", "4M", "bytes of staging per connection and direction (shm ring size)",
       SIZE(buffsize), NULL },
     { "WEFT_SOCKET_BUFFSIZE", "0", "SO_SNDBUF and SO_RCVBUF of each tcp data connection "
@@ -146,9 +158,13 @@ static const cfg_knob_t knobs[] = {
     { "WEFT_ALGO", "auto", "auto (the tuner), or a registered algorithm (comm/algo.c; the "
       "names follow the table), used for every call it supports: ring (pipelined ring or "
       "chain), direct (one-shot exchange), cma (single copy: one-sided reads of the peers' buffers, where every transport in use has them), "
+      "tree (double binary tree: allreduce, reduce, broadcast), rhd (recursive halving/"
+      "doubling: allreduce; reduce_scatter, allgather at a power of two), "
       "...", STR(algo), NULL },
     { "WEFT_CHUNK", "0", "bytes per frame; 0 lets the tuner decide", SIZE(chunk), NULL },
-    { "WEFT_DIRECT_MAX", "32K", "largest per-rank message the tuner sends with the direct algorithm",
+    { "WEFT_DIRECT_MAX", "32K", "largest per-rank message the tuner sends with the direct "
+      "algorithm: all of them up to it on 2 ranks and up to 4 ranks of one host; beyond, "
+      "the cost model weighs direct against the trees up to it",
       SIZE(direct_max), NULL },
     { "WEFT_CMA_MIN", "0", "smallest per-rank message the tuner moves by single-copy reads "
       "(one-sided gets) when every peer has them, for every collective; 0 = the defaults: "
@@ -177,11 +193,18 @@ static const cfg_knob_t knobs[] = {
     { "WEFT_TOPO_FILE", "", "hwloc XML to use instead of discovering this machine", STR(topo_file), NULL },
     { "WEFT_BIND", "auto", "where each rank runs: auto = when the launcher left the process "
       "unbound and the host has a core per local rank, bind it to its own block of cores "
-      "(NUMA-aware blocks, topo_place), as Open MPI binds by default; none = leave it; "
+      "(topo_place: with GPUs, cores of the NUMA node of its GPU, local rank i on GPU i mod "
+      "ngpus; without, NUMA-aware blocks), as Open MPI binds by default; none = leave it; "
       "cores:LIST = local rank i on the i-th comma-separated item of LIST, an OS cpu number or "
       "a range (cores:0,1 puts local rank 0 on cpu 0 and 1 on cpu 1; cores:0-3,4-7 gives "
       "each of two ranks four cpus)",
       offsetof(weft_config_t, bind), sizeof(((weft_config_t *)0)->bind), parse_bind,
+      format_string, NULL },
+    { "WEFT_HOSTID", "", "which host this process is on, for the ranks' host map (shm "
+      "within a host): empty = a hash of the host name, boot id and machine id; any name "
+      "(letters, digits, . _ : -) puts the processes that give the same one on one host "
+      "(tests, containers sharing /dev/shm)",
+      offsetof(weft_config_t, hostid), sizeof(((weft_config_t *)0)->hostid), parse_hostid,
       format_string, NULL },
 };
 #define NKNOBS (sizeof(knobs) / sizeof(knobs[0]))

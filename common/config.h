@@ -24,6 +24,7 @@ typedef struct weft_config {
     char ib_hca[64];          /* WEFT_IB_HCA */
     char topo_file[256];      /* WEFT_TOPO_FILE */
     char bind[256];           /* WEFT_BIND: auto | none | cores:LIST (comm/bind.c) */
+    char hostid[64];          /* WEFT_HOSTID: "" = hostname/boot/machine id (topo_host_id) */
     size_t buffsize;          /* WEFT_BUFFSIZE: bytes of staging per connection */
     size_t socket_buffsize;   /* WEFT_SOCKET_BUFFSIZE: SO_SNDBUF/SO_RCVBUF; 0 = autotuning */
     size_t chunk;             /* WEFT_CHUNK: bytes per frame, 0 = tuner decides */

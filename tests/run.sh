@@ -104,12 +104,29 @@ if [ -f tests/test_bind.sh ]; then
     fi
 fi
 
+# 2a'. weft-topo: placement, NIC choice and ring order as the CLI shows them.
+if [ -f tests/test_weft_topo.sh ]; then
+    if [ -x "$B/bin/weft-topo" ]; then
+        run "test_weft_topo.sh" bash tests/test_weft_topo.sh "$B"
+    else
+        missing "test_weft_topo.sh" "$B/bin/weft-topo"
+    fi
+fi
+
 # 2b. weft_comm_init under each launcher's conventions, and init's failure paths.
 if [ -f tests/test_launchers.sh ]; then
     if [ -x "$B/bin/all_reduce_perf" ]; then
         run "test_launchers.sh" bash tests/test_launchers.sh "$B/bin"
     else
         missing "test_launchers.sh" "$B/bin/all_reduce_perf"
+    fi
+fi
+# weft-sim's command line (the executor itself: build/tests/test_sim, above).
+if [ -f tests/test_sim.sh ]; then
+    if [ -x "$B/bin/weft-sim" ]; then
+        run "test_sim.sh" bash tests/test_sim.sh "$B"
+    else
+        missing "test_sim.sh" "$B/bin/weft-sim"
     fi
 fi
 # libweft.so exports weft.h's API only, and a program linked against build/lib runs.
@@ -176,6 +193,21 @@ else
         "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
     run "test_coll -n 5 shm WEFT_ALGO=direct" env -u WEFT_TRANSPORT WEFT_ALGO=direct \
         "$WEFTRUN" -n 5 "$B/tests/test_coll" --quick
+    # The double binary tree and recursive halving/doubling on every size, over the
+    # collectives they run (rhd: reduce_scatter and allgather at 2 and 4 only; at 3 and 5
+    # its all-reduce folds a pair)
+    for n in 2 3 4 5; do
+        run "test_coll -n $n shm WEFT_ALGO=tree" env -u WEFT_TRANSPORT WEFT_ALGO=tree \
+            "$WEFTRUN" -n "$n" "$B/tests/test_coll" --quick --colls allreduce,reduce,broadcast
+        colls=allreduce
+        [ "$n" != 3 ] && [ "$n" != 5 ] && colls=allreduce,reduce_scatter,allgather
+        run "test_coll -n $n shm WEFT_ALGO=rhd" env -u WEFT_TRANSPORT WEFT_ALGO=rhd \
+            "$WEFTRUN" -n "$n" "$B/tests/test_coll" --quick --colls "$colls"
+    done
+    run "test_coll -n 5 tcp WEFT_ALGO=tree" env WEFT_TRANSPORT=tcp WEFT_ALGO=tree \
+        "$WEFTRUN" -n 5 "$B/tests/test_coll" --quick --colls allreduce,reduce,broadcast
+    run "test_coll -n 3 tcp WEFT_ALGO=rhd" env WEFT_TRANSPORT=tcp WEFT_ALGO=rhd \
+        "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick --colls allreduce
     run "test_coll -n 2 shm WEFT_ALGO=cma" env -u WEFT_TRANSPORT WEFT_ALGO=cma \
         "$WEFTRUN" -n 2 "$B/tests/test_coll"
     run "test_coll -n 3 shm WEFT_ALGO=cma" env -u WEFT_TRANSPORT WEFT_ALGO=cma \
@@ -240,6 +272,18 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
             for n in 2 3; do
                 run "test_fail mismatch root -n $n shm cma" env WEFT_TRANSPORT=shm \
                     WEFT_ALGO=cma "$WEFTRUN" -n $n "$B/tests/test_fail" mismatch root
+            done
+            # the trees' root check (the root swapped to the top of tree 1), mismatches
+            # and a lost peer in the middle of a tree and of a halving
+            run "test_fail mismatch root -n 5 shm tree" env WEFT_TRANSPORT=shm \
+                WEFT_ALGO=tree "$WEFTRUN" -n 5 "$B/tests/test_fail" mismatch root
+            run "test_fail mismatch reduce_root -n 4 shm tree" env WEFT_TRANSPORT=shm \
+                WEFT_ALGO=tree "$WEFTRUN" -n 4 "$B/tests/test_fail" mismatch reduce_root
+            for a in tree rhd; do
+                run "test_fail mismatch count -n 5 shm $a" env WEFT_TRANSPORT=shm \
+                    WEFT_ALGO=$a "$WEFTRUN" -n 5 "$B/tests/test_fail" mismatch count
+                run "test_fail peer_exit -n 4 shm $a" env WEFT_TRANSPORT=shm \
+                    WEFT_ALGO=$a "$WEFTRUN" -n 4 "$B/tests/test_fail" peer_exit
             done
         fi
         # (ucx: UCX's tcp transport listens while a communicator is up, by design)

@@ -14,13 +14,19 @@
  * data must match exactly (and every rank of an all-reduce therefore holds the same
  * bits): direct folds ranks 0, 1, ..., n-1; the ring reduces all-reduce block b from
  * rank b around the ring, reduce-scatter block b from rank b+1, and its chain reduce
- * from root+1; cma reduces block b from rank b. Operands are commuted freely: IEEE
+ * from root+1; cma reduces block b from rank b; the tree reduces each half up its tree
+ * (algo_tree_links: own data, then child 0's subtree, then child 1's); rhd folds pairs
+ * into p = 2^k partials and combines partial v with v+d for d = p/2 down to 1. Operands are commuted freely: IEEE
  * addition, multiplication, min and max of non-NaN values are commutative, and fp16/
  * bf16 are widened, reduced and rounded once per step either way. AVG divides at the
  * last step, as the algorithms do.
  *
  * Also: the tuner's choice (algo_pick) against the table weft had before algorithms
- * registered themselves, at 1-64 ranks on one and on two hosts, under each knob.
+ * registered themselves, at 1-64 ranks on one and on two hosts, under each knob, where
+ * that table still holds (2 ranks, up to 4 on one host); beyond, against the model's
+ * cheapest among the candidates each rule admits, and at fixed spots where today's
+ * model puts direct, tree, rhd and ring (check_model_spots); and the double binary
+ * tree's links (check_tree_links): two trees, complementary, the root on top.
  *
  * Usage: test_algos [-v]; prints one summary line, exits 1 on failure.
  */
@@ -177,6 +183,75 @@ static void hier_reference(const sim_call_t *c, char *const *in, char **ref, con
     }
 }
 
+/* out[0, len) = the value of `node`'s subtree in tree t (root -1: an all-reduce's):
+ * its own data, then child 0's value, then child 1's reduced in; AVG divides at the
+ * top's last reduction. */
+static void tree_value(const sim_call_t *c, char *const *in, int t, int node, size_t off,
+                       size_t len, char *out)
+{
+    int n = c->args.nranks, parent, child[2], root = c->args.coll == COLL_ALLREDUCE ? -1 :
+                                                      c->args.root;
+    size_t esz = weft_dtype_size(c->args.dtype);
+    algo_tree_links_root(node, n, t, root, &parent, child);
+    memcpy(out, in[node] + off, len * esz);
+    char *sub = malloc(len * esz + 1);
+    for (int k = 0; k < 2; k++) {
+        if (child[k] < 0)
+            continue;
+        tree_value(c, in, t, child[k], off, len, sub);
+        int last = parent < 0 && (k == 1 || child[1] < 0);
+        kern_reduce(out, out, sub, len, c->args.dtype, c->args.op, last ? n : 0);
+    }
+    free(sub);
+}
+
+/* out[0, len) = the tree's result: half t from tree t's top. */
+static void tree_result(const sim_call_t *c, char *const *in, char *out)
+{
+    int n = c->args.nranks;
+    size_t esz = weft_dtype_size(c->args.dtype);
+    for (int t = 0; t < 2; t++) {
+        size_t off, len;
+        int top = c->args.root;
+        sched_block(c->args.count, 2, t, &off, &len);
+        for (int q = 0; c->args.coll == COLL_ALLREDUCE && q < n; q++) {
+            int parent, child[2];
+            algo_tree_links(q, n, t, &parent, child);
+            if (parent < 0)
+                top = q;
+        }
+        tree_value(c, in, t, top, off * esz, len, out + off * esz);
+    }
+}
+
+/* out[0, len) = rhd's reduction of in[q] + off: the ranks past 2(n-p) and the folded
+ * pairs (x[2v] op x[2v+1]) make p partials; partial[v] op= partial[v + d] for d = p/2
+ * down to 1 (AVG divides at the last). */
+static void rhd_result(const sim_call_t *c, char *const *in, size_t off, size_t len,
+                       char *out)
+{
+    int n = c->args.nranks, p = 1;
+    size_t esz = weft_dtype_size(c->args.dtype);
+    while (p * 2 <= n)
+        p *= 2;
+    char *part[64] = { 0 };
+    for (int v = 0; v < p; v++) {
+        part[v] = malloc(len * esz + 1);
+        if (v < n - p)
+            kern_reduce(part[v], in[2 * v] + off, in[2 * v + 1] + off, len, c->args.dtype,
+                        c->args.op, 0);
+        else
+            memcpy(part[v], in[v + n - p] + off, len * esz);
+    }
+    for (int d = p / 2; d >= 1; d /= 2)
+        for (int v = 0; v < d; v++)
+            kern_reduce(part[v], part[v], part[v + d], len, c->args.dtype, c->args.op,
+                        d == 1 ? n : 0);
+    memcpy(out, part[0], len * esz);
+    for (int v = 0; v < p; v++)
+        free(part[v]);
+}
+
 /* ref[q]: what rank q's receive buffer must hold (NULL: not checked). */
 static void reference(const sim_call_t *c, char *const *in, char **ref)
 {
@@ -192,10 +267,19 @@ static void reference(const sim_call_t *c, char *const *in, char **ref)
         hier_reference(c, in, ref, ring, &l);   /* the ring order is hier's host-major */
         return;
     }
+    int tree = !strcmp(c->algo->name, "tree"), rhd = !strcmp(c->algo->name, "rhd");
     for (int q = 0; q < n; q++) {
         switch (c->args.coll) {
         case COLL_ALLREDUCE:
-            for (int b = 0; b < n; b++) {
+            if ((tree || rhd) && q > 0) {       /* the same bits on every rank */
+                memcpy(ref[q], ref[0], blk);
+                break;
+            }
+            if (tree)
+                tree_result(c, in, ref[q]);
+            if (rhd)
+                rhd_result(c, in, 0, cnt, ref[q]);
+            for (int b = 0; b < n && !tree && !rhd; b++) {
                 size_t off, len;
                 sched_block(cnt, n, b, &off, &len);
                 fold(ref[q] + off * esz, in, off * esz, len, c, order,
@@ -203,10 +287,15 @@ static void reference(const sim_call_t *c, char *const *in, char **ref)
             }
             break;
         case COLL_REDUCE_SCATTER:
-            fold(ref[q], in, (size_t)q * blk, cnt, c, order, fold_start(c, order, q));
+            if (rhd)
+                rhd_result(c, in, (size_t)q * blk, cnt, ref[q]);
+            else
+                fold(ref[q], in, (size_t)q * blk, cnt, c, order, fold_start(c, order, q));
             break;
         case COLL_REDUCE:
-            if (q == root)
+            if (q == root && tree)
+                tree_result(c, in, ref[q]);
+            else if (q == root)
                 fold(ref[q], in, 0, cnt, c, order, fold_start(c, order, 0));
             break;
         case COLL_ALLGATHER:
@@ -416,7 +505,7 @@ static const char *table_pick(const weft_config_t *cfg, const sched_args_t *a)
                                 a->coll == COLL_ALLGATHER || a->coll == COLL_BROADCAST);
     if (a->reg == SCHED_REG_ALL)
         return "cma";
-    if (bytes <= cfg->direct_max)
+    if (bytes <= cfg->direct_max && algo_few_ranks(a))
         return "direct";
     if (a->reg == SCHED_REG_ASK && cma && a->coll != COLL_BROADCAST && cfg->reg_min &&
         bytes >= cfg->reg_min)
@@ -427,11 +516,72 @@ static const char *table_pick(const weft_config_t *cfg, const sched_args_t *a)
         cma_min = 256u << 10;               /* all-gather: single copy from 256K */
     if (cma && cma_min && bytes >= cma_min)
         return "cma";
-    const sched_layout_t *l = &a->layout;       /* hier beats the ring across hosts */
+    if (algo_few_ranks(a))
+        return "ring";
+    /* beyond few ranks the model weighs direct (up to WEFT_DIRECT_MAX), the tree
+     * (all-reduce, reduce, broadcast), rhd (all-reduce; reduce-scatter and all-gather at
+     * a power of two; up to 1M) and the ring */
+    algo_model_t m;
+    algo_model_default(&m);
+    int pow2 = (a->nranks & (a->nranks - 1)) == 0;
+    int rooted = a->coll == COLL_REDUCE || a->coll == COLL_BROADCAST;
+    const char *best = "ring";
+    double best_cost = algo_ring_def.cost(a, &m);
+    if ((a->coll == COLL_ALLREDUCE || rooted) && algo_tree_def.cost(a, &m) < best_cost)
+        best = "tree", best_cost = algo_tree_def.cost(a, &m);
+    if ((a->coll == COLL_ALLREDUCE || (pow2 && !rooted)) && bytes <= (1u << 20) &&
+        algo_rhd_def.cost(a, &m) < best_cost)
+        best = "rhd", best_cost = algo_rhd_def.cost(a, &m);
+    const sched_layout_t *l = &a->layout;       /* across hosts, several on each */
     if (l->rank_host && l->nhosts > 1 && l->per_host > 1 && l->uniform &&
-        a->coll != COLL_REDUCE)
-        return "hier";
-    return "ring";
+        a->coll != COLL_REDUCE && algo_hier_def.cost(a, &m) < best_cost)
+        best = "hier", best_cost = algo_hier_def.cost(a, &m);
+    if (bytes <= cfg->direct_max && algo_direct_def.cost(a, &m) <= best_cost)
+        best = "direct";
+    return best;
+}
+
+/* Where the model's choices fall today, so a change to a cost function shows: one
+ * host unless said, 1-byte elements. */
+static void check_model_spots(void)
+{
+    static const struct { int coll, n, hosts; size_t bytes; const char *want; } spots[] = {
+        { COLL_ALLREDUCE, 64, 1, 64, "direct" },
+        { COLL_ALLREDUCE, 64, 1, 4096, "rhd" },
+        { COLL_ALLREDUCE, 64, 1, 4 << 20, "tree" },
+        { COLL_ALLREDUCE, 64, 1, 64 << 20, "ring" },
+        { COLL_ALLREDUCE, 5, 1, 8192, "tree" },
+        { COLL_ALLREDUCE, 5, 1, 1 << 20, "ring" },
+        { COLL_ALLREDUCE, 8, 2, 65536, "rhd" },
+        { COLL_ALLREDUCE, 4, 1, 8192, "direct" },           /* few ranks: as before */
+        { COLL_ALLREDUCE, 4, 1, 65536, "ring" },
+        { COLL_ALLREDUCE, 2, 2, 65536, "ring" },
+        { COLL_REDUCE, 16, 1, 1 << 20, "tree" },
+        { COLL_BROADCAST, 8, 2, 16384, "tree" },
+        { COLL_REDUCE_SCATTER, 16, 1, 1 << 16, "rhd" },
+        { COLL_REDUCE_SCATTER, 12, 1, 1 << 16, "ring" },    /* not a power of two */
+        { COLL_ALLGATHER, 8, 1, 4 << 20, "ring" },
+    };
+    weft_config_t cfg;
+    algo_model_t m;
+    cfg_defaults(&cfg);
+    cfg.cma_min = 1u << 30;         /* the model's choices, not the single-copy window */
+    algo_model_default(&m);
+    for (size_t i = 0; i < WEFT_ARRAY_LEN(spots); i++) {
+        sched_args_t a = { .coll = spots[i].coll, .nranks = spots[i].n, .count = spots[i].bytes,
+                           .dtype = WEFT_UINT8, .reg = SCHED_REG_NONE };
+        a.layout = (sched_layout_t){ .nhosts = spots[i].hosts,
+                                     .per_host = spots[i].n / spots[i].hosts };
+        double cost;
+        const algo_t *al = algo_pick(&cfg, &m, &a, &cost);
+        if (al && !strcmp(al->name, spots[i].want)) {
+            T.passed++;
+        } else if (T.failed++ < 20) {
+            fprintf(stderr, "FAIL model: %s on %d ranks (%d hosts), %zu bytes: %s, want %s\n",
+                    coll_name(a.coll), a.nranks, spots[i].hosts, a.count,
+                    al ? al->name : "none", spots[i].want);
+        }
+    }
 }
 
 static void check_tuner(void)
@@ -486,6 +636,56 @@ static void check_tuner(void)
                                 T.passed++;
                             }
                         }
+}
+
+/* The double binary tree's links at 2-64 ranks, for an all-reduce and rooted at each
+ * root: each tree is one tree (children name their parent back, one top, every rank
+ * reached from it), the root on top of both when rooted, and a rank interior in one tree
+ * is a leaf in the other (n even: every rank; n odd, all-reduce: all but rank 0). */
+static void check_tree_links(void)
+{
+    for (int n = 2; n <= 64; n++) {
+        for (int root = -1; root < n; root++) {
+            int interior[2][64] = { { 0 } }, ok = 1;
+            for (int t = 0; t < 2 && ok; t++) {
+                int parent[64], child[64][2], tops = 0, top = -1, seen = 0, stack[64], sp = 0;
+                for (int r = 0; r < n; r++) {
+                    if (root < 0)
+                        algo_tree_links(r, n, t, &parent[r], child[r]);
+                    else
+                        algo_tree_links_root(r, n, t, root, &parent[r], child[r]);
+                    interior[t][r] = child[r][0] >= 0 || child[r][1] >= 0;
+                    if (parent[r] < 0)
+                        tops++, top = r;
+                }
+                ok = tops == 1 && (root < 0 || top == root);
+                for (int r = 0; r < n && ok; r++)
+                    for (int k = 0; k < 2; k++)
+                        ok &= child[r][k] < 0 || (child[r][k] < n && child[r][k] != r &&
+                                                  parent[child[r][k]] == r);
+                if (ok)
+                    stack[sp++] = top;
+                while (ok && sp > 0) {          /* a walk down from the top */
+                    int r = stack[--sp];
+                    seen++;
+                    for (int k = 0; k < 2; k++)
+                        if (child[r][k] >= 0 && sp < 64)
+                            stack[sp++] = child[r][k];
+                    ok &= seen <= n;
+                }
+                ok &= seen == n;
+            }
+            int both = 0;
+            for (int r = 0; r < n && ok; r++)
+                both += interior[0][r] && interior[1][r];
+            if (ok && root < 0)
+                ok = both == (n % 2 ? 1 : 0) && (both == 0 || (interior[0][0] && interior[1][0]));
+            T.passed += ok;
+            if (!ok && T.failed++ < 20)
+                fprintf(stderr, "FAIL tree links: %d ranks, root %d: not two complementary "
+                        "trees (%d ranks interior in both)\n", n, root, both);
+        }
+    }
 }
 
 /* The layout of ranks on hosts 7, 7, 9, 7, 9 (host ids in rank order). */
@@ -577,6 +777,8 @@ int main(int argc, char **argv)
     check_layout();
     check_hier_supports();
     check_tuner();
+    check_model_spots();
+    check_tree_links();
     for (size_t i = 0; i < WEFT_ARRAY_LEN(RANKS); i++) {
         for (int k = 0; algo_registry[k]; k++)
             run_algo(algo_registry[k], RANKS[i], NULL);

@@ -7,9 +7,11 @@
 # (auto) 2 ranks on a host with 2 or more cores end on disjoint cpu sets; WEFT_BIND=none
 # and weftrun --bind-to none leave every cpu; WEFT_BIND=cores:LIST puts local rank i on
 # LIST's i-th item; a rank the launcher already bound (taskset) keeps its cpus; more
-# local ranks than cores stay unbound; a list with too few items, cpus this process may
-# not use, or a malformed value fail init with a message saying which. Every job runs
-# under `timeout`.
+# local ranks than cores stay unbound; WEFT_HOSTID decides which ranks share a host (and
+# so the blocks); a list with too few items, cpus this process may not use, or a
+# malformed value (WEFT_BIND, WEFT_HOSTID) fail init with a message saying which. This
+# machine has no GPU: the GPU-aware blocks are checked on XML topologies by test_topo.
+# Every job runs under `timeout`.
 set -u
 B=${1:-build}
 W=$B/bin/weftrun
@@ -32,7 +34,7 @@ job() {
     local envs=()
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
     [ "${1:-}" = "--" ] && shift
-    env -u WEFT_BIND "${envs[@]}" timeout 60 "$W" -n "$n" "$@" "$P" 2>"$OUT/$name.err" |
+    env -u WEFT_BIND -u WEFT_HOSTID "${envs[@]}" timeout 60 "$W" -n "$n" "$@" "$P" 2>"$OUT/$name.err" |
         awk '{print $2, $6}' | sort -n >"$OUT/$name"
     return "${PIPESTATUS[0]}"
 }
@@ -91,7 +93,25 @@ else
     bad "$over ranks on $NCPU cpus: $(tr '\n' ' ' <"$OUT/over")" "$OUT/over.err"
 fi
 
-# 6. refusals: init fails on every rank, naming the problem
+# 6. the host map comes from topo_host_id: ranks given different WEFT_HOSTIDs are each
+#    alone on their "host" (local rank 0 of 1: every cpu), the same one puts them together
+if [ "$NCPU" -ge 2 ]; then
+    if env -u WEFT_BIND timeout 60 "$W" -n 2 sh -c 'WEFT_HOSTID=h$WEFT_RANK exec "$0"' "$P" \
+            2>"$OUT/hid.err" | awk '{print $2, $6}' | sort -n >"$OUT/hid" &&
+       [ "$(cpus_of hid 0)" = "$ALL" ] && [ "$(cpus_of hid 1)" = "$ALL" ]; then
+        ok "WEFT_HOSTID=h0/h1: two hosts of one rank each, both on every cpu"
+    else
+        bad "WEFT_HOSTID=h0/h1: $(tr '\n' ' ' <"$OUT/hid")" "$OUT/hid.err"
+    fi
+    if job hid1 2 WEFT_HOSTID=box-1 -- && [ "$(cpus_of hid1 0)" != "$ALL" ] &&
+       [ -n "$(cpus_of hid1 1)" ] && [ "$(cpus_of hid1 0)" != "$(cpus_of hid1 1)" ]; then
+        ok "WEFT_HOSTID=box-1 on both: one host, ranks on their own cpus"
+    else
+        bad "WEFT_HOSTID=box-1: $(tr '\n' ' ' <"$OUT/hid1")" "$OUT/hid1.err"
+    fi
+fi
+
+# 7. refusals: init fails on every rank, naming the problem
 refuse() {
     local what=$1 want=$2
     if job bad 2 "WEFT_BIND=$what" --; then
@@ -106,6 +126,13 @@ refuse "cores:0" "no item for local rank 1"
 refuse "cores:4096,4097" "not all available here"
 refuse "cores:0,,1" "WEFT_BIND='cores:0,,1' is not valid"
 refuse "socket" "WEFT_BIND='socket' is not valid"
+if job badhid 2 "WEFT_HOSTID=a b" --; then
+    bad "WEFT_HOSTID='a b' was accepted"
+elif grep -q "WEFT_HOSTID='a b' is not valid" "$OUT/badhid.err"; then
+    ok "WEFT_HOSTID='a b' refused"
+else
+    bad "WEFT_HOSTID='a b': no message" "$OUT/badhid.err"
+fi
 
 echo "test_bind: $PASS passed, $FAIL failed"
 [ "$FAIL" -eq 0 ]

@@ -7,9 +7,10 @@
 # Hosts are network namespaces (weftmh<pid>a, b, c: unique to the run), each joined by a
 # veth pair to a bridge in a hub namespace (weftmh<pid>h), with 10.78.0.1-3/24; every rank
 # runs in its host's namespace and in a UTS namespace of its own whose hostname is the
-# host's name, so weft's host id (hostname + boot id) tells the hosts apart. Each rank is
-# started here with the launcher's variables (WEFT_RANK, WEFT_WORLD_SIZE, WEFT_LOCAL_*,
-# WEFT_ADDR = rank 0's address, WEFT_SECRET), WEFT_TRANSPORT unset (auto).
+# host's name, so weft's host id (topo_host_id: hostname, boot id, machine id) tells the
+# hosts apart. Each rank is started here with the launcher's variables (WEFT_RANK,
+# WEFT_WORLD_SIZE, WEFT_LOCAL_*, WEFT_ADDR = rank 0's address, WEFT_SECRET),
+# WEFT_TRANSPORT unset (auto).
 #
 # Layouts: 2 hosts x 2 ranks (ranks 0,1 on a, 2,3 on b), 3 hosts x 1 rank, 2 hosts x 3
 # ranks (round robin: rank r on host r % 2). Across hosts the tuner picks the

@@ -198,14 +198,16 @@ static int cpus_in_numa(hwloc_topology_t hw, const char *list, int numa)
     return ok;
 }
 
-/* Places n ranks of topology `path`; checks each block is in range, blocks are disjoint
- * (cores and cpus) and cover every core when n <= cores, blocks follow rank order, and a
- * rank's cpus lie in its NUMA node (per hwloc itself) when there are at least as many
- * ranks as nodes. Returns 0 when everything held. */
+/* Places n ranks of topology `path`; checks each block is in range, unshared blocks are
+ * disjoint (cores and cpus), and a rank's cpus lie in its NUMA node (per hwloc itself).
+ * Without GPUs also: blocks cover every core when n <= cores and follow rank order, and
+ * the node check needs at least as many ranks as nodes (fewer take whole nodes). With
+ * GPUs: local rank r has GPU r mod ngpus and its cores are on that GPU's node.
+ * Returns 0 when everything held. */
 static int check_placement(const topo_t *t, const char *path, const char *what, int n,
                            topo_place_t *out)
 {
-    int bad = 0, ncores = topo_num_cores(t);
+    int bad = 0, ncores = topo_num_cores(t), ngpus = topo_num_gpus(t);
     hwloc_topology_t hw = hw_load(path);
     CHECK(hw, "%s: hwloc cannot load %s", what, path ? path : "this machine");
     hwloc_bitmap_t seen = hwloc_bitmap_alloc(), cpus_seen = hwloc_bitmap_alloc();
@@ -219,13 +221,19 @@ static int check_placement(const topo_t *t, const char *path, const char *what, 
         }
         bad |= p->core_begin < 0 || p->core_end > ncores || p->ncores < 1 ||
                p->ncores != p->core_end - p->core_begin || p->local_rank != r;
-        bad |= r > 0 && p->core_begin < out[r - 1].core_begin;
-        if (hw && n >= topo_num_numa(t) && !cpus_in_numa(hw, p->cpus, p->numa)) {
+        bad |= !ngpus && r > 0 && p->core_begin < out[r - 1].core_begin;
+        if (ngpus && (p->gpu != r % ngpus || topo_gpu(t, p->gpu)->numa != p->numa)) {
+            CHECK(0, "%s: rank %d of %d: gpu %d on numa %d, cores on numa %d", what, r, n,
+                  p->gpu, p->gpu >= 0 ? topo_gpu(t, p->gpu)->numa : -1, p->numa);
+            bad = 1;
+        }
+        if (hw && (ngpus || n >= topo_num_numa(t)) && !cpus_in_numa(hw, p->cpus, p->numa)) {
             CHECK(0, "%s: rank %d of %d: cpus %s not in numa %d", what, r, n, p->cpus, p->numa);
             bad = 1;
         }
-        if (n <= ncores) {
+        if (!ngpus && n <= ncores)
             bad |= p->shared;
+        if (!p->shared) {
             hwloc_bitmap_list_sscanf(set, p->cores);
             bad |= hwloc_bitmap_weight(set) != p->ncores || hwloc_bitmap_intersects(set, seen);
             hwloc_bitmap_or(seen, seen, set);
@@ -236,7 +244,7 @@ static int check_placement(const topo_t *t, const char *path, const char *what, 
             bad |= p->ncores != 1;
         }
     }
-    if (n <= ncores)
+    if (n <= ncores && !ngpus)
         bad |= hwloc_bitmap_weight(seen) != ncores;    /* every core used */
     hwloc_bitmap_free(seen);
     hwloc_bitmap_free(cpus_seen);
@@ -247,42 +255,51 @@ static int check_placement(const topo_t *t, const char *path, const char *what, 
     return bad;
 }
 
+/* The X9DRG-HF: GPU 0 on node 0; GPUs 1-3 and every NIC on node 1; the HCA (04:00.0)
+ * shares root port 80:03.0 with GPUs 2 and 3 (84:00.x) and host bridge 80 with GPU 1. */
 static void test_place_2socket(void)
 {
     topo_t *t = load(XML_2S);
     if (!t)
         return;
+    /* 4 ranks, one per GPU: node 0's 8 cores for rank 0, node 1's split 2/3/3 */
+    static const struct { int numa; const char *cores, *cpus; topo_dist_t dist; } want[4] = {
+        { 0, "0-7", "0-7,16-23", TOPO_DIST_FAR },
+        { 1, "8-9", "8-9,24-25", TOPO_DIST_HOSTBRIDGE },
+        { 1, "10-12", "10-12,26-28", TOPO_DIST_SWITCH },
+        { 1, "13-15", "13-15,29-31", TOPO_DIST_SWITCH },
+    };
     topo_place_t p[4];
     check_placement(t, XML_2S, "2socket", 4, p);
-    int per_numa[2] = { 0, 0 }, gpu_used = 0;
     for (int r = 0; r < 4; r++) {
-        if (p[r].numa == 0 || p[r].numa == 1)
-            per_numa[p[r].numa]++;
-        CHECK(p[r].gpu == r, "rank %d gpu %d, want %d (as many gpus as ranks)", r, p[r].gpu, r);
-        if (p[r].gpu >= 0 && p[r].gpu < 32)
-            gpu_used |= 1 << p[r].gpu;
-        CHECK(p[r].ncores == 4 && !p[r].shared, "rank %d has %d cores", r, p[r].ncores);
+        CHECK(p[r].gpu == r, "rank %d gpu %d, want %d", r, p[r].gpu, r);
+        CHECK(p[r].numa == want[r].numa && !strcmp(p[r].cores, want[r].cores) &&
+              !strcmp(p[r].cpus, want[r].cpus) && !p[r].shared,
+              "rank %d: numa %d cores %s cpus %s, want numa %d cores %s cpus %s", r,
+              p[r].numa, p[r].cores, p[r].cpus, want[r].numa, want[r].cores, want[r].cpus);
         const topo_nic_t *n = topo_nic(t, p[r].nic);
-        CHECK(n && !strcmp(n->hca, "mlx5_0"), "rank %d nic %s, want mlx5_0", r,
-              n ? n->name : "none");
+        CHECK(n && !strcmp(n->hca, "mlx5_0") && p[r].nic_dist == want[r].dist,
+              "rank %d nic %s (%s), want mlx5_0 (%s)", r, n ? n->name : "none",
+              topo_dist_name(p[r].nic_dist), topo_dist_name(want[r].dist));
     }
-    CHECK(per_numa[0] == 2 && per_numa[1] == 2, "ranks per numa %d/%d, want 2/2",
-          per_numa[0], per_numa[1]);
-    CHECK(gpu_used == 0xf, "gpus not distinct (mask %#x)", gpu_used);
-    CHECK(!strcmp(p[0].cores, "0-3") && !strcmp(p[0].cpus, "0-3,16-19"),
-          "rank 0 cores '%s' cpus '%s'", p[0].cores, p[0].cpus);
 
-    /* 2 ranks: one per socket, each with a GPU on its own node, IB for the second */
+    /* 2 ranks: GPUs 0 and 1, one per socket, each with its whole node */
     topo_place_t q[2];
     check_placement(t, XML_2S, "2socket/2", 2, q);
-    CHECK(q[0].numa == 0 && q[1].numa == 1, "2 ranks on numa %d,%d", q[0].numa, q[1].numa);
-    for (int r = 0; r < 2; r++) {
-        const topo_gpu_t *g = topo_gpu(t, q[r].gpu);
-        CHECK(g && g->numa == q[r].numa, "rank %d of 2: gpu not on its node", r);
-    }
-    CHECK(q[0].gpu != q[1].gpu, "2 ranks share gpu %d", q[0].gpu);
-    const topo_nic_t *n1 = topo_nic(t, q[1].nic);
-    CHECK(n1 && n1->is_ib && n1->numa == 1, "rank 1 of 2 should get the IB nic on numa 1");
+    CHECK(q[0].numa == 0 && q[1].numa == 1 && q[0].ncores == 8 && q[1].ncores == 8,
+          "2 ranks: numa %d,%d with %d,%d cores", q[0].numa, q[1].numa, q[0].ncores,
+          q[1].ncores);
+    CHECK(q[0].gpu == 0 && q[1].gpu == 1, "2 ranks get gpus %d,%d", q[0].gpu, q[1].gpu);
+
+    /* 8 ranks, 2 per GPU: ranks 0 and 4 split node 0, the six others node 1 */
+    topo_place_t e[8];
+    check_placement(t, XML_2S, "2socket/8", 8, e);
+    CHECK(!strcmp(e[0].cores, "0-3") && !strcmp(e[4].cores, "4-7") && e[4].gpu == 0,
+          "ranks 0,4: cores %s,%s gpu %d", e[0].cores, e[4].cores, e[4].gpu);
+    int on1 = 0;
+    for (int r = 0; r < 8; r++)
+        on1 += e[r].numa == 1;
+    CHECK(on1 == 6, "%d of 8 ranks on node 1, want 6", on1);
 
     for (int n = 1; n <= 2 * topo_num_cores(t) + 3; n++) {
         topo_place_t many[64];
@@ -335,11 +352,188 @@ static void test_place_dgx2(void)
             distinct &= p[q].gpu != p[r].gpu;
     }
     CHECK(distinct, "dgx2: gpus not distinct");
+    /* 8 per node on 2 cores each: GPUs 0-3 on core 0, 4-7 on core 1, 8-11 on core 2 */
+    CHECK(!strcmp(p[3].cores, "0") && !strcmp(p[4].cores, "1") && !strcmp(p[8].cores, "2") &&
+          !strcmp(p[15].cores, "3"), "dgx2/16: cores %s %s %s %s", p[3].cores, p[4].cores,
+          p[8].cores, p[15].cores);
+    /* 2 ranks: GPUs 0 and 1 (i mod 16), both on node 0: its two cores, one each */
     topo_place_t q[2];
     check_placement(t, XML_DGX2, "dgx2/2", 2, q);
-    CHECK(q[0].gpu != q[1].gpu && topo_gpu(t, q[1].gpu)->numa == 1,
-          "dgx2: 2 ranks get gpus %d,%d", q[0].gpu, q[1].gpu);
+    CHECK(q[0].gpu == 0 && q[1].gpu == 1 && q[0].numa == 0 && q[1].numa == 0 &&
+          !strcmp(q[0].cores, "0") && !strcmp(q[1].cores, "1") && !q[0].shared &&
+          !q[1].shared, "dgx2/2: gpus %d,%d cores %s,%s", q[0].gpu, q[1].gpu, q[0].cores,
+          q[1].cores);
+    /* 32 ranks: GPU i mod 16, ranks r and r + 16 share a GPU */
+    topo_place_t w[32];
+    check_placement(t, XML_DGX2, "dgx2/32", 32, w);
+    CHECK(w[17].gpu == 1 && w[31].gpu == 15, "dgx2/32: gpus %d %d", w[17].gpu, w[31].gpu);
+    for (int n = 1; n <= 40; n++) {
+        topo_place_t many[40];
+        check_placement(t, XML_DGX2, "dgx2 sweep", n, many);
+    }
     topo_free(t);
+}
+
+/* ---- NIC choice and its filters -------------------------------------------------- */
+
+static void test_filter_parse(void)
+{
+    topo_nic_filter_t f;
+    int port = -1;
+    CHECK(topo_nic_filter_parse("mlx5_0:1,mlx5_1", "WEFT_IB_HCA", &f) == WEFT_OK &&
+          f.n == 2 && !f.exclude && !f.exact && !strcmp(f.e[0].name, "mlx5_0") &&
+          f.e[0].port == 1 && !strcmp(f.e[1].name, "mlx5_1") && f.e[1].port == 0,
+          "mlx5_0:1,mlx5_1: %s", weft_last_error());
+    CHECK(topo_nic_filter_allows(&f, "mlx5_1", &port) && port == 1, "mlx5_1 port %d", port);
+    CHECK(topo_nic_filter_allows(&f, "mlx5_10", NULL), "a name is a prefix: mlx5_10");
+    CHECK(!topo_nic_filter_allows(&f, "mlx5_2", NULL), "mlx5_2 allowed by mlx5_0,mlx5_1");
+
+    CHECK(topo_nic_filter_parse("mlx5_3:2", "WEFT_IB_HCA", &f) == WEFT_OK, "mlx5_3:2");
+    CHECK(topo_nic_filter_allows(&f, "mlx5_3", &port) && port == 2, "mlx5_3:2 port %d", port);
+
+    CHECK(topo_nic_filter_parse("^mlx5_2", "WEFT_IB_HCA", &f) == WEFT_OK && f.exclude &&
+          f.n == 1, "^mlx5_2");
+    CHECK(!topo_nic_filter_allows(&f, "mlx5_2", NULL) && topo_nic_filter_allows(&f, "mlx5_0", NULL),
+          "^mlx5_2 semantics");
+    CHECK(topo_nic_filter_parse("^mlx5_0:2", "WEFT_IB_HCA", &f) == WEFT_OK &&
+          topo_nic_filter_allows(&f, "mlx5_0", &port) && port == 1,
+          "^mlx5_0:2 excludes port 2 only: weft's port 1 stays");
+
+    CHECK(topo_nic_filter_parse("=mlx5_0", "WEFT_IB_HCA", &f) == WEFT_OK && f.exact,
+          "=mlx5_0");
+    CHECK(topo_nic_filter_allows(&f, "mlx5_0", NULL) && !topo_nic_filter_allows(&f, "mlx5_01", NULL),
+          "=mlx5_0 is exact");
+    CHECK(topo_nic_filter_parse("^=eth0", "WEFT_SOCKET_IFNAME", &f) == WEFT_OK && f.exact &&
+          f.exclude && !topo_nic_filter_allows(&f, "eth0", NULL) &&
+          topo_nic_filter_allows(&f, "eth01", NULL), "^=eth0");
+    CHECK(topo_nic_filter_parse("", "WEFT_IB_HCA", &f) == WEFT_OK && f.n == 0 &&
+          topo_nic_filter_allows(&f, "anything", NULL), "empty filter");
+    CHECK(topo_nic_filter_parse(NULL, "WEFT_IB_HCA", &f) == WEFT_OK && f.n == 0, "NULL filter");
+
+    static const char *const bad[] = {
+        "^", "=", "^=", "mlx5_0,", ",mlx5_0", "mlx5_0,,mlx5_1", "mlx5_0:", ":1", "mlx5_0:0",
+        "mlx5_0:256", "mlx5_0:1x", "mlx5_0::1", "mlx 5", "eth0;rm", "^^mlx5_0",
+        "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q",                  /* 17 entries */
+        "a_name_that_is_thirty_two_chars", "a_name_that_is_thirty_two_chars_",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        topo_nic_filter_t keep;
+        memset(&keep, 0x5a, sizeof(keep));
+        f = keep;
+        weft_status_t st = topo_nic_filter_parse(bad[i], "WEFT_IB_HCA", &f);
+        int ok_name = strlen(bad[i]) == 31;                 /* 31 chars is the longest */
+        if (ok_name) {
+            CHECK(st == WEFT_OK, "'%s' (31 chars) refused: %s", bad[i], weft_last_error());
+            continue;
+        }
+        CHECK(st == WEFT_ERR_INVALID_ARG, "'%s' accepted", bad[i]);
+        CHECK(!memcmp(&f, &keep, sizeof(f)), "'%s': output written on failure", bad[i]);
+        CHECK(strstr(weft_last_error(), "WEFT_IB_HCA=") &&
+              strstr(weft_last_error(), "is not valid"), "'%s': message '%s'", bad[i],
+              weft_last_error());
+    }
+}
+
+static void test_nic_for_rank(void)
+{
+    topo_t *t = load(XML_2S);
+    if (!t)
+        return;
+    static const topo_dist_t dist[4] = { TOPO_DIST_FAR, TOPO_DIST_HOSTBRIDGE,
+                                         TOPO_DIST_SWITCH, TOPO_DIST_SWITCH };
+    topo_nic_choice_t c;
+    for (int r = 0; r < 4; r++) {
+        CHECK(topo_nic_for_rank(t, r, 4, TOPO_NIC_IB, "", &c) == WEFT_OK &&
+              !strcmp(c.name, "mlx5_0") && c.port == 1 && c.dist == dist[r] && c.tied == 1,
+              "2socket ib rank %d: %s:%d %s", r, c.name, c.port, topo_dist_name(c.dist));
+    }
+    CHECK(topo_nic_for_rank(t, 2, 4, TOPO_NIC_IB, "mlx5_0:2", &c) == WEFT_OK && c.port == 2,
+          "mlx5_0:2 gives port %d", c.port);
+    /* sockets: eth0 and eth1 tie for rank 0 (far, 2 of them) once ib0 is excluded */
+    CHECK(topo_nic_for_rank(t, 0, 4, TOPO_NIC_SOCKET, "^ib", &c) == WEFT_OK &&
+          !strcmp(c.name, "eth0") && c.port == 0 && c.tied == 2, "^ib rank 0: %s tied %d",
+          c.name, c.tied);
+    /* rank 2 sits on the HCA's root port: ib0 (pcie-switch) beats eth0 (host-bridge) */
+    CHECK(topo_nic_for_rank(t, 2, 4, TOPO_NIC_SOCKET, NULL, &c) == WEFT_OK &&
+          !strcmp(c.name, "ib0") && c.dist == TOPO_DIST_SWITCH, "rank 2 socket %s", c.name);
+    CHECK(topo_nic_for_rank(t, 2, 4, TOPO_NIC_SOCKET, "=eth1", &c) == WEFT_OK &&
+          !strcmp(c.name, "eth1") && c.dist == TOPO_DIST_HOSTBRIDGE, "=eth1: %s %s", c.name,
+          topo_dist_name(c.dist));
+
+    topo_nic_choice_t keep;
+    memset(&keep, 0x5a, sizeof(keep));
+    c = keep;
+    CHECK(topo_nic_for_rank(t, 0, 4, TOPO_NIC_IB, "^mlx5", &c) == WEFT_ERR_INVALID_ARG &&
+          strstr(weft_last_error(), "leaves no device") && strstr(weft_last_error(), "mlx5_0"),
+          "^mlx5 with only mlx5_0: %s", weft_last_error());
+    CHECK(topo_nic_for_rank(t, 0, 4, TOPO_NIC_IB, "mlx5_0,", &c) == WEFT_ERR_INVALID_ARG,
+          "bad syntax accepted");
+    CHECK(topo_nic_for_rank(t, 4, 4, TOPO_NIC_IB, "", &c) == WEFT_ERR_INVALID_ARG,
+          "rank == size accepted");
+    CHECK(!memcmp(&c, &keep, sizeof(c)), "choice written on failure");
+    topo_free(t);
+
+    /* 4numa: 2 NICs per node, 2 ranks per node take one each (round-robin in the tie) */
+    t = load(XML_4NUMA);
+    if (!t)
+        return;
+    for (int r = 0; r < 8; r++) {
+        char want[8];
+        snprintf(want, sizeof(want), "eth%d", r);
+        CHECK(topo_nic_for_rank(t, r, 8, TOPO_NIC_SOCKET, NULL, &c) == WEFT_OK &&
+              !strcmp(c.name, want) && c.dist == TOPO_DIST_NUMA && c.tied == 2,
+              "4numa rank %d: %s (%s, tied %d), want %s", r, c.name, topo_dist_name(c.dist),
+              c.tied, want);
+    }
+    /* 16 ranks: 4 per node alternate between its two ports */
+    CHECK(topo_nic_for_rank(t, 2, 16, TOPO_NIC_SOCKET, NULL, &c) == WEFT_OK &&
+          !strcmp(c.name, "eth0"), "4numa/16 rank 2: %s, want eth0", c.name);
+    /* without the even ports every rank of a node shares the odd one */
+    CHECK(topo_nic_for_rank(t, 6, 8, TOPO_NIC_SOCKET, "^=eth0,eth2,eth4,eth6", &c) == WEFT_OK &&
+          !strcmp(c.name, "eth7") && c.tied == 1, "4numa excluded: %s", c.name);
+    CHECK(topo_nic_for_rank(t, 1, 8, TOPO_NIC_SOCKET, "=eth6", &c) == WEFT_OK &&
+          !strcmp(c.name, "eth6") && c.dist == TOPO_DIST_FAR, "=eth6 from node 0: %s %s",
+          c.name, topo_dist_name(c.dist));
+    CHECK(topo_nic_for_rank(t, 0, 8, TOPO_NIC_IB, NULL, &c) == WEFT_OK && c.nic == -1,
+          "no HCA on 4numa, got %d", c.nic);
+    topo_free(t);
+
+    t = load(XML_DGX2);                        /* no NICs at all in this export */
+    if (!t)
+        return;
+    CHECK(topo_nic_for_rank(t, 0, 16, TOPO_NIC_IB, "", &c) == WEFT_OK && c.nic == -1,
+          "dgx2 ib: nic %d", c.nic);
+    CHECK(topo_nic_for_rank(t, 0, 16, TOPO_NIC_IB, "mlx5_0", &c) == WEFT_ERR_INVALID_ARG &&
+          strstr(weft_last_error(), "has: none"), "a filter on no device: %s",
+          weft_last_error());
+    topo_free(t);
+}
+
+/* ---- host identity and ring order ------------------------------------------------ */
+
+static void test_host_id(void)
+{
+    char h1[64], h2[64], real[64];
+    uint64_t a = topo_host_id(NULL, h1, sizeof(h1)), b = topo_host_id("", h2, sizeof(h2));
+    CHECK(a == b && !strcmp(h1, h2), "host id not stable: %llx %llx", (unsigned long long)a,
+          (unsigned long long)b);
+    CHECK(gethostname(real, sizeof(real)) == 0 && !strcmp(h1, real), "hostname '%s'", h1);
+    uint64_t x = topo_host_id("node-a", h2, sizeof(h2)), y = topo_host_id("node-b", h2, sizeof(h2));
+    CHECK(x != y && x != a && y != a, "WEFT_HOSTID values do not separate hosts");
+    CHECK(x == topo_host_id("node-a", h2, sizeof(h2)) && !strcmp(h2, real),
+          "WEFT_HOSTID not stable, or hostname '%s' changed", h2);
+}
+
+static void test_ring_order(void)
+{
+    static const uint64_t hosts[] = { 5, 7, 5, 7, 9, 5 };
+    int order[6], want[6] = { 0, 2, 5, 1, 3, 4 };
+    topo_ring_order(hosts, 6, order);
+    CHECK(!memcmp(order, want, sizeof(want)), "ring %d %d %d %d %d %d", order[0], order[1],
+          order[2], order[3], order[4], order[5]);
+    static const uint64_t one[] = { 3, 3, 3 };
+    topo_ring_order(one, 3, order);
+    CHECK(order[0] == 0 && order[1] == 1 && order[2] == 2, "one host: ring not rank order");
 }
 
 /* ---- failure paths ------------------------------------------------------------- */
@@ -435,7 +629,9 @@ static void test_print(void)
           "summary lacks machine or counts:\n%s", buf);
     CHECK(strstr(buf, "mlx5_0/ib0") && strstr(buf, "0000:84:00.0") &&
           strstr(buf, "infiniband"), "summary lacks devices:\n%s", buf);
-    CHECK(strstr(buf, "rank 3: numa 1 cores 12-15"), "placement line:\n%s", buf);
+    CHECK(strstr(buf, "rank 3: numa 1 cores 13-15 (cpus 13-15,29-31) gpu opencl0d1 "
+                      "(0000:84:00.1) nic mlx5_0 (0000:04:00.0, pcie-switch)"),
+          "placement line:\n%s", buf);
     free(buf);
     topo_free(t);
 }
@@ -515,6 +711,10 @@ int main(void)
     test_place_2socket();
     test_place_4numa();
     test_place_dgx2();
+    test_filter_parse();
+    test_nic_for_rank();
+    test_host_id();
+    test_ring_order();
     test_bad_xml();
     test_bad_place();
     test_print();

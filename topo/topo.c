@@ -3,7 +3,9 @@
  *
  * topo_load builds everything up front: the object counts, the cores ordered NUMA node
  * by node, and the GPU and NIC tables (sorted by PCI bus id). After that a topo_t is
- * read-only, so queries and topo_place are pure functions and safe from any thread.
+ * read-only, so queries, topo_place and topo_nic_for_rank are pure functions and safe
+ * from any thread. Also here, as they are about the machine: the NIC filter syntax
+ * (WEFT_IB_HCA, WEFT_SOCKET_IFNAME), the host identity and the host-major ring order.
  *
  * Invariants:
  *  - t->hw is a loaded hwloc topology with PCI and OS devices kept (KEEP_IMPORTANT).
@@ -12,9 +14,12 @@
  *    cores whose node is unknown (-1) come last. run_start[] marks the runs of equal
  *    core_numa, run_start[0] = 0 and run_start[nruns] = ncores.
  *  - gpus[]/nics[] hold ngpus/nnics entries, sorted by busid, non-PCI ones last; every
- *    name is NUL-terminated and non-empty.
+ *    name is NUL-terminated and non-empty; pci_id is the gp_index of the PCI device
+ *    (bus ids can repeat in an export, gp_index cannot), 0 when off PCI.
  *  - A failed topo_load or topo_place writes nothing to its outputs and leaks nothing.
  */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +32,7 @@
 #include "log.h"
 #include "status.h"
 #include "topo.h"
+#include "util.h"
 
 struct topo {
     hwloc_topology_t hw;
@@ -253,6 +259,7 @@ static void add_gpu(topo_t *t, hwloc_obj_t pci, hwloc_obj_t osdev)
     copy_str(g->name, sizeof(g->name), osdev ? osdev->name : NULL);
     copy_str(g->model, sizeof(g->model), model);
     format_busid(pci, g->busid, sizeof(g->busid));
+    g->pci_id = pci ? pci->gp_index : 0;
     g->numa = numa_of_io(t, pci ? pci : osdev);
 }
 
@@ -312,6 +319,7 @@ static topo_nic_t *nic_slot(topo_t *t, hwloc_obj_t *owners, hwloc_obj_t pci, int
     owners[t->nnics] = pci;
     topo_nic_t *n = &t->nics[t->nnics++];
     format_busid(pci, n->busid, sizeof(n->busid));
+    n->pci_id = pci ? pci->gp_index : 0;
     n->numa = -1;
     return n;
 }
@@ -461,63 +469,219 @@ static int ranks_on_core(const topo_t *t, int pos, int n)
     return (int)(((pos + 1) * (long long)n + K - 1) / K - (pos * (long long)n + K - 1) / K);
 }
 
-/* Position of rank r among the ranks placed on its own NUMA node. Blocks grow with the
- * rank and core_order is grouped by node, so those ranks are contiguous: count back. */
-static int node_ordinal(const topo_t *t, int r, int n, int numa)
+/* Local rank r's GPU: r mod ngpus (see topo_place); -1 without GPUs. */
+static int rank_gpu(const topo_t *t, int r)
 {
-    int ord = 0;
-    for (int q = r - 1; q >= 0; q--, ord++) {
-        int b, e;
-        core_block(t, q, n, &b, &e);
-        if (t->core_numa[b] != numa)
-            break;
-    }
-    return ord;
+    return t->ngpus > 0 ? r % t->ngpus : -1;
 }
 
-static int pick_gpu(const topo_t *t, int r, int n, int numa, int ord)
+/* The run of core_order holding NUMA node numa's cores, -1 when it has none. */
+static int node_run(const topo_t *t, int numa)
 {
-    if (t->ngpus == 0)
-        return -1;
-    if (t->ngpus == n)
-        return r;
-    int near = 0;
-    for (int i = 0; i < t->ngpus; i++)
-        near += t->gpus[i].numa == numa;
-    if (near == 0)
-        return r % t->ngpus;
-    int want = ord % near;
-    for (int i = 0; i < t->ngpus; i++)
-        if (t->gpus[i].numa == numa && want-- == 0)
-            return i;
+    for (int b = 0; numa >= 0 && b < t->nruns; b++)
+        if (t->core_numa[t->run_start[b]] == numa)
+            return b;
     return -1;
 }
 
-/* NIC preference tiers: 0 IB on node, 1 any on node, 2 any IB, 3 any. */
-static int nic_in_tier(const topo_nic_t *nic, int tier, int numa)
+/* The run of rank r's GPU's NUMA node; -1 without a GPU, or when its node is unknown
+ * or has no cores (the rank then falls back to core_block). */
+static int gpu_run(const topo_t *t, int r)
 {
-    switch (tier) {
-    case 0: return nic->is_ib && nic->numa == numa;
-    case 1: return nic->numa == numa;
-    case 2: return nic->is_ib;
-    default: return 1;
+    int g = rank_gpu(t, r);
+    return g < 0 ? -1 : node_run(t, t->gpus[g].numa);
+}
+
+/* Cores [*begin, *end) of rank r of n, and whether other ranks share them. With a GPU on
+ * a known node: that node's run of k cores split among the m ranks whose GPUs are on it,
+ * the j-th of them taking [c + j*k/m, c + (j+1)*k/m), or core c + j*k/m shared when
+ * m > k. Otherwise core_block over the whole machine. */
+static void rank_cores(const topo_t *t, int r, int n, int *begin, int *end, int *shared)
+{
+    int b = gpu_run(t, r);
+    if (b < 0) {
+        core_block(t, r, n, begin, end);
+        *shared = ranks_on_core(t, *begin, n) > 1;
+        return;
+    }
+    long long m = 0, j = 0;
+    for (int q = 0; q < n; q++)
+        if (gpu_run(t, q) == b) {
+            j += q < r;
+            m++;
+        }
+    int c = t->run_start[b];
+    long long k = t->run_start[b + 1] - c;
+    *begin = c + (int)(j * k / m);
+    if (m <= k) {
+        *end = c + (int)((j + 1) * k / m);
+        *shared = 0;
+        return;
+    }
+    long long pos = *begin - c;     /* ranks j' with floor(j'k/m) == pos, as ranks_on_core */
+    *end = *begin + 1;
+    *shared = ((pos + 1) * m + k - 1) / k - (pos * m + k - 1) / k > 1;
+}
+
+/* The NUMA node a rank's devices are measured from: its GPU's, else its cores'. */
+static int rank_io_numa(const topo_t *t, int r, int n)
+{
+    int g = rank_gpu(t, r);
+    if (g >= 0)
+        return t->gpus[g].numa;
+    int b, e, sh;
+    rank_cores(t, r, n, &b, &e, &sh);
+    return t->core_numa[b];
+}
+
+/* ---- network devices ----------------------------------------------------------- */
+
+const char *topo_dist_name(topo_dist_t d)
+{
+    switch (d) {
+    case TOPO_DIST_SWITCH: return "pcie-switch";
+    case TOPO_DIST_HOSTBRIDGE: return "host-bridge";
+    case TOPO_DIST_NUMA: return "numa";
+    default: return "far";
     }
 }
 
-static int pick_nic(const topo_t *t, int numa, int r, int ord)
+/* By hwloc's global index, not the bus id: exports can repeat a bus id (in
+ * 2socket-4gpu-1ib.xml, 04:00.0 is a SAS controller on node 0 and the HCA on node 1). */
+static hwloc_obj_t pci_obj(const topo_t *t, unsigned long long id)
 {
-    for (int tier = 0; tier < 4; tier++) {
-        int m = 0;
-        for (int i = 0; i < t->nnics; i++)
-            m += nic_in_tier(&t->nics[i], tier, numa);
-        if (m == 0)
+    for (hwloc_obj_t o = NULL; id && (o = hwloc_get_next_pcidev(t->hw, o)) != NULL;)
+        if (o->gp_index == id)
+            return o;
+    return NULL;
+}
+
+/* The nearest bridge above both a and b (PCI objects), or NULL when they share none.
+ * Walks parent pointers: hwloc_get_common_ancestor_obj compares depths, which I/O
+ * objects do not have in the usual sense. */
+static hwloc_obj_t common_bridge(hwloc_obj_t a, hwloc_obj_t b)
+{
+    for (hwloc_obj_t x = a->parent; x && x->type == HWLOC_OBJ_BRIDGE; x = x->parent)
+        for (hwloc_obj_t y = b->parent; y && y->type == HWLOC_OBJ_BRIDGE; y = y->parent)
+            if (x == y)
+                return x;
+    return NULL;
+}
+
+/* Distance class of NIC i from GPU gpu (-1: none) whose node, or the cores' node, is
+ * numa. A shared PCI-to-PCI bridge is a switch (or one root port holding both); a
+ * shared host bridge only is the same root complex. */
+static topo_dist_t nic_dist(const topo_t *t, int i, int gpu, int numa)
+{
+    const topo_nic_t *nic = &t->nics[i];
+    hwloc_obj_t a = gpu >= 0 ? pci_obj(t, t->gpus[gpu].pci_id) : NULL;
+    hwloc_obj_t b = a ? pci_obj(t, nic->pci_id) : NULL;
+    hwloc_obj_t br = b ? common_bridge(a, b) : NULL;
+    if (br)
+        return br->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST
+                   ? TOPO_DIST_HOSTBRIDGE : TOPO_DIST_SWITCH;
+    return numa >= 0 && nic->numa == numa ? TOPO_DIST_NUMA : TOPO_DIST_FAR;
+}
+
+/* The name NIC i goes by for kind: "" when it has none (not a device of that kind). */
+static const char *nic_name_for(const topo_nic_t *n, topo_nic_kind_t kind)
+{
+    return kind == TOPO_NIC_IB ? n->hca : kind == TOPO_NIC_SOCKET ? n->ifname : n->name;
+}
+
+/* The devices of the best class for a rank measured from (gpu, numa), as a mask of NIC
+ * indices (< 64), with that class in *key (ANY: 2 * distance + not InfiniBand). */
+static uint64_t best_nics(const topo_t *t, int gpu, int numa, topo_nic_kind_t kind,
+                          const topo_nic_filter_t *f, int *key)
+{
+    uint64_t mask = 0;
+    int best = -1;
+    for (int i = 0; i < t->nnics && i < 64; i++) {
+        const char *name = nic_name_for(&t->nics[i], kind);
+        if (!name[0] || !topo_nic_filter_allows(f, name, NULL))
             continue;
-        int want = (tier < 2 ? ord : r) % m;
-        for (int i = 0; i < t->nnics; i++)
-            if (nic_in_tier(&t->nics[i], tier, numa) && want-- == 0)
-                return i;
+        int k = (int)nic_dist(t, i, gpu, numa);
+        if (kind == TOPO_NIC_ANY)
+            k = 2 * k + !t->nics[i].is_ib;
+        if (best < 0 || k < best) {
+            best = k;
+            mask = 0;
+        }
+        if (k == best)
+            mask |= 1ull << i;
     }
-    return -1;
+    *key = best;
+    return mask;
+}
+
+/* The names of the devices of kind, for a message. */
+static void nic_names(const topo_t *t, topo_nic_kind_t kind, char *buf, size_t cap)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < t->nnics && len < cap; i++) {
+        const char *name = nic_name_for(&t->nics[i], kind);
+        if (name[0])
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? " " : "", name);
+    }
+    if (!buf[0])
+        snprintf(buf, cap, "none");
+}
+
+weft_status_t topo_nic_for_rank(const topo_t *t, int local_rank, int local_size,
+                                topo_nic_kind_t kind, const char *filter,
+                                topo_nic_choice_t *out)
+{
+    const char *knob = kind == TOPO_NIC_SOCKET ? "WEFT_SOCKET_IFNAME" : "WEFT_IB_HCA";
+    if (!t || !out || local_size < 1 || local_rank < 0 || local_rank >= local_size ||
+        kind < TOPO_NIC_ANY || kind > TOPO_NIC_SOCKET)
+        return weft_error(WEFT_ERR_INVALID_ARG, "topo_nic_for_rank: bad local rank %d of %d",
+                          local_rank, local_size);
+    topo_nic_filter_t f;
+    RETURN_IF_ERR(topo_nic_filter_parse(filter, knob, &f));
+
+    topo_nic_choice_t c;
+    memset(&c, 0, sizeof(c));
+    c.nic = -1;
+    c.dist = TOPO_DIST_FAR;
+    int key, gpu = rank_gpu(t, local_rank);
+    uint64_t mask = best_nics(t, gpu, rank_io_numa(t, local_rank, local_size), kind, &f,
+                              &key);
+    if (mask == 0) {
+        char have[256];
+        nic_names(t, kind, have, sizeof(have));
+        if (f.n > 0)
+            return weft_error(WEFT_ERR_INVALID_ARG, "%s='%s' leaves no device to use "
+                              "(this host has: %s)", knob, filter, have);
+        *out = c;
+        return WEFT_OK;
+    }
+    /* round-robin: the ranks before this one that see the same best set */
+    int ord = 0;
+    for (int q = 0; q < local_rank; q++) {
+        int kq, gq = rank_gpu(t, q);
+        if (gq >= 0 && gq == gpu)
+            ord++;
+        else if (best_nics(t, gq, rank_io_numa(t, q, local_size), kind, &f, &kq) == mask &&
+                 kq == key)
+            ord++;
+    }
+    int tied = __builtin_popcountll(mask), want = ord % tied;
+    for (int i = 0; i < 64; i++)
+        if ((mask >> i & 1) && want-- == 0) {
+            c.nic = i;
+            break;
+        }
+    const topo_nic_t *n = &t->nics[c.nic];
+    copy_str(c.name, sizeof(c.name), nic_name_for(n, kind));
+    c.port = 1;
+    topo_nic_filter_allows(&f, c.name, &c.port);
+    if (kind == TOPO_NIC_SOCKET || (kind == TOPO_NIC_ANY && !n->hca[0]))
+        c.port = 0;
+    c.dist = kind == TOPO_NIC_ANY ? (topo_dist_t)(key / 2) : (topo_dist_t)key;
+    c.tied = tied;
+    *out = c;
+    return WEFT_OK;
 }
 
 /* hwloc list string into buf; an overlong list is cut and ends in "...". */
@@ -572,15 +736,14 @@ weft_status_t topo_place(const topo_t *t, int local_rank, int local_size,
     topo_place_t p;
     memset(&p, 0, sizeof(p));
     p.local_rank = local_rank;
-    core_block(t, local_rank, local_size, &p.core_begin, &p.core_end);
+    rank_cores(t, local_rank, local_size, &p.core_begin, &p.core_end, &p.shared);
     p.ncores = p.core_end - p.core_begin;
-    p.shared = ranks_on_core(t, p.core_begin, local_size) > 1;
     p.numa = t->core_numa[p.core_begin];
-
-    int ord = node_ordinal(t, local_rank, local_size, p.numa);
-    p.gpu = pick_gpu(t, local_rank, local_size, p.numa, ord);
-    int io_numa = p.gpu >= 0 && t->gpus[p.gpu].numa >= 0 ? t->gpus[p.gpu].numa : p.numa;
-    p.nic = pick_nic(t, io_numa, local_rank, ord);
+    p.gpu = rank_gpu(t, local_rank);
+    topo_nic_choice_t c;
+    RETURN_IF_ERR(topo_nic_for_rank(t, local_rank, local_size, TOPO_NIC_ANY, NULL, &c));
+    p.nic = c.nic;
+    p.nic_dist = c.dist;
     RETURN_IF_ERR(format_lists(t, &p));
     *out = p;
     return WEFT_OK;
@@ -649,6 +812,169 @@ weft_status_t topo_bind_cpus(const topo_t *t, const char *cpus)
     return st;
 }
 
+/* ---- device filters (WEFT_IB_HCA, WEFT_SOCKET_IFNAME) -------------------------------- */
+
+static weft_status_t filter_error(const char *knob, const char *spec, const char *why)
+{
+    return weft_error(WEFT_ERR_INVALID_ARG, "%s='%s' is not valid: %s (e.g. mlx5_0:1,mlx5_1, "
+                      "^mlx5_2 or =mlx5_0)", knob, spec, why);
+}
+
+weft_status_t topo_nic_filter_parse(const char *spec, const char *knob, topo_nic_filter_t *out)
+{
+    topo_nic_filter_t f;
+    memset(&f, 0, sizeof(f));
+    if (!out)
+        return weft_error(WEFT_ERR_INVALID_ARG, "topo_nic_filter_parse: NULL output");
+    spec = spec ? spec : "";
+    const char *p = spec;
+    f.exclude = *p == '^';
+    p += f.exclude;
+    f.exact = *p == '=';
+    p += f.exact;
+    if (*p == '\0') {
+        if (p != spec)
+            return filter_error(knob, spec, "no device after '^' or '='");
+        *out = f;
+        return WEFT_OK;
+    }
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        const char *colon = memchr(p, ':', len);
+        size_t nlen = colon ? (size_t)(colon - p) : len;
+        if (len == 0)
+            return filter_error(knob, spec, "an empty entry");
+        if (f.n == TOPO_FILTER_MAX)
+            return filter_error(knob, spec, "more than 16 devices");
+        if (nlen == 0)
+            return filter_error(knob, spec, "an entry without a device name");
+        if (nlen >= TOPO_NAME_MAX)
+            return filter_error(knob, spec, "a device name longer than 31 characters");
+        for (size_t i = 0; i < nlen; i++)
+            if (!isalnum((unsigned char)p[i]) && !strchr("_-.", p[i]))
+                return filter_error(knob, spec, "a device name holds a character other "
+                                    "than letters, digits, '_', '-' and '.'");
+        memcpy(f.e[f.n].name, p, nlen);
+        f.e[f.n].name[nlen] = '\0';
+        if (colon) {
+            size_t plen = len - nlen - 1;
+            int port = 0;
+            for (size_t i = 0; i < plen && port <= 255; i++)
+                port = isdigit((unsigned char)colon[1 + i]) ? port * 10 + colon[1 + i] - '0'
+                                                            : 256;
+            if (plen == 0 || port < 1 || port > 255)
+                return filter_error(knob, spec, "a port is not a number from 1 to 255");
+            f.e[f.n].port = port;
+        }
+        f.n++;
+        if (p[len] == '\0')
+            break;
+        p += len + 1;
+    }
+    *out = f;
+    return WEFT_OK;
+}
+
+int topo_nic_filter_allows(const topo_nic_filter_t *f, const char *name, int *port)
+{
+    if (port)
+        *port = 1;
+    if (!f || f->n == 0)
+        return 1;
+    for (int i = 0; i < f->n; i++) {
+        const char *e = f->e[i].name;
+        if (f->exact ? strcmp(name, e) != 0 : strncmp(name, e, strlen(e)) != 0)
+            continue;
+        if (f->exclude) {
+            if (f->e[i].port <= 1)
+                return 0;
+            continue;                   /* another port of it: ours (1) stays allowed */
+        }
+        if (port && f->e[i].port)
+            *port = f->e[i].port;
+        return 1;
+    }
+    return f->exclude;
+}
+
+/* ---- host identity, ring order, GPU presence ------------------------------------- */
+
+/* The first line of a small file, without its newline; "" when unreadable. */
+static void read_line(const char *path, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    if (fgets(buf, (int)cap, f) == NULL)
+        buf[0] = '\0';
+    buf[strcspn(buf, "\n")] = '\0';
+    fclose(f);
+}
+
+uint64_t topo_host_id(const char *override, char *hostname, size_t cap)
+{
+    if (gethostname(hostname, cap) != 0)
+        snprintf(hostname, cap, "unknown");
+    hostname[cap - 1] = '\0';
+    if (override && override[0]) {
+        uint64_t h = hash_bytes(HASH_SEED, "WEFT_HOSTID", 12);
+        return hash_bytes(h, override, strlen(override));
+    }
+    /* each field with its NUL, so no two splits of the same bytes hash alike */
+    char boot[64], machine[64];
+    read_line("/proc/sys/kernel/random/boot_id", boot, sizeof(boot));
+    read_line("/etc/machine-id", machine, sizeof(machine));
+    uint64_t h = hash_bytes(HASH_SEED, hostname, strlen(hostname) + 1);
+    h = hash_bytes(h, boot, strlen(boot) + 1);
+    return hash_bytes(h, machine, strlen(machine) + 1);
+}
+
+void topo_ring_order(const uint64_t *host_id, int n, int *order)
+{
+    int k = 0;
+    for (int p = 0; p < n; p++) {
+        int first = 1;
+        for (int q = 0; q < p && first; q++)
+            first = host_id[q] != host_id[p];
+        for (int q = p; first && q < n; q++)
+            if (host_id[q] == host_id[p])
+                order[k++] = q;
+    }
+}
+
+/* The hex number in a sysfs file ("0x10de"), -1 when unreadable. */
+static long sysfs_hex(const char *dir, const char *name, const char *file)
+{
+    char path[512], line[32];
+    snprintf(path, sizeof(path), "%s/%s/%s", dir, name, file);
+    read_line(path, line, sizeof(line));
+    char *end;
+    long v = strtol(line, &end, 16);
+    return end == line ? -1 : v;
+}
+
+int topo_machine_has_gpus(void)
+{
+    static const char dir[] = "/sys/bus/pci/devices";
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int found = 0;
+    for (struct dirent *e; !found && (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        long vendor = sysfs_hex(dir, e->d_name, "vendor");
+        long cls = sysfs_hex(dir, e->d_name, "class") >> 8;    /* 0x030200 -> 0x0302 */
+        if (vendor == 0x10de)
+            found = (cls >> 8) == 0x03 || cls == 0x1200;
+        else if (vendor == 0x1002)      /* as pci_is_gpu_class: not a plain VGA */
+            found = cls == 0x0302 || cls == 0x0380 || cls == 0x1200;
+    }
+    closedir(d);
+    return found;
+}
+
 /* ---- printing ------------------------------------------------------------------ */
 
 void topo_print(const topo_t *t, FILE *out)
@@ -679,9 +1005,10 @@ void topo_place_print(const topo_t *t, const topo_place_t *p, FILE *out)
 {
     const topo_gpu_t *g = topo_gpu(t, p->gpu);
     const topo_nic_t *n = topo_nic(t, p->nic);
-    fprintf(out, "rank %d: numa %d cores %s (cpus %s)%s gpu %s%s%s%s nic %s%s%s%s\n",
+    fprintf(out, "rank %d: numa %d cores %s (cpus %s)%s gpu %s%s%s%s nic %s%s%s%s%s%s\n",
             p->local_rank, p->numa, p->cores, p->cpus, p->shared ? " shared" : "",
             g ? g->name : "none", g && g->busid[0] ? " (" : "", g ? g->busid : "",
-            g && g->busid[0] ? ")" : "", n ? n->name : "none",
-            n && n->busid[0] ? " (" : "", n ? n->busid : "", n && n->busid[0] ? ")" : "");
+            g && g->busid[0] ? ")" : "", n ? n->name : "none", n ? " (" : "",
+            n && n->busid[0] ? n->busid : "", n && n->busid[0] ? ", " : "",
+            n ? topo_dist_name(p->nic_dist) : "", n ? ")" : "");
 }

@@ -14,6 +14,8 @@
 #ifndef WEFT_TOPO_H
 #define WEFT_TOPO_H
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "weft.h"
@@ -32,6 +34,7 @@ typedef struct topo_gpu {
     char model[TOPO_MODEL_MAX];    /* GPUModel, else the PCI device name */
     char busid[TOPO_BUSID_MAX];    /* "" when not on PCI */
     int numa;                      /* nearest NUMA node (logical), -1 unknown */
+    unsigned long long pci_id;     /* topo.c's handle on the PCI device, 0 none */
 } topo_gpu_t;
 
 /* A network adapter: the network and OpenFabrics OS devices of one PCI function,
@@ -43,7 +46,19 @@ typedef struct topo_nic {
     char busid[TOPO_BUSID_MAX];    /* "" when not on PCI */
     int numa;                      /* nearest NUMA node (logical), -1 unknown */
     int is_ib;                     /* InfiniBand link (not Ethernet/RoCE) */
+    unsigned long long pci_id;     /* topo.c's handle on the PCI device, 0 none */
 } topo_nic_t;
+
+/* How far a device is from a rank's GPU (or, without one, from its cores), nearest
+ * first. Without a GPU the PCI classes cannot happen: a rank's cores are only near
+ * (same NUMA node) or far. */
+typedef enum topo_dist {
+    TOPO_DIST_SWITCH = 0,          /* behind the same PCIe switch as the GPU */
+    TOPO_DIST_HOSTBRIDGE,          /* same host bridge (root complex), another switch */
+    TOPO_DIST_NUMA,                /* same NUMA node, another host bridge */
+    TOPO_DIST_FAR,                 /* another NUMA node, or unknown */
+} topo_dist_t;
+const char *topo_dist_name(topo_dist_t d);   /* "pcie-switch", "host-bridge", "numa", "far" */
 
 /* Where one local rank should run. Written by topo_place, consumed by topo_bind. */
 typedef struct topo_place {
@@ -51,6 +66,7 @@ typedef struct topo_place {
     int numa;                      /* NUMA node of its cores (logical) */
     int gpu;                       /* index for topo_gpu(), -1 when none */
     int nic;                       /* index for topo_nic(), -1 when none */
+    topo_dist_t nic_dist;          /* how near that NIC is to the GPU (or the cores) */
     int ncores;                    /* cores in its set */
     int shared;                    /* 1 when other ranks share these cores */
     int core_begin, core_end;      /* [begin, end) in topo's NUMA-ordered core list */
@@ -83,15 +99,83 @@ const topo_gpu_t *topo_gpu(const topo_t *t, int i);   /* NULL when out of range 
 int topo_num_nics(const topo_t *t);
 const topo_nic_t *topo_nic(const topo_t *t, int i);   /* NULL when out of range */
 
-/* Placement of local rank `local_rank` of `local_size` ranks on this host:
- * ranks go to NUMA nodes in contiguous blocks in proportion to their cores, then to
- * contiguous, disjoint blocks of that node's cores; with fewer ranks than nodes each
+/* Placement of local rank `local_rank` of `local_size` ranks on this host.
+ * GPU: local rank i uses GPU i mod ngpus, GPUs in PCI bus order: the LOCAL_RANK
+ * convention of torchrun/NCCL jobs with CUDA_DEVICE_ORDER=PCI_BUS_ID and every GPU
+ * visible (a job that narrows CUDA_VISIBLE_DEVICES must bind itself or map the index).
+ * Cores, with GPUs: the NUMA node of the rank's GPU, split into contiguous, disjoint
+ * blocks among the ranks whose GPUs sit on that node (shared single cores when there
+ * are more such ranks than the node has cores). Cores, without GPUs (or a GPU whose
+ * node is unknown): ranks go to NUMA nodes in contiguous blocks in proportion to their
+ * cores, then to disjoint blocks of that node's cores; with fewer ranks than nodes each
  * rank takes whole nodes (numa is its first); with more ranks than cores, ranks share
- * single cores. GPU: the local_rank-th when there are exactly
- * local_size GPUs, else one near the rank's node. NIC: InfiniBand near the GPU (or the
- * cores) first, then any NIC near it, then any InfiniBand, then any. */
+ * single cores. NIC: topo_nic_for_rank with no filter, any kind. */
 weft_status_t topo_place(const topo_t *t, int local_rank, int local_size,
                          topo_place_t *out);
+
+/* Which network devices a rank may use: WEFT_IB_HCA / WEFT_SOCKET_IFNAME, NCCL's syntax.
+ *   "mlx5_0:1,mlx5_1"  those devices (a name is a prefix: "mlx5" is every mlx5_N),
+ *                      the first with port 1; a device without a port gets port 1
+ *   "^mlx5_2"          every device but these ("^eth" excludes eth0, eth1, ...)
+ *   "=mlx5_0"          exact names only ("^=" combines both)
+ * "" is no filter. The topology lists devices, not HCA ports: in an exclusion a port
+ * excludes the device only when it names port 1, the only one weft picks by itself. */
+#define TOPO_FILTER_MAX 16
+typedef struct topo_nic_filter {
+    int exclude;                   /* ^: the entries are what may not be used */
+    int exact;                     /* =: whole names, not prefixes */
+    int n;                         /* entries; 0: no filter */
+    struct {
+        char name[TOPO_NAME_MAX];
+        int port;                  /* 0: none given */
+    } e[TOPO_FILTER_MAX];
+} topo_nic_filter_t;
+/* Parses spec for the knob named `knob` (for the message). Bad syntax (empty entry or
+ * name, a port that is not a number from 1 to 255, a name too long, more than
+ * TOPO_FILTER_MAX entries) gives WEFT_ERR_INVALID_ARG and leaves *f untouched. */
+weft_status_t topo_nic_filter_parse(const char *spec, const char *knob, topo_nic_filter_t *f);
+/* 1 when the filter lets device `name` be used; *port (may be NULL) gets its port. */
+int topo_nic_filter_allows(const topo_nic_filter_t *f, const char *name, int *port);
+
+/* The network device of one local rank. */
+typedef enum topo_nic_kind {
+    TOPO_NIC_ANY = 0,              /* nearest of all; InfiniBand first at equal distance */
+    TOPO_NIC_IB,                   /* verbs devices (HCAs), matched and named by HCA name */
+    TOPO_NIC_SOCKET,               /* network interfaces, matched and named by ifname */
+} topo_nic_kind_t;
+typedef struct topo_nic_choice {
+    int nic;                       /* index for topo_nic(), -1: no device of that kind */
+    char name[TOPO_NAME_MAX];      /* HCA (IB, and ANY when it has one) or ifname */
+    int port;                      /* HCA port (the filter's, else 1); 0 for interfaces */
+    topo_dist_t dist;              /* its distance class */
+    int tied;                      /* devices in that class the choice rotated over */
+} topo_nic_choice_t;
+/* The nearest allowed device of `kind` to local rank r's GPU (or its cores: see
+ * topo_place): class by class (topo_dist_t); devices tied in the best class go
+ * round-robin to the ranks that see the same tie, in local rank order. `filter` is the
+ * knob's value (NULL or "" for none). Bad syntax, and a filter that leaves no device of
+ * the kind, give WEFT_ERR_INVALID_ARG (the latter naming what exists); no device of
+ * the kind at all, without a filter, is WEFT_OK with out->nic = -1. Only the first 64
+ * devices are considered. */
+weft_status_t topo_nic_for_rank(const topo_t *t, int local_rank, int local_size,
+                                topo_nic_kind_t kind, const char *filter,
+                                topo_nic_choice_t *out);
+
+/* Host identity: the same on every process of one host (or one UTS namespace), different
+ * across hosts. A hash of the host name, the kernel's boot id and /etc/machine-id (what
+ * exists of them); override non-empty (WEFT_HOSTID) replaces all three, so tests and
+ * containers can say which processes share a host (they must then share /dev/shm).
+ * hostname gets the host name (for messages) either way. */
+uint64_t topo_host_id(const char *override, char *hostname, size_t cap);
+
+/* Ring order of n ranks whose hosts are host_id[]: host-major (hosts in order of their
+ * first rank, ranks of a host in rank order), so the ring crosses between hosts once
+ * per host. order[i] is the i-th rank on the ring. */
+void topo_ring_order(const uint64_t *host_id, int n, int *order);
+
+/* 1 when this machine has a PCI display/3D or accelerator-class device from NVIDIA or
+ * AMD, from sysfs (cheap: no hwloc I/O discovery); 0 when none or no sysfs. */
+int topo_machine_has_gpus(void);
 
 /* Binds the calling process (all its threads) to the placement's cores. Only for the
  * topology of this machine: WEFT_ERR_UNSUPPORTED for one loaded from XML. */

@@ -3,8 +3,12 @@
  * the configuration knobs.
  *
  *   weft-topo                     this machine (or WEFT_TOPO_FILE)
- *   weft-topo --xml FILE          an hwloc XML export instead
+ *   weft-topo --xml FILE          an hwloc XML export instead (--topo FILE: the same)
  *   weft-topo --ranks N           also one line per local rank: cores, NUMA, GPU, NIC
+ *                                 (and its distance class), the InfiniBand HCA and socket
+ *                                 interface it would use (WEFT_IB_HCA, WEFT_SOCKET_IFNAME),
+ *                                 and the ring order of the ranks
+ *   weft-topo --ranks N --hosts H the same for H such hosts, ranks host-major
  *   weft-topo --print-config      every WEFT_* knob with its value and doc
  *
  * Invariants: the program only reads; it never binds itself. Exit codes: 0 ok,
@@ -12,6 +16,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -25,21 +30,25 @@
 typedef struct cli_args {
     const char *xml;       /* NULL: WEFT_TOPO_FILE or this machine */
     int ranks;             /* 0: no placement table */
+    int hosts;             /* hosts of `ranks` ranks each, for the ring order */
     int print_config;
 } cli_args_t;
 
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: weft-topo [--xml FILE] [--ranks N] [--print-config] [-h]\n"
+            "usage: weft-topo [--xml FILE] [--ranks N [--hosts H]] [--print-config] [-h]\n"
             "  --xml FILE       read an hwloc XML topology instead of this machine\n"
+            "  --topo FILE      the same\n"
             "                   (default: WEFT_TOPO_FILE when set)\n"
-            "  --ranks N        show the placement of N local ranks\n"
+            "  --ranks N        show the placement of N local ranks: cores, GPU, NIC and\n"
+            "                   why (distance class), HCA and interface, ring order\n"
+            "  --hosts H        the ring order for H hosts of N ranks each (default 1)\n"
             "  --print-config   list every WEFT_* setting with its value and meaning\n"
             "  -h, --help       this text\n");
 }
 
-static int parse_ranks(const char *s, int *out)
+static int parse_count(const char *s, int *out)
 {
     char *end;
     errno = 0;
@@ -55,7 +64,9 @@ static int parse_args(int argc, char **argv, cli_args_t *a)
 {
     static const struct option opts[] = {
         { "xml", required_argument, NULL, 'x' },
+        { "topo", required_argument, NULL, 'x' },
         { "ranks", required_argument, NULL, 'n' },
+        { "hosts", required_argument, NULL, 'H' },
         { "print-config", no_argument, NULL, 'c' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -67,10 +78,11 @@ static int parse_args(int argc, char **argv, cli_args_t *a)
         case 'c': a->print_config = 1; break;
         case 'h': usage(stdout); exit(0);
         case 'n':
-            if (parse_ranks(optarg, &a->ranks) == 0)
+        case 'H':
+            if (parse_count(optarg, c == 'n' ? &a->ranks : &a->hosts) == 0)
                 break;
-            fprintf(stderr, "weft-topo: --ranks wants a number from 1 to %d, not '%s'\n",
-                    MAX_RANKS, optarg);
+            fprintf(stderr, "weft-topo: --%s wants a number from 1 to %d, not '%s'\n",
+                    c == 'n' ? "ranks" : "hosts", MAX_RANKS, optarg);
             usage(stderr);
             return 2;
         default:
@@ -78,11 +90,117 @@ static int parse_args(int argc, char **argv, cli_args_t *a)
             return 2;
         }
     }
+    if (a->hosts > 0 && a->ranks == 0) {
+        fprintf(stderr, "weft-topo: --hosts needs --ranks\n");
+        usage(stderr);
+        return 2;
+    }
+    if ((long)a->ranks * (a->hosts > 0 ? a->hosts : 1) > MAX_RANKS) {
+        fprintf(stderr, "weft-topo: --ranks times --hosts is more than %d ranks\n", MAX_RANKS);
+        return 2;
+    }
     if (optind < argc) {
         fprintf(stderr, "weft-topo: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
         return 2;
     }
+    return 0;
+}
+
+/* One line per local rank: the device each transport kind would use, and why. */
+static int show_nics(const topo_t *t, int n, const weft_config_t *cfg)
+{
+    printf("network devices (WEFT_IB_HCA='%s', WEFT_SOCKET_IFNAME='%s'):\n", cfg->ib_hca,
+           cfg->socket_ifname);
+    for (int r = 0; r < n; r++) {
+        topo_nic_choice_t ib, so;
+        if (topo_nic_for_rank(t, r, n, TOPO_NIC_IB, cfg->ib_hca, &ib) != WEFT_OK ||
+            topo_nic_for_rank(t, r, n, TOPO_NIC_SOCKET, cfg->socket_ifname, &so) != WEFT_OK) {
+            fprintf(stderr, "weft-topo: %s\n", weft_last_error());
+            return 1;
+        }
+        printf("  rank %d: ib ", r);
+        if (ib.nic >= 0)
+            printf("%s:%d (%s, 1 of %d)", ib.name, ib.port, topo_dist_name(ib.dist), ib.tied);
+        else
+            printf("none");
+        if (so.nic >= 0)
+            printf("  socket %s (%s, 1 of %d)\n", so.name, topo_dist_name(so.dist), so.tied);
+        else
+            printf("  socket none\n");
+    }
+    return 0;
+}
+
+/* The ring of `hosts` hosts with n ranks each, global ranks host-major (how weftrun,
+ * mpirun --map-by slot and srun's block distribution number them). */
+/* The double binary tree of an all-reduce among n ranks (the tree algorithm's links,
+ * algo_tree_links): each tree's top, then every interior rank with its children. Long
+ * layouts print the first TREE_SHOW interior ranks of each tree. */
+#define TREE_SHOW 64
+static void show_trees(int n)
+{
+    if (n < 2)
+        return;
+    printf("double binary tree (all-reduce; half the data each; rank: children):\n");
+    for (int t = 0; t < 2; t++) {
+        int top = -1, shown = 0, interior = 0;
+        for (int r = 0; r < n; r++) {
+            int parent, child[2];
+            algo_tree_links(r, n, t, &parent, child);
+            if (parent < 0)
+                top = r;
+            if (child[0] >= 0 || child[1] >= 0)
+                interior++;
+        }
+        printf("  tree %d, top %d:", t, top);
+        for (int r = 0; r < n && shown < TREE_SHOW; r++) {
+            int parent, child[2];
+            algo_tree_links(r, n, t, &parent, child);
+            if (child[0] < 0 && child[1] < 0)
+                continue;
+            printf(" %d:", r);
+            for (int c = 0; c < 2; c++)
+                if (child[c] >= 0)
+                    printf("%s%d", c && child[0] >= 0 ? "," : "", child[c]);
+            shown++;
+        }
+        printf("%s\n", interior > shown ? " ..." : "");
+    }
+}
+
+static int show_ring(int n, int hosts)
+{
+    int total = n * hosts;
+    uint64_t *host_id = malloc((size_t)total * sizeof(*host_id));
+    int *order = malloc((size_t)total * sizeof(*order));
+    if (!host_id || !order) {
+        free(host_id);
+        free(order);
+        fprintf(stderr, "weft-topo: out of memory\n");
+        return 1;
+    }
+    for (int g = 0; g < total; g++)
+        host_id[g] = (uint64_t)(g / n);
+    topo_ring_order(host_id, total, order);
+    printf("ring order, %d host%s x %d ranks (host-major; '|' crosses hosts):\n ", hosts,
+           hosts == 1 ? "" : "s", n);
+    for (int i = 0; i < total;) {   /* runs of consecutive ranks on one host as a-b */
+        int j = i;
+        while (j + 1 < total && order[j + 1] == order[j] + 1 &&
+               host_id[order[j + 1]] == host_id[order[i]])
+            j++;
+        int cross = i > 0 && host_id[order[i]] != host_id[order[i - 1]];
+        if (j > i)
+            printf("%s %d-%d", cross ? " |" : "", order[i], order[j]);
+        else
+            printf("%s %d", cross ? " |" : "", order[i]);
+        i = j + 1;
+    }
+    printf("%s\n", hosts > 1 ? " | (back to the first)" : "");
+    show_trees(total);
+    free(host_id);
+    free(order);
     return 0;
 }
 
@@ -96,7 +214,8 @@ static int show_topology(const cli_args_t *a, const weft_config_t *cfg)
     }
     topo_print(t, stdout);
     if (a->ranks > 0)
-        printf("placement of %d local ranks:\n", a->ranks);
+        printf("placement of %d local ranks (local rank i uses gpu i mod %d):\n", a->ranks,
+               topo_num_gpus(t));
     for (int r = 0; r < a->ranks; r++) {
         topo_place_t p;
         if (topo_place(t, r, a->ranks, &p) != WEFT_OK) {
@@ -107,13 +226,16 @@ static int show_topology(const cli_args_t *a, const weft_config_t *cfg)
         fputs("  ", stdout);
         topo_place_print(t, &p, stdout);
     }
+    int rc = a->ranks > 0 ? show_nics(t, a->ranks, cfg) : 0;
     topo_free(t);
-    return 0;
+    if (rc == 0 && a->ranks > 0)
+        rc = show_ring(a->ranks, a->hosts > 0 ? a->hosts : 1);
+    return rc;
 }
 
 int main(int argc, char **argv)
 {
-    cli_args_t a = { NULL, 0, 0 };
+    cli_args_t a = { NULL, 0, 0, 0 };
     int rc = parse_args(argc, argv, &a);
     if (rc != 0)
         return rc;

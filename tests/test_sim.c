@@ -1,0 +1,394 @@
+/*
+ * test_sim.c - weft-sim's timing executor (comm/simtime.c) against closed forms.
+ *
+ *   - one frame per step, unbounded staging: a ring all-reduce on n = 2..8 ranks of one
+ *     host takes exactly the ring's alpha-beta-gamma cost (algo_ring_def.cost: 2(n-1)
+ *     hops, 2(n-1)/n S bytes, (n-1)/n S reduced), and on 2 ranks the direct one its cost;
+ *   - many frames: a pipelined ring is bound by its busiest port, 2(n-1)/n S beta, and
+ *     comes within 2% of it at 64 MB; a chain broadcast within 2% of S beta; a direct
+ *     all-gather of 8 ranks within 3% of 7 blocks through one port (the receiving port
+ *     does not hold up the sending one);
+ *   - hosts: NICs are shared by the ranks of a host (an all-gather across 2 hosts x 2
+ *     ranks takes twice as long on one NIC as on two), and a 4 x 8 ring's busbw at 256 MB
+ *     is the NIC's bandwidth within 3%;
+ *   - every registered algorithm and collective it runs, in place or not, 2-8 ranks on
+ *     one or two hosts, replays to the end;
+ *   - the staging bound holds a sender until its receiver drains the link;
+ *   - the layouts (host, rank on the host, ...) are algo_layout's for every rank;
+ *   - bad input: unknown keys, bad values, a bad model file (file:line in the message,
+ *     the cluster unchanged), a cluster of one rank, a chunk above half the staging;
+ *   - schedules that do not fit (test algorithms here): a send nobody receives, a frame
+ *     larger than the receive, a deadlock, each an error naming ranks and steps; a call
+ *     past max_frames is refused before it is replayed.
+ *
+ * Usage: test_sim [-v]; prints one summary line, exits 1 on failure.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "algo.h"
+#include "frame.h"
+#include "simtime.h"
+
+static int passed, failed, verbose;
+
+#define CHECK(cond, ...) do {                                                 \
+        if (cond) {                                                           \
+            passed++;                                                         \
+        } else {                                                              \
+            failed++;                                                         \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);              \
+            fprintf(stderr, __VA_ARGS__);                                     \
+            fprintf(stderr, "\n");                                            \
+        }                                                                     \
+    } while (0)
+
+static sched_args_t call(int coll, size_t count, int nranks)
+{
+    sched_args_t a;
+    memset(&a, 0, sizeof(a));
+    a.coll = coll;
+    a.count = count;
+    a.dtype = WEFT_FLOAT32;
+    a.op = WEFT_SUM;
+    a.root = coll == COLL_BROADCAST || coll == COLL_REDUCE ? 0 : -1;
+    a.peer2 = -1;
+    a.nranks = nranks;
+    a.reg = SCHED_REG_NONE;
+    return a;
+}
+
+static double run(const simtime_cluster_t *c, const algo_t *al, int coll, size_t bytes,
+                  weft_status_t want)
+{
+    sched_args_t a = call(coll, bytes / 4, c->hosts * c->per_host);
+    simtime_result_t res;
+    weft_status_t st = simtime_run(c, al, &a, 1, 0, &res);
+    CHECK(st == want, "%s %s %zu bytes on %dx%d: status %d, want %d (%s)", al->name,
+          coll_name(coll), bytes, c->hosts, c->per_host, st, want, weft_last_error());
+    if (verbose && st == WEFT_OK)
+        fprintf(stderr, "%s %s %zu B on %dx%d: %.3f us, %lld frames\n", al->name,
+                coll_name(coll), bytes, c->hosts, c->per_host, res.seconds * 1e6, res.frames);
+    return st == WEFT_OK ? res.seconds : -1;
+}
+
+static int near(double got, double want, double rel)
+{
+    return fabs(got - want) <= rel * fabs(want);
+}
+
+static void closed_forms(void)
+{
+    simtime_cluster_t c;
+    simtime_cluster_default(&c);
+    c.staging = 0;                      /* unbounded: one frame per step */
+    c.chunk = (size_t)1 << 30;
+    for (int n = 2; n <= 8; n++) {
+        c.per_host = n;
+        size_t bytes = (size_t)n * 1024 * 1024;     /* whole float blocks */
+        sched_args_t a = call(COLL_ALLREDUCE, bytes / 4, n);
+        simtime_layout(&c, 0, &a.layout);
+        double want = algo_ring_def.cost(&a, &c.m);
+        double got = run(&c, &algo_ring_def, COLL_ALLREDUCE, bytes, WEFT_OK);
+        CHECK(near(got, want, 1e-6), "ring all-reduce, %d ranks, one frame a step: %.6g s, "
+              "the alpha-beta-gamma form says %.6g", n, got, want);
+    }
+    c.per_host = 2;
+    sched_args_t a = call(COLL_ALLREDUCE, (1 << 20) / 4, 2);
+    simtime_layout(&c, 0, &a.layout);
+    double got = run(&c, &algo_direct_def, COLL_ALLREDUCE, 1 << 20, WEFT_OK);
+    double want = algo_direct_def.cost(&a, &c.m);
+    CHECK(near(got, want, 1e-6), "direct all-reduce, 2 ranks: %.6g s, the form says %.6g",
+          got, want);
+
+    /* Pipelined: 128K frames, 4M staging; the busiest port bounds the time. */
+    simtime_cluster_default(&c);
+    for (int n = 2; n <= 8; n *= 2) {
+        c.per_host = n;
+        double S = 64.0 * 1024 * 1024, beta = c.m.beta[ALGO_LINK_SHM];
+        double bound = 2.0 * (n - 1) / n * S * beta;
+        got = run(&c, &algo_ring_def, COLL_ALLREDUCE, (size_t)S, WEFT_OK);
+        CHECK(got >= bound && near(got, bound, 0.02), "pipelined ring all-reduce, %d ranks, "
+              "64 MB: %.6g s, the port bound is %.6g", n, got, bound);
+        got = run(&c, &algo_ring_def, COLL_BROADCAST, (size_t)S, WEFT_OK);
+        CHECK(got >= S * beta && near(got, S * beta, 0.02), "chain broadcast, %d ranks, "
+              "64 MB: %.6g s, S beta is %.6g", n, got, S * beta);
+    }
+    /* An all-to-all pattern runs at the ports' rate: a direct all-gather of 8 ranks
+     * moves 7 blocks out of and into every port. */
+    c.per_host = 8;
+    double blk = 8.0 * 1024 * 1024;
+    got = run(&c, &algo_direct_def, COLL_ALLGATHER, (size_t)blk, WEFT_OK);
+    want = 7 * blk * c.m.beta[ALGO_LINK_SHM];
+    CHECK(got >= want && near(got, want, 0.03), "direct all-gather, 8 ranks, 8 MB blocks: "
+          "%.6g s, 7 blocks through a port take %.6g", got, want);
+    /* Scale with ranks: with one frame a step the ring's latency term grows as 2(n-1). */
+    c.per_host = 4;
+    double t4 = run(&c, &algo_ring_def, COLL_ALLREDUCE, 64, WEFT_OK);
+    c.per_host = 16;
+    double t16 = run(&c, &algo_ring_def, COLL_ALLREDUCE, 64, WEFT_OK);
+    CHECK(near(t16 / t4, 30.0 / 6.0, 0.05), "8-byte-ish ring all-reduce: 16 ranks take %.3g "
+          "x 4 ranks' time, want 30/6", t16 / t4);
+}
+
+static void hosts(void)
+{
+    simtime_cluster_t c;
+    simtime_cluster_default(&c);
+    c.hosts = 2;
+    c.per_host = 2;
+    c.nics = 1;
+    double one = run(&c, &algo_direct_def, COLL_ALLGATHER, 16 << 20, WEFT_OK);
+    c.nics = 2;
+    double two = run(&c, &algo_direct_def, COLL_ALLGATHER, 16 << 20, WEFT_OK);
+    CHECK(near(one / two, 2.0, 0.05), "direct all-gather across 2 hosts: one NIC %.4g s, "
+          "two NICs %.4g s; want a ratio of 2", one, two);
+
+    c.hosts = 4;
+    c.per_host = 8;
+    c.nics = 8;
+    double S = 256.0 * 1024 * 1024, n = 32;
+    double t = run(&c, &algo_ring_def, COLL_ALLREDUCE, (size_t)S, WEFT_OK);
+    double busbw = S / t * 2 * (n - 1) / n, nic = 1.0 / c.m.beta[ALGO_LINK_NET];
+    CHECK(busbw <= nic * 1.0001 && near(busbw, nic, 0.03), "4x8 ring all-reduce, 256 MB: "
+          "busbw %.4g GB/s, the NIC gives %.4g", busbw / 1e9, nic / 1e9);
+}
+
+/* Every registered algorithm x collective it runs x in place or not, on 1-2 hosts, with
+ * the root check: each replays to the end (no deadlock, no frame left over), and takes
+ * at least one hop's latency. */
+static void every_algorithm(void)
+{
+    static const int coll[] = { COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER,
+                                COLL_BROADCAST, COLL_REDUCE, COLL_ALLTOALL, COLL_BARRIER };
+    static const size_t counts[] = { 0, 1, 17, 300000 };
+    simtime_cluster_t c;
+    simtime_cluster_default(&c);
+    int runs = 0;
+    for (int k = 0; algo_registry[k]; k++)
+        for (size_t ci = 0; ci < sizeof(coll) / sizeof(coll[0]); ci++)
+            for (int shape = 0; shape < 6; shape++) {
+                c.hosts = shape < 3 ? 1 : 2;
+                c.per_host = (int[]){ 2, 3, 8, 1, 2, 3 }[shape];
+                for (size_t ni = 0; ni < sizeof(counts) / sizeof(counts[0]); ni++)
+                    for (int ip = 0; ip < 2; ip++) {
+                        int n = c.hosts * c.per_host;
+                        sched_args_t a = call(coll[ci], counts[ni], n);
+                        a.inplace = ip;
+                        a.root = coll[ci] == COLL_BROADCAST || coll[ci] == COLL_REDUCE ? n - 1
+                                                                                      : -1;
+                        simtime_layout(&c, 0, &a.layout);
+                        if (!algo_registry[k]->supports(&a))
+                            continue;
+                        simtime_result_t res;
+                        weft_status_t st = simtime_run(&c, algo_registry[k], &a, 1, 0, &res);
+                        runs++;
+                        CHECK(st == WEFT_OK && res.seconds >= c.m.alpha[ALGO_LINK_SHM],
+                              "%s %s on %dx%d, count %zu%s: status %d, %g s (%s)",
+                              algo_registry[k]->name, coll_name(coll[ci]), c.hosts, c.per_host,
+                              counts[ni], ip ? " in place" : "", st, res.seconds,
+                              weft_last_error());
+                    }
+            }
+    CHECK(runs > 200, "only %d replays ran", runs);
+}
+
+/* The replay's layouts are the engine's (algo_layout over the ranks' host ids): a field
+ * added to sched_layout_t that simtime_layout does not fill shows here. */
+static void layouts(void)
+{
+    simtime_cluster_t c;
+    simtime_cluster_default(&c);
+    for (int h = 1; h <= 3; h++)
+        for (int p = 1; p <= 4; p++) {
+            c.hosts = h;
+            c.per_host = p;
+            uint64_t ids[12];
+            for (int q = 0; q < h * p; q++)
+                ids[q] = 1000 + (uint64_t)(q / p);
+            for (int q = 0; q < h * p; q++) {
+                sched_layout_t want, got;
+                algo_layout(ids, h * p, q, 0, &want);
+                simtime_layout(&c, q, &got);
+                CHECK(memcmp(&want, &got, sizeof(want)) == 0, "layout of rank %d on %dx%d "
+                      "differs from algo_layout's", q, h, p);
+            }
+        }
+}
+
+static void bad_input(void)
+{
+    simtime_cluster_t c, keep;
+    simtime_cluster_default(&c);
+    keep = c;
+    CHECK(simtime_cluster_set(&c, "hostz", "2") == WEFT_ERR_INVALID_ARG &&
+          strstr(weft_last_error(), "hostz") && strstr(weft_last_error(), "ranks_per_host"),
+          "unknown key: %s", weft_last_error());
+    CHECK(simtime_cluster_set(&c, "hosts", "0") == WEFT_ERR_INVALID_ARG, "hosts = 0");
+    CHECK(simtime_cluster_set(&c, "hosts", "2x") == WEFT_ERR_INVALID_ARG, "hosts = 2x");
+    CHECK(simtime_cluster_set(&c, "intra_bw", "-5") == WEFT_ERR_INVALID_ARG, "intra_bw < 0");
+    CHECK(simtime_cluster_set(&c, "inter_bw", "0") == WEFT_ERR_INVALID_ARG, "inter_bw = 0");
+    CHECK(simtime_cluster_set(&c, "inter_lat", "nan") == WEFT_ERR_INVALID_ARG, "latency nan");
+    CHECK(simtime_cluster_set(&c, "chunk", "12Q") == WEFT_ERR_INVALID_ARG, "chunk 12Q");
+    CHECK(memcmp(&c, &keep, sizeof(c)) == 0, "a refused key changed the cluster");
+
+    char path[] = "/tmp/test_sim_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    if (fd >= 0) {
+        FILE *f = fdopen(fd, "w");
+        fprintf(f, "# a model\nhosts = 4   # four\n\nranks_per_host = 8\nintra_bw = fast\n");
+        fclose(f);
+        CHECK(simtime_cluster_load(&c, path) == WEFT_ERR_INVALID_ARG &&
+              strstr(weft_last_error(), ":5:") && strstr(weft_last_error(), "intra_bw"),
+              "bad model file line: %s", weft_last_error());
+        CHECK(memcmp(&c, &keep, sizeof(c)) == 0, "a bad model file changed the cluster");
+        f = fopen(path, "w");
+        fprintf(f, "hosts = 4\nranks_per_host 8\n");
+        fclose(f);
+        CHECK(simtime_cluster_load(&c, path) == WEFT_ERR_INVALID_ARG &&
+              strstr(weft_last_error(), ":2:"), "line without '=': %s", weft_last_error());
+        /* a written model reads back the same */
+        f = fopen(path, "w");
+        c.hosts = 3;
+        c.nics = 2;
+        c.chunk = 256 * 1024;
+        simtime_cluster_write(&c, f);
+        fclose(f);
+        simtime_cluster_t back;
+        simtime_cluster_default(&back);
+        CHECK(simtime_cluster_load(&back, path) == WEFT_OK && back.hosts == 3 &&
+              back.nics == 2 && back.chunk == c.chunk &&
+              near(back.m.beta[ALGO_LINK_NET], c.m.beta[ALGO_LINK_NET], 1e-5) &&
+              near(back.m.alpha[ALGO_LINK_NET], c.m.alpha[ALGO_LINK_NET], 1e-5),
+              "write then load: %s", weft_last_error());
+        unlink(path);
+        CHECK(simtime_cluster_load(&c, path) == WEFT_ERR_INVALID_ARG &&
+              strstr(weft_last_error(), path), "missing file: %s", weft_last_error());
+    }
+    simtime_cluster_default(&c);
+    c.per_host = 1;
+    CHECK(simtime_cluster_check(&c) == WEFT_ERR_INVALID_ARG &&
+          strstr(weft_last_error(), "1 ranks"), "one rank: %s", weft_last_error());
+    run(&c, &algo_ring_def, COLL_ALLREDUCE, 1024, WEFT_ERR_INVALID_ARG);
+    simtime_cluster_default(&c);
+    c.chunk = 4u << 20;                 /* above half of 4M staging */
+    CHECK(simtime_cluster_check(&c) == WEFT_ERR_INVALID_ARG, "chunk above staging / 2");
+    simtime_cluster_default(&c);
+    run(&c, &algo_ring_def, COLL_ALLTOALL, 1024, WEFT_ERR_UNSUPPORTED);
+    sched_args_t a = call(COLL_ALLREDUCE, 1 << 20, 2);
+    simtime_result_t res;
+    CHECK(simtime_run(&c, &algo_ring_def, &a, 1, 4, &res) == WEFT_ERR_UNSUPPORTED &&
+          strstr(weft_last_error(), "limit"), "max_frames: %s", weft_last_error());
+}
+
+/* Test algorithms whose schedules do not fit together. */
+static int any(const sched_args_t *a)
+{
+    return a->nranks == 2;
+}
+
+static weft_status_t build_unreceived(const sched_args_t *a, sched_t *s)
+{
+    if (a->rank == 0)
+        sched_send(s, 1, BUF_SEND, 0, 64, -1);
+    return WEFT_OK;
+}
+
+static weft_status_t build_too_big(const sched_args_t *a, sched_t *s)
+{
+    if (a->rank == 0)
+        sched_send(s, 1, BUF_SEND, 0, 64, -1);
+    else
+        sched_recv(s, 0, BUF_RECV, 0, 32);
+    return WEFT_OK;
+}
+
+static weft_status_t build_deadlock(const sched_args_t *a, sched_t *s)
+{
+    int rx = sched_recv(s, 1 - a->rank, BUF_RECV, 0, 64);
+    int tx = sched_send(s, 1 - a->rank, BUF_SEND, 0, 64, -1);
+    if (tx >= 0)
+        s->steps[tx].dep = rx;          /* each waits for the other's frame first */
+    return WEFT_OK;
+}
+
+/* The staging bound: rank 1 receives rank 0's 16 MB only after a 10 ms local copy; rank
+ * 0 then sends an empty frame to rank 2. Unbounded, rank 0's send is done long before;
+ * with 4M of staging it waits for rank 1 to drain 12 MB after the copy. */
+#define STAGED_S ((size_t)16 << 20)
+#define STAGED_COPY ((size_t)100000000)
+static int three(const sched_args_t *a)
+{
+    return a->nranks == 3;
+}
+
+static weft_status_t build_staged(const sched_args_t *a, sched_t *s)
+{
+    if (a->rank == 0) {
+        int tx = sched_send(s, 1, BUF_SEND, 0, STAGED_S, -1);
+        int e = sched_send(s, 2, BUF_NONE, 0, 0, -1);
+        if (e >= 0)
+            s->steps[e].dep = tx;
+    } else if (a->rank == 1) {
+        int l = sched_copy(s, BUF_TMP, 0, BUF_SEND, 0, STAGED_COPY);
+        int rx = sched_recv(s, 0, BUF_RECV, 0, STAGED_S);
+        if (rx >= 0)
+            s->steps[rx].dep = l;
+    } else {
+        sched_recv(s, 0, BUF_NONE, 0, 0);
+    }
+    return WEFT_OK;
+}
+
+static void staging(void)
+{
+    algo_t al = { .name = "staged", .supports = three, .window = algo_no_window,
+                  .build = build_staged };
+    simtime_cluster_t c;
+    simtime_cluster_default(&c);
+    c.per_host = 3;
+    double copy = STAGED_COPY * c.copy_beta, beta = c.m.beta[ALGO_LINK_SHM];
+    double bounded = run(&c, &al, COLL_ALLREDUCE, 64, WEFT_OK);
+    double want = copy + (double)(STAGED_S - c.staging) * beta;
+    CHECK(near(bounded, want, 0.02), "a full link holds its sender: %.6g s, want %.6g "
+          "(the copy, then all but the staging through the port)", bounded, want);
+    c.staging = 0;
+    double free_ = run(&c, &al, COLL_ALLREDUCE, 64, WEFT_OK);
+    CHECK(near(free_, copy, 0.01), "unbounded staging: %.6g s, want the copy's %.6g", free_,
+          copy);
+}
+
+static void mismatches(void)
+{
+    algo_t al = { .name = "test", .supports = any, .window = algo_no_window };
+    simtime_cluster_t c;
+    simtime_cluster_default(&c);
+    al.build = build_unreceived;
+    run(&c, &al, COLL_ALLREDUCE, 64, WEFT_ERR_MISMATCH);
+    CHECK(strstr(weft_last_error(), "rank 0 step 0 sends to rank 1") != NULL, "%s",
+          weft_last_error());
+    al.build = build_too_big;
+    run(&c, &al, COLL_ALLREDUCE, 64, WEFT_ERR_MISMATCH);
+    CHECK(strstr(weft_last_error(), "room for 32") != NULL, "%s", weft_last_error());
+    al.build = build_deadlock;
+    run(&c, &al, COLL_ALLREDUCE, 64, WEFT_ERR_INTERNAL);
+    CHECK(strstr(weft_last_error(), "no rank can move") != NULL, "%s", weft_last_error());
+}
+
+int main(int argc, char **argv)
+{
+    verbose = argc > 1 && !strcmp(argv[1], "-v");
+    closed_forms();
+    hosts();
+    every_algorithm();
+    layouts();
+    staging();
+    bad_input();
+    mismatches();
+    printf("test_sim: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

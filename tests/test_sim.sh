@@ -1,0 +1,72 @@
+#!/bin/bash
+# test_sim.sh - weft-sim's command line: tables, the model file, flags over the file,
+# and bad input (exit 2, a message naming what is wrong, no table).
+#
+#   bash tests/test_sim.sh [BUILD]     (tests/run.sh runs it; ends "N passed, N failed")
+set -u
+cd "$(dirname "$0")/.." || exit 2
+B=${1:-build}
+SIM=$B/bin/weft-sim
+PASS=0
+FAIL=0
+D=$(mktemp -d "${TMPDIR:-/tmp}/test_sim.XXXXXX")
+trap 'rm -rf "$D"' EXIT
+[ -x "$SIM" ] || { echo "test_sim.sh: $SIM is missing (make tools)"; exit 1; }
+
+ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
+no() { FAIL=$((FAIL + 1)); echo "FAIL - $1"; sed 's/^/     | /' "$D/out" "$D/err" | tail -n 8; }
+# expect NAME STATUS [GREP-IN-STDOUT-OR-STDERR] -- ARGS...
+expect() {
+    local name=$1 want=$2 pat=$3
+    shift 4
+    timeout 60 "$SIM" "$@" > "$D/out" 2> "$D/err"
+    local rc=$?
+    if [ $rc != "$want" ]; then no "$name: status $rc, want $want"; return; fi
+    if [ -n "$pat" ] && ! grep -qE -- "$pat" "$D/out" "$D/err"; then no "$name: no /$pat/"; return; fi
+    if [ "$want" = 2 ] && grep -q '^# Algorithm' "$D/out"; then no "$name: a table after bad input"; return; fi
+    ok "$name"
+}
+
+expect "--help" 0 "--model FILE" -- --help
+expect "2x2 all-reduce: every registered algorithm that runs it" 0 "# Algorithm: ring" -- \
+    --hosts 2 --ranks-per-host 2 --inter-bw 2 -b 1K -e 64M -f 4
+grep -q "# Algorithm: direct" "$D/out" && ! grep -q "# Algorithm: cma" "$D/out" &&
+    ok "direct listed, cma (no single-copy peers) not" || no "algorithm list"
+# nccl-tests' columns; a 2x2 ring at 64 MB runs at the NIC's 2 GB/s (busbw)
+bus=$(awk '/# Algorithm: ring/ { r = 1 } r && $1 == 67108864 { print $8; exit }' "$D/out")
+awk -v b="$bus" 'BEGIN { exit !(b > 1.9 && b <= 2.0) }' && ok "ring busbw at 64 MB: $bus GB/s" ||
+    no "ring busbw at 64 MB: '$bus', want 1.9-2.0"
+# every listed algorithm prints all 9 sizes (how many are listed grows with the registry)
+nalg=$(grep -c "^# Algorithm:" "$D/out")
+[ "$nalg" -ge 2 ] && [ "$(grep -c "^ *[0-9]" "$D/out")" = $((9 * nalg)) ] &&
+    ok "9 sizes x $nalg algorithms" || no "row count ($nalg algorithms)"
+grep -q '#wrong' "$D/out" && grep -q 'N/A' "$D/out" && ok "header and N/A #wrong" || no "format"
+
+printf '# a cluster\nhosts = 2\nranks_per_host = 4  # per host\ninter_bw = 3\n' > "$D/m"
+expect "--model" 0 "2 host\(s\) x 4 rank\(s\)" -- --model "$D/m" -b 1M -e 1M --algo ring
+expect "flags override the model file wherever they stand" 0 "4 host\(s\) x 4 rank\(s\)" -- \
+    --hosts 4 --model "$D/m" -b 1M -e 1M --algo ring
+expect "--write-model" 0 "^inter_bw = 3$" -- --model "$D/m" --write-model - -b 8 -e 8 --algo ring
+sed -n '/^hosts/,/^staging/p' "$D/out" > "$D/m2"
+expect "a written model reads back" 0 "2 host\(s\) x 4 rank\(s\)" -- --model "$D/m2" -b 8 -e 8
+expect "broadcast with a root" 0 "# Algorithm: ring" -- --hosts 1 \
+    --ranks-per-host 3 -c broadcast -r 2 -b 4K -e 4K
+
+expect "bad: --hosts 0" 2 "hosts = '0'" -- --hosts 0
+expect "bad: --intra-bw abc" 2 "intra_bw = 'abc'" -- --intra-bw abc
+expect "bad: one rank" 2 "1 ranks" -- --hosts 1 --ranks-per-host 1
+expect "bad: missing model file" 2 "cannot open model file" -- --model "$D/nope"
+printf 'hosts = 2\nlatency = 3\n' > "$D/bad"
+expect "bad: unknown key in the model file, with its line" 2 ":2: cluster: unknown key 'latency'" -- --model "$D/bad"
+expect "bad: --algo" 2 "not a registered algorithm" -- --algo nosuch
+expect "bad: -c" 2 "not a collective" -- -c allfoo
+expect "bad: -b above -e" 2 "-b is above -e" -- -b 1M -e 1K
+expect "bad: root outside the cluster" 2 "root" -- -c broadcast -r 9
+expect "bad: chunk above half the staging" 2 "chunk" -- --chunk 4M
+expect "bad: unknown flag" 2 "" -- --frobnicate
+expect "an algorithm that does not run the call" 1 "does not run" -- --algo ring -c alltoall
+expect "--max-frames leaves the row N/A" 0 "more than the limit" -- --hosts 1 \
+    --ranks-per-host 4 -b 64M -e 64M --algo ring --max-frames 10
+
+echo "test_sim.sh: $PASS passed, $FAIL failed"
+[ $FAIL = 0 ]

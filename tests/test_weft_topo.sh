@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# test_weft_topo.sh - the weft-topo CLI: what --ranks N [--hosts H] prints for the test
+# topologies, and its refusals.
+#
+#   bash tests/test_weft_topo.sh [build]       (from the repository root)
+#
+# The decisions themselves are test_topo's; this checks that the CLI shows them (each
+# rank's cores, GPU, NIC with its distance class, HCA and interface, the ring order, the
+# double binary tree's links),
+# reads WEFT_IB_HCA / WEFT_SOCKET_IFNAME, and exits 1 on a bad topology or filter and 2 on
+# bad arguments, with a message. Runs in well under a second; every call under `timeout`.
+set -u
+B=${1:-build}
+T="$B/bin/weft-topo"
+D=tests/data/topologies
+PASS=0
+FAIL=0
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/weft-topo-cli.XXXXXX")
+trap 'rm -rf "$OUT"' EXIT
+
+ok()  { PASS=$((PASS + 1)); echo "ok - $1"; }
+bad() { FAIL=$((FAIL + 1)); echo "FAIL - $1"; [ -n "${2:-}" ] && sed 's/^/   | /' "$2" | tail -n 12; }
+
+# wt NAME [env...] -- args: stdout in $OUT/NAME, stderr in $OUT/NAME.err, returns the status
+wt() {
+    local name=$1; shift
+    local envs=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    env -u WEFT_IB_HCA -u WEFT_SOCKET_IFNAME -u WEFT_TOPO_FILE "${envs[@]}" WEFT_DEBUG=NONE \
+        timeout 30 "$T" "$@" >"$OUT/$name" 2>"$OUT/$name.err"
+}
+has() { grep -qF -- "$2" "$OUT/$1"; }
+
+if wt two -- --xml "$D/2socket-4gpu-1ib.xml" --ranks 4 --hosts 2 &&
+   has two "rank 2: numa 1 cores 10-12 (cpus 10-12,26-28) gpu cuda0 (0000:84:00.0) nic mlx5_0 (0000:04:00.0, pcie-switch)" &&
+   has two "rank 0: numa 0 cores 0-7 (cpus 0-7,16-23) gpu gpu0 (0000:03:00.0) nic mlx5_0 (0000:04:00.0, far)" &&
+   has two "rank 1: ib mlx5_0:1 (host-bridge, 1 of 1)  socket ib0 (host-bridge, 1 of 3)" &&
+   has two "  0-3 | 4-7 | (back to the first)" &&
+   has two "  tree 0, top 0: 0:4 2:1,3 4:2,6 6:5,7" &&
+   has two "  tree 1, top 7: 1:2,0 3:5,1 5:6,4 7:3"; then
+    ok "2socket, 4 ranks x 2 hosts: cores, gpu, nic and class, devices, ring, trees"
+else
+    bad "2socket --ranks 4 --hosts 2" "$OUT/two"
+fi
+
+if wt filt WEFT_IB_HCA=mlx5_0:2 WEFT_SOCKET_IFNAME=^ib -- --xml "$D/2socket-4gpu-1ib.xml" --ranks 2 &&
+   has filt "rank 0: ib mlx5_0:2 (far, 1 of 1)  socket eth0 (far, 1 of 2)" &&
+   has filt "rank 1: ib mlx5_0:2 (host-bridge, 1 of 1)  socket eth0 (host-bridge, 1 of 2)"; then
+    ok "WEFT_IB_HCA=mlx5_0:2 and WEFT_SOCKET_IFNAME=^ib are applied"
+else
+    bad "filters" "$OUT/filt"
+fi
+
+if wt numa -- --topo "$D/4numa-pci.xml" --ranks 8 &&
+   has numa "rank 5: ib none  socket eth5 (numa, 1 of 2)" &&
+   has numa "rank 3: numa 1 cores 36-47"; then
+    ok "4numa (--topo), 8 ranks: two per node, the node's two ports shared out"
+else
+    bad "4numa --ranks 8" "$OUT/numa"
+fi
+
+if wt dgx -- --xml "$D/nvidia-dgx2.xml" --ranks 16 &&
+   has dgx "rank 9: numa 1 cores 2 (cpus 24) shared gpu nvml9 (0000:b9:00.0) nic none"; then
+    ok "dgx2, 16 ranks: gpu i, cores of its node, shared"
+else
+    bad "dgx2 --ranks 16" "$OUT/dgx"
+fi
+
+# refusals: status and message
+refuse() {
+    local want_rc=$1 msg=$2; shift 2
+    wt bad "$@"
+    local rc=$?
+    if [ "$rc" = "$want_rc" ] && grep -qF -- "$msg" "$OUT/bad.err"; then
+        ok "refused ($rc): $msg"
+    else
+        bad "want status $want_rc and '$msg', got $rc" "$OUT/bad.err"
+    fi
+}
+refuse 1 "leaves no device to use (this host has: mlx5_0)" WEFT_IB_HCA=^mlx5 -- \
+    --xml "$D/2socket-4gpu-1ib.xml" --ranks 2
+refuse 1 "WEFT_IB_HCA='mlx5_0,' is not valid: an empty entry" WEFT_IB_HCA=mlx5_0, -- \
+    --xml "$D/2socket-4gpu-1ib.xml" --ranks 2
+refuse 1 "cannot read topology file" -- --xml "$D/none.xml" --ranks 2
+refuse 2 "--hosts needs --ranks" -- --hosts 2
+refuse 2 "--hosts wants a number from 1 to 4096, not '0'" -- --ranks 2 --hosts 0
+refuse 2 "more than 4096 ranks" -- --ranks 4096 --hosts 2
+
+echo "test_weft_topo: $PASS passed, $FAIL failed"
+[ "$FAIL" -eq 0 ]
