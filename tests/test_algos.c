@@ -584,6 +584,46 @@ static void check_model_spots(void)
     }
 }
 
+/* The same with a host map (hosts of ranks in blocks, as many on each): hier wherever
+ * the model gives it the size, the others keep theirs. */
+static void check_hier_spots(void)
+{
+    static const struct { int coll, n, hosts; size_t bytes; const char *want; } spots[] = {
+        { COLL_ALLREDUCE, 8, 2, 1024, "direct" },
+        { COLL_ALLREDUCE, 8, 2, 65536, "hier" },
+        { COLL_ALLREDUCE, 64, 8, 4096, "rhd" },
+        { COLL_ALLREDUCE, 64, 8, 64 << 20, "hier" },
+        { COLL_REDUCE_SCATTER, 4, 2, 1 << 20, "hier" },
+        { COLL_ALLGATHER, 16, 4, 1 << 20, "hier" },
+        { COLL_BROADCAST, 8, 2, 1 << 20, "hier" },
+        { COLL_BROADCAST, 64, 8, 1 << 20, "tree" },
+        { COLL_REDUCE, 8, 2, 1 << 20, "tree" },         /* hier has no reduce */
+    };
+    weft_config_t cfg;
+    algo_model_t m;
+    int map[64];
+    cfg_defaults(&cfg);
+    algo_model_default(&m);
+    for (size_t i = 0; i < WEFT_ARRAY_LEN(spots); i++) {
+        sched_args_t a = { .coll = spots[i].coll, .nranks = spots[i].n, .count = spots[i].bytes,
+                           .dtype = WEFT_UINT8, .reg = SCHED_REG_NONE };
+        int per = spots[i].n / spots[i].hosts;
+        for (int p = 0; p < spots[i].n; p++)
+            map[p] = p / per;
+        a.layout = (sched_layout_t){ .nhosts = spots[i].hosts, .per_host = per, .uniform = 1,
+                                     .rank_host = map };
+        double cost;
+        const algo_t *al = algo_pick(&cfg, &m, &a, &cost);
+        if (al && !strcmp(al->name, spots[i].want)) {
+            T.passed++;
+        } else if (T.failed++ < 20) {
+            fprintf(stderr, "FAIL model (mapped): %s on %d ranks (%d hosts), %zu bytes: %s, "
+                    "want %s\n", coll_name(a.coll), a.nranks, spots[i].hosts, a.count,
+                    al ? al->name : "none", spots[i].want);
+        }
+    }
+}
+
 static void check_tuner(void)
 {
     weft_config_t cfgs[4];
@@ -776,6 +816,7 @@ int main(int argc, char **argv)
     clock_t t0 = clock();
     check_layout();
     check_hier_supports();
+    check_hier_spots();
     check_tuner();
     check_model_spots();
     check_tree_links();
