@@ -34,17 +34,39 @@ UCX_LIBS    := $(shell pkg-config --libs ucx)
 else
 $(info weft: UCX not found (pkg-config ucx; Debian: libucx-dev): the UCX transport is skipped)
 endif
-CFLAGS  += $(CFLAGS_BASE) $(INCS) $(HWLOC_CFLAGS) $(UCX_CFLAGS)
-LDLIBS  += $(HWLOC_LIBS) $(UCX_LIBS) -lrt -lm -pthread $(LDSAN)
+# CUDA (docs/GPU.md): with $(CUDA_HOME)/bin/nvcc present, libweft gets the CUDA kernels
+# (kernels/cuda/*.cu, nvcc) and the stream calls of include/weft_cuda.h (kernels/cuda/*.c),
+# cudart linked statically (it loads the driver at run time, so libweft still runs on a
+# machine without one), and build/lib/libweft_nccl.so, the NCCL-API shim (nccl/). CUDA=0,
+# or no nvcc, builds everything else. CUDA_GENCODE: sm_90 code (H100/H200) plus its PTX,
+# which the driver compiles for any newer GPU.
+CUDA_HOME   ?= /usr/local/cuda
+CUDA        ?= $(if $(wildcard $(CUDA_HOME)/bin/nvcc),1,0)
+NVCC        ?= $(CUDA_HOME)/bin/nvcc
+CUDA_GENCODE ?= -gencode=arch=compute_90,code=[sm_90,compute_90]
+ifeq ($(CUDA),1)
+CUDA_CFLAGS := -DWEFT_HAVE_CUDA -I$(CUDA_HOME)/include -Ikernels/cuda
+CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lstdc++
+endif
+CFLAGS  += $(CFLAGS_BASE) $(INCS) $(HWLOC_CFLAGS) $(UCX_CFLAGS) $(CUDA_CFLAGS)
+LDLIBS  += $(HWLOC_LIBS) $(UCX_LIBS) $(CUDA_LIBS) -lrt -lm -pthread $(LDSAN)
 
 LIB_SRC  := $(filter-out %_cli.c,$(wildcard common/*.c kernels/*.c topo/*.c comm/*.c comm/*/*.c))
 ifneq ($(HAVE_UCX),1)
 LIB_SRC  := $(filter-out comm/ucx/%,$(LIB_SRC))
 endif
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+ifeq ($(CUDA),1)
+LIB_SRC  += $(wildcard kernels/cuda/*.c)
+CU_SRC   := $(wildcard kernels/cuda/*.cu)
+endif
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 PERF_SRC := $(filter-out bench/mpi_coll_perf.c,$(wildcard bench/*_perf.c))
 PERF_BIN := $(PERF_SRC:bench/%.c=$(BUILD)/bin/%)
 TEST_SRC := $(wildcard tests/test_*.c)
+ifneq ($(CUDA),1)
+# the shim's and the GPU's tests need the CUDA build (tests/run.sh says they were skipped)
+TEST_SRC := $(filter-out tests/test_nccl_shim.c tests/test_cuda.c,$(TEST_SRC))
+endif
 # tests/probe_*.c: programs a test script runs under a launcher (not tests themselves)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) \
             $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/probe_*.c))
@@ -58,6 +80,67 @@ TRAIN_LIB := $(BUILD)/lib/libweft_train.a
 TRAIN_BIN := $(BUILD)/bin/weft-train
 PLAN_BIN  := $(BUILD)/bin/weft-plan
 KJV       := $(BUILD)/data/kjv.txt
+# The trainer's GPU path (weft-train --device cuda; docs/GPU-TRAIN.md): the model kernels
+# kernels/nn/cuda/*.cu, compiled by nvcc into libweft_train.a, and trainer/gpt2_cuda.c
+# with WEFT_TRAIN_CUDA; they use the static cudart libweft links (CUDA_LIBS; cuBLAS is
+# dlopen'ed by the first --device cuda run, so the CPU path maps none of it). Built with
+# the CUDA parts above (CUDA, NVCC, CUDA_HOME); `make CUDA=0` builds without it, and
+# --device cuda then says so. Code: CUDA_GENCODE's (TRAIN_CUDA_ARCH to change). The stamp
+# rebuilds gpt2_cuda.o when CUDA changes between builds in one BUILD directory
+TRAIN_CUDA_ARCH ?= $(CUDA_GENCODE)
+TRAIN_NVCCFLAGS  = -std=c++17 -g -lineinfo $(OPT) $(TRAIN_CUDA_ARCH) -Werror all-warnings \
+             -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter,-fPIC -Ikernels/nn/cuda
+ifeq ($(CUDA),1)
+TRAIN_OBJ    += $(patsubst %.cu,$(BUILD)/obj/%.o,$(wildcard kernels/nn/cuda/*.cu))
+$(BUILD)/obj/trainer/gpt2_cuda.o: CFLAGS += -DWEFT_TRAIN_CUDA -I$(CUDA_HOME)/include \
+    -Ikernels/nn/cuda -DWEFT_CUDA_LIBDIR='"$(CUDA_HOME)/lib64"'
+else ifneq ($(CUDA),0)
+$(error CUDA must be 0 or 1)
+endif
+# (rewritten at parse time only when CUDA changes: a stamp made by a rule would count as
+# intermediate under .SECONDARY, and a missing one would not force the rebuild)
+TRAIN_CUDA_STAMP := $(BUILD)/train-cuda.stamp
+$(shell mkdir -p $(BUILD) && [ "$$(cat $(TRAIN_CUDA_STAMP) 2>/dev/null)" = "$(CUDA)" ] || \
+    echo $(CUDA) > $(TRAIN_CUDA_STAMP))
+$(BUILD)/obj/trainer/gpt2_cuda.o: $(TRAIN_CUDA_STAMP)
+
+$(BUILD)/obj/kernels/nn/cuda/%.o: kernels/nn/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(TRAIN_NVCCFLAGS) -MMD -MP -c $< -o $@
+
+# test_train_gpu_emu: test_train_gpu's GPU comparisons with gpt2_cuda.c's host half over
+# tests/emu_cuda_host.c (the CUDA runtime, cuBLAS and the kcu_* kernels on the host), so
+# the orchestration is checked where no GPU is; the .cu kernels need the real test.
+ifeq ($(CUDA),1)
+TEST_BIN += $(BUILD)/tests/test_train_gpu_emu
+EMU_CFLAGS = -DWEFT_TRAIN_CUDA -I$(CUDA_HOME)/include -Ikernels/nn/cuda -Itrainer -Ishard \
+             -Ikernels/nn -fopenmp-simd -fno-math-errno
+# -rdynamic: gpt2_cuda.c finds the emulated cuBLAS in the program (dlsym) before any library.
+# EMU_LINK: libweft.a's CUDA objects pull in the static cudart, which defines the runtime
+# calls the emulation defines too; the emulation's object comes first and wins, and the
+# runs set WEFT_CUDA=0 so libweft itself never asks the (driverless) runtime anything.
+EMU_LINK = -rdynamic -Wl,--allow-multiple-definition
+$(BUILD)/obj/emu/gpt2_cuda.o: trainer/gpt2_cuda.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(EMU_CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/emu/test_train_gpu.o: tests/test_train_gpu.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(EMU_CFLAGS) -DTRAIN_GPU_EMU -MMD -MP -c $< -o $@
+$(BUILD)/obj/emu/emu_cuda_host.o: tests/emu_cuda_host.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(EMU_CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/tests/test_train_gpu_emu: $(BUILD)/obj/emu/test_train_gpu.o $(BUILD)/obj/emu/gpt2_cuda.o \
+    $(BUILD)/obj/emu/emu_cuda_host.o $(TRAIN_LIB) $(BUILD)/lib/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(EMU_LINK) -o $@ $^ -lopenblas -ldl $(LDLIBS)
+# weft-train over the same emulation, for tests/test_train_gpu_emu.sh (--device cuda end
+# to end: the step, val, checkpoints and resume, the saved model)
+TEST_BIN += $(BUILD)/tests/probe_train_emu
+$(BUILD)/tests/probe_train_emu: $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/emu/gpt2_cuda.o \
+    $(BUILD)/obj/emu/emu_cuda_host.o $(TRAIN_LIB) $(BUILD)/lib/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(EMU_LINK) -o $@ $^ -lopenblas -ldl $(LDLIBS)
+endif
 # The MPI peers: Open MPI's and MPICH's compilers by their own names, so installing both
 # (Debian's alternatives pick one `mpicc`) never mixes them up.
 MPICC    := $(shell command -v mpicc.openmpi 2>/dev/null || command -v mpicc 2>/dev/null)
@@ -69,13 +152,21 @@ MPI_BIN  := $(if $(MPICC),$(BUILD)/bin/mpi_coll_perf) $(if $(MPICHCC),$(BUILD)/b
 
 all: lib tools $(PERF_BIN) $(MPI_BIN) $(TRAIN_BIN) $(PLAN_BIN)
 
-lib: $(BUILD)/lib/libweft.so $(BUILD)/lib/libweft.so.0 $(BUILD)/lib/libweft.a
+NCCL_SHIM := $(if $(filter 1,$(CUDA)),$(BUILD)/lib/libweft_nccl.so $(BUILD)/lib/libnccl.so \
+                 $(BUILD)/include/nccl.h)
+lib: $(BUILD)/lib/libweft.so $(BUILD)/lib/libweft.so.0 $(BUILD)/lib/libweft.a $(NCCL_SHIM)
 tools: $(TOOLS)
 tests: $(TEST_BIN)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# nvcc compiles host code with the same hiding as the C objects.
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -std=c++17 -O3 -g $(CUDA_GENCODE) -Xcompiler -fPIC,-fvisibility=hidden,-Wall \
+	    -Werror all-warnings $(INCS) -Ikernels/cuda -MMD -MP -c $< -o $@
 
 $(BUILD)/lib/libweft.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -96,6 +187,27 @@ $(BUILD)/lib/libweft.so: $(BUILD)/lib/libweft.so.0
 	ln -sf libweft.so.0 $@
 
 LIBA = $(BUILD)/lib/libweft.a
+
+# The NCCL-API shim: nccl/*.c over libweft's objects, one .so whose soname is NCCL's
+# (libnccl.so.2), exporting only nccl* (nccl/nccl.map); libnccl.so and libnccl.so.2 link
+# to it and build/include/nccl.h is nccl/nccl.h, so NCCL_HOME=build builds and runs
+# programs written for NCCL (nccl-tests) against weft.
+SHIM_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard nccl/*.c))
+# -Inccl first: CUDA 13 ships NCCL's own nccl.h in $(CUDA_HOME)/include
+$(SHIM_OBJ): CFLAGS := -Inccl $(CFLAGS) -fvisibility=hidden
+
+$(BUILD)/lib/libweft_nccl.so: $(SHIM_OBJ) $(LIB_OBJ) nccl/nccl.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libnccl.so.2 -Wl,--version-script,nccl/nccl.map -o $@ \
+	    $(SHIM_OBJ) $(LIB_OBJ) $(LDLIBS)
+
+$(BUILD)/lib/libnccl.so: $(BUILD)/lib/libweft_nccl.so
+	ln -sf libweft_nccl.so $(BUILD)/lib/libnccl.so.2
+	ln -sf libnccl.so.2 $@
+
+$(BUILD)/include/nccl.h: nccl/nccl.h
+	@mkdir -p $(dir $@)
+	cp $< $@
 
 $(BUILD)/bin/weftrun: $(BUILD)/obj/tools/weftrun.o $(LIBA)
 	@mkdir -p $(dir $@)
@@ -137,7 +249,8 @@ $(BUILD)/bin/mpich_coll_perf: $(MPI_SRC) bench/perf_common.h include/weft.h
 	$(MPICHCC) $(MPI_CFLAGS) -o $@ $(MPI_SRC)
 
 $(TRAIN_OBJ) $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/trainer/weft_plan_cli.o \
-    $(BUILD)/obj/tests/test_train.o $(BUILD)/obj/tests/test_nn.o: \
+    $(BUILD)/obj/tests/test_train.o $(BUILD)/obj/tests/test_nn.o \
+    $(BUILD)/obj/tests/test_train_gpu.o: \
     CFLAGS += -Itrainer -Ishard -Ikernels/nn -fopenmp-simd -fno-math-errno
 
 $(TRAIN_LIB): $(TRAIN_OBJ)
@@ -153,9 +266,15 @@ $(PLAN_BIN): $(BUILD)/obj/trainer/weft_plan_cli.o $(TRAIN_LIB) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
 
-$(BUILD)/tests/test_train $(BUILD)/tests/test_nn: $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TRAIN_LIB) $(LIBA)
+$(BUILD)/tests/test_train $(BUILD)/tests/test_nn $(BUILD)/tests/test_train_gpu: $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TRAIN_LIB) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
+
+# the shim's test links the shim as nccl-tests do (-lnccl), through its soname
+$(BUILD)/obj/tests/test_nccl_shim.o: CFLAGS := -Inccl $(CFLAGS)
+$(BUILD)/tests/test_nccl_shim: $(BUILD)/obj/tests/test_nccl_shim.o $(BUILD)/lib/libnccl.so
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lnccl $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBA)
 	@mkdir -p $(dir $@)
@@ -208,6 +327,10 @@ install: all
 	install -m 755 $(BUILD)/lib/libweft.so.0 $(DESTDIR)$(PREFIX)/lib/libweft.so.0
 	ln -sf libweft.so.0 $(DESTDIR)$(PREFIX)/lib/libweft.so
 	install -m 644 include/weft.h $(DESTDIR)$(PREFIX)/include/
+ifeq ($(CUDA),1)
+	install -m 644 include/weft_cuda.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(BUILD)/lib/libweft_nccl.so $(DESTDIR)$(PREFIX)/lib/libweft_nccl.so
+endif
 	install -m 755 $(TOOLS) $(PERF_BIN) $(MPI_BIN) $(TRAIN_BIN) $(PLAN_BIN) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' weft.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft.pc
 

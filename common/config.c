@@ -191,6 +191,10 @@ static const cfg_knob_t knobs[] = {
       "in a thread per communicator started by its first nonblocking call (it sleeps while "
       "nothing is queued); 0: they progress only inside weft calls (weft_test, weft_wait, "
       "later calls)", LNG(progress_thread), "0|1" },
+    { "WEFT_CUDA", "1", "1: in a build with CUDA, device buffers are recognised once a GPU is "
+      "visible (the first call that needs to know asks the CUDA runtime, which loads the "
+      "driver); 0: weft never calls CUDA: every buffer is host memory, and the stream calls "
+      "and the NCCL-API shim report that CUDA is off", LNG(cuda), "0|1" },
     /* topology */
     { "WEFT_TOPO_FILE", "", "hwloc XML to use instead of discovering this machine", STR(topo_file), NULL },
     { "WEFT_BIND", "auto", "where each rank runs: auto = when the launcher left the process "

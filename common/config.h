@@ -37,6 +37,7 @@ typedef struct weft_config {
     long root_check;          /* WEFT_ROOT_CHECK: rooted collectives confirm the root */
     long progress_thread;     /* WEFT_PROGRESS_THREAD: nonblocking calls progress in a
                                  per-communicator thread (0: only inside weft calls) */
+    long cuda;                /* WEFT_CUDA: 0 = never call CUDA (comm/memtype.c) */
 } weft_config_t;
 
 /* Parses every WEFT_* tunable. On a bad value returns WEFT_ERR_INVALID_ARG naming it

@@ -5,7 +5,8 @@
 #   bash tests/test_symbols.sh [BUILD]        (tests/run.sh runs it)
 #
 # Checks: every defined dynamic symbol of libweft.so is a weft_* function that weft.h
-# declares (no internals such as weft_error, log_init, connect_all that would collide
+# (and, in a CUDA build, weft_cuda.h) declares; libweft_nccl.so, where built, exports nccl*
+# names only (no internals such as weft_error, log_init, connect_all that would collide
 # inside an application); every function weft.h declares is exported; the soname is
 # libweft.so.0 and build/lib/libweft.so.0 exists; a C program built with
 # `cc -Iinclude -Lbuild/lib -lweft` and run with LD_LIBRARY_PATH=build/lib all-reduces on
@@ -27,9 +28,12 @@ check() {   # check OK-STATUS MESSAGE
 [ -e "$LIB" ] || { echo "test_symbols.sh: $LIB missing (make lib)"; exit 2; }
 
 # what weft.h declares: every identifier weft_xxx followed by "(" at a declaration
-grep -oE '\bweft_[a-z0-9_]+\(' include/weft.h | tr -d '(' | sort -u >"$TMP/api"
 nm -D --defined-only "$LIB" | awk '$2 ~ /^[TtWwDdBbRr]$/ { print $3 }' | sed 's/@.*//' |
     sort -u >"$TMP/exported"
+# a CUDA build (weft_cuda_available exported) adds include/weft_cuda.h's stream calls
+headers=include/weft.h
+grep -qx weft_cuda_available "$TMP/exported" && headers="$headers include/weft_cuda.h"
+grep -ohE '\bweft_[a-z0-9_]+\(' $headers | tr -d '(' | sort -u >"$TMP/api"
 
 extra=$(comm -13 "$TMP/api" "$TMP/exported" | tr '\n' ' ')
 check "$([ -z "$extra" ] && echo 0 || echo 1)" \
@@ -42,6 +46,18 @@ for internal in weft_error weft_error_quiet log_init connect_all random_bytes en
         check 1 "internal $internal is exported"
     fi
 done
+
+# the NCCL-API shim (CUDA builds): NCCL's names only, under NCCL's soname
+SHIM=$B/lib/libweft_nccl.so
+if [ -e "$SHIM" ]; then
+    other=$(nm -D --defined-only "$SHIM" | awk '$2 ~ /^[TtWwDdBbRr]$/ { print $3 }' |
+            sed 's/@.*//' | grep -v '^p\{0,1\}nccl' | tr '\n' ' ')
+    n=$(nm -D --defined-only "$SHIM" | grep -c ' nccl')
+    ssoname=$(readelf -d "$SHIM" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+    check "$([ -z "$other" ] && [ "$n" -ge 30 ] && [ "$ssoname" = libnccl.so.2 ] &&
+             [ -e "$B/lib/libnccl.so" ] && echo 0 || echo 1)" \
+        "libweft_nccl.so exports $n nccl* symbols and nothing else${other:+ (also: $other)}, soname $ssoname, libnccl.so links to it"
+fi
 
 soname=$(readelf -d "$LIB" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 check "$([ "$soname" = libweft.so.0 ] && [ -f "$B/lib/libweft.so.0" ] && echo 0 || echo 1)" \

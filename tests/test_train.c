@@ -44,21 +44,6 @@ static const char *tmp_path(const char *name)
     return buf[k];
 }
 
-static train_gpt2_t *tiny_model(int L, int C, int NH, int maxT, int V, uint64_t seed)
-{
-    train_gpt2_cfg_t cfg = { .max_seq_len = maxT, .vocab_size = V,
-                             .padded_vocab_size = train_padded_vocab(V), .num_layers = L,
-                             .num_heads = NH, .channels = C };
-    train_gpt2_t *m = NULL;
-    if (train_gpt2_create(&m, &cfg) != WEFT_OK)
-        return NULL;
-    if (train_gpt2_init(m, seed) != WEFT_OK) {
-        train_gpt2_destroy(m);
-        return NULL;
-    }
-    return m;
-}
-
 static int write_bytes(const char *path, const void *p, size_t n)
 {
     FILE *f = fopen(path, "wb");

@@ -2,6 +2,8 @@
  * train_check.h - the check harness of test_nn and test_train: pass/fail counts, the
  * scale-aware error both use as their bar, and a fixed-seed uniform generator.
  *
+ * Included after model.h it also gives tiny_model (a GPT-2-initialised model of given sizes).
+ *
  * Invariants: test-only; each binary that includes it gets its own counters.
  */
 #ifndef WEFT_TRAIN_CHECK_H
@@ -49,5 +51,24 @@ static inline double urand(void)   /* uniform [-1, 1) */
     lcg_state = lcg_state * 6364136223846793005ull + 1442695040888963407ull;
     return (double)(lcg_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
 }
+
+#ifdef WEFT_TRAIN_MODEL_H
+/* A GPT-2-initialised model of these sizes (what test_train and test_train_gpu train);
+ * NULL when out of memory or the sizes are refused. */
+static inline train_gpt2_t *tiny_model(int L, int C, int NH, int maxT, int V, uint64_t seed)
+{
+    train_gpt2_cfg_t cfg = { .max_seq_len = maxT, .vocab_size = V,
+                             .padded_vocab_size = train_padded_vocab(V), .num_layers = L,
+                             .num_heads = NH, .channels = C };
+    train_gpt2_t *m = NULL;
+    if (train_gpt2_create(&m, &cfg) != WEFT_OK)
+        return NULL;
+    if (train_gpt2_init(m, seed) != WEFT_OK) {
+        train_gpt2_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+#endif
 
 #endif

@@ -22,6 +22,15 @@
 #include "status.h"
 #include "train_int.h"
 
+weft_status_t train_check_tokens(const int *inputs, const int *targets, int n, int V)
+{
+    for (int i = 0; i < n; i++)
+        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
+            return weft_error_quiet(WEFT_ERR_INVALID_ARG, "forward: token out of range "
+                                    "[0, %d) at position %d", V, i);
+    return WEFT_OK;
+}
+
 /* ---- the units, from the hooks or the model's own buffers ---- */
 
 static weft_status_t unit_params(train_gpt2_t *m, int u, int pass, float **p)
@@ -94,10 +103,7 @@ weft_status_t train_gpt2_forward(train_gpt2_t *m, const int *inputs, const int *
                                 "the prepared %d x %d", B, T, m->B, m->T);
     int V = c->vocab_size, L = c->num_layers, C = c->channels;
     int BT = B * T;
-    for (int i = 0; i < BT; i++)
-        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
-            return weft_error_quiet(WEFT_ERR_INVALID_ARG, "forward: token out of range "
-                                    "[0, %d) at position %d", V, i);
+    RETURN_IF_ERR(train_check_tokens(inputs, targets, BT, V));
     train_acts_t *a = &m->acts;
     size_t btc = (size_t)BT * C;
     float *u;

@@ -306,13 +306,44 @@ static void act_sizes(size_t sizes[NUM_ACTS], size_t ssizes[NUM_SCRATCH],
 
 size_t train_gpt2_act_floats(const train_gpt2_cfg_t *c, int B, int T)
 {
-    size_t sizes[NUM_ACTS], ssizes[NUM_SCRATCH], n = 0;
+    size_t nacts, nscratch;
+    train_gpt2_act_split(c, B, T, &nacts, &nscratch);
+    return nacts + nscratch;
+}
+
+void train_gpt2_act_split(const train_gpt2_cfg_t *c, int B, int T, size_t *nacts,
+                          size_t *nscratch)
+{
+    size_t sizes[NUM_ACTS], ssizes[NUM_SCRATCH];
     act_sizes(sizes, ssizes, c, B, T);
-    for (int i = 0; i < NUM_ACTS; i++)
-        n += align_floats(sizes[i]);
-    for (int i = 0; i < NUM_SCRATCH; i++)
-        n += align_floats(ssizes[i]);
-    return n;
+    *nacts = *nscratch = 0;
+    for (size_t i = 0; i < NUM_ACTS; i++)
+        *nacts += align_floats(sizes[i]);
+    for (size_t i = 0; i < NUM_SCRATCH; i++)
+        *nscratch += align_floats(ssizes[i]);
+}
+
+void train_gpt2_act_carve(train_acts_t *a, train_scratch_t *s, float *acts, float *scratch,
+                          const train_gpt2_cfg_t *c, int B, int T)
+{
+    size_t sizes[NUM_ACTS], ssizes[NUM_SCRATCH];
+    act_sizes(sizes, ssizes, c, B, T);
+    float **ptrs[] = {
+        &a->encoded, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att,
+        &a->residual2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch, &a->fch_gelu,
+        &a->residual3, &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->logits, &a->lse, &a->losses,
+    };
+    float **sptrs[] = { &s->dresidual, &s->dln, &s->dqkv, &s->dfch, &s->datt };
+    _Static_assert(sizeof(ptrs) / sizeof(ptrs[0]) == NUM_ACTS, "train_acts_t");
+    _Static_assert(sizeof(sptrs) / sizeof(sptrs[0]) == NUM_SCRATCH, "train_scratch_t");
+    for (size_t i = 0; i < NUM_ACTS; i++) {
+        *ptrs[i] = acts;
+        acts += align_floats(sizes[i]);
+    }
+    for (size_t i = 0; i < NUM_SCRATCH; i++) {
+        *sptrs[i] = scratch;
+        scratch += align_floats(ssizes[i]);
+    }
 }
 
 weft_status_t train_gpt2_prepare(train_gpt2_t *m, int B, int T)
@@ -322,22 +353,8 @@ weft_status_t train_gpt2_prepare(train_gpt2_t *m, int B, int T)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG,
                                 "batch %d x %d invalid (sequence length must be 1..%d)",
                                 B, T, c->max_seq_len);
-    size_t sizes[NUM_ACTS], ssizes[NUM_SCRATCH];
-    act_sizes(sizes, ssizes, c, B, T);
-    float **ptrs[] = {
-        &m->acts.encoded, &m->acts.ln1, &m->acts.ln1_mean, &m->acts.ln1_rstd, &m->acts.qkv,
-        &m->acts.atty, &m->acts.att, &m->acts.residual2, &m->acts.ln2, &m->acts.ln2_mean,
-        &m->acts.ln2_rstd, &m->acts.fch, &m->acts.fch_gelu, &m->acts.residual3,
-        &m->acts.lnf, &m->acts.lnf_mean, &m->acts.lnf_rstd, &m->acts.logits,
-        &m->acts.lse, &m->acts.losses,
-    };
-    float **sptrs[] = { &m->scratch.dresidual, &m->scratch.dln, &m->scratch.dqkv,
-                        &m->scratch.dfch, &m->scratch.datt };
-    size_t nacts = 0, nscratch = 0;
-    for (size_t i = 0; i < NUM_ACTS; i++)
-        nacts += align_floats(sizes[i]);
-    for (size_t i = 0; i < NUM_SCRATCH; i++)
-        nscratch += align_floats(ssizes[i]);
+    size_t nacts, nscratch;
+    train_gpt2_act_split(c, B, T, &nacts, &nscratch);
     free(m->acts_mem);
     free(m->scratch_mem);
     m->scratch_mem = NULL;
@@ -349,16 +366,7 @@ weft_status_t train_gpt2_prepare(train_gpt2_t *m, int B, int T)
     if (!m->acts_mem || !m->scratch_mem || (!m->grads_mem && !m->hooks))
         return weft_error_quiet(WEFT_ERR_NO_MEMORY, "model: cannot allocate activations "
                                 "for batch %d x %d (%zu floats)", B, T, nacts);
-    float *p = m->acts_mem;
-    for (size_t i = 0; i < NUM_ACTS; i++) {
-        *ptrs[i] = p;
-        p += align_floats(sizes[i]);
-    }
-    p = m->scratch_mem;
-    for (size_t i = 0; i < NUM_SCRATCH; i++) {
-        *sptrs[i] = p;
-        p += align_floats(ssizes[i]);
-    }
+    train_gpt2_act_carve(&m->acts, &m->scratch, m->acts_mem, m->scratch_mem, c, B, T);
     m->B = B;
     m->T = T;
     return WEFT_OK;

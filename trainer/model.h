@@ -188,6 +188,12 @@ weft_status_t train_gpt2_prepare(train_gpt2_t *model, int B, int T);
 /* Floats train_gpt2_prepare allocates for activations and scratch at (B, T) (what
  * weft-plan predicts from). */
 size_t train_gpt2_act_floats(const train_gpt2_cfg_t *cfg, int B, int T);
+/* The same split for any memory (the GPU path carves device buffers with it): floats of
+ * the activation and the scratch region at (B, T), and their carving into a and s. */
+void train_gpt2_act_split(const train_gpt2_cfg_t *cfg, int B, int T, size_t *nacts,
+                          size_t *nscratch);
+void train_gpt2_act_carve(train_acts_t *a, train_scratch_t *s, float *acts, float *scratch,
+                          const train_gpt2_cfg_t *cfg, int B, int T);
 /* Parameter count with the true (unpadded) vocabulary, for FLOP accounting. */
 size_t train_gpt2_true_params(const train_gpt2_t *model);
 

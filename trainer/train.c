@@ -12,6 +12,10 @@
  * -b N*B does. shard/ holds the model's states (--shard); rank 0 prints (all ranks with
  * --log-all) and writes the json, the checkpoint and the sample.
  *
+ * --device cuda (one rank): the steps run on the GPU (gpt2_cuda.h) from the host model's
+ * parameters; the host model keeps (B = 1) activations for sampling and gets the device
+ * state back (train_cuda_download) before a checkpoint, the saved model and the sample.
+ *
  * Invariants: every buffer is owned by this function and freed on every path (goto
  * cleanup); nothing here exits; --steps 0 --save-model F writes the initial model.
  */
@@ -23,6 +27,7 @@
 #include "checkpoint.h"
 #include "ckpt_dir.h"
 #include "dist.h"
+#include "gpt2_cuda.h"
 #include "status.h"
 #include "train.h"
 #include "util.h"
@@ -131,6 +136,10 @@ static void print_header(FILE *out, const train_gpt2_t *m, const train_opts_t *o
             o->schedule == TRAIN_SCHED_COSINE ? "cosine" : "constant", o->warmup, o->wd,
             o->clip, o->shuffle ? "shuffled" : "in-order", o->bf16 ? "bf16" : "fp32",
             o->threads, (unsigned long long)o->seed);
+    const char *gpu = NULL;
+    if (o->device == TRAIN_DEVICE_CUDA && train_cuda_probe(&gpu) == WEFT_OK)
+        fprintf(out, "weft-train: device cuda (%s), matmuls cuBLAS %s\n", gpu,
+                o->bf16 ? "bf16 products, fp32 sums and master weights" : "fp32");
     if (dist->world)
         fprintf(out, "weft-train: %d ranks (%s), --shard %s (group %d), prefetch %d, params "
                 "%s, reduce %s, global batch %d\n", dist->nranks,
@@ -144,6 +153,39 @@ static void print_header(FILE *out, const train_gpt2_t *m, const train_opts_t *o
 /* One optimisation step; fills s (except the derived rates). On several ranks the
  * gradient reductions run inside backward (shard/'s hooks) and the step's loss is the
  * mean over ranks. */
+/* The same step on the GPU (one rank): each phase waits for the device, so the split
+ * of the step time is the device's. */
+static weft_status_t train_step_cuda(train_cuda_t *g, train_loader_t *ld,
+                                     const train_opts_t *o, int step, int *x, int *y,
+                                     train_stats_t *s)
+{
+    double t0, loss = 0.0;
+    RETURN_IF_ERR(train_cuda_zero_grad(g));
+    for (int k = 0; k < o->accum; k++) {
+        float l;
+        t0 = time_s();
+        train_loader_next(ld, x, y);
+        s->ms_data += (time_s() - t0) * 1e3;
+        t0 = time_s();
+        RETURN_IF_ERR(train_cuda_forward(g, x, y, ld->part_n, ld->T, &l));
+        s->ms_fwd += (time_s() - t0) * 1e3;
+        loss += l;
+        t0 = time_s();
+        RETURN_IF_ERR(train_cuda_backward(g, 1.0f / (float)o->accum));
+        RETURN_IF_ERR(train_cuda_sync(g));
+        s->ms_bwd += (time_s() - t0) * 1e3;
+    }
+    t0 = time_s();
+    s->lr = train_lr_at(o, step);
+    RETURN_IF_ERR(train_cuda_clip_grad(g, o->clip, &s->norm));
+    RETURN_IF_ERR(train_cuda_update(g, s->lr, o->beta1, o->beta2, o->eps, o->wd, step));
+    RETURN_IF_ERR(train_cuda_sync(g));
+    s->ms_opt = (time_s() - t0) * 1e3;
+    s->loss = (float)(loss / o->accum);
+    s->step = step;
+    return WEFT_OK;
+}
+
 static weft_status_t train_step(train_gpt2_t *m, train_loader_t *ld, const train_opts_t *o,
                                 int step, int *x, int *y, train_stats_t *s,
                                 train_dist_t *dist)
@@ -191,15 +233,27 @@ static weft_status_t train_step(train_gpt2_t *m, train_loader_t *ld, const train
     return WEFT_OK;
 }
 
-static weft_status_t run_val(train_gpt2_t *m, run_data_t *d, const train_opts_t *o,
-                             int step, int *x, int *y, FILE *out, FILE *json,
-                             train_dist_t *dist)
+static weft_status_t run_val(train_gpt2_t *m, train_cuda_t *g, run_data_t *d,
+                             const train_opts_t *o, int step, int *x, int *y, FILE *out,
+                             FILE *json, train_dist_t *dist)
 {
     size_t fit = d->val_ld.nwin / (size_t)d->val_ld.B;
     int nb = o->val_batches;
     if ((size_t)nb > fit)
         nb = fit > 0 ? (int)fit : 1;
     float vl;
+    if (g) {   // train_eval's loop, on the device
+        double sum = 0.0;
+        train_loader_reset(&d->val_ld);
+        for (int i = 0; i < nb; i++) {
+            float l;
+            train_loader_next(&d->val_ld, x, y);
+            RETURN_IF_ERR(train_cuda_forward(g, x, y, d->val_ld.part_n, d->val_ld.T, &l));
+            sum += l;
+        }
+        train_log_val(out, json, step, (float)(sum / nb), nb);
+        return WEFT_OK;
+    }
     if (dist->sh)
         RETURN_IF_ERR(shard_micro_begin(dist->sh, 0, 0));
     RETURN_IF_ERR(train_eval(&vl, m, &d->val_ld, nb, x, y));
@@ -270,6 +324,7 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     train_gpt2_t *m = NULL;
     run_data_t d = { 0 };
     train_dist_t dist = { 0 };
+    train_cuda_t *g = NULL;
     FILE *json = NULL, *devnull = NULL;
     int *x = NULL, *y = NULL;
 
@@ -297,6 +352,13 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     if (o->ckpt_every < 0 || o->ckpt_keep < 0)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--ckpt-every and --ckpt-keep must "
                                 "not be negative");
+    if (o->device == TRAIN_DEVICE_CUDA) {   // say it before reading any data
+        if (train_dist_launched_size() > 1)
+            return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "--device cuda runs one rank: "
+                                    "sharding on the GPU (--shard over device buffers) is "
+                                    "not built yet");
+        RETURN_IF_ERR(train_cuda_probe(NULL));
+    }
     if (train_dist_launched_size() > 1) {
         GOTO_IF_ERR(train_dist_init(&dist), st, cleanup);
         if (dist.rank != 0 && !o->log_all) {
@@ -316,8 +378,10 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     GOTO_IF_ERR(check_vocab(&d, m->cfg.vocab_size), st, cleanup);
     if (dist.world)
         GOTO_IF_ERR(setup_dist(&dist, m, &d, o, T), st, cleanup);
-    GOTO_IF_ERR(train_gpt2_prepare(m, o->B, T), st, cleanup);
-    if (o->bf16)
+    // on the GPU the host model only samples: one row of activations is enough
+    GOTO_IF_ERR(train_gpt2_prepare(m, o->device == TRAIN_DEVICE_CUDA ? 1 : o->B, T), st,
+                cleanup);
+    if (o->bf16 && o->device == TRAIN_DEVICE_CPU)
         GOTO_IF_ERR(train_gpt2_set_bf16(m, 1), st, cleanup);
     x = malloc((size_t)o->B * T * sizeof(int));
     y = malloc((size_t)o->B * T * sizeof(int));
@@ -355,10 +419,15 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
                 o->ckpt_dir, name, (unsigned long long)pr.step,
                 (unsigned long long)pr.tokens, rsecs);
     }
+    if (o->device == TRAIN_DEVICE_CUDA)   // after a resume: the device gets its state
+        GOTO_IF_ERR(train_cuda_create(&g, m, o->B, T, o->bf16), st, cleanup);
     for (int step = (int)pr.step + 1; step <= o->steps; step++) {
         train_stats_t s = { 0 };
         double t0 = time_s();
-        GOTO_IF_ERR(train_step(m, &d.train_ld, o, step, x, y, &s, &dist), st, cleanup);
+        if (g)
+            GOTO_IF_ERR(train_step_cuda(g, &d.train_ld, o, step, x, y, &s), st, cleanup);
+        else
+            GOTO_IF_ERR(train_step(m, &d.train_ld, o, step, x, y, &s, &dist), st, cleanup);
         double secs = time_s() - t0;
         double tokens = (double)o->B * T * o->accum * (dist.world ? dist.nranks : 1);
         s.tokens_per_s = tokens / secs;
@@ -372,6 +441,8 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
         if (o->ckpt_dir && o->ckpt_every > 0 && step % o->ckpt_every == 0) {
             double c0 = time_s();
             uint64_t cbytes = 0;
+            if (g)
+                GOTO_IF_ERR(train_cuda_download(g, m, 0), st, cleanup);
             weft_status_t cs = train_ckpt_save(o->ckpt_dir, o->ckpt_keep, m, &dist, o, &pr,
                                                &cbytes);
             if (cs != WEFT_OK && (o->ckpt_fail_stop || cs == WEFT_ERR_PEER_LOST ||
@@ -389,8 +460,10 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
                         cbytes / 1e9 / (time_s() - c0));
         }
         if (o->val_every > 0 && (step % o->val_every == 0 || step == o->steps))
-            GOTO_IF_ERR(run_val(m, &d, o, step, x, y, out, json, &dist), st, cleanup);
+            GOTO_IF_ERR(run_val(m, g, &d, o, step, x, y, out, json, &dist), st, cleanup);
     }
+    if (g && (o->save_path || o->sample > 0))
+        GOTO_IF_ERR(train_cuda_download(g, m, 0), st, cleanup);
     if (dist.sh && (o->save_path || o->sample > 0))
         GOTO_IF_ERR(train_dist_export(&dist, m), st, cleanup);   // the whole model, again
     if (o->save_path && lead) {
@@ -423,6 +496,7 @@ cleanup:;
     train_loader_free(&d.val_ld);
     train_tokens_free(&d.train);
     train_tokens_free(&d.val);
+    train_cuda_destroy(g);
     train_gpt2_destroy(m);
     train_dist_destroy(&dist);
     if (st != WEFT_OK)

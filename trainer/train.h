@@ -11,6 +11,7 @@
 #include "model.h"
 
 enum { TRAIN_SCHED_CONSTANT = 0, TRAIN_SCHED_COSINE = 1 };
+enum { TRAIN_DEVICE_CPU = 0, TRAIN_DEVICE_CUDA = 1 };
 
 typedef struct {
     // model: a checkpoint, or a fresh GPT-2 of these sizes
@@ -25,6 +26,7 @@ typedef struct {
     int steps, warmup, schedule;
     float lr, wd, beta1, beta2, eps, clip;
     int bf16;
+    int device;                              // TRAIN_DEVICE_*: where the steps run
     // data parallel (several ranks from a launcher)
     int shard;                               // shard_strategy_t; -1: none
     int shard_group, prefetch;               // hybrid group size (0: a host); units ahead

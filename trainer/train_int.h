@@ -6,6 +6,10 @@
 
 #include "model.h"
 
+/* Every input (and target, unless NULL) of a batch of n tokens is in [0, V); else
+ * WEFT_ERR_INVALID_ARG naming the first position that is not (gpt2.c). */
+weft_status_t train_check_tokens(const int *inputs, const int *targets, int n, int V);
+
 /* 64-byte aligned, zeroed; NULL when out of memory. */
 float *train_alloc_floats(size_t n);
 

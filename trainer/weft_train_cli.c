@@ -25,7 +25,7 @@
 #include "train.h"
 
 enum { OPT_INT, OPT_U64, OPT_FLOAT, OPT_STR, OPT_SET, OPT_CLEAR, OPT_SCHED, OPT_DTYPE,
-       OPT_SHARD, OPT_FAIL };
+       OPT_SHARD, OPT_FAIL, OPT_DEVICE };
 
 typedef struct {
     const char *name, *alias;
@@ -68,7 +68,10 @@ static const cli_opt_t opts[] = {
     { "--no-shuffle", NULL, OPT_CLEAR, F(shuffle), "take batches in order from the start "
       "(default: a shuffle of the T+1-token windows drawn from --seed)" },
     { "--dtype", NULL, OPT_DTYPE, F(bf16), "fp32 | bf16 (bf16 matmul products, fp32 "
-      "master weights; needs AVX512-BF16; default fp32)" },
+      "master weights; on the CPU needs AVX512-BF16; default fp32)" },
+    { "--device", NULL, OPT_DEVICE, F(device), "cpu | cuda: where the steps run (cuda: "
+      "one rank on GPU 0, weft's CUDA kernels and cuBLAS; a build without CUDA or a "
+      "machine without a visible GPU stops with an error; default cpu)" },
     { "--shard", NULL, OPT_SHARD, F(shard), "on several ranks: none (DDP: gradients "
       "all-reduced per unit as backward ends) | zero1 (optimizer state sharded) | grad_op "
       "(ZeRO-2: gradients reduce-scattered, parameters gathered once per step) | full "
@@ -113,7 +116,7 @@ static const cli_opt_t opts[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: weft-train [options]   GPT-2 (llm.c layout) training on the CPU\n"
+    fprintf(f, "usage: weft-train [options]   GPT-2 (llm.c layout) training on the CPU or a GPU\n"
                "       weftrun -n N weft-train --shard full [options]   (or mpirun, srun)\n\n");
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
         char name[40];
@@ -179,6 +182,12 @@ static int parse_value(const cli_opt_t *o, const char *v, train_opts_t *t)
     case OPT_FAIL:
         if (!strcmp(v, "continue") || !strcmp(v, "stop")) {
             *(int *)p = !strcmp(v, "stop");
+            return 0;
+        }
+        return -1;
+    case OPT_DEVICE:
+        if (!strcmp(v, "cpu") || !strcmp(v, "cuda")) {
+            *(int *)p = !strcmp(v, "cuda") ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
             return 0;
         }
         return -1;

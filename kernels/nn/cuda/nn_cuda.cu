@@ -1,0 +1,519 @@
+/*
+ * nn_cuda.cu - weft-train's model kernels on an NVIDIA GPU (declared in nn_cuda.h).
+ *
+ * Each kernel computes the function of its CPU twin in kernels/nn/ (the reference): row
+ * reductions (layernorm, softmax, cross-entropy) give one warp or one block a row and
+ * reduce with warp shuffles; element-wise ops are grid-stride loops. Parameter gradients
+ * of per-row ops (layernorm weight/bias, bias columns) are summed per block in registers
+ * or shared memory first and then added with one atomicAdd per block and channel, so the
+ * atomics stay few; the encoder's scatter into dwte uses atomics per element, as rows of
+ * the same token may meet. fp32 throughout: the mixed precision of --dtype bf16 lives in
+ * the cuBLAS calls (trainer/gpt2_cuda.c).
+ *
+ * Invariants: no kernel allocates; every launcher only queues work on its stream; shapes
+ * are the callers' (validated on the host before any launch).
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "nn_cuda.h"
+
+#define WARP 32
+#define FULL_MASK 0xffffffffu
+
+static __device__ __forceinline__ float warp_sum(float x)
+{
+    for (int o = WARP / 2; o > 0; o /= 2)
+        x += __shfl_xor_sync(FULL_MASK, x, o);
+    return x;
+}
+
+static __device__ __forceinline__ float warp_max(float x)
+{
+    for (int o = WARP / 2; o > 0; o /= 2)
+        x = fmaxf(x, __shfl_xor_sync(FULL_MASK, x, o));
+    return x;
+}
+
+/* sum (or max) over a block of blockDim.x threads (a multiple of 32, <= 1024); every
+ * thread gets the result. sh: 32 floats of shared memory. */
+static __device__ float block_reduce(float x, float *sh, int is_max)
+{
+    int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
+    x = is_max ? warp_max(x) : warp_sum(x);
+    __syncthreads();   // sh may still be read by a previous reduction
+    if (lane == 0)
+        sh[w] = x;
+    __syncthreads();
+    x = lane < nw ? sh[lane] : (is_max ? -INFINITY : 0.0f);
+    return is_max ? warp_max(x) : warp_sum(x);
+}
+
+static unsigned grid_for(size_t n, int threads)
+{
+    size_t g = (n + threads - 1) / threads;
+    return (unsigned)(g > 65535u * 16 ? 65535u * 16 : (g ? g : 1));
+}
+
+/* ---- encoder ---- */
+
+static __global__ void encoder_fwd(float *out, const int *inp, const float *wte,
+                                   const float *wpe, int T, int C, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = i / C;
+        int c = (int)(i % C), t = (int)(bt % T);
+        out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(size_t)t * C + c];
+    }
+}
+
+static __global__ void encoder_bwd(float *dwte, float *dwpe, const float *dout,
+                                   const int *inp, int T, int C, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = i / C;
+        int c = (int)(i % C), t = (int)(bt % T);
+        atomicAdd(&dwte[(size_t)inp[bt] * C + c], dout[i]);
+        atomicAdd(&dwpe[(size_t)t * C + c], dout[i]);
+    }
+}
+
+extern "C" void kcu_encoder_forward(float *out, const int *inp, const float *wte,
+                                    const float *wpe, int B, int T, int C, cudaStream_t s)
+{
+    size_t n = (size_t)B * T * C;
+    encoder_fwd<<<grid_for(n, 256), 256, 0, s>>>(out, inp, wte, wpe, T, C, n);
+}
+
+extern "C" void kcu_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                                     const int *inp, int B, int T, int C, cudaStream_t s)
+{
+    size_t n = (size_t)B * T * C;
+    encoder_bwd<<<grid_for(n, 256), 256, 0, s>>>(dwte, dwpe, dout, inp, T, C, n);
+}
+
+/* ---- layernorm: a warp per row, two passes as the CPU (mean, then centred variance) */
+
+static __global__ void layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
+                                     const float *w, const float *b, int N, int C)
+{
+    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (row >= N)
+        return;
+    const float *x = inp + (size_t)row * C;
+    float m = 0.0f;
+    for (int c = lane; c < C; c += WARP)
+        m += x[c];
+    m = warp_sum(m) / C;
+    float var = 0.0f;
+    for (int c = lane; c < C; c += WARP) {
+        float d = x[c] - m;
+        var += d * d;
+    }
+    var = warp_sum(var) / C;
+    float s = 1.0f / sqrtf(var + 1e-5f);
+    float *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += WARP)
+        o[c] = (x[c] - m) * s * w[c] + b[c];
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+/* Each block takes rows blockIdx.x, + gridDim.x, ... one warp at a time; dweight/dbias
+ * partial sums live in shared memory (2C floats) and go out with one atomic each. */
+static __global__ void layernorm_bwd(float *dinp, float *dw, float *db, const float *dout,
+                                     const float *inp, const float *w, const float *mean,
+                                     const float *rstd, int N, int C)
+{
+    extern __shared__ float sh[];   // dw (C), db (C)
+    float *sdw = sh, *sdb = sh + C;
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x)
+        sh[c] = 0.0f;
+    __syncthreads();
+    int nw = blockDim.x / WARP, lane = threadIdx.x % WARP;
+    for (int row = blockIdx.x * nw + threadIdx.x / WARP; row < N; row += gridDim.x * nw) {
+        const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+        float *dx = dinp + (size_t)row * C;
+        float m = mean[row], s = rstd[row], a = 0.0f, bb = 0.0f;
+        for (int c = lane; c < C; c += WARP) {
+            float norm = (x[c] - m) * s, dn = w[c] * dy[c];
+            a += dn;
+            bb += dn * norm;
+        }
+        a = warp_sum(a) / C;
+        bb = warp_sum(bb) / C;
+        for (int c = lane; c < C; c += WARP) {
+            float norm = (x[c] - m) * s, dn = w[c] * dy[c];
+            atomicAdd(&sdb[c], dy[c]);
+            atomicAdd(&sdw[c], norm * dy[c]);
+            dx[c] += (dn - a - norm * bb) * s;
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        atomicAdd(&dw[c], sdw[c]);
+        atomicAdd(&db[c], sdb[c]);
+    }
+}
+
+extern "C" void kcu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                      const float *weight, const float *bias, int N, int C,
+                                      cudaStream_t s)
+{
+    int rows_per_block = 8;
+    layernorm_fwd<<<(N + rows_per_block - 1) / rows_per_block, rows_per_block * WARP, 0, s>>>(
+        out, mean, rstd, inp, weight, bias, N, C);
+}
+
+extern "C" void kcu_layernorm_backward(float *dinp, float *dweight, float *dbias,
+                                       const float *dout, const float *inp,
+                                       const float *weight, const float *mean,
+                                       const float *rstd, int N, int C, cudaStream_t s)
+{
+    int threads = 512, nw = threads / WARP;
+    int blocks = (N + nw * 8 - 1) / (nw * 8);   // ~8 rows per warp: few atomics per channel
+    layernorm_bwd<<<blocks, threads, 2 * (size_t)C * sizeof(float), s>>>(
+        dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+/* ---- bias ---- */
+
+static __global__ void add_bias(float *out, const float *bias, int OC, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] += bias[i % OC];
+}
+
+/* blockDim (32, 8): a column per threadIdx.x, rows strided over threadIdx.y and blocks in y */
+static __global__ void bias_bwd(float *dbias, const float *dout, int N, int OC)
+{
+    __shared__ float sh[8][WARP];
+    int col = blockIdx.x * WARP + threadIdx.x;
+    float acc = 0.0f;
+    if (col < OC)
+        for (int r = blockIdx.y * 8 + threadIdx.y; r < N; r += gridDim.y * 8)
+            acc += dout[(size_t)r * OC + col];
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < OC) {
+        for (int y = 1; y < 8; y++)
+            acc += sh[y][threadIdx.x];
+        atomicAdd(&dbias[col], acc);
+    }
+}
+
+extern "C" void kcu_add_bias(float *out, const float *bias, int N, int OC, cudaStream_t s)
+{
+    size_t n = (size_t)N * OC;
+    add_bias<<<grid_for(n, 256), 256, 0, s>>>(out, bias, OC, n);
+}
+
+extern "C" void kcu_bias_backward(float *dbias, const float *dout, int N, int OC,
+                                  cudaStream_t s)
+{
+    int gy = (N + 255) / 256;   // ~256 rows per block
+    dim3 grid((OC + WARP - 1) / WARP, gy > 1024 ? 1024 : gy), block(WARP, 8);
+    bias_bwd<<<grid, block, 0, s>>>(dbias, dout, N, OC);
+}
+
+/* ---- GELU (tanh approximation) and the residual ---- */
+
+#define GELU_S 0.7978845608028654f
+
+static __global__ void gelu_fwd(float *out, const float *inp, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
+    }
+}
+
+static __global__ void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float x = inp[i];
+        float u = GELU_S * (x + 0.044715f * x * x * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float g = 0.5f * (1.0f + th) +
+                  0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = g * dout[i];
+    }
+}
+
+static __global__ void residual_fwd(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = a[i] + b[i];
+}
+
+extern "C" void kcu_gelu_forward(float *out, const float *inp, size_t n, cudaStream_t s)
+{
+    gelu_fwd<<<grid_for(n, 256), 256, 0, s>>>(out, inp, n);
+}
+
+extern "C" void kcu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
+                                  cudaStream_t s)
+{
+    gelu_bwd<<<grid_for(n, 256), 256, 0, s>>>(dinp, inp, dout, n);
+}
+
+extern "C" void kcu_residual_forward(float *out, const float *a, const float *b, size_t n,
+                                     cudaStream_t s)
+{
+    residual_fwd<<<grid_for(n, 256), 256, 0, s>>>(out, a, b, n);
+}
+
+/* ---- attention layouts: (B, T, 3C) <-> (B, NH, T, hs) ---- */
+
+/* Element i of the head-major layout (B, NH, T, hs) is channel h*hs + d of row (b, t):
+ * its offset in a row-major (B, T, row) buffer whose rows are `row` floats long. */
+static __device__ __forceinline__ size_t head_to_row(size_t i, int T, int C, int NH, size_t row)
+{
+    int hs = C / NH, d = (int)(i % hs);
+    size_t r = i / hs;
+    int t = (int)(r % T);
+    r /= T;
+    int h = (int)(r % NH);
+    return (r / NH * T + t) * row + (size_t)h * hs + d;
+}
+
+/* i walks the head-major q, k, v; merge = 1 goes the other way (into qkv) */
+static __global__ void qkv_split(float *q, float *k, float *v, const float *qkv, int T,
+                                 int C, int NH, size_t n, int merge)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t src = head_to_row(i, T, C, NH, 3 * (size_t)C);
+        if (merge) {
+            ((float *)qkv)[src] = q[i];
+            ((float *)qkv)[src + C] = k[i];
+            ((float *)qkv)[src + 2 * C] = v[i];
+        } else {
+            q[i] = qkv[src];
+            k[i] = qkv[src + C];
+            v[i] = qkv[src + 2 * C];
+        }
+    }
+}
+
+static __global__ void heads_permute(float *dst, const float *src, int T, int C, int NH,
+                                     size_t n, int to_btc)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t j = head_to_row(i, T, C, NH, C);
+        if (to_btc)
+            dst[j] = src[i];
+        else
+            dst[i] = src[j];
+    }
+}
+
+extern "C" void kcu_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T,
+                              int C, int NH, cudaStream_t s)
+{
+    size_t n = (size_t)B * T * C;
+    qkv_split<<<grid_for(n, 256), 256, 0, s>>>(q, k, v, qkv, T, C, NH, n, 0);
+}
+
+extern "C" void kcu_qkv_merge(float *dqkv, const float *dq, const float *dk, const float *dv,
+                              int B, int T, int C, int NH, cudaStream_t s)
+{
+    size_t n = (size_t)B * T * C;
+    qkv_split<<<grid_for(n, 256), 256, 0, s>>>((float *)dq, (float *)dk, (float *)dv, dqkv,
+                                                T, C, NH, n, 1);
+}
+
+extern "C" void kcu_heads_permute(float *dst, const float *src, int B, int T, int C, int NH,
+                                  int to_btc, cudaStream_t s)
+{
+    size_t n = (size_t)B * T * C;
+    heads_permute<<<grid_for(n, 256), 256, 0, s>>>(dst, src, T, C, NH, n, to_btc);
+}
+
+/* ---- causal softmax: a warp per row of T (row index i = row % T is the query) ---- */
+
+static __global__ void softmax_causal(float *att, float scale, int rows, int T)
+{
+    size_t row = blockIdx.x * (size_t)(blockDim.x / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= (size_t)rows * T)
+        return;
+    int i = (int)(row % T);
+    float *a = att + row * T;
+    float mx = -INFINITY;
+    for (int j = lane; j <= i; j += WARP)
+        mx = fmaxf(mx, a[j] * scale);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int j = lane; j <= i; j += WARP) {
+        float e = expf(a[j] * scale - mx);
+        a[j] = e;
+        sum += e;
+    }
+    sum = warp_sum(sum);
+    float inv = 1.0f / sum;
+    for (int j = lane; j < T; j += WARP)
+        a[j] = j <= i ? a[j] * inv : 0.0f;
+}
+
+static __global__ void softmax_causal_bwd(float *datt, const float *att, float scale,
+                                          int rows, int T)
+{
+    size_t row = blockIdx.x * (size_t)(blockDim.x / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= (size_t)rows * T)
+        return;
+    int i = (int)(row % T);
+    float *d = datt + row * T;
+    const float *p = att + row * T;
+    float dot = 0.0f;
+    for (int j = lane; j <= i; j += WARP)
+        dot += p[j] * d[j];
+    dot = warp_sum(dot);
+    for (int j = lane; j < T; j += WARP)
+        d[j] = j <= i ? p[j] * (d[j] - dot) * scale : 0.0f;
+}
+
+extern "C" void kcu_softmax_causal(float *att, float scale, int rows, int T, cudaStream_t s)
+{
+    size_t n = (size_t)rows * T;
+    softmax_causal<<<(unsigned)((n + 7) / 8), 8 * WARP, 0, s>>>(att, scale, rows, T);
+}
+
+extern "C" void kcu_softmax_causal_backward(float *datt, const float *att, float scale,
+                                            int rows, int T, cudaStream_t s)
+{
+    size_t n = (size_t)rows * T;
+    softmax_causal_bwd<<<(unsigned)((n + 7) / 8), 8 * WARP, 0, s>>>(datt, att, scale, rows,
+                                                                    T);
+}
+
+/* ---- fused softmax + cross-entropy of the head: a block per row of V ---- */
+
+static __global__ void xent_fwd(float *losses, float *lse, const float *logits,
+                                const int *targets, int V)
+{
+    __shared__ float sh[WARP];
+    const float *x = logits + (size_t)blockIdx.x * V;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        mx = fmaxf(mx, x[j]);
+    mx = block_reduce(mx, sh, 1);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        sum += expf(x[j] - mx);
+    sum = block_reduce(sum, sh, 0);
+    if (threadIdx.x == 0) {
+        float l = mx + logf(sum);
+        lse[blockIdx.x] = l;
+        losses[blockIdx.x] = l - x[targets[blockIdx.x]];
+    }
+}
+
+static __global__ void xent_bwd(float *dlogits, const float *logits, const float *lse,
+                                const int *targets, float dloss, int V)
+{
+    size_t base = (size_t)blockIdx.x * V;
+    float l = lse[blockIdx.x];
+    int tgt = targets[blockIdx.x];
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float p = expf(logits[base + j] - l);
+        dlogits[base + j] = (p - (j == tgt ? 1.0f : 0.0f)) * dloss;
+    }
+}
+
+extern "C" void kcu_crossentropy_forward(float *losses, float *lse, const float *logits,
+                                         const int *targets, int N, int V, cudaStream_t s)
+{
+    xent_fwd<<<N, 512, 0, s>>>(losses, lse, logits, targets, V);
+}
+
+extern "C" void kcu_crossentropy_backward(float *dlogits, const float *logits,
+                                          const float *lse, const int *targets, float dloss,
+                                          int N, int V, cudaStream_t s)
+{
+    xent_bwd<<<N, 512, 0, s>>>(dlogits, logits, lse, targets, dloss, V);
+}
+
+/* ---- the optimizer and the gradient norm ---- */
+
+static __global__ void adamw(float *p, float *m, float *v, const float *g, size_t n,
+                             float lr, float b1, float b2, float eps, float wd, float bc1,
+                             float bc2_sqrt)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float gi = g[i];
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float pi = p[i] * (1.0f - lr * wd);
+        p[i] = pi - (lr / bc1) * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    }
+}
+
+extern "C" void kcu_adamw(float *params, float *m, float *v, const float *grads, size_t n,
+                          float lr, float beta1, float beta2, float eps, float wd, int t,
+                          cudaStream_t s)
+{
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+    adamw<<<grid_for(n, 256), 256, 0, s>>>(params, m, v, grads, n, lr, beta1, beta2, eps, wd,
+                                           bc1, sqrtf(bc2));
+}
+
+static __global__ void sumsq(double *out, const float *x, size_t n)
+{
+    __shared__ float sh[WARP];
+    float acc = 0.0f;   // per thread a few thousand terms at most: float is enough here
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        acc += x[i] * x[i];
+    acc = block_reduce(acc, sh, 0);
+    if (threadIdx.x == 0)
+        atomicAdd(out, (double)acc);
+}
+
+static __global__ void scale(float *x, float c, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] *= c;
+}
+
+static __global__ void sum_kernel(float *out, const float *x, int n)
+{
+    __shared__ float sh[WARP];
+    double acc = 0.0;   // one block: n is a batch's B*T losses
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        acc += x[i];
+    float r = block_reduce((float)acc, sh, 0);
+    if (threadIdx.x == 0)
+        *out = r;
+}
+
+extern "C" void kcu_sumsq(double *out, const float *x, size_t n, cudaStream_t s)
+{
+    size_t g = (n + 256 * 64 - 1) / (256 * 64);   // ~64 elements per thread
+    sumsq<<<(unsigned)(g > 8192 ? 8192 : (g ? g : 1)), 256, 0, s>>>(out, x, n);
+}
+
+extern "C" void kcu_scale(float *x, float a, size_t n, cudaStream_t s)
+{
+    scale<<<grid_for(n, 256), 256, 0, s>>>(x, a, n);
+}
+
+extern "C" void kcu_sum(float *out, const float *x, int n, cudaStream_t s)
+{
+    sum_kernel<<<1, 1024, 0, s>>>(out, x, n);
+}

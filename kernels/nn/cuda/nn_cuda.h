@@ -1,0 +1,79 @@
+/*
+ * nn_cuda.h - the model kernels of weft-train on an NVIDIA GPU (nn_cuda.cu).
+ *
+ * The same functions as kernels/nn/nn.h, on device pointers, with the same shapes and the
+ * same gradient contract (parameter gradients accumulate, activation gradients are
+ * overwritten unless "accumulates" is said); the CPU kernels are the reference the GPU
+ * test compares against. Activations and master weights are fp32; the matmuls are not
+ * here (cuBLAS, in trainer/gpt2_cuda.c). Every launcher queues work on `stream` and
+ * returns; launch errors surface at the caller's next cudaGetLastError/synchronize.
+ * Callable from C.
+ */
+#ifndef WEFT_KERN_NN_CUDA_H
+#define WEFT_KERN_NN_CUDA_H
+
+#include <stddef.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void kcu_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
+                         int B, int T, int C, cudaStream_t s);
+/* accumulates into dwte, dwpe (atomics: order of the sums is not fixed) */
+void kcu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
+                          int B, int T, int C, cudaStream_t s);
+void kcu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                           const float *weight, const float *bias, int N, int C,
+                           cudaStream_t s);
+/* dinp accumulates; dweight, dbias accumulate */
+void kcu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, const float *mean,
+                            const float *rstd, int N, int C, cudaStream_t s);
+/* out (N, OC) += bias (OC) broadcast over rows */
+void kcu_add_bias(float *out, const float *bias, int N, int OC, cudaStream_t s);
+/* dbias (OC) += column sums of dout (N, OC) */
+void kcu_bias_backward(float *dbias, const float *dout, int N, int OC, cudaStream_t s);
+void kcu_gelu_forward(float *out, const float *inp, size_t n, cudaStream_t s);
+/* dinp may alias dout */
+void kcu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
+                       cudaStream_t s);
+void kcu_residual_forward(float *out, const float *a, const float *b, size_t n,
+                          cudaStream_t s);
+/* qkv (B, T, 3C) -> q, k, v each (B, NH, T, hs) */
+void kcu_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T, int C,
+                   int NH, cudaStream_t s);
+/* the inverse: dq, dk, dv (B, NH, T, hs) -> dqkv (B, T, 3C) */
+void kcu_qkv_merge(float *dqkv, const float *dq, const float *dk, const float *dv, int B,
+                   int T, int C, int NH, cudaStream_t s);
+/* y (B, NH, T, hs) -> out (B, T, C) when to_btc, else the reverse */
+void kcu_heads_permute(float *dst, const float *src, int B, int T, int C, int NH,
+                       int to_btc, cudaStream_t s);
+/* att (rows, T, T): causal softmax of preatt * scale in place (zero above the diagonal) */
+void kcu_softmax_causal(float *att, float scale, int rows, int T, cudaStream_t s);
+/* datt (rows, T, T) in place: att * (datt - rowsum(att * datt)) * scale, causal */
+void kcu_softmax_causal_backward(float *datt, const float *att, float scale, int rows,
+                                 int T, cudaStream_t s);
+/* losses (N), lse (N) from logits (N, V) */
+void kcu_crossentropy_forward(float *losses, float *lse, const float *logits,
+                              const int *targets, int N, int V, cudaStream_t s);
+/* dlogits = (softmax - onehot) * dloss; dlogits may alias logits */
+void kcu_crossentropy_backward(float *dlogits, const float *logits, const float *lse,
+                               const int *targets, float dloss, int N, int V,
+                               cudaStream_t s);
+/* kern_adamw's update (torch.optim.AdamW), element-wise */
+void kcu_adamw(float *params, float *m, float *v, const float *grads, size_t n, float lr,
+               float beta1, float beta2, float eps, float wd, int t, cudaStream_t s);
+/* *out (one double, device) += sum of x^2 */
+void kcu_sumsq(double *out, const float *x, size_t n, cudaStream_t s);
+/* x *= a */
+void kcu_scale(float *x, float a, size_t n, cudaStream_t s);
+/* out (one float, device) = sum of x (n floats) */
+void kcu_sum(float *out, const float *x, int n, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

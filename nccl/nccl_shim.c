@@ -1,0 +1,827 @@
+/*
+ * nccl_shim.c - NCCL's API over weft (libweft_nccl.so, soname libnccl.so.2; nccl.h).
+ *
+ * A ncclComm wraps a weft communicator. The unique id carries the rendezvous address of
+ * rank 0's bootstrap store ("host:port", a free loopback port picked the way weftrun
+ * picks one, or NCCL_COMM_ID), so ncclCommInitRank is weft_comm_init_rank. Collectives go
+ * to include/weft_cuda.h's stream calls, which order them on the caller's stream (and
+ * today complete them before returning; docs/GPU.md).
+ *
+ * Groups: between ncclGroupStart and the matching ncclGroupEnd, calls are checked at once
+ * (bad arguments fail there) and queued on this thread; ncclGroupEnd runs the queue, each
+ * communicator's calls in order on a thread of its own when the group spans several (one
+ * thread may drive several ranks, as nccl-tests -g and ncclCommInitAll do: run one after
+ * another, their collectives would wait for each other forever). A group's sends and
+ * receives on a communicator run together as weft_sendrecv pairs (the i-th send with the
+ * i-th receive, as bytes), so a ring exchange never deadlocks.
+ *
+ * Invariants: no call aborts or exits the process; every failure returns a ncclResult_t
+ * with its reason in ncclGetLastError() (this thread's). Arguments are checked before
+ * anything is queued or touched. Calls weft does not support return ncclInvalidUsage.
+ */
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nccl.h"
+#include "weft_cuda.h"
+#include "memtype.h"
+#include "sock.h"
+
+#define SHIM_EXPORT __attribute__((visibility("default")))
+#define COMM_MAGIC 0x43746677u              /* "wftC": a live ncclComm */
+#define ID_MAGIC "weftNCCL"                 /* the first 8 bytes of a weft unique id */
+#define ID_MAGIC_LEN 8
+#define MAX_PREMUL 16
+
+struct ncclComm {
+    uint32_t magic;
+    weft_comm_t *w;             /* NULL while a grouped init is pending or after it failed */
+    int rank, nranks, dev;      /* dev: the CUDA device at init, -1 when none is visible */
+    int finalized;
+    ncclResult_t async;         /* the first failure of a call whose caller saw success */
+    char addr[NCCL_UNIQUE_ID_BYTES];
+    int premul_used[MAX_PREMUL];    /* ops from ncclRedOpCreatePreMulSum, by slot */
+};
+
+/* ---- errors ---------------------------------------------------------------------- */
+
+static __thread char last_err[512];
+
+__attribute__((format(printf, 2, 3)))
+static ncclResult_t fail(ncclResult_t r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_err, sizeof(last_err), fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+/* A weft status as NCCL's result, weft's message as the last error. */
+static ncclResult_t from_weft(weft_status_t st)
+{
+    if (st >= 0)
+        return ncclSuccess;
+    snprintf(last_err, sizeof(last_err), "weft: %s", weft_last_error());
+    switch (st) {
+    case WEFT_ERR_INVALID_ARG: return ncclInvalidArgument;
+    case WEFT_ERR_NO_MEMORY:
+    case WEFT_ERR_SYSTEM: return ncclSystemError;
+    case WEFT_ERR_TIMEOUT:
+    case WEFT_ERR_PEER_LOST:
+    case WEFT_ERR_AUTH: return ncclRemoteError;
+    case WEFT_ERR_MISMATCH:
+    case WEFT_ERR_ABORTED:
+    case WEFT_ERR_UNSUPPORTED: return ncclInvalidUsage;
+    default: return ncclInternalError;
+    }
+}
+
+SHIM_EXPORT const char *ncclGetErrorString(ncclResult_t r)
+{
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the weft developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+    }
+}
+
+SHIM_EXPORT const char *ncclGetLastError(ncclComm_t comm)
+{
+    return last_err;
+}
+
+SHIM_EXPORT ncclResult_t ncclGetVersion(int *version)
+{
+    if (version == NULL)
+        return fail(ncclInvalidArgument, "ncclGetVersion: version is NULL");
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+}
+
+/* ---- argument checks ------------------------------------------------------------- */
+
+static ncclResult_t need_gpu(const char *fn)
+{
+    const char *why = "";
+    if (mem_cuda_visible(&why))
+        return ncclSuccess;
+    return fail(ncclUnhandledCudaError, "%s: %s", fn, why);
+}
+
+static ncclResult_t check_comm(const char *fn, ncclComm_t c, int need_ready)
+{
+    if (c == NULL)
+        return fail(ncclInvalidArgument, "%s: comm is NULL", fn);
+    if (c->magic != COMM_MAGIC)
+        return fail(ncclInvalidArgument, "%s: comm is not a live communicator", fn);
+    if (need_ready && c->finalized)
+        return fail(ncclInvalidUsage, "%s: comm was finalized", fn);
+    if (need_ready && c->w == NULL && c->async != ncclSuccess)
+        return fail(c->async, "%s: comm failed to initialize", fn);
+    return ncclSuccess;
+}
+
+static ncclResult_t map_dtype(const char *fn, ncclDataType_t t, weft_dtype_t *out)
+{
+    static const int map[] = {
+        [ncclInt8] = WEFT_INT8, [ncclUint8] = WEFT_UINT8, [ncclInt32] = WEFT_INT32,
+        [ncclUint32] = WEFT_UINT32, [ncclInt64] = WEFT_INT64, [ncclUint64] = WEFT_UINT64,
+        [ncclFloat16] = WEFT_FLOAT16, [ncclFloat32] = WEFT_FLOAT32,
+        [ncclFloat64] = WEFT_FLOAT64, [ncclBfloat16] = WEFT_BFLOAT16,
+    };
+    if (t == ncclFloat8e4m3 || t == ncclFloat8e5m2)
+        return fail(ncclInvalidUsage, "%s: fp8 datatypes are not supported by weft", fn);
+    if ((unsigned)t >= sizeof(map) / sizeof(map[0]))
+        return fail(ncclInvalidArgument, "%s: invalid datatype %d", fn, (int)t);
+    *out = (weft_dtype_t)map[t];
+    return ncclSuccess;
+}
+
+static ncclResult_t map_op(const char *fn, ncclComm_t c, ncclRedOp_t op, weft_op_t *out)
+{
+    static const int map[] = { [ncclSum] = WEFT_SUM, [ncclProd] = WEFT_PROD,
+                               [ncclMax] = WEFT_MAX, [ncclMin] = WEFT_MIN,
+                               [ncclAvg] = WEFT_AVG };
+    if ((unsigned)op < ncclNumOps) {
+        *out = (weft_op_t)map[op];
+        return ncclSuccess;
+    }
+    int slot = (int)op - ncclNumOps;
+    if (slot >= 0 && slot < MAX_PREMUL && c->premul_used[slot])
+        return fail(ncclInvalidUsage, "%s: ncclRedOpCreatePreMulSum ops are not supported "
+                    "by weft's collectives yet", fn);
+    return fail(ncclInvalidArgument, "%s: invalid reduction op %d", fn, (int)op);
+}
+
+/* ---- unique id and init ---------------------------------------------------------- */
+
+SHIM_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+    if (id == NULL)
+        return fail(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+    char addr[NCCL_UNIQUE_ID_BYTES - ID_MAGIC_LEN];
+    struct sockaddr_in sa;
+    const char *env = getenv("NCCL_COMM_ID");
+    if (env != NULL && env[0]) {
+        if (strlen(env) >= sizeof(addr) || sock_parse_addr(env, &sa) != WEFT_OK)
+            return fail(ncclInvalidArgument, "ncclGetUniqueId: NCCL_COMM_ID '%s' is not "
+                        "host:port", env);
+        snprintf(addr, sizeof(addr), "%s", env);
+    } else {
+        /* a free loopback port: rank 0's bootstrap listens there once init starts */
+        int fd = -1;
+        if (sock_parse_addr("127.0.0.1:0", &sa) != WEFT_OK || sock_listen(&sa, 1, &fd) != WEFT_OK)
+            return from_weft(WEFT_ERR_SYSTEM);
+        close(fd);
+        snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+    }
+    memset(id, 0, sizeof(*id));
+    memcpy(id->internal, ID_MAGIC, ID_MAGIC_LEN);
+    memcpy(id->internal + ID_MAGIC_LEN, addr, strlen(addr) + 1);
+    return ncclSuccess;
+}
+
+/* The rendezvous address in an id, or NULL when it is not one of ours. */
+static const char *id_addr(const ncclUniqueId *id)
+{
+    const char *a = id->internal + ID_MAGIC_LEN;
+    if (memcmp(id->internal, ID_MAGIC, ID_MAGIC_LEN) != 0 ||
+        memchr(a, '\0', NCCL_UNIQUE_ID_BYTES - ID_MAGIC_LEN) == NULL || a[0] == '\0')
+        return NULL;
+    return a;
+}
+
+static ncclResult_t check_config(const char *fn, const ncclConfig_t *cfg)
+{
+    if (cfg == NULL)
+        return ncclSuccess;
+    if (cfg->magic != 0xcafebeef || cfg->size < offsetof(ncclConfig_t, netName))
+        return fail(ncclInvalidArgument, "%s: config was not made with "
+                    "NCCL_CONFIG_INITIALIZER (magic 0x%x, size %zu)", fn, cfg->magic,
+                    cfg->size);
+    return ncclSuccess;
+}
+
+static void comm_init_now(ncclComm_t c)
+{
+    if (c->dev >= 0)
+        cudaSetDevice(c->dev);
+    weft_status_t st = weft_comm_init_rank(c->rank, c->nranks, c->addr, &c->w);
+    if (st != WEFT_OK) {
+        c->w = NULL;
+        c->async = from_weft(st);
+    }
+}
+
+/* ---- the queue of a group -------------------------------------------------------- */
+
+typedef enum { G_INIT, G_ALLREDUCE, G_REDUCE_SCATTER, G_ALLGATHER, G_BROADCAST, G_REDUCE,
+               G_SEND, G_RECV } gkind_t;
+
+typedef struct {
+    gkind_t kind;
+    ncclComm_t comm;
+    const void *send;
+    void *recv;
+    size_t count;               /* elements; G_SEND/G_RECV: bytes */
+    weft_dtype_t dtype;
+    weft_op_t op;
+    int peer;                   /* root, or the p2p peer */
+    cudaStream_t stream;
+} gop_t;
+
+static __thread int group_depth;
+static __thread gop_t *group_ops;
+static __thread size_t group_n, group_cap;
+
+static ncclResult_t run_p2p(ncclComm_t c, const gop_t *ops, size_t n, size_t first)
+{
+    /* pair the i-th send with the i-th receive; what is left goes one way */
+    size_t si = first, ri = first;
+    for (;;) {
+        while (si < n && (ops[si].comm != c || ops[si].kind != G_SEND))
+            si++;
+        while (ri < n && (ops[ri].comm != c || ops[ri].kind != G_RECV))
+            ri++;
+        if (si >= n && ri >= n)
+            return ncclSuccess;
+        const gop_t *s = si < n ? &ops[si] : NULL, *r = ri < n ? &ops[ri] : NULL;
+        cudaStream_t st = s ? s->stream : r->stream;
+        if (s && r && r->stream != s->stream && cudaStreamSynchronize(r->stream) != cudaSuccess)
+            return fail(ncclUnhandledCudaError, "ncclGroupEnd: waiting for a receive's stream");
+        /* one way: the missing side's peer is the other's, with no bytes */
+        weft_status_t w = weft_sendrecv_stream(s ? s->send : NULL, s ? s->count : 0,
+                                               s ? s->peer : r->peer, r ? r->recv : NULL,
+                                               r ? r->count : 0, r ? r->peer : s->peer,
+                                               WEFT_UINT8, c->w, st);
+        if (w != WEFT_OK)
+            return from_weft(w);
+        si += s != NULL;
+        ri += r != NULL;
+    }
+}
+
+static ncclResult_t run_one(const gop_t *g)
+{
+    ncclComm_t c = g->comm;
+    weft_status_t w = WEFT_OK;
+    switch (g->kind) {
+    case G_INIT:
+        comm_init_now(c);
+        return c->async;
+    case G_ALLREDUCE:
+        w = weft_allreduce_stream(g->send, g->recv, g->count, g->dtype, g->op, c->w, g->stream);
+        break;
+    case G_REDUCE_SCATTER:
+        w = weft_reduce_scatter_stream(g->send, g->recv, g->count, g->dtype, g->op, c->w,
+                                       g->stream);
+        break;
+    case G_ALLGATHER:
+        w = weft_allgather_stream(g->send, g->recv, g->count, g->dtype, c->w, g->stream);
+        break;
+    case G_BROADCAST:
+        w = weft_broadcast_stream(g->send, g->recv, g->count, g->dtype, g->peer, c->w,
+                                  g->stream);
+        break;
+    case G_REDUCE:
+        w = weft_reduce_stream(g->send, g->recv, g->count, g->dtype, g->op, g->peer, c->w,
+                               g->stream);
+        break;
+    case G_SEND:
+    case G_RECV:
+        return ncclInternalError;       /* run_p2p's */
+    }
+    return from_weft(w);
+}
+
+/* Runs comm c's calls among ops[0..n) in order; the sends and receives together at the
+ * first of them. */
+static ncclResult_t run_comm(ncclComm_t c, const gop_t *ops, size_t n)
+{
+    int p2p_done = 0;
+    if (c->dev >= 0)
+        cudaSetDevice(c->dev);
+    for (size_t i = 0; i < n; i++) {
+        if (ops[i].comm != c)
+            continue;
+        if (ops[i].kind != G_INIT && c->w == NULL)
+            return fail(c->async != ncclSuccess ? c->async : ncclInvalidUsage,
+                        "comm failed to initialize");
+        ncclResult_t r;
+        if (ops[i].kind == G_SEND || ops[i].kind == G_RECV) {
+            if (p2p_done)
+                continue;
+            p2p_done = 1;
+            r = run_p2p(c, ops, n, i);
+        } else {
+            r = run_one(&ops[i]);
+        }
+        if (r != ncclSuccess) {
+            if (ops[i].kind != G_INIT && c->async == ncclSuccess &&
+                (r == ncclRemoteError || r == ncclSystemError))
+                c->async = r;
+            return r;
+        }
+    }
+    return ncclSuccess;
+}
+
+typedef struct {
+    ncclComm_t comm;
+    const gop_t *ops;
+    size_t n;
+    ncclResult_t r;
+    char err[sizeof(last_err)];
+    pthread_t tid;
+    int started;
+} worker_t;
+
+static void *worker_main(void *v)
+{
+    worker_t *k = v;
+    k->r = run_comm(k->comm, k->ops, k->n);
+    memcpy(k->err, last_err, sizeof(k->err));
+    return NULL;
+}
+
+static ncclResult_t run_ops(const gop_t *ops, size_t n)
+{
+    if (n == 0)
+        return ncclSuccess;
+    worker_t *ks = calloc(n, sizeof(*ks));
+    if (ks == NULL)
+        return fail(ncclSystemError, "ncclGroupEnd: out of memory");
+    size_t nk = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        while (j < nk && ks[j].comm != ops[i].comm)
+            j++;
+        if (j == nk)
+            ks[nk++] = (worker_t){ .comm = ops[i].comm, .ops = ops, .n = n };
+    }
+    /* the first communicator on this thread, the others each on a thread of its own */
+    for (size_t j = 1; j < nk; j++)
+        ks[j].started = pthread_create(&ks[j].tid, NULL, worker_main, &ks[j]) == 0;
+    ncclResult_t r = ncclSuccess;
+    for (size_t j = 1; j < nk; j++)
+        if (!ks[j].started)
+            r = fail(ncclSystemError, "ncclGroupEnd: cannot start a thread for rank %d",
+                     ks[j].comm->rank);
+    if (r == ncclSuccess) {
+        ks[0].r = run_comm(ks[0].comm, ops, n);
+        memcpy(ks[0].err, last_err, sizeof(ks[0].err));
+    } else {
+        for (size_t j = 1; j < nk; j++)     /* the others cannot finish without this one */
+            if (ks[j].started && ks[j].comm->w)
+                weft_comm_abort(ks[j].comm->w);
+    }
+    for (size_t j = 1; j < nk; j++)
+        if (ks[j].started)
+            pthread_join(ks[j].tid, NULL);
+    for (size_t j = 0; j < nk && r == ncclSuccess; j++)
+        if (ks[j].r != ncclSuccess) {
+            r = ks[j].r;
+            memcpy(last_err, ks[j].err, sizeof(last_err));
+        }
+    free(ks);
+    return r;
+}
+
+static ncclResult_t submit(const gop_t *g)
+{
+    if (group_depth == 0)
+        return g->kind == G_INIT ? run_one(g) : run_ops(g, 1);
+    if (group_n == group_cap) {
+        size_t cap = group_cap ? group_cap * 2 : 16;
+        gop_t *p = realloc(group_ops, cap * sizeof(*p));
+        if (p == NULL)
+            return fail(ncclSystemError, "out of memory queueing a grouped call");
+        group_ops = p;
+        group_cap = cap;
+    }
+    group_ops[group_n++] = *g;
+    return ncclSuccess;
+}
+
+SHIM_EXPORT ncclResult_t ncclGroupStart(void)
+{
+    group_depth++;
+    return ncclSuccess;
+}
+
+SHIM_EXPORT ncclResult_t ncclGroupEnd(void)
+{
+    if (group_depth == 0)
+        return fail(ncclInvalidUsage, "ncclGroupEnd: no matching ncclGroupStart");
+    if (--group_depth > 0)
+        return ncclSuccess;
+    ncclResult_t r = run_ops(group_ops, group_n);
+    group_n = 0;
+    return r;
+}
+
+/* ---- communicators --------------------------------------------------------------- */
+
+static ncclResult_t init_rank(const char *fn, ncclComm_t *comm, int nranks,
+                              const ncclUniqueId *id, int rank, int dev,
+                              const ncclConfig_t *cfg)
+{
+    if (comm == NULL)
+        return fail(ncclInvalidArgument, "%s: comm is NULL", fn);
+    if (nranks < 1)
+        return fail(ncclInvalidArgument, "%s: nranks %d is not positive", fn, nranks);
+    if (rank < 0 || rank >= nranks)
+        return fail(ncclInvalidArgument, "%s: rank %d is out of range [0, %d)", fn, rank,
+                    nranks);
+    const char *addr = id_addr(id);
+    if (addr == NULL)
+        return fail(ncclInvalidArgument, "%s: the unique id was not made by this "
+                    "library's ncclGetUniqueId", fn);
+    if (check_config(fn, cfg) != ncclSuccess)
+        return ncclInvalidArgument;
+    ncclComm_t c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return fail(ncclSystemError, "%s: out of memory", fn);
+    c->magic = COMM_MAGIC;
+    c->rank = rank;
+    c->nranks = nranks;
+    c->dev = dev;
+    snprintf(c->addr, sizeof(c->addr), "%s", addr);
+    gop_t g = { .kind = G_INIT, .comm = c };
+    ncclResult_t r = submit(&g);
+    if (r != ncclSuccess && group_depth == 0) {    /* nothing is left behind */
+        c->magic = 0;
+        free(c);
+        return r;
+    }
+    *comm = c;
+    return r;
+}
+
+static int current_dev(void)
+{
+    int d = -1;
+    if (!mem_cuda_visible(NULL) || cudaGetDevice(&d) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return d;
+}
+
+SHIM_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks,
+                                                ncclUniqueId commId, int rank,
+                                                ncclConfig_t *config)
+{
+    return init_rank("ncclCommInitRankConfig", comm, nranks, &commId, rank, current_dev(),
+                     config);
+}
+
+SHIM_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
+                                          int rank)
+{
+    return init_rank("ncclCommInitRank", comm, nranks, &commId, rank, current_dev(), NULL);
+}
+
+SHIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
+{
+    if (comms == NULL || ndev < 1)
+        return fail(ncclInvalidArgument, "ncclCommInitAll: %s", comms == NULL ? "comms is NULL"
+                    : "ndev is not positive");
+    int ndevs = 0;
+    if (mem_cuda_visible(NULL) && cudaGetDeviceCount(&ndevs) != cudaSuccess)
+        ndevs = 0;
+    for (int i = 0; devlist && i < ndev; i++)
+        if (devlist[i] < 0 || (ndevs > 0 && devlist[i] >= ndevs))
+            return fail(ncclInvalidArgument, "ncclCommInitAll: devlist[%d] = %d is not a "
+                        "device (%d visible)", i, devlist[i], ndevs);
+    ncclUniqueId id;
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess)
+        return r;
+    ncclGroupStart();
+    for (int i = 0; i < ndev && r == ncclSuccess; i++) {
+        /* no GPU: ranks without a device (host-side use and tests); else the listed ones */
+        int dev = ndevs == 0 ? -1 : devlist ? devlist[i] : i % ndevs;
+        r = init_rank("ncclCommInitAll", &comms[i], ndev, &id, i, dev, NULL);
+    }
+    ncclResult_t e = ncclGroupEnd();
+    return r != ncclSuccess ? r : e;
+}
+
+SHIM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                                       ncclConfig_t *config)
+{
+    ncclResult_t r = check_comm("ncclCommSplit", comm, 1);
+    if (r != ncclSuccess)
+        return r;
+    if (newcomm == NULL)
+        return fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
+    if (check_config("ncclCommSplit", config) != ncclSuccess)
+        return ncclInvalidArgument;
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+        return fail(ncclInvalidArgument, "ncclCommSplit: color %d is negative", color);
+    ncclComm_t c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return fail(ncclSystemError, "ncclCommSplit: out of memory");
+    weft_comm_t *w = NULL;
+    weft_status_t st = weft_comm_split(comm->w, color < 0 ? WEFT_UNDEFINED : color, key, &w);
+    if (st != WEFT_OK || w == NULL) {
+        free(c);
+        if (st == WEFT_OK)
+            *newcomm = NULL;
+        return from_weft(st);
+    }
+    c->magic = COMM_MAGIC;
+    c->w = w;
+    c->rank = weft_comm_rank(w);
+    c->nranks = weft_comm_size(w);
+    c->dev = comm->dev;
+    *newcomm = c;
+    return ncclSuccess;
+}
+
+SHIM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm)
+{
+    ncclResult_t r = check_comm("ncclCommFinalize", comm, 0);
+    if (r == ncclSuccess)
+        comm->finalized = 1;        /* every call has completed by the time it returned */
+    return r;
+}
+
+static ncclResult_t comm_free(const char *fn, ncclComm_t comm, int abort)
+{
+    ncclResult_t r = check_comm(fn, comm, 0);
+    if (r != ncclSuccess)
+        return r;
+    weft_status_t st = WEFT_OK;
+    if (comm->w) {
+        if (abort)
+            weft_comm_abort(comm->w);
+        st = weft_comm_destroy(comm->w);
+    }
+    comm->magic = 0;
+    free(comm);
+    return abort ? ncclSuccess : from_weft(st);
+}
+
+SHIM_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    return comm_free("ncclCommDestroy", comm, 0);
+}
+
+SHIM_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    return comm_free("ncclCommAbort", comm, 1);
+}
+
+SHIM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err)
+{
+    ncclResult_t r = check_comm("ncclCommGetAsyncError", comm, 0);
+    if (r != ncclSuccess)
+        return r;
+    if (err == NULL)
+        return fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+    *err = comm->async;
+    return ncclSuccess;
+}
+
+/* The checks of a query: a live comm and somewhere to write the answer. */
+static ncclResult_t check_query(const char *fn, ncclComm_t comm, const int *out,
+                                const char *out_name)
+{
+    ncclResult_t r = check_comm(fn, comm, 0);
+    if (r == ncclSuccess && out == NULL)
+        r = fail(ncclInvalidArgument, "%s: %s is NULL", fn, out_name);
+    return r;
+}
+
+SHIM_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
+{
+    ncclResult_t r = check_query("ncclCommCount", comm, count, "count");
+    if (r == ncclSuccess)
+        *count = comm->nranks;
+    return r;
+}
+
+SHIM_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
+{
+    ncclResult_t r = check_query("ncclCommUserRank", comm, rank, "rank");
+    if (r == ncclSuccess)
+        *rank = comm->rank;
+    return r;
+}
+
+SHIM_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device)
+{
+    ncclResult_t r = check_query("ncclCommCuDevice", comm, device, "device");
+    if (r == ncclSuccess && comm->dev < 0)
+        r = fail(ncclInvalidUsage, "ncclCommCuDevice: the communicator was made without a "
+                 "visible GPU");
+    if (r == ncclSuccess)
+        *device = comm->dev;
+    return r;
+}
+
+/* Registration is a hint in NCCL; weft's stream calls need none, so the handle is the
+ * buffer and nothing is held. */
+SHIM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size,
+                                          void **handle)
+{
+    ncclResult_t r = check_comm("ncclCommRegister", comm, 1);
+    if (r == ncclSuccess && (handle == NULL || (buff == NULL && size)))
+        r = fail(ncclInvalidArgument, "ncclCommRegister: %s is NULL",
+                 handle == NULL ? "handle" : "buff");
+    if (r == ncclSuccess)
+        *handle = buff;
+    return r;
+}
+
+SHIM_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle)
+{
+    return check_comm("ncclCommDeregister", comm, 0);
+}
+
+/* ---- memory and ops -------------------------------------------------------------- */
+
+SHIM_EXPORT ncclResult_t ncclMemAlloc(void **ptr, size_t size)
+{
+    if (ptr == NULL)
+        return fail(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
+    ncclResult_t r = need_gpu("ncclMemAlloc");
+    if (r != ncclSuccess)
+        return r;
+    void *p = NULL;
+    cudaError_t e = size ? cudaMalloc(&p, size) : cudaSuccess;
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return fail(ncclUnhandledCudaError, "ncclMemAlloc(%zu): %s", size,
+                    cudaGetErrorString(e));
+    }
+    *ptr = p;
+    return ncclSuccess;
+}
+
+SHIM_EXPORT ncclResult_t ncclMemFree(void *ptr)
+{
+    if (ptr == NULL)
+        return ncclSuccess;
+    ncclResult_t r = need_gpu("ncclMemFree");
+    if (r != ncclSuccess)
+        return r;
+    cudaError_t e = cudaFree(ptr);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return fail(ncclUnhandledCudaError, "ncclMemFree: %s", cudaGetErrorString(e));
+    }
+    return ncclSuccess;
+}
+
+SHIM_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar,
+                                                  ncclDataType_t datatype,
+                                                  ncclScalarResidence_t residence,
+                                                  ncclComm_t comm)
+{
+    const char *fn = "ncclRedOpCreatePreMulSum";
+    weft_dtype_t dt;
+    ncclResult_t r = check_comm(fn, comm, 1);
+    if (r == ncclSuccess)
+        r = map_dtype(fn, datatype, &dt);
+    if (r != ncclSuccess)
+        return r;
+    if (op == NULL || scalar == NULL)
+        return fail(ncclInvalidArgument, "%s: %s is NULL", fn, op == NULL ? "op" : "scalar");
+    if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
+        return fail(ncclInvalidArgument, "%s: invalid residence %d", fn, (int)residence);
+    for (int s = 0; s < MAX_PREMUL; s++)
+        if (!comm->premul_used[s]) {
+            comm->premul_used[s] = 1;
+            *op = (ncclRedOp_t)(ncclNumOps + s);
+            return ncclSuccess;
+        }
+    return fail(ncclInvalidUsage, "%s: more than %d ops at once", fn, MAX_PREMUL);
+}
+
+SHIM_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
+{
+    ncclResult_t r = check_comm("ncclRedOpDestroy", comm, 0);
+    if (r != ncclSuccess)
+        return r;
+    int s = (int)op - ncclNumOps;
+    if ((unsigned)op < ncclNumOps || s < 0 || s >= MAX_PREMUL || !comm->premul_used[s])
+        return fail(ncclInvalidArgument, "ncclRedOpDestroy: op %d was not made by "
+                    "ncclRedOpCreatePreMulSum on this comm", (int)op);
+    comm->premul_used[s] = 0;
+    return ncclSuccess;
+}
+
+/* ---- collectives ----------------------------------------------------------------- */
+
+/* Checks what every collective has (comm, dtype, op when has_op, root/peer when rooted,
+ * a GPU) and queues or runs it. */
+static ncclResult_t coll(const char *fn, gkind_t kind, const void *send, void *recv,
+                         size_t count, ncclDataType_t datatype, int has_op, ncclRedOp_t op,
+                         int root, ncclComm_t comm, cudaStream_t stream)
+{
+    gop_t g = { .kind = kind, .comm = comm, .send = send, .recv = recv, .count = count,
+                .peer = root, .stream = stream };
+    ncclResult_t r = check_comm(fn, comm, 1);
+    if (r == ncclSuccess)
+        r = map_dtype(fn, datatype, &g.dtype);
+    if (r == ncclSuccess && has_op)
+        r = map_op(fn, comm, op, &g.op);
+    if (r != ncclSuccess)
+        return r;
+    if (root != -1 && (root < 0 || root >= comm->nranks))
+        return fail(ncclInvalidArgument, "%s: %s %d is out of range [0, %d)", fn,
+                    kind == G_SEND || kind == G_RECV ? "peer" : "root", root, comm->nranks);
+    if ((r = need_gpu(fn)) != ncclSuccess)
+        return r;
+    if (kind == G_SEND || kind == G_RECV) {
+        size_t esz = weft_dtype_size(g.dtype);
+        if (count > SIZE_MAX / 4 / esz)
+            return fail(ncclInvalidArgument, "%s: count %zu is too large", fn, count);
+        g.count = count * esz;
+    }
+    return submit(&g);
+}
+
+SHIM_EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                       ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                       cudaStream_t stream)
+{
+    return coll("ncclAllReduce", G_ALLREDUCE, sendbuff, recvbuff, count, datatype, 1, op, -1,
+                comm, stream);
+}
+
+SHIM_EXPORT ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff,
+                                           size_t recvcount, ncclDataType_t datatype,
+                                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+    return coll("ncclReduceScatter", G_REDUCE_SCATTER, sendbuff, recvbuff, recvcount,
+                datatype, 1, op, -1, comm, stream);
+}
+
+SHIM_EXPORT ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                       ncclDataType_t datatype, ncclComm_t comm,
+                                       cudaStream_t stream)
+{
+    return coll("ncclAllGather", G_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, 0,
+                ncclSum, -1, comm, stream);
+}
+
+SHIM_EXPORT ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                                       ncclDataType_t datatype, int root, ncclComm_t comm,
+                                       cudaStream_t stream)
+{
+    if (root == -1)         /* -1 means "no root" to coll(); it is out of range here */
+        root = INT_MIN;
+    return coll("ncclBroadcast", G_BROADCAST, sendbuff, recvbuff, count, datatype, 0, ncclSum,
+                root, comm, stream);
+}
+
+SHIM_EXPORT ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
+                                   ncclComm_t comm, cudaStream_t stream)
+{
+    return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+
+SHIM_EXPORT ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                    ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                    ncclComm_t comm, cudaStream_t stream)
+{
+    if (root == -1)
+        root = INT_MIN;
+    return coll("ncclReduce", G_REDUCE, sendbuff, recvbuff, count, datatype, 1, op, root, comm,
+                stream);
+}
+
+SHIM_EXPORT ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype,
+                                  int peer, ncclComm_t comm, cudaStream_t stream)
+{
+    if (peer == -1)
+        peer = INT_MIN;
+    return coll("ncclSend", G_SEND, sendbuff, NULL, count, datatype, 0, ncclSum, peer, comm,
+                stream);
+}
+
+SHIM_EXPORT ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype,
+                                  int peer, ncclComm_t comm, cudaStream_t stream)
+{
+    if (peer == -1)
+        peer = INT_MIN;
+    return coll("ncclRecv", G_RECV, NULL, recvbuff, count, datatype, 0, ncclSum, peer, comm,
+                stream);
+}

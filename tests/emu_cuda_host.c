@@ -1,0 +1,338 @@
+/*
+ * emu_cuda_host.c - the CUDA runtime, cuBLAS and weft's kcu_* kernels emulated on the host,
+ * for test_train_gpu_emu only: it runs the GPU path's host half (trainer/gpt2_cuda.c, built
+ * with WEFT_TRAIN_CUDA) on a machine without a GPU.
+ *
+ * What this checks and what not: gpt2_cuda.c's orchestration (buffer carving, offsets of
+ * units and layers, every cuBLAS call's transposes, leading dimensions and strides, the
+ * attention decomposition into split / batched products / causal softmax / merge, the
+ * accumulation and zeroing of gradients, loss scaling, clipping and AdamW's segments) is
+ * compared with the CPU model by test_train_gpu's own checks. The .cu kernels themselves
+ * are not: the element-wise and row kernels here are plain loops written afresh (the
+ * layout ones, softmax, bias, sums) or the CPU kernels (layernorm, encoder, GELU,
+ * cross-entropy, AdamW) — those run for real only on a GPU (build/tests/test_train_gpu).
+ * cublasGemmEx is column-major cblas_sgemm; CUBLAS_COMPUTE_32F_FAST_16BF rounds both
+ * operands to bf16 first, as the Tensor Cores do. "Device" memory is host memory; streams
+ * are synchronous. Never linked into a program a user runs.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "nn.h"
+#include "nn_cuda.h"
+
+/* ---- runtime ---- */
+
+cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return cudaSuccess; }
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
+{
+    memset(p, 0, sizeof(*p));
+    strcpy(p->name, "host emulation (test_train_gpu_emu)");
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
+{
+    *free_b = *total_b = (size_t)1 << 32;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+    *s = malloc(64);
+    return *s ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaMalloc(void **p, size_t n)
+{
+    // garbage, not zeros, so that a buffer used before it is written shows
+    *p = malloc(n ? n : 1);
+    if (*p)
+        memset(*p, 0x7f, n);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) { memcpy(d, s, n); return cudaSuccess; }
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { memcpy(d, s, n); return cudaSuccess; }
+cudaError_t cudaMemset(void *d, int v, size_t n) { memset(d, v, n); return cudaSuccess; }
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) { memset(d, v, n); return cudaSuccess; }
+
+/* ---- cuBLAS ---- */
+
+struct cublasContext { int compute_checked; };
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t *h)
+{
+    *h = calloc(1, sizeof(**h));
+    return *h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) { free(h); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) { return CUBLAS_STATUS_SUCCESS; }
+const char *cublasGetStatusString(cublasStatus_t s) { return "emulated cublas error"; }
+
+/* x (rows, cols) column-major with leading dimension ld, rounded to bf16 into a copy */
+static float *bf16_copy(const float *x, int rows, int cols, int ld)
+{
+    size_t n = (size_t)ld * (cols - 1) + rows;
+    float *c = malloc(n * sizeof(float));
+    uint16_t *h = malloc(n * sizeof(uint16_t));
+    if (c && h) {
+        kern_to_bf16(h, x, n);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)h[i] << 16;
+            memcpy(&c[i], &u, 4);
+        }
+    }
+    free(h);
+    return c;
+}
+
+static cublasStatus_t gemm1(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            float alpha, const float *A, int lda, const float *B, int ldb,
+                            float beta, float *C, int ldc, cublasComputeType_t ct)
+{
+    const float *a = A, *b = B;
+    float *ra = NULL, *rb = NULL;
+    if (ct == CUBLAS_COMPUTE_32F_FAST_16BF) {
+        ra = bf16_copy(A, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda);
+        rb = bf16_copy(B, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb);
+        if (!ra || !rb) {
+            free(ra);
+            free(rb);
+            return CUBLAS_STATUS_ALLOC_FAILED;
+        }
+        a = ra;
+        b = rb;
+    } else if (ct != CUBLAS_COMPUTE_32F) {
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, alpha, a, lda, b, ldb,
+                beta, C, ldc);
+    free(ra);
+    free(rb);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                            int m, int n, int k, const void *alpha, const void *A,
+                            cudaDataType at, int lda, const void *B, cudaDataType bt, int ldb,
+                            const void *beta, void *C, cudaDataType ctype, int ldc,
+                            cublasComputeType_t ct, cublasGemmAlgo_t algo)
+{
+    if (at != CUDA_R_32F || bt != CUDA_R_32F || ctype != CUDA_R_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    return gemm1(ta, tb, m, n, k, *(const float *)alpha, A, lda, B, ldb, *(const float *)beta,
+                 C, ldc, ct);
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta,
+                                          cublasOperation_t tb, int m, int n, int k,
+                                          const void *alpha, const void *A, cudaDataType at,
+                                          int lda, long long sa, const void *B,
+                                          cudaDataType bt, int ldb, long long sb,
+                                          const void *beta, void *C, cudaDataType ctype,
+                                          int ldc, long long sc, int count,
+                                          cublasComputeType_t ct, cublasGemmAlgo_t algo)
+{
+    if (at != CUDA_R_32F || bt != CUDA_R_32F || ctype != CUDA_R_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    for (int i = 0; i < count; i++) {
+        cublasStatus_t s = gemm1(ta, tb, m, n, k, *(const float *)alpha,
+                                 (const float *)A + i * sa, lda, (const float *)B + i * sb,
+                                 ldb, *(const float *)beta, (float *)C + i * sc, ldc, ct);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            return s;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* ---- the kernels ---- */
+
+void kcu_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
+                         int B, int T, int C, cudaStream_t s)
+{
+    kern_encoder_forward(out, inp, wte, wpe, B, T, C);
+}
+
+void kcu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                          int T, int C, cudaStream_t s)
+{
+    kern_encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+}
+
+void kcu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                           const float *w, const float *b, int N, int C, cudaStream_t s)
+{
+    kern_layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+}
+
+void kcu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, const float *mean,
+                            const float *rstd, int N, int C, cudaStream_t s)
+{
+    kern_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+
+void kcu_add_bias(float *out, const float *bias, int N, int OC, cudaStream_t s)
+{
+    for (int r = 0; r < N; r++)
+        for (int o = 0; o < OC; o++)
+            out[(size_t)r * OC + o] += bias[o];
+}
+
+void kcu_bias_backward(float *dbias, const float *dout, int N, int OC, cudaStream_t s)
+{
+    for (int o = 0; o < OC; o++) {
+        double acc = 0.0;
+        for (int r = 0; r < N; r++)
+            acc += dout[(size_t)r * OC + o];
+        dbias[o] += (float)acc;
+    }
+}
+
+void kcu_gelu_forward(float *out, const float *inp, size_t n, cudaStream_t s)
+{
+    kern_gelu_forward(out, inp, n);
+}
+
+void kcu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
+                       cudaStream_t s)
+{
+    kern_gelu_backward(dinp, inp, dout, n);
+}
+
+void kcu_residual_forward(float *out, const float *a, const float *b, size_t n, cudaStream_t s)
+{
+    kern_residual_forward(out, a, b, n);
+}
+
+/* (b, t, part, h, d) of qkv <-> (b, h, t, d) of the head-major buffers */
+static void qkv_walk(float *q, float *k, float *v, float *qkv, int B, int T, int C, int NH,
+                     int merge)
+{
+    int hs = C / NH;
+    float *parts[3] = { q, k, v };
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int p = 0; p < 3; p++)
+                for (int h = 0; h < NH; h++)
+                    for (int d = 0; d < hs; d++) {
+                        float *x = &qkv[((size_t)b * T + t) * 3 * C + (size_t)p * C + h * hs + d];
+                        float *y = &parts[p][(((size_t)b * NH + h) * T + t) * hs + d];
+                        if (merge)
+                            *x = *y;
+                        else
+                            *y = *x;
+                    }
+}
+
+void kcu_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T, int C, int NH,
+                   cudaStream_t s)
+{
+    qkv_walk(q, k, v, (float *)qkv, B, T, C, NH, 0);
+}
+
+void kcu_qkv_merge(float *dqkv, const float *dq, const float *dk, const float *dv, int B,
+                   int T, int C, int NH, cudaStream_t s)
+{
+    qkv_walk((float *)dq, (float *)dk, (float *)dv, dqkv, B, T, C, NH, 1);
+}
+
+void kcu_heads_permute(float *dst, const float *src, int B, int T, int C, int NH, int to_btc,
+                       cudaStream_t s)
+{
+    int hs = C / NH;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < hs; d++) {
+                    size_t hm = (((size_t)b * NH + h) * T + t) * hs + d;
+                    size_t btc = ((size_t)b * T + t) * C + h * hs + d;
+                    if (to_btc)
+                        dst[btc] = src[hm];
+                    else
+                        dst[hm] = src[btc];
+                }
+}
+
+void kcu_softmax_causal(float *att, float scale, int rows, int T, cudaStream_t s)
+{
+    for (size_t r = 0; r < (size_t)rows * T; r++) {
+        float *a = att + r * T;
+        int i = (int)(r % T);
+        float mx = -INFINITY, sum = 0.0f;
+        for (int j = 0; j <= i; j++)
+            mx = fmaxf(mx, a[j] * scale);
+        for (int j = 0; j <= i; j++)
+            sum += (a[j] = expf(a[j] * scale - mx));
+        for (int j = 0; j < T; j++)
+            a[j] = j <= i ? a[j] / sum : 0.0f;
+    }
+}
+
+void kcu_softmax_causal_backward(float *datt, const float *att, float scale, int rows, int T,
+                                 cudaStream_t s)
+{
+    for (size_t r = 0; r < (size_t)rows * T; r++) {
+        float *d = datt + r * T;
+        const float *p = att + r * T;
+        int i = (int)(r % T);
+        float dot = 0.0f;
+        for (int j = 0; j <= i; j++)
+            dot += p[j] * d[j];
+        for (int j = 0; j < T; j++)
+            d[j] = j <= i ? p[j] * (d[j] - dot) * scale : 0.0f;
+    }
+}
+
+void kcu_crossentropy_forward(float *losses, float *lse, const float *logits,
+                              const int *targets, int N, int V, cudaStream_t s)
+{
+    kern_crossentropy_forward(losses, lse, logits, targets, N, V);
+}
+
+void kcu_crossentropy_backward(float *dlogits, const float *logits, const float *lse,
+                               const int *targets, float dloss, int N, int V, cudaStream_t s)
+{
+    kern_crossentropy_backward(dlogits, logits, lse, targets, dloss, N, V);
+}
+
+void kcu_adamw(float *p, float *m, float *v, const float *g, size_t n, float lr, float b1,
+               float b2, float eps, float wd, int t, cudaStream_t s)
+{
+    kern_adamw(p, m, v, g, n, lr, b1, b2, eps, wd, t);
+}
+
+void kcu_sumsq(double *out, const float *x, size_t n, cudaStream_t s)
+{
+    *out += kern_sumsq(x, n);
+}
+
+void kcu_scale(float *x, float a, size_t n, cudaStream_t s)
+{
+    kern_scale(x, a, n);
+}
+
+void kcu_sum(float *out, const float *x, int n, cudaStream_t s)
+{
+    double acc = 0.0;
+    for (int i = 0; i < n; i++)
+        acc += x[i];
+    *out = (float)acc;
+}

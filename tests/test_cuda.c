@@ -1,0 +1,318 @@
+/*
+ * test_cuda.c - weft's CUDA parts: the memory-type dispatch everywhere, the kernels and
+ * the stream calls where a GPU is visible (built only with CUDA; make CUDA=0 leaves it out).
+ *
+ * WEFT_CUDA=0 (in a forked child): no GPU and no CUDA call whatever the machine has.
+ * Without a GPU (this part runs on every CUDA build): host pointers are typed HOST,
+ * mem_cuda_visible says why there is no GPU, the CUDA table refuses copy/reduce/divide
+ * with WEFT_ERR_UNSUPPORTED naming the reason, weft_cuda_available() is 0 with a message,
+ * and every stream call fails the same way without touching its buffers. The GPU checks
+ * then print "SKIP: no GPU visible" and count nothing.
+ *
+ * With a GPU: device pointers are typed CUDA; every dtype x op (and divide) through the
+ * CUDA table against the host kernels (kern_reduce, bit for bit; inputs without NaN), at
+ * sizes around the 16-byte vector width, aligned and at an odd element offset, in place
+ * and not; the stream calls on 1 rank (device, host and mixed buffers, ordered after a
+ * kernel on the caller's stream), and all-reduce, reduce-scatter, all-gather, broadcast
+ * on 2, 4 and 8 ranks sharing the one GPU, each rank a thread with its own stream.
+ * Ends "N passed, N failed".
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "weft.h"
+#include "weft_cuda.h"
+#include "memtype.h"
+#include "reduce.h"
+#include "sock.h"
+
+static int passed, failed;
+
+__attribute__((format(printf, 2, 3)))
+static void check(int ok, const char *fmt, ...)
+{
+    if (ok) {
+        passed++;
+        return;
+    }
+    failed++;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL: ");
+    vprintf(fmt, ap);
+    printf(" (last error: %s)\n", weft_last_error());
+    va_end(ap);
+}
+
+static uint64_t rng(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* n elements of dtype: small integers and finite floats, so products stay finite */
+static void fill(weft_dtype_t dt, void *buf, size_t n, uint64_t *s)
+{
+    for (size_t i = 0; i < n; i++) {
+        int64_t v = (int64_t)(rng(s) % 41) - 20;
+        switch (dt) {
+        case WEFT_INT8: case WEFT_UINT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+        case WEFT_INT32: case WEFT_UINT32: ((int32_t *)buf)[i] = (int32_t)(v * 100003); break;
+        case WEFT_INT64: case WEFT_UINT64: ((int64_t *)buf)[i] = v * 1000000007; break;
+        case WEFT_FLOAT16: ((uint16_t *)buf)[i] = kern_float_to_half((float)v / 3); break;
+        case WEFT_BFLOAT16: ((uint16_t *)buf)[i] = kern_float_to_bf16((float)v / 3); break;
+        case WEFT_FLOAT32: ((float *)buf)[i] = (float)v / 3; break;
+        case WEFT_FLOAT64: ((double *)buf)[i] = (double)v / 3; break;
+        }
+    }
+}
+
+static void test_no_gpu(void)
+{
+    char host[64], ref[64];
+    int stack_var = 0;
+    void *heap = malloc(64);
+    memset(host, 7, sizeof(host));
+    memcpy(ref, host, sizeof(ref));
+    check(mem_type_of(host) == MEM_HOST && mem_type_of(heap) == MEM_HOST &&
+          mem_type_of(&stack_var) == MEM_HOST && mem_type_of(NULL) == MEM_HOST,
+          "host pointers (stack, heap, NULL) are typed HOST");
+    free(heap);
+    const char *why = NULL;
+    check(!mem_cuda_visible(&why) && why && strstr(why, "no GPU visible"),
+          "mem_cuda_visible: 0, and why: %s", why ? why : "(none)");
+    const mem_ops_t *cu = mem_ops_for(MEM_CUDA);
+    check(!cu->usable && cu->copy(host, ref, 8, 0) == WEFT_ERR_UNSUPPORTED &&
+          strstr(weft_last_error(), "no GPU visible"), "the CUDA copy is refused: no GPU");
+    check(cu->reduce(host, ref, ref, 4, WEFT_FLOAT32, WEFT_SUM, 0, 0) == WEFT_ERR_UNSUPPORTED &&
+          cu->divide(host, ref, 4, WEFT_FLOAT32, 2) == WEFT_ERR_UNSUPPORTED,
+          "the CUDA reduce and divide are refused");
+    check(weft_cuda_available() == 0 && strstr(weft_last_error(), "no GPU visible"),
+          "weft_cuda_available: 0 with a message");
+    weft_comm_t *c = NULL;
+    check(weft_comm_init_rank(0, 1, "127.0.0.1:0", &c) == WEFT_OK, "1-rank comm");
+    check(weft_allreduce_stream(host, host, 4, WEFT_FLOAT32, WEFT_SUM, c, 0) ==
+          WEFT_ERR_UNSUPPORTED && strstr(weft_last_error(), "no GPU visible"),
+          "allreduce_stream without a GPU: unsupported, says why");
+    check(weft_allreduce_stream(host, host, 4, WEFT_FLOAT32, WEFT_SUM, NULL, 0) ==
+          WEFT_ERR_INVALID_ARG, "allreduce_stream with comm NULL");
+    check(weft_broadcast_stream(host, host, 4, WEFT_FLOAT32, 0, c, 0) == WEFT_ERR_UNSUPPORTED &&
+          weft_sendrecv_stream(host, 1, 0, host + 8, 1, 0, WEFT_UINT8, c, 0) ==
+          WEFT_ERR_UNSUPPORTED, "broadcast/sendrecv_stream without a GPU");
+    check(memcmp(host, ref, sizeof(ref)) == 0, "refused calls wrote nothing");
+    weft_comm_destroy(c);
+}
+
+/* ---- with a GPU ------------------------------------------------------------------ */
+
+static void test_kernels(void)
+{
+    static const size_t sizes[] = { 1, 7, 8, 15, 16, 17, 1000, (1 << 20) + 3 };
+    const size_t maxn = (1 << 20) + 3 + 8, maxb = maxn * 8;
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    char *ha = malloc(maxb), *hb = malloc(maxb), *want = malloc(maxb), *got = malloc(maxb);
+    char *da, *db, *dd;
+    check(cudaMalloc((void **)&da, maxb) == cudaSuccess && cudaMalloc((void **)&db, maxb) ==
+          cudaSuccess && cudaMalloc((void **)&dd, maxb) == cudaSuccess, "cudaMalloc");
+    check(mem_type_of(da) == MEM_CUDA && mem_type_of(ha) == MEM_HOST,
+          "device memory is typed CUDA, host memory HOST");
+    const mem_ops_t *cu = mem_ops_for(MEM_CUDA);
+    for (int dt = 0; dt < WEFT_NUM_DTYPES; dt++) {
+        size_t esz = weft_dtype_size((weft_dtype_t)dt);
+        for (int op = 0; op < WEFT_NUM_OPS; op++)
+            for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+                for (int off = 0; off < 2; off++)
+                    for (int inplace = 0; inplace < 2; inplace++) {
+                        size_t n = sizes[si], o = off * esz, b = n * esz;
+                        int div = op == WEFT_AVG ? 3 : 0;
+                        fill((weft_dtype_t)dt, ha, n, &seed);
+                        fill((weft_dtype_t)dt, hb, n, &seed);
+                        kern_reduce(want, ha, hb, n, (weft_dtype_t)dt, (weft_op_t)op, div);
+                        cudaMemcpy(da + o, ha, b, cudaMemcpyHostToDevice);
+                        cudaMemcpy(db + o, hb, b, cudaMemcpyHostToDevice);
+                        char *dst = inplace ? da + o : dd + o;
+                        weft_status_t st = cu->reduce(dst, da + o, db + o, n, (weft_dtype_t)dt,
+                                                      (weft_op_t)op, div, 0);
+                        cudaMemcpy(got, dst, b, cudaMemcpyDeviceToHost);
+                        check(st == WEFT_OK && memcmp(got, want, b) == 0,
+                              "cuda reduce %s %s n=%zu off=%d inplace=%d",
+                              weft_dtype_name((weft_dtype_t)dt), weft_op_name((weft_op_t)op),
+                              n, off, inplace);
+                    }
+        size_t n = 1000;
+        fill((weft_dtype_t)dt, ha, n, &seed);
+        kern_divide(want, ha, n, (weft_dtype_t)dt, 5);
+        cudaMemcpy(da, ha, n * esz, cudaMemcpyHostToDevice);
+        weft_status_t st = cu->divide(dd, da, n, (weft_dtype_t)dt, 5);
+        cudaMemcpy(got, dd, n * esz, cudaMemcpyDeviceToHost);
+        check(st == WEFT_OK && memcmp(got, want, n * esz) == 0, "cuda divide %s",
+              weft_dtype_name((weft_dtype_t)dt));
+    }
+    check(cu->copy(dd, da, 4096, 0) == WEFT_OK, "cuda copy");
+    cudaFree(da);
+    cudaFree(db);
+    cudaFree(dd);
+    free(ha);
+    free(hb);
+    free(want);
+    free(got);
+}
+
+/* A free loopback rendezvous address for a job of threads. */
+static void pick_addr(char *buf, size_t len)
+{
+    struct sockaddr_in sa;
+    int fd = -1;
+    sock_parse_addr("127.0.0.1:0", &sa);
+    if (sock_listen(&sa, 1, &fd) == WEFT_OK)
+        close(fd);
+    snprintf(buf, len, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+}
+
+typedef struct {
+    const char *addr;
+    int rank, nranks, ok;
+} rank_t;
+
+#define RN 4099     /* elements per rank: not a multiple of the vector width */
+
+static void *rank_main(void *v)
+{
+    rank_t *r = v;
+    weft_comm_t *c = NULL;
+    cudaStream_t st;
+    float *d_send = NULL, *d_recv = NULL, *h = malloc(sizeof(float) * RN * r->nranks);
+    r->ok = weft_comm_init_rank(r->rank, r->nranks, r->addr, &c) == WEFT_OK &&
+            cudaStreamCreate(&st) == cudaSuccess &&
+            cudaMalloc((void **)&d_send, sizeof(float) * RN * r->nranks) == cudaSuccess &&
+            cudaMalloc((void **)&d_recv, sizeof(float) * RN * r->nranks) == cudaSuccess;
+    int n = r->nranks, tot = n * RN;
+    for (int i = 0; r->ok && i < tot; i++)
+        h[i] = (float)(r->rank * 1000 + i % 997);
+    /* all-reduce: sum over ranks of rank*1000 + i%997 */
+    r->ok = r->ok && cudaMemcpyAsync(d_send, h, sizeof(float) * RN, cudaMemcpyHostToDevice,
+                                     st) == cudaSuccess &&
+            weft_allreduce_stream(d_send, d_recv, RN, WEFT_FLOAT32, WEFT_SUM, c, st) == WEFT_OK
+            && cudaMemcpyAsync(h, d_recv, sizeof(float) * RN, cudaMemcpyDeviceToHost, st) ==
+            cudaSuccess && cudaStreamSynchronize(st) == cudaSuccess;
+    for (int i = 0; r->ok && i < RN; i++)
+        r->ok = h[i] == (float)(1000 * n * (n - 1) / 2 + n * (i % 997));
+    /* reduce-scatter of n*RN, all-gather back, broadcast from the last rank */
+    for (int i = 0; r->ok && i < tot; i++)
+        h[i] = (float)(r->rank + i);
+    r->ok = r->ok && cudaMemcpy(d_send, h, sizeof(float) * tot, cudaMemcpyHostToDevice) ==
+            cudaSuccess && weft_reduce_scatter_stream(d_send, d_recv, RN, WEFT_FLOAT32, WEFT_SUM,
+                                                      c, st) == WEFT_OK &&
+            weft_allgather_stream(d_recv, d_send, RN, WEFT_FLOAT32, c, st) == WEFT_OK &&
+            cudaMemcpy(h, d_send, sizeof(float) * tot, cudaMemcpyDeviceToHost) == cudaSuccess;
+    for (int i = 0; r->ok && i < tot; i++)
+        r->ok = h[i] == (float)(n * (n - 1) / 2 + n * i);
+    r->ok = r->ok && weft_broadcast_stream(d_recv, d_recv, RN, WEFT_FLOAT32, n - 1, c, st) ==
+            WEFT_OK && cudaMemcpy(h, d_recv, sizeof(float) * RN, cudaMemcpyDeviceToHost) ==
+            cudaSuccess;
+    for (int i = 0; r->ok && i < RN; i++)
+        r->ok = h[i] == (float)(n * (n - 1) / 2 + n * ((n - 1) * RN + i));
+    if (!r->ok)
+        printf("rank %d of %d: %s\n", r->rank, n, weft_last_error());
+    cudaFree(d_send);
+    cudaFree(d_recv);
+    free(h);
+    weft_comm_destroy(c);
+    return NULL;
+}
+
+static void test_ranks_on_one_gpu(int n)
+{
+    char addr[64];
+    rank_t r[8];
+    pthread_t t[8];
+    pick_addr(addr, sizeof(addr));
+    for (int i = 0; i < n; i++) {
+        r[i] = (rank_t){ .addr = addr, .rank = i, .nranks = n };
+        pthread_create(&t[i], NULL, rank_main, &r[i]);
+    }
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        pthread_join(t[i], NULL);
+        ok &= r[i].ok;
+    }
+    check(ok, "%d ranks on one GPU, each with its own stream: all-reduce, reduce-scatter, "
+          "all-gather, broadcast on device buffers", n);
+}
+
+static void test_stream_one_rank(void)
+{
+    weft_comm_t *c = NULL;
+    cudaStream_t st;
+    int64_t h[512], *d = NULL;
+    check(weft_comm_init_rank(0, 1, "127.0.0.1:0", &c) == WEFT_OK &&
+          cudaStreamCreate(&st) == cudaSuccess &&
+          cudaMalloc((void **)&d, sizeof(h)) == cudaSuccess, "1 rank: comm, stream, buffer");
+    for (int i = 0; i < 512; i++)
+        h[i] = i;
+    /* ordered after an earlier copy on the same stream */
+    check(cudaMemcpyAsync(d, h, sizeof(h), cudaMemcpyHostToDevice, st) == cudaSuccess &&
+          weft_allreduce_stream(d, d, 512, WEFT_INT64, WEFT_MAX, c, st) == WEFT_OK,
+          "1 rank: in-place all-reduce on the stream");
+    memset(h, 0, sizeof(h));
+    int64_t host_out[512];
+    check(weft_allreduce_stream(d, host_out, 512, WEFT_INT64, WEFT_SUM, c, st) == WEFT_OK,
+          "1 rank: device send, host recv");
+    int ok = 1;
+    for (int i = 0; i < 512; i++)
+        ok &= host_out[i] == i;
+    check(ok, "1 rank: the results are in place when the call returns");
+    check(weft_allreduce_stream(d, d, 512, (weft_dtype_t)77, WEFT_SUM, c, st) ==
+          WEFT_ERR_INVALID_ARG, "bad dtype refused");
+    check(weft_reduce_stream(d, d, 512, WEFT_INT64, WEFT_SUM, 3, c, st) == WEFT_ERR_INVALID_ARG,
+          "bad root refused");
+    cudaFree(d);
+    cudaStreamDestroy(st);
+    weft_comm_destroy(c);
+}
+
+/* WEFT_CUDA=0, in a child forked before this process calls CUDA: no GPU whatever the
+ * machine has, and the reason says why. */
+static void test_cuda_off(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        const char *why = "";
+        setenv("WEFT_CUDA", "0", 1);
+        int ok = !mem_cuda_visible(&why) && strstr(why, "WEFT_CUDA=0") != NULL &&
+                 mem_type_of(&why) == MEM_HOST && weft_cuda_available() == 0;
+        _exit(ok ? 0 : 1);
+    }
+    int status = -1;
+    waitpid(pid, &status, 0);
+    check(pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "WEFT_CUDA=0: no GPU, host memory, and the reason names WEFT_CUDA=0");
+}
+
+int main(void)
+{
+    test_cuda_off();
+    if (!mem_cuda_visible(NULL)) {
+        test_no_gpu();
+        printf("SKIP: no GPU visible: the kernel, stream and several-ranks-on-one-GPU checks "
+               "did not run (docs/GPU.md)\n");
+    } else {
+        test_kernels();
+        test_stream_one_rank();
+        test_ranks_on_one_gpu(2);
+        test_ranks_on_one_gpu(4);
+        test_ranks_on_one_gpu(8);
+    }
+    printf("test_cuda: %d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

@@ -1,0 +1,291 @@
+/*
+ * test_nccl_shim.c - the NCCL-API shim (build/lib/libnccl.so.2 = libweft_nccl.so) as a
+ * program written for NCCL sees it: linked with -lnccl, nccl.h's declarations only.
+ *
+ * Checks the CPU-side logic, which needs no GPU: version, error strings and the last
+ * error, the unique id (made, refused when it is not one, NCCL_COMM_ID honoured, carried
+ * to other threads that init with it: 1 rank, 2 ranks on two threads, 3 ranks from one
+ * thread in a group, ncclCommInitAll), ncclCommSplit, argument errors of every kind
+ * (NULL comm, bad rank/nranks/config, bad dtype/op/root/peer, fp8 and PreMulSum ops that
+ * weft does not run) giving ncclInvalidArgument / ncclInvalidUsage with a message and
+ * leaving outputs alone, and, without a GPU, collectives and ncclMemAlloc failing with
+ * ncclUnhandledCudaError that says no GPU is visible. With a GPU it also all-reduces
+ * device buffers on 1 and 2 ranks through the shim. Ends "N passed, N failed".
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nccl.h"
+
+static int passed, failed;
+
+static void check(int ok, const char *what)
+{
+    if (ok) {
+        passed++;
+    } else {
+        failed++;
+        printf("FAIL: %s (last error: %s)\n", what, ncclGetLastError(NULL));
+    }
+}
+
+/* r is the result wanted, and the last error says something */
+static void check_err(ncclResult_t got, ncclResult_t want, const char *what)
+{
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s -> %s (got %d, want %d)", what, ncclGetErrorString(want),
+             (int)got, (int)want);
+    check(got == want && ncclGetLastError(NULL)[0] != '\0', buf);
+}
+
+/* as the shim sees it: WEFT_CUDA=0 hides the GPU */
+static int gpu_visible(void)
+{
+    int n = 0;
+    const char *off = getenv("WEFT_CUDA");
+    if (off && !strcmp(off, "0"))
+        return 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n > 0;
+}
+
+static void test_basics(void)
+{
+    int v = 0;
+    check(ncclGetVersion(&v) == ncclSuccess && v == NCCL_VERSION_CODE && v == 21903,
+          "ncclGetVersion gives NCCL_VERSION_CODE 2.19.3");
+    check_err(ncclGetVersion(NULL), ncclInvalidArgument, "ncclGetVersion(NULL)");
+    for (int r = 0; r < ncclNumResults; r++)
+        for (int s = r + 1; s < ncclNumResults; s++)
+            check(strcmp(ncclGetErrorString((ncclResult_t)r),
+                         ncclGetErrorString((ncclResult_t)s)) != 0, "error strings differ");
+    check(strcmp(ncclGetErrorString(ncclSuccess), "no error") == 0, "ncclSuccess: no error");
+    check(strstr(ncclGetErrorString((ncclResult_t)99), "unknown") != NULL,
+          "an unknown result code is named unknown");
+    check(ncclGroupEnd() == ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+    check(ncclMemFree(NULL) == ncclSuccess, "ncclMemFree(NULL) does nothing");
+    check_err(ncclMemAlloc(NULL, 64), ncclInvalidArgument, "ncclMemAlloc(NULL ptr)");
+    if (!gpu_visible()) {
+        void *p = (void *)0x1;
+        check_err(ncclMemAlloc(&p, 64), ncclUnhandledCudaError, "ncclMemAlloc without a GPU");
+        check(p == (void *)0x1 && strstr(ncclGetLastError(NULL), "no GPU visible"),
+              "ncclMemAlloc without a GPU says so and writes nothing");
+    }
+}
+
+static void test_unique_id(void)
+{
+    ncclUniqueId a, b;
+    check(ncclGetUniqueId(&a) == ncclSuccess && ncclGetUniqueId(&b) == ncclSuccess,
+          "ncclGetUniqueId");
+    check(sizeof(ncclUniqueId) == 128, "ncclUniqueId is 128 bytes");
+    check(memcmp(&a, &b, sizeof(a)) != 0, "two ids differ (each has its own port)");
+    check(strncmp(a.internal + 8, "127.0.0.1:", 10) == 0, "the id holds a loopback address");
+    check_err(ncclGetUniqueId(NULL), ncclInvalidArgument, "ncclGetUniqueId(NULL)");
+    setenv("NCCL_COMM_ID", "127.0.0.1:23456", 1);
+    check(ncclGetUniqueId(&a) == ncclSuccess && strcmp(a.internal + 8, "127.0.0.1:23456") == 0,
+          "NCCL_COMM_ID is the rendezvous address");
+    setenv("NCCL_COMM_ID", "no-port-here", 1);
+    check_err(ncclGetUniqueId(&a), ncclInvalidArgument, "NCCL_COMM_ID without a port");
+    unsetenv("NCCL_COMM_ID");
+}
+
+static void test_init_errors(void)
+{
+    ncclUniqueId id, zero;
+    ncclComm_t c = (ncclComm_t)0x1;
+    memset(&zero, 0, sizeof(zero));
+    ncclGetUniqueId(&id);
+    check_err(ncclCommInitRank(NULL, 1, id, 0), ncclInvalidArgument, "init: comm NULL");
+    check_err(ncclCommInitRank(&c, 0, id, 0), ncclInvalidArgument, "init: nranks 0");
+    check_err(ncclCommInitRank(&c, 2, id, 2), ncclInvalidArgument, "init: rank == nranks");
+    check_err(ncclCommInitRank(&c, 2, id, -1), ncclInvalidArgument, "init: rank -1");
+    check_err(ncclCommInitRank(&c, 1, zero, 0), ncclInvalidArgument, "init: a zero id");
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.magic = 0x1234;
+    check_err(ncclCommInitRankConfig(&c, 1, id, 0, &cfg), ncclInvalidArgument,
+              "init: config not from NCCL_CONFIG_INITIALIZER");
+    check(c == (ncclComm_t)0x1, "failed inits leave *comm alone");
+    check_err(ncclCommInitAll(NULL, 2, NULL), ncclInvalidArgument, "ncclCommInitAll(NULL)");
+    check_err(ncclCommInitAll(&c, 0, NULL), ncclInvalidArgument, "ncclCommInitAll ndev 0");
+    int bad = -3;
+    check_err(ncclCommInitAll(&c, 1, &bad), ncclInvalidArgument, "ncclCommInitAll devlist -3");
+}
+
+/* Everything a collective can get wrong, on a live 1-rank comm. */
+static void test_coll_errors(ncclComm_t c)
+{
+    char host[64] = { 0 }, ref[64] = { 0 };
+    check_err(ncclAllReduce(host, host, 4, ncclFloat, ncclSum, NULL, 0), ncclInvalidArgument,
+              "allreduce: comm NULL");
+    check_err(ncclAllReduce(host, host, 4, (ncclDataType_t)99, ncclSum, c, 0),
+              ncclInvalidArgument, "allreduce: dtype 99");
+    check_err(ncclAllReduce(host, host, 4, ncclFloat8e4m3, ncclSum, c, 0), ncclInvalidUsage,
+              "allreduce: fp8 is not supported");
+    check_err(ncclAllReduce(host, host, 4, ncclFloat, (ncclRedOp_t)99, c, 0),
+              ncclInvalidArgument, "allreduce: op 99");
+    check_err(ncclReduce(host, host, 4, ncclFloat, ncclSum, 1, c, 0), ncclInvalidArgument,
+              "reduce: root 1 of 1 rank");
+    check_err(ncclBroadcast(host, host, 4, ncclFloat, -1, c, 0), ncclInvalidArgument,
+              "broadcast: root -1");
+    check_err(ncclSend(host, 4, ncclFloat, 5, c, 0), ncclInvalidArgument, "send: peer 5");
+    check_err(ncclRecv(host, 4, ncclFloat, -1, c, 0), ncclInvalidArgument, "recv: peer -1");
+    float scalar = 0.5f;
+    ncclRedOp_t op;
+    check(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, c) ==
+          ncclSuccess && (int)op >= ncclNumOps, "ncclRedOpCreatePreMulSum makes an op");
+    check_err(ncclAllReduce(host, host, 4, ncclFloat, op, c, 0), ncclInvalidUsage,
+              "allreduce with a PreMulSum op is not supported");
+    check(ncclRedOpDestroy(op, c) == ncclSuccess, "ncclRedOpDestroy");
+    check_err(ncclRedOpDestroy(op, c), ncclInvalidArgument, "ncclRedOpDestroy twice");
+    check_err(ncclRedOpDestroy(ncclSum, c), ncclInvalidArgument, "ncclRedOpDestroy(ncclSum)");
+    check_err(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, (ncclScalarResidence_t)7, c),
+              ncclInvalidArgument, "PreMulSum residence 7");
+    /* a bad call inside a group fails at once and queues nothing */
+    check(ncclGroupStart() == ncclSuccess, "ncclGroupStart");
+    check_err(ncclAllGather(host, host, 4, (ncclDataType_t)-2, c, 0), ncclInvalidArgument,
+              "allgather in a group: dtype -2");
+    check(ncclGroupEnd() == ncclSuccess, "the group with nothing queued ends");
+    if (!gpu_visible()) {
+        check_err(ncclAllReduce(host, host, 4, ncclFloat, ncclSum, c, 0),
+                  ncclUnhandledCudaError, "allreduce without a GPU");
+        check(strstr(ncclGetLastError(NULL), "no GPU visible") != NULL,
+              "the error says no GPU is visible");
+        check_err(ncclCommCuDevice(c, &(int){ 0 }), ncclInvalidUsage,
+                  "ncclCommCuDevice of a comm made without a GPU");
+    }
+    check(memcmp(host, ref, sizeof(host)) == 0, "failed calls wrote nothing");
+    ncclResult_t ae = ncclInProgress;
+    check(ncclCommGetAsyncError(c, &ae) == ncclSuccess && ae == ncclSuccess,
+          "no asynchronous error");
+    check_err(ncclCommGetAsyncError(c, NULL), ncclInvalidArgument, "GetAsyncError(NULL)");
+    check_err(ncclCommCount(NULL, &(int){ 0 }), ncclInvalidArgument, "ncclCommCount(NULL)");
+    check_err(ncclCommRegister(c, host, sizeof(host), NULL), ncclInvalidArgument,
+              "ncclCommRegister: handle NULL");
+}
+
+typedef struct {
+    ncclUniqueId id;
+    int rank, nranks;
+    ncclResult_t r;
+    int count, me, split_size;
+    int gpu_ok;
+} rank_arg_t;
+
+static void *rank_main(void *v)
+{
+    rank_arg_t *a = v;
+    ncclComm_t c = NULL, s = NULL;
+    a->r = ncclCommInitRank(&c, a->nranks, a->id, a->rank);
+    if (a->r != ncclSuccess)
+        return NULL;
+    ncclCommCount(c, &a->count);
+    ncclCommUserRank(c, &a->me);
+    /* rank 0 alone, the others together */
+    a->r = ncclCommSplit(c, a->rank == 0 ? 0 : 1, a->rank, &s, NULL);
+    if (a->r == ncclSuccess && s != NULL) {
+        ncclCommCount(s, &a->split_size);
+        ncclCommDestroy(s);
+    }
+    if (a->r == ncclSuccess && gpu_visible()) {
+        /* the runtime path: a device all-reduce through the shim */
+        float *d = NULL, h[256];
+        cudaStream_t st;
+        for (int i = 0; i < 256; i++)
+            h[i] = (float)(a->rank + i);
+        a->gpu_ok = cudaStreamCreate(&st) == cudaSuccess && ncclMemAlloc((void **)&d, sizeof(h)) ==
+                    ncclSuccess && cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice) ==
+                    cudaSuccess && ncclAllReduce(d, d, 256, ncclFloat, ncclSum, c, st) ==
+                    ncclSuccess && cudaStreamSynchronize(st) == cudaSuccess &&
+                    cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost) == cudaSuccess;
+        int sum_ranks = a->nranks * (a->nranks - 1) / 2;
+        for (int i = 0; i < 256 && a->gpu_ok; i++)
+            a->gpu_ok = h[i] == (float)(sum_ranks + a->nranks * i);
+        ncclMemFree(d);
+    }
+    ncclCommDestroy(c);
+    return NULL;
+}
+
+static void test_threads(int nranks)
+{
+    rank_arg_t a[4];
+    pthread_t t[4];
+    ncclUniqueId id;
+    check(ncclGetUniqueId(&id) == ncclSuccess, "id for the threads");
+    for (int r = 0; r < nranks; r++) {
+        a[r] = (rank_arg_t){ .rank = r, .nranks = nranks, .r = ncclInternalError };
+        memcpy(&a[r].id, &id, sizeof(id));    /* as it would travel: 128 bytes */
+        pthread_create(&t[r], NULL, rank_main, &a[r]);
+    }
+    for (int r = 0; r < nranks; r++)
+        pthread_join(t[r], NULL);
+    int ok = 1, gpu = gpu_visible();
+    for (int r = 0; r < nranks; r++) {
+        ok &= a[r].r == ncclSuccess && a[r].count == nranks && a[r].me == r &&
+              a[r].split_size == (r == 0 ? 1 : nranks - 1);
+        if (gpu)
+            check(a[r].gpu_ok, "a device all-reduce through the shim");
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "%d ranks on %d threads init from one id, count, rank, split",
+             nranks, nranks);
+    check(ok, what);
+}
+
+int main(void)
+{
+    int gpu = gpu_visible();
+    printf("test_nccl_shim: %s\n", gpu ? "a GPU is visible: runtime checks included"
+                                       : "no GPU visible: CPU-side checks only (device "
+                                         "collectives skipped)");
+    test_basics();
+    test_unique_id();
+    test_init_errors();
+
+    ncclUniqueId id;
+    ncclComm_t c = NULL, s = (ncclComm_t)0x1;
+    check(ncclGetUniqueId(&id) == ncclSuccess && ncclCommInitRank(&c, 1, id, 0) == ncclSuccess
+          && c != NULL, "1 rank: init from a unique id");
+    int n = -1, r = -1;
+    check(ncclCommCount(c, &n) == ncclSuccess && n == 1 && ncclCommUserRank(c, &r) ==
+          ncclSuccess && r == 0, "1 rank: count 1, rank 0");
+    test_coll_errors(c);
+    check(ncclCommSplit(c, NCCL_SPLIT_NOCOLOR, 0, &s, NULL) == ncclSuccess && s == NULL,
+          "split with NCCL_SPLIT_NOCOLOR gives NULL");
+    check_err(ncclCommSplit(c, -5, 0, &s, NULL), ncclInvalidArgument, "split: color -5");
+    check(ncclCommFinalize(c) == ncclSuccess, "finalize");
+    check_err(ncclAllReduce(&n, &n, 1, ncclInt, ncclSum, c, 0), ncclInvalidUsage,
+              "allreduce after finalize");
+    check(ncclCommDestroy(c) == ncclSuccess, "destroy");
+    check_err(ncclCommDestroy(NULL), ncclInvalidArgument, "destroy NULL");
+
+    test_threads(2);
+    test_threads(4);
+
+    /* one thread, three ranks: the inits must run together at ncclGroupEnd */
+    ncclComm_t g[3] = { NULL, NULL, NULL };
+    check(ncclGetUniqueId(&id) == ncclSuccess, "id for the group");
+    ncclGroupStart();
+    for (int i = 0; i < 3; i++)
+        ncclCommInitRank(&g[i], 3, id, i);
+    check(ncclGroupEnd() == ncclSuccess, "3 ranks init in one group on one thread");
+    for (int i = 0; i < 3; i++) {
+        check(ncclCommUserRank(g[i], &r) == ncclSuccess && r == i, "grouped init: rank");
+        check(ncclCommAbort(g[i]) == ncclSuccess, "abort frees the comm");
+    }
+    ncclComm_t all[4];
+    check(ncclCommInitAll(all, 4, NULL) == ncclSuccess, "ncclCommInitAll, 4 ranks");
+    for (int i = 0; i < 4; i++) {
+        check(ncclCommUserRank(all[i], &r) == ncclSuccess && r == i &&
+              ncclCommCount(all[i], &n) == ncclSuccess && n == 4, "InitAll: rank and count");
+        ncclCommDestroy(all[i]);
+    }
+    printf("test_nccl_shim: %d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

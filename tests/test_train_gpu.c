@@ -1,0 +1,302 @@
+/*
+ * test_train_gpu.c - weft-train's GPU path (trainer/gpt2_cuda.h) against the CPU model.
+ *
+ * Always (no GPU needed): the device buffer plan is the CPU model's split plus the
+ * attention scratch, carved in order and aligned; without a visible device (or without
+ * CUDA in the build) the probe, train_cuda_create and `weft-train --device cuda` fail
+ * with a message that says why, and a bad --device value is refused.
+ * With a GPU: from the same parameters and batches, 10 steps (forward, backward, clip,
+ * AdamW) on the CPU and the GPU: fp32 losses within 1e-4 relative at every step, every
+ * gradient tensor of step 1 within 1e-3 of its largest value, the padded wte rows' gradient
+ * zero; --dtype bf16 on the GPU within 2e-2 of the CPU's fp32 losses; the GPU path's
+ * refusals (backward without a forward, a token out of range, a batch over the prepared
+ * one). Without a GPU these print "no CUDA device visible: skipped".
+ *
+ * Invariants: exits non-zero when anything failed; ends NAME ": N passed, N
+ * failed"; runs weft-train from $BUILD (default build) relative to the repository root.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "gpt2_cuda.h"
+#include "model.h"
+#include "status.h"
+#include "train_check.h"
+
+/* Built twice: as itself (the real CUDA path, or the skip) and, with TRAIN_GPU_EMU, as
+ * test_train_gpu_emu over tests/emu_cuda_host.c (the host half of the GPU path, see there). */
+#ifdef TRAIN_GPU_EMU
+#define NAME "test_train_gpu_emu"
+#else
+#define NAME "test_train_gpu"
+#endif
+
+/* The device plan: the CPU split carves the same offsets whatever the base, in order,
+ * 16-float aligned, ending inside the region; the byte count adds up. */
+static void test_layout(void)
+{
+    train_gpt2_cfg_t c = { .max_seq_len = 1024, .vocab_size = 50257, .padded_vocab_size =
+                           train_padded_vocab(50257), .num_layers = 12, .num_heads = 12,
+                           .channels = 768 };
+    int B = 8, T = 1024;
+    size_t nacts, nscratch, sizes[TRAIN_NUM_PARAM_TENSORS];
+    size_t np = train_param_sizes(sizes, &c);
+    check(np == 124475904, "GPT-2 124M has %zu parameters (llm.c: 124475904)", np);
+    train_gpt2_act_split(&c, B, T, &nacts, &nscratch);
+    check(nacts + nscratch == train_gpt2_act_floats(&c, B, T), "split adds up");
+    size_t extra = train_cuda_extra_floats(&c, B, T);
+    check(extra == 7ull * B * T * 768 + (size_t)B * 12 * T * T, "attention scratch %zu", extra);
+    train_gpt2_cfg_t odd = { .max_seq_len = 7, .vocab_size = 10, .padded_vocab_size = 128,
+                             .num_layers = 1, .num_heads = 4, .channels = 36 };
+    // 1*7*36 = 252 -> 256 and 1*4*7*7 = 196 -> 208: each region 16-float aligned
+    check(train_cuda_extra_floats(&odd, 1, 7) == 7 * 256 + 208, "odd sizes aligned: %zu",
+          train_cuda_extra_floats(&odd, 1, 7));
+    size_t want = (4 * np + nacts + nscratch + extra) * 4 + 2ull * B * T * 4 + 64;
+    check(train_cuda_bytes(&c, B, T) == want, "device bytes %zu, want %zu",
+          train_cuda_bytes(&c, B, T), want);
+
+    // carve a small model twice at different bases: same offsets as the CPU model's own
+    train_gpt2_t *m = tiny_model(2, 32, 4, 16, 100, 1);
+    check(m != NULL, "tiny model");
+    if (!m)
+        return;
+    check(train_gpt2_prepare(m, 2, 16) == WEFT_OK, "prepare");
+    size_t na, ns;
+    train_gpt2_act_split(&m->cfg, 2, 16, &na, &ns);
+    float *a = calloc(na + ns + 64, sizeof(float));
+    check(a != NULL, "alloc");
+    if (!a) {
+        train_gpt2_destroy(m);
+        return;
+    }
+    train_acts_t acts;
+    train_scratch_t scr;
+    train_gpt2_act_carve(&acts, &scr, a + 16, a + 16 + na, &m->cfg, 2, 16);
+    float **mine = (float **)&acts, **cpu = (float **)&m->acts;
+    int nptr = (int)(sizeof(acts) / sizeof(float *)), in_order = 1, same = 1, aligned = 1;
+    for (int i = 0; i < nptr; i++) {
+        same &= (mine[i] - (a + 16)) == (cpu[i] - m->acts_mem);
+        aligned &= (mine[i] - a) % 16 == 0;
+        if (i > 0)
+            in_order &= mine[i] > mine[i - 1];
+    }
+    check(same, "device carve = the CPU model's offsets");
+    check(in_order && aligned, "activations in order and 16-float aligned");
+    check(acts.losses < a + 16 + na && scr.datt < a + 16 + na + ns && scr.dresidual ==
+          a + 16 + na, "scratch follows the activations");
+    free(a);
+    train_gpt2_destroy(m);
+}
+
+/* weft-train --device ARGS: exit status and whether its stderr holds `want` */
+static int run_cli(const char *args, const char *want, int *found)
+{
+    const char *b = getenv("BUILD") ? getenv("BUILD") : "build";
+    char cmd[1024], line[1024];
+    snprintf(cmd, sizeof(cmd), "%s/bin/weft-train %s 2>&1", b, args);
+    FILE *p = popen(cmd, "r");
+    *found = 0;
+    if (!p)
+        return -1;
+    while (fgets(line, sizeof(line), p))
+        if (strstr(line, want))
+            *found = 1;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_no_device(void)
+{
+    const char *why_want = train_cuda_built() ? "no CUDA device visible" : "without CUDA";
+    weft_status_t st = train_cuda_probe(NULL);
+    check(st == WEFT_ERR_UNSUPPORTED && strstr(weft_last_error(), why_want),
+          "probe without a device: %d (%s)", st, weft_last_error());
+    train_gpt2_t *m = tiny_model(1, 32, 4, 16, 100, 1);
+    train_cuda_t *g = (train_cuda_t *)m;   // must come back NULL
+    st = m ? train_cuda_create(&g, m, 2, 16, 0) : WEFT_ERR_NO_MEMORY;
+    check(st == WEFT_ERR_UNSUPPORTED && g == NULL, "create without a device: %d", st);
+    if (train_cuda_built() && m) {   // argument checks come first
+        st = train_cuda_create(&g, m, 2, 17, 0);
+        check(st == WEFT_ERR_INVALID_ARG && g == NULL, "T over maxT refused: %d", st);
+        // a configuration only: the refusal comes before any parameter is read
+        train_gpt2_t *wide = calloc(1, sizeof(*wide));
+        if (wide)
+            wide->cfg = (train_gpt2_cfg_t){ .max_seq_len = 2, .vocab_size = 10,
+                                            .padded_vocab_size = 128, .num_layers = 1,
+                                            .num_heads = 4, .channels = 6400 };
+        st = wide ? train_cuda_create(&g, wide, 1, 2, 0) : WEFT_ERR_NO_MEMORY;
+        check(st == WEFT_ERR_UNSUPPORTED && strstr(weft_last_error(), "channels 6400") &&
+              g == NULL, "C over 6144 refused: %d", st);
+        free(wide);
+    }
+    train_gpt2_destroy(m);
+    int found, rc = run_cli("--device cuda --steps 0", why_want, &found);
+    check(rc == 1 && found, "weft-train --device cuda: exit %d, says '%s': %d", rc, why_want,
+          found);
+    rc = run_cli("--device tpu --steps 0", "--device needs a valid value", &found);
+    check(rc == 2 && found, "weft-train --device tpu: exit %d", rc);
+}
+
+/* ---- with a GPU ---- */
+
+enum { L = 2, C = 64, NH = 4, MAXT = 64, V = 300, B = 4, T = 64, STEPS = 10 };
+
+static void fill_tokens(int *x, int *y, int step)
+{
+    for (int i = 0; i < B * T; i++) {
+        x[i] = (int)((unsigned)(i * 131 + step * 977 + 7) % V);
+        y[i] = (int)((unsigned)(i * 37 + step * 311 + 11) % V);
+    }
+}
+
+/* every llm.c tensor of a and b (block-major, num_params each): max |a - b| <= bar * max|b| */
+static void compare_grads(const train_gpt2_t *m, const float *gpu, const float *cpu,
+                          double bar)
+{
+    int worst_u = -1, worst_j = -1;
+    double worst = 0.0;
+    for (int u = 0; u < m->nunits; u++) {
+        train_seg_t segs[TRAIN_BLOCK_TENSORS];
+        int ns = train_unit_segs(&m->cfg, u, segs);
+        size_t base = train_unit_off(&m->cfg, u);
+        for (int j = 0; j < ns; j++) {
+            double num = 0.0, den = 1e-30;
+            for (size_t i = 0; i < segs[j].len; i++) {
+                size_t o = base + segs[j].off + i;
+                num = fmax(num, fabs((double)gpu[o] - cpu[o]));
+                den = fmax(den, fabs((double)cpu[o]));
+            }
+            if (num / den > worst) {
+                worst = num / den;
+                worst_u = u;
+                worst_j = j;
+            }
+        }
+    }
+    check(worst <= bar, "gradients: worst tensor (unit %d, tensor %d) off by %.3g of its "
+          "largest value (bar %.0e)", worst_u, worst_j, worst, bar);
+    printf(NAME ": step-1 gradients, worst tensor within %.2e of its largest value\n",
+           worst);
+    // the padded rows [V, Vp) of wte get no gradient
+    double pad = 0.0;
+    for (size_t i = (size_t)m->cfg.vocab_size * C; i < (size_t)m->cfg.padded_vocab_size * C; i++)
+        pad = fmax(pad, fabs(gpu[i]));
+    check(pad == 0.0, "padded wte rows got gradient %g", pad);
+}
+
+static void test_gpu(void)
+{
+    train_gpt2_t *m = tiny_model(L, C, NH, MAXT, V, 7);
+    check(m != NULL && train_gpt2_prepare(m, B, T) == WEFT_OK, "CPU model");
+    if (!m)
+        return;
+    size_t bytes = m->num_params * sizeof(float);
+    float *p0 = malloc(bytes), *gcpu = malloc(bytes), *ggpu = malloc(bytes);
+    int *x = malloc(B * T * sizeof(int)), *y = malloc(B * T * sizeof(int));
+    float cpu_loss[STEPS];
+    train_cuda_t *g = NULL;
+    if (!p0 || !gcpu || !ggpu || !x || !y) {
+        check(0, "out of memory");
+        goto out;
+    }
+    memcpy(p0, m->params_mem, bytes);
+    check(train_cuda_create(&g, m, B, T, 0) == WEFT_OK, "create: %s", weft_last_error());
+    if (!g)
+        goto out;
+    // the refusals first: nothing to backward, bad tokens, an oversized batch
+    check(train_cuda_backward(g, 1.0f) == WEFT_ERR_INVALID_ARG, "backward without forward");
+    fill_tokens(x, y, 0);
+    float l;
+    y[5] = V;
+    check(train_cuda_forward(g, x, y, B, T, &l) == WEFT_ERR_INVALID_ARG, "target V refused");
+    y[5] = 0;
+    check(train_cuda_forward(g, x, y, B + 1, T, &l) == WEFT_ERR_INVALID_ARG, "B over prepared");
+
+    int grads_done = 0;
+    for (int s = 1; s <= STEPS; s++) {
+        float lg, ng, nc;
+        fill_tokens(x, y, s);
+        train_gpt2_zero_grad(m);
+        check(train_gpt2_forward(m, x, y, B, T) == WEFT_OK, "cpu forward");
+        check(train_gpt2_backward(m, 1.0f) == WEFT_OK, "cpu backward");
+        check(train_cuda_zero_grad(g) == WEFT_OK, "zero_grad");
+        check(train_cuda_forward(g, x, y, B, T, &lg) == WEFT_OK, "gpu forward: %s",
+              weft_last_error());
+        check(train_cuda_backward(g, 1.0f) == WEFT_OK, "gpu backward: %s", weft_last_error());
+        cpu_loss[s - 1] = m->mean_loss;
+        double rel = fabs(lg - m->mean_loss) / fabs(m->mean_loss);
+        check(rel <= 1e-4, "step %d fp32 loss: gpu %.7f cpu %.7f (rel %.2e)", s, lg,
+              m->mean_loss, rel);
+        if (!grads_done) {
+            memcpy(gcpu, m->grads_mem, bytes);
+            float *keep = m->grads_mem;
+            m->grads_mem = ggpu;   // download into our buffer, not the CPU model's
+            check(train_cuda_download(g, m, 1) == WEFT_OK, "download grads");
+            m->grads_mem = keep;
+            compare_grads(m, ggpu, gcpu, 1e-3);
+            grads_done = 1;
+        }
+        nc = train_gpt2_clip_grad(m, 1.0f);
+        check(train_cuda_clip_grad(g, 1.0f, &ng) == WEFT_OK, "gpu clip");
+        check(fabs(ng - nc) <= 1e-3 * nc, "step %d grad norm: gpu %g cpu %g", s, ng, nc);
+        check(train_gpt2_update(m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s) == WEFT_OK, "cpu adamw");
+        check(train_cuda_update(g, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s) == WEFT_OK, "gpu adamw");
+    }
+    printf(NAME ": fp32 losses, %d steps: cpu %.6f -> %.6f\n", STEPS, cpu_loss[0],
+           cpu_loss[STEPS - 1]);
+    train_cuda_destroy(g);
+    g = NULL;
+
+    // bf16 products on the GPU against the CPU's fp32 losses, from the same start
+    memcpy(m->params_mem, p0, bytes);
+    free(m->m_mem);
+    free(m->v_mem);
+    m->m_mem = m->v_mem = NULL;
+    check(train_cuda_create(&g, m, B, T, 1) == WEFT_OK, "create bf16: %s", weft_last_error());
+    for (int s = 1; g && s <= STEPS; s++) {
+        float lg, ng;
+        fill_tokens(x, y, s);
+        check(train_cuda_zero_grad(g) == WEFT_OK && train_cuda_forward(g, x, y, B, T, &lg) ==
+              WEFT_OK && train_cuda_backward(g, 1.0f) == WEFT_OK &&
+              train_cuda_clip_grad(g, 1.0f, &ng) == WEFT_OK &&
+              train_cuda_update(g, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s) == WEFT_OK,
+              "bf16 step %d: %s", s, weft_last_error());
+        double rel = fabs(lg - cpu_loss[s - 1]) / fabs(cpu_loss[s - 1]);
+        check(rel <= 2e-2, "step %d bf16 loss: gpu %.6f cpu fp32 %.6f (rel %.2e)", s, lg,
+              cpu_loss[s - 1], rel);
+    }
+    // the device state comes back into the host model
+    if (g) {
+        check(train_cuda_download(g, m, 0) == WEFT_OK && m->m_mem && m->v_mem, "download");
+        check(memcmp(m->params_mem, p0, bytes) != 0, "parameters moved");
+    }
+out:
+    train_cuda_destroy(g);
+    free(p0);
+    free(gcpu);
+    free(ggpu);
+    free(x);
+    free(y);
+    train_gpt2_destroy(m);
+}
+
+int main(void)
+{
+    test_layout();
+    const char *name = NULL;
+    if (train_cuda_probe(&name) != WEFT_OK) {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", weft_last_error());
+        test_no_device();
+        printf(NAME ": no CUDA device visible: skipped the GPU comparisons (%s)\n",
+               why);
+    } else {
+        printf(NAME ": device %s\n", name);
+        test_gpu();
+    }
+    printf(NAME ": %d passed, %d failed\n", R.passed, R.failed);
+    return R.failed ? 1 : 0;
+}

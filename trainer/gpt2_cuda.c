@@ -1,0 +1,665 @@
+/*
+ * gpt2_cuda.c - GPT-2 forward, backward and AdamW on an NVIDIA GPU (gpt2_cuda.h).
+ *
+ * The step is gpt2.c's, op for op, with kernels/nn/cuda/ for everything but the matmuls
+ * and cuBLAS for those (and for attention's two batched products per direction: S = q k^T
+ * into the layer's att, softmax in place, y = P v; backward dP = dy v^T, dv = P^T dy,
+ * dS in place, dq = dS k, dk = dS^T q). All work is queued on one stream; the host waits
+ * only where it needs a number (the loss, the gradient norm) or a copy. The tied wte
+ * gradient gets the head's and the encoder's contributions, as on the CPU; the padded
+ * rows [V, Vp) get none.
+ *
+ * Row-major operands through column-major cuBLAS: a row-major (R, K) matrix is a
+ * column-major (K, R) one, so out (N, OC) = inp (N, C) . W (OC, C)^T is
+ * gemm(T, N, OC, N, C, W, inp) and the backward products follow the same way.
+ *
+ * Invariants: g->params/grads/m/v are single contiguous device buffers in the block-major
+ * unit layout (train_unit_off); nothing here exits or prints; every failure returns a
+ * status with the CUDA or cuBLAS reason and leaves the host model untouched.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "gpt2_cuda.h"
+#include "status.h"
+#include "train_int.h"
+
+/* regions start on 16-float (64-byte) boundaries, as the CPU split's */
+static size_t align16(size_t n)
+{
+    return (n + 15) / 16 * 16;
+}
+
+size_t train_cuda_extra_floats(const train_gpt2_cfg_t *c, int B, int T)
+{
+    size_t BT = (size_t)B * T;
+    return 7 * align16(BT * c->channels) + align16((size_t)B * c->num_heads * T * T);
+}
+
+size_t train_cuda_bytes(const train_gpt2_cfg_t *c, int B, int T)
+{
+    size_t sizes[TRAIN_NUM_PARAM_TENSORS], nacts, nscratch;
+    size_t np = train_param_sizes(sizes, c);
+    train_gpt2_act_split(c, B, T, &nacts, &nscratch);
+    size_t floats = 4 * np + nacts + nscratch + train_cuda_extra_floats(c, B, T);
+    return floats * sizeof(float) + 2 * (size_t)B * T * sizeof(int) + 64;
+}
+
+#ifndef WEFT_TRAIN_CUDA
+
+int train_cuda_built(void)
+{
+    return 0;
+}
+
+static weft_status_t not_built(void)
+{
+    return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "--device cuda: this weft-train was built "
+                            "without CUDA (build with nvcc at /usr/local/cuda/bin, not "
+                            "make CUDA=0)");
+}
+
+weft_status_t train_cuda_probe(const char **name_p)
+{
+    return not_built();
+}
+
+weft_status_t train_cuda_create(train_cuda_t **g_p, const train_gpt2_t *m, int B, int T,
+                                int bf16)
+{
+    *g_p = NULL;
+    return not_built();
+}
+
+void train_cuda_destroy(train_cuda_t *g)
+{
+}
+
+weft_status_t train_cuda_forward(train_cuda_t *g, const int *inputs, const int *targets,
+                                 int B, int T, float *loss_p)
+{
+    return not_built();
+}
+
+weft_status_t train_cuda_zero_grad(train_cuda_t *g)
+{
+    return not_built();
+}
+
+weft_status_t train_cuda_backward(train_cuda_t *g, float loss_scale)
+{
+    return not_built();
+}
+
+weft_status_t train_cuda_clip_grad(train_cuda_t *g, float clip, float *norm_p)
+{
+    return not_built();
+}
+
+weft_status_t train_cuda_update(train_cuda_t *g, float lr, float beta1, float beta2,
+                                float eps, float wd, int t)
+{
+    return not_built();
+}
+
+weft_status_t train_cuda_download(train_cuda_t *g, train_gpt2_t *m, int grads)
+{
+    return not_built();
+}
+
+weft_status_t train_cuda_sync(train_cuda_t *g)
+{
+    return not_built();
+}
+
+#else
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include "nn_cuda.h"
+
+/* cuBLAS is loaded when the first device model is created, not linked: mapping it (and
+ * cuBLASLt, half a gigabyte) at start-up cost every weft-train run ~200 MB of resident
+ * memory, --device cpu included. Symbols a program already has (linked in) win over the
+ * library's; else libcublas.so.<major> from the CUDA tree the build used, then the
+ * loader's search path. */
+#define STR2(x) #x
+#define STR(x) STR2(x)
+#ifndef WEFT_CUDA_LIBDIR
+#define WEFT_CUDA_LIBDIR "/usr/local/cuda/lib64"
+#endif
+#define CUBLAS_SONAME "libcublas.so." STR(CUBLAS_VER_MAJOR)
+
+static struct {
+    cublasStatus_t (*create)(cublasHandle_t *);
+    cublasStatus_t (*destroy)(cublasHandle_t);
+    cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+    cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t);
+    const char *(*status_string)(cublasStatus_t);
+    cublasStatus_t (*gemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                           int, const void *, const void *, cudaDataType, int, const void *,
+                           cudaDataType, int, const void *, void *, cudaDataType, int,
+                           cublasComputeType_t, cublasGemmAlgo_t);
+    cublasStatus_t (*gemm_batched)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
+                                   int, int, const void *, const void *, cudaDataType, int,
+                                   long long, const void *, cudaDataType, int, long long,
+                                   const void *, void *, cudaDataType, int, long long, int,
+                                   cublasComputeType_t, cublasGemmAlgo_t);
+} cublas;
+static pthread_once_t cublas_once = PTHREAD_ONCE_INIT;
+static char cublas_why[512];   // empty once every symbol is resolved
+
+static void cublas_load(void)
+{
+    static const char *const names[] = {
+        "cublasCreate_v2", "cublasDestroy_v2", "cublasSetStream_v2", "cublasSetMathMode",
+        "cublasGetStatusString", "cublasGemmEx", "cublasGemmStridedBatchedEx",
+    };
+    void **slots[] = {
+        (void **)&cublas.create, (void **)&cublas.destroy, (void **)&cublas.set_stream,
+        (void **)&cublas.set_math_mode, (void **)&cublas.status_string, (void **)&cublas.gemm,
+        (void **)&cublas.gemm_batched,
+    };
+    void *lib = NULL;
+    if (!dlsym(RTLD_DEFAULT, names[0])) {
+        lib = dlopen(WEFT_CUDA_LIBDIR "/" CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+        if (!lib)
+            lib = dlopen(CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+        if (!lib) {
+            snprintf(cublas_why, sizeof(cublas_why), "cannot load %s: %s", CUBLAS_SONAME,
+                     dlerror());
+            return;
+        }
+    }
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        *slots[i] = dlsym(lib ? lib : RTLD_DEFAULT, names[i]);
+        if (!*slots[i]) {
+            snprintf(cublas_why, sizeof(cublas_why), "%s has no %s", CUBLAS_SONAME, names[i]);
+            return;
+        }
+    }
+}
+
+static weft_status_t cublas_ready(void)
+{
+    pthread_once(&cublas_once, cublas_load);
+    if (cublas_why[0])
+        return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "--device cuda: %s", cublas_why);
+    return WEFT_OK;
+}
+
+struct train_cuda {
+    train_gpt2_cfg_t cfg;
+    size_t num_params;
+    int B, T, bf16;
+    cudaStream_t s;
+    cublasHandle_t blas;
+    float *params, *grads, *m, *v;    // (num_params) each, block-major
+    float *acts_mem, *scratch_mem;    // train_gpt2_act_split's regions
+    train_acts_t acts;
+    train_scratch_t scratch;
+    float *q, *k, *v_, *dq, *dk, *dv, *yh, *dP;   // attention scratch (extra_floats)
+    int *inputs, *targets;            // (B, T) on the device
+    float *loss_sum;                  // (1)
+    double *sumsq;                    // (1)
+    int last_B, last_T, have_targets, have_moments;
+};
+
+#define CU(call, what)                                                                  \
+    do {                                                                                \
+        cudaError_t e_ = (call);                                                        \
+        if (e_ != cudaSuccess)                                                          \
+            return weft_error_quiet(WEFT_ERR_SYSTEM, "cuda: %s: %s", what,              \
+                                    cudaGetErrorString(e_));                            \
+    } while (0)
+
+#define BLAS(call, what)                                                                \
+    do {                                                                                \
+        cublasStatus_t b_ = (call);                                                     \
+        if (b_ != CUBLAS_STATUS_SUCCESS)                                                \
+            return weft_error_quiet(WEFT_ERR_SYSTEM, "cublas: %s: %s", what,            \
+                                    cublas.status_string(b_));                         \
+    } while (0)
+
+int train_cuda_built(void)
+{
+    return 1;
+}
+
+weft_status_t train_cuda_probe(const char **name_p)
+{
+    static char name[256];
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0)
+        return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "--device cuda: no CUDA device "
+                                "visible (%s)", e != cudaSuccess ? cudaGetErrorString(e) :
+                                "0 devices");
+    struct cudaDeviceProp p;
+    CU(cudaGetDeviceProperties(&p, 0), "device properties");
+    snprintf(name, sizeof(name), "%s", p.name);
+    if (name_p)
+        *name_p = name;
+    return WEFT_OK;
+}
+
+/* the compute type of the model's products: fp32 exact, or bf16 products summed in fp32 */
+static cublasComputeType_t compute_type(const train_cuda_t *g)
+{
+    return g->bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+}
+
+/* column-major C (m, n) = alpha op(A) op(B) + beta C, every operand fp32 in memory */
+static weft_status_t gemm(train_cuda_t *g, int ta, int tb, int m, int n, int k,
+                          const float *A, int lda, const float *B, int ldb, float beta,
+                          float *C, int ldc)
+{
+    const float one = 1.0f;
+    BLAS(cublas.gemm(g->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      m, n, k, &one, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
+                      CUDA_R_32F, ldc, compute_type(g), CUBLAS_GEMM_DEFAULT), "gemm");
+    return WEFT_OK;
+}
+
+static weft_status_t gemm_batched(train_cuda_t *g, int ta, int tb, int m, int n, int k,
+                                  const float *A, int lda, long long sa, const float *B,
+                                  int ldb, long long sb, float *C, int ldc, long long sc,
+                                  int count)
+{
+    const float one = 1.0f, zero = 0.0f;
+    BLAS(cublas.gemm_batched(g->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                    tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, A,
+                                    CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb, sb, &zero, C,
+                                    CUDA_R_32F, ldc, sc, count, compute_type(g),
+                                    CUBLAS_GEMM_DEFAULT), "batched gemm");
+    return WEFT_OK;
+}
+
+/* out (N, OC) = inp (N, C) . W (OC, C)^T + bias */
+static weft_status_t mm_forward(train_cuda_t *g, float *out, const float *inp, const float *w,
+                                const float *bias, int N, int C, int OC)
+{
+    RETURN_IF_ERR(gemm(g, 1, 0, OC, N, C, w, C, inp, C, 0.0f, out, OC));
+    if (bias)
+        kcu_add_bias(out, bias, N, OC, g->s);
+    return WEFT_OK;
+}
+
+/* dinp (N, C) = dout . W;  dW (OC, C) += dout^T . inp;  dbias += column sums of dout */
+static weft_status_t mm_backward(train_cuda_t *g, float *dinp, float *dw, float *dbias,
+                                 const float *dout, const float *inp, const float *w,
+                                 int N, int C, int OC)
+{
+    RETURN_IF_ERR(gemm(g, 0, 0, C, N, OC, w, C, dout, OC, 0.0f, dinp, C));
+    RETURN_IF_ERR(gemm(g, 0, 1, C, OC, N, inp, C, dout, OC, 1.0f, dw, C));
+    if (dbias)
+        kcu_bias_backward(dbias, dout, N, OC, g->s);
+    return WEFT_OK;
+}
+
+/* causal self-attention of one layer: qkv (B, T, 3C) -> out (B, T, C), att (B, NH, T, T) */
+static weft_status_t attention_forward(train_cuda_t *g, float *out, float *att,
+                                       const float *qkv, int B, int T)
+{
+    int C = g->cfg.channels, NH = g->cfg.num_heads, hs = C / NH;
+    long long sh = (long long)T * hs, st = (long long)T * T;
+    kcu_qkv_split(g->q, g->k, g->v_, qkv, B, T, C, NH, g->s);
+    // S (T, T) = q k^T per head, into att; then P = softmax(S / sqrt(hs)) in place
+    RETURN_IF_ERR(gemm_batched(g, 1, 0, T, T, hs, g->k, hs, sh, g->q, hs, sh, att, T, st,
+                               B * NH));
+    kcu_softmax_causal(att, 1.0f / sqrtf((float)hs), B * NH, T, g->s);
+    // y (T, hs) = P v per head, then back to (B, T, C)
+    RETURN_IF_ERR(gemm_batched(g, 0, 0, hs, T, T, g->v_, hs, sh, att, T, st, g->yh, hs, sh,
+                               B * NH));
+    kcu_heads_permute(out, g->yh, B, T, C, NH, 1, g->s);
+    return WEFT_OK;
+}
+
+static weft_status_t attention_backward(train_cuda_t *g, float *dqkv, const float *dout,
+                                        const float *qkv, const float *att, int B, int T)
+{
+    int C = g->cfg.channels, NH = g->cfg.num_heads, hs = C / NH;
+    long long sh = (long long)T * hs, st = (long long)T * T;
+    kcu_qkv_split(g->q, g->k, g->v_, qkv, B, T, C, NH, g->s);
+    kcu_heads_permute(g->yh, dout, B, T, C, NH, 0, g->s);   // dy, head-major
+    RETURN_IF_ERR(gemm_batched(g, 1, 0, T, T, hs, g->v_, hs, sh, g->yh, hs, sh, g->dP, T, st,
+                               B * NH));                    // dP = dy v^T
+    RETURN_IF_ERR(gemm_batched(g, 0, 1, hs, T, T, g->yh, hs, sh, att, T, st, g->dv, hs, sh,
+                               B * NH));                    // dv = P^T dy
+    kcu_softmax_causal_backward(g->dP, att, 1.0f / sqrtf((float)hs), B * NH, T, g->s);
+    RETURN_IF_ERR(gemm_batched(g, 0, 0, hs, T, T, g->k, hs, sh, g->dP, T, st, g->dq, hs, sh,
+                               B * NH));                    // dq = dS k
+    RETURN_IF_ERR(gemm_batched(g, 0, 1, hs, T, T, g->q, hs, sh, g->dP, T, st, g->dk, hs, sh,
+                               B * NH));                    // dk = dS^T q
+    kcu_qkv_merge(dqkv, g->dq, g->dk, g->dv, B, T, C, NH, g->s);
+    return WEFT_OK;
+}
+
+static float *unit_of(float *base, const train_gpt2_cfg_t *c, int u)
+{
+    return base + train_unit_off(c, u);
+}
+
+static weft_status_t block_forward(train_cuda_t *g, const train_block_t *p, int l,
+                                   const float *residual, int B, int T)
+{
+    int C = g->cfg.channels, NH = g->cfg.num_heads, BT = B * T;
+    train_acts_t *a = &g->acts;
+    size_t btc = (size_t)BT * C;
+    float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
+    float *att = a->att + (size_t)l * B * NH * T * T;
+    float *residual2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
+    float *fch = a->fch + l * btc * 4, *fch_gelu = a->fch_gelu + l * btc * 4;
+    float *residual3 = a->residual3 + l * btc;
+
+    kcu_layernorm_forward(ln1, a->ln1_mean + (size_t)l * BT, a->ln1_rstd + (size_t)l * BT,
+                          residual, p->ln1w, p->ln1b, BT, C, g->s);
+    RETURN_IF_ERR(mm_forward(g, qkv, ln1, p->qkvw, p->qkvb, BT, C, 3 * C));
+    RETURN_IF_ERR(attention_forward(g, atty, att, qkv, B, T));
+    RETURN_IF_ERR(mm_forward(g, residual2, atty, p->attprojw, p->attprojb, BT, C, C));
+    kcu_residual_forward(residual2, residual, residual2, btc, g->s);
+    kcu_layernorm_forward(ln2, a->ln2_mean + (size_t)l * BT, a->ln2_rstd + (size_t)l * BT,
+                          residual2, p->ln2w, p->ln2b, BT, C, g->s);
+    RETURN_IF_ERR(mm_forward(g, fch, ln2, p->fcw, p->fcb, BT, C, 4 * C));
+    kcu_gelu_forward(fch_gelu, fch, btc * 4, g->s);
+    RETURN_IF_ERR(mm_forward(g, residual3, fch_gelu, p->fcprojw, p->fcprojb, BT, 4 * C, C));
+    kcu_residual_forward(residual3, residual2, residual3, btc, g->s);
+    return WEFT_OK;
+}
+
+weft_status_t train_cuda_forward(train_cuda_t *g, const int *inputs, const int *targets,
+                                 int B, int T, float *loss_p)
+{
+    const train_gpt2_cfg_t *c = &g->cfg;
+    if (B > g->B || T > g->T || B <= 0 || T <= 0)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "forward: batch %d x %d exceeds "
+                                "the prepared %d x %d", B, T, g->B, g->T);
+    int V = c->vocab_size, L = c->num_layers, C = c->channels, BT = B * T;
+    RETURN_IF_ERR(train_check_tokens(inputs, targets, BT, V));
+    train_acts_t *a = &g->acts;
+    size_t btc = (size_t)BT * C;
+    train_emb_t emb;
+    train_block_t blk;
+    train_lnf_t lnf;
+
+    g->have_targets = 0;
+    CU(cudaMemcpyAsync(g->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice,
+                       g->s), "copy inputs");
+    if (targets)
+        CU(cudaMemcpyAsync(g->targets, targets, (size_t)BT * sizeof(int),
+                           cudaMemcpyHostToDevice, g->s), "copy targets");
+    train_emb_carve(&emb, unit_of(g->params, c, TRAIN_UNIT_EMB), c);
+    kcu_encoder_forward(a->encoded, g->inputs, emb.wte, emb.wpe, B, T, C, g->s);
+    const float *residual = a->encoded;
+    for (int l = 0; l < L; l++) {
+        train_block_carve(&blk, unit_of(g->params, c, TRAIN_UNIT_BLOCK(l)), c);
+        RETURN_IF_ERR(block_forward(g, &blk, l, residual, B, T));
+        residual = a->residual3 + l * btc;
+    }
+    train_lnf_carve(&lnf, unit_of(g->params, c, TRAIN_UNIT_LNF(L)), c);
+    kcu_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, lnf.lnfw, lnf.lnfb, BT,
+                          C, g->s);
+    RETURN_IF_ERR(mm_forward(g, a->logits, a->lnf, emb.wte, NULL, BT, C, V));
+    g->last_B = B;
+    g->last_T = T;
+    *loss_p = -1.0f;
+    if (targets) {
+        float sum;
+        kcu_crossentropy_forward(a->losses, a->lse, a->logits, g->targets, BT, V, g->s);
+        kcu_sum(g->loss_sum, a->losses, BT, g->s);
+        CU(cudaMemcpyAsync(&sum, g->loss_sum, sizeof(float), cudaMemcpyDeviceToHost, g->s),
+           "copy loss");
+        CU(cudaStreamSynchronize(g->s), "forward");
+        *loss_p = sum / (float)BT;
+        g->have_targets = 1;
+    }
+    CU(cudaGetLastError(), "forward kernels");
+    return WEFT_OK;
+}
+
+weft_status_t train_cuda_zero_grad(train_cuda_t *g)
+{
+    CU(cudaMemsetAsync(g->grads, 0, g->num_params * sizeof(float), g->s), "zero grads");
+    return WEFT_OK;
+}
+
+static weft_status_t block_backward(train_cuda_t *g, const train_block_t *p,
+                                    const train_block_t *gr, int l, const float *residual,
+                                    int B, int T)
+{
+    int C = g->cfg.channels, NH = g->cfg.num_heads, BT = B * T;
+    train_acts_t *a = &g->acts;
+    train_scratch_t *s = &g->scratch;
+    size_t btc = (size_t)BT * C;
+    float *ln1 = a->ln1 + l * btc, *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
+    float *att = a->att + (size_t)l * B * NH * T * T;
+    float *residual2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
+    float *fch = a->fch + l * btc * 4, *fch_gelu = a->fch_gelu + l * btc * 4;
+
+    RETURN_IF_ERR(mm_backward(g, s->dfch, gr->fcprojw, gr->fcprojb, s->dresidual, fch_gelu,
+                              p->fcprojw, BT, 4 * C, C));
+    kcu_gelu_backward(s->dfch, fch, s->dfch, btc * 4, g->s);
+    RETURN_IF_ERR(mm_backward(g, s->dln, gr->fcw, gr->fcb, s->dfch, ln2, p->fcw, BT, C,
+                              4 * C));
+    kcu_layernorm_backward(s->dresidual, gr->ln2w, gr->ln2b, s->dln, residual2, p->ln2w,
+                           a->ln2_mean + (size_t)l * BT, a->ln2_rstd + (size_t)l * BT, BT, C,
+                           g->s);
+    RETURN_IF_ERR(mm_backward(g, s->dln, gr->attprojw, gr->attprojb, s->dresidual, atty,
+                              p->attprojw, BT, C, C));
+    RETURN_IF_ERR(attention_backward(g, s->dqkv, s->dln, qkv, att, B, T));
+    RETURN_IF_ERR(mm_backward(g, s->dln, gr->qkvw, gr->qkvb, s->dqkv, ln1, p->qkvw, BT, C,
+                              3 * C));
+    kcu_layernorm_backward(s->dresidual, gr->ln1w, gr->ln1b, s->dln, residual, p->ln1w,
+                           a->ln1_mean + (size_t)l * BT, a->ln1_rstd + (size_t)l * BT, BT, C,
+                           g->s);
+    return WEFT_OK;
+}
+
+weft_status_t train_cuda_backward(train_cuda_t *g, float loss_scale)
+{
+    if (!g->have_targets)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG,
+                                "backward: needs a forward with targets first");
+    g->have_targets = 0;   // logits are about to hold dlogits
+    const train_gpt2_cfg_t *c = &g->cfg;
+    int B = g->last_B, T = g->last_T, BT = B * T;
+    int V = c->vocab_size, L = c->num_layers, C = c->channels;
+    train_acts_t *a = &g->acts;
+    train_scratch_t *s = &g->scratch;
+    size_t btc = (size_t)BT * C;
+    train_emb_t emb, gemb;
+    train_lnf_t lnf, glnf;
+    train_block_t blk, gblk;
+
+    train_emb_carve(&emb, unit_of(g->params, c, TRAIN_UNIT_EMB), c);
+    train_emb_carve(&gemb, unit_of(g->grads, c, TRAIN_UNIT_EMB), c);
+    kcu_crossentropy_backward(a->logits, a->logits, a->lse, g->targets,
+                              loss_scale / (float)BT, BT, V, g->s);
+    RETURN_IF_ERR(mm_backward(g, s->dln, gemb.wte, NULL, a->logits, a->lnf, emb.wte, BT, C,
+                              V));
+    CU(cudaMemsetAsync(s->dresidual, 0, btc * sizeof(float), g->s), "zero dresidual");
+    const float *res_last = a->residual3 + (L - 1) * btc;
+    train_lnf_carve(&lnf, unit_of(g->params, c, TRAIN_UNIT_LNF(L)), c);
+    train_lnf_carve(&glnf, unit_of(g->grads, c, TRAIN_UNIT_LNF(L)), c);
+    kcu_layernorm_backward(s->dresidual, glnf.lnfw, glnf.lnfb, s->dln, res_last, lnf.lnfw,
+                           a->lnf_mean, a->lnf_rstd, BT, C, g->s);
+    for (int l = L - 1; l >= 0; l--) {
+        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * btc;
+        train_block_carve(&blk, unit_of(g->params, c, TRAIN_UNIT_BLOCK(l)), c);
+        train_block_carve(&gblk, unit_of(g->grads, c, TRAIN_UNIT_BLOCK(l)), c);
+        RETURN_IF_ERR(block_backward(g, &blk, &gblk, l, residual, B, T));
+    }
+    kcu_encoder_backward(gemb.wte, gemb.wpe, s->dresidual, g->inputs, B, T, C, g->s);
+    CU(cudaGetLastError(), "backward kernels");
+    return WEFT_OK;
+}
+
+weft_status_t train_cuda_clip_grad(train_cuda_t *g, float clip, float *norm_p)
+{
+    double ss = 0.0;
+    CU(cudaMemsetAsync(g->sumsq, 0, sizeof(double), g->s), "zero norm");
+    kcu_sumsq(g->sumsq, g->grads, g->num_params, g->s);
+    CU(cudaMemcpyAsync(&ss, g->sumsq, sizeof(double), cudaMemcpyDeviceToHost, g->s),
+       "copy norm");
+    CU(cudaStreamSynchronize(g->s), "gradient norm");
+    float norm = (float)sqrt(ss);
+    if (clip > 0.0f) {
+        float coef = clip / (norm + 1e-6f);
+        if (coef < 1.0f)
+            kcu_scale(g->grads, coef, g->num_params, g->s);
+    }
+    *norm_p = norm;
+    CU(cudaGetLastError(), "clip kernels");
+    return WEFT_OK;
+}
+
+weft_status_t train_cuda_update(train_cuda_t *g, float lr, float beta1, float beta2,
+                                float eps, float wd, int t)
+{
+    if (t < 1)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "update: step < 1");
+    for (int u = 0; u < g->cfg.num_layers + 2; u++) {
+        train_seg_t segs[TRAIN_BLOCK_TENSORS];
+        int ns = train_unit_segs(&g->cfg, u, segs);
+        size_t base = train_unit_off(&g->cfg, u);
+        for (int j = 0; j < ns; j++) {
+            size_t o = base + segs[j].off;
+            kcu_adamw(g->params + o, g->m + o, g->v + o, g->grads + o, segs[j].len, lr, beta1,
+                      beta2, eps, segs[j].decays ? wd : 0.0f, t, g->s);
+        }
+    }
+    g->have_moments = 1;
+    CU(cudaGetLastError(), "adamw");
+    return WEFT_OK;
+}
+
+weft_status_t train_cuda_sync(train_cuda_t *g)
+{
+    CU(cudaStreamSynchronize(g->s), "synchronize");
+    return WEFT_OK;
+}
+
+weft_status_t train_cuda_download(train_cuda_t *g, train_gpt2_t *m, int grads)
+{
+    size_t bytes = g->num_params * sizeof(float);
+    if (grads && !m->grads_mem)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "download: the host model has no "
+                                "gradient buffer");
+    if (g->have_moments) {
+        if (!m->m_mem && !(m->m_mem = train_alloc_floats(g->num_params)))
+            return weft_error_quiet(WEFT_ERR_NO_MEMORY, "download: AdamW state");
+        if (!m->v_mem && !(m->v_mem = train_alloc_floats(g->num_params)))
+            return weft_error_quiet(WEFT_ERR_NO_MEMORY, "download: AdamW state");
+    }
+    CU(cudaStreamSynchronize(g->s), "synchronize");
+    CU(cudaMemcpy(m->params_mem, g->params, bytes, cudaMemcpyDeviceToHost), "parameters");
+    if (g->have_moments) {
+        CU(cudaMemcpy(m->m_mem, g->m, bytes, cudaMemcpyDeviceToHost), "AdamW m");
+        CU(cudaMemcpy(m->v_mem, g->v, bytes, cudaMemcpyDeviceToHost), "AdamW v");
+    }
+    if (grads)
+        CU(cudaMemcpy(m->grads_mem, g->grads, bytes, cudaMemcpyDeviceToHost), "gradients");
+    return WEFT_OK;
+}
+
+void train_cuda_destroy(train_cuda_t *g)
+{
+    if (!g)
+        return;
+    // one allocation each for the state and the activations (see create)
+    cudaFree(g->params);
+    cudaFree(g->acts_mem);
+    if (g->blas)
+        cublas.destroy(g->blas);
+    if (g->s)
+        cudaStreamDestroy(g->s);
+    free(g);
+}
+
+static weft_status_t create(train_cuda_t *g, const train_gpt2_t *m, int B, int T)
+{
+    const train_gpt2_cfg_t *c = &m->cfg;
+    size_t np = m->num_params, bytes = np * sizeof(float), nacts, nscratch;
+    size_t need = train_cuda_bytes(c, B, T), free_b = 0, total_b = 0;
+    CU(cudaSetDevice(0), "select device 0");
+    CU(cudaMemGetInfo(&free_b, &total_b), "memory info");
+    if (need > free_b)
+        return weft_error_quiet(WEFT_ERR_NO_MEMORY, "--device cuda: batch %d x %d needs "
+                                "%.2f GiB of device memory, %.2f GiB free (lower -b)", B, T,
+                                need / 1073741824.0, free_b / 1073741824.0);
+    CU(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking), "stream");
+    BLAS(cublas.create(&g->blas), "create handle");
+    BLAS(cublas.set_stream(g->blas, g->s), "set stream");
+    // fp32 means fp32: the default math mode takes no TF32 for CUBLAS_COMPUTE_32F (only
+    // NVIDIA_TF32_OVERRIDE or CUBLAS_TF32_TENSOR_OP_MATH would), FAST_16BF is asked per call
+    BLAS(cublas.set_math_mode(g->blas, CUBLAS_DEFAULT_MATH), "math mode");
+    CU(cudaMalloc((void **)&g->params, 4 * bytes), "parameters, gradients, moments");
+    g->grads = g->params + np;
+    g->m = g->grads + np;
+    g->v = g->m + np;
+    train_gpt2_act_split(c, B, T, &nacts, &nscratch);
+    size_t extra = train_cuda_extra_floats(c, B, T), btc = align16((size_t)B * T * c->channels);
+    size_t nf = nacts + nscratch + extra + 16;   // + loss sum, norm (aligned)
+    CU(cudaMalloc((void **)&g->acts_mem, nf * sizeof(float) + 2 * (size_t)B * T * sizeof(int)),
+       "activations");
+    g->scratch_mem = g->acts_mem + nacts;
+    train_gpt2_act_carve(&g->acts, &g->scratch, g->acts_mem, g->scratch_mem, c, B, T);
+    float *x = g->scratch_mem + nscratch;
+    float **att[] = { &g->q, &g->k, &g->v_, &g->dq, &g->dk, &g->dv, &g->yh };
+    for (size_t i = 0; i < sizeof(att) / sizeof(att[0]); i++, x += btc)
+        *att[i] = x;
+    g->dP = x;
+    x += align16((size_t)B * c->num_heads * T * T);
+    g->sumsq = (double *)x;   // 8-byte aligned: every region above is a multiple of 16 floats
+    g->loss_sum = x + 2;
+    g->inputs = (int *)(x + 16);
+    g->targets = g->inputs + (size_t)B * T;
+    CU(cudaMemcpy(g->params, m->params_mem, bytes, cudaMemcpyHostToDevice), "upload params");
+    CU(cudaMemset(g->grads, 0, 3 * bytes), "zero gradients and moments");
+    if (m->m_mem && m->v_mem) {   // a resumed run's optimizer state
+        CU(cudaMemcpy(g->m, m->m_mem, bytes, cudaMemcpyHostToDevice), "upload AdamW m");
+        CU(cudaMemcpy(g->v, m->v_mem, bytes, cudaMemcpyHostToDevice), "upload AdamW v");
+        g->have_moments = 1;
+    }
+    // the copies and memsets above ran on the legacy stream, which g->s (non-blocking)
+    // does not wait for
+    CU(cudaDeviceSynchronize(), "upload");
+    return WEFT_OK;
+}
+
+weft_status_t train_cuda_create(train_cuda_t **g_p, const train_gpt2_t *m, int B, int T,
+                                int bf16)
+{
+    *g_p = NULL;
+    if (B <= 0 || T <= 0 || T > m->cfg.max_seq_len)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "batch %d x %d invalid (sequence "
+                                "length must be 1..%d)", B, T, m->cfg.max_seq_len);
+    if (m->cfg.channels > 6144)   // layernorm backward keeps 2C floats in 48 KB of shared memory
+        return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "--device cuda: channels %d > 6144 "
+                                "(layernorm backward's shared memory)", m->cfg.channels);
+    RETURN_IF_ERR(train_cuda_probe(NULL));
+    RETURN_IF_ERR(cublas_ready());
+    train_cuda_t *g = calloc(1, sizeof(*g));
+    if (!g)
+        return weft_error_quiet(WEFT_ERR_NO_MEMORY, "--device cuda: out of memory");
+    g->cfg = m->cfg;
+    g->num_params = m->num_params;
+    g->B = B;
+    g->T = T;
+    g->bf16 = bf16 ? 1 : 0;
+    weft_status_t st = create(g, m, B, T);
+    if (st != WEFT_OK) {
+        train_cuda_destroy(g);
+        return st;
+    }
+    *g_p = g;
+    return WEFT_OK;
+}
+
+#endif
