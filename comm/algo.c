@@ -28,6 +28,7 @@ const algo_t *const algo_registry[] = {
     &algo_ring_def,
     &algo_tree_def,         /* after the ring: it keeps the ties of the model */
     &algo_rhd_def,
+    &algo_hier_def,         /* last: the others keep its ties */
     NULL,
 };
 
@@ -109,6 +110,28 @@ void algo_layout(const uint64_t *host_id, int n, int rank, int cma, sched_layout
         l->nhosts += first;
         if (p < rank && host_id[p] == host_id[rank])
             l->local_rank++;
+    }
+    int ranks = 0;                      /* on hosts holding per_host ranks */
+    for (int p = 0; p < n; p++) {
+        int size = 0;
+        for (int q = 0; q < n; q++)
+            size += host_id[q] == host_id[p];
+        ranks += size == l->per_host;
+    }
+    l->uniform = ranks == n;
+}
+
+void algo_host_map(const uint64_t *host_id, int n, int *rank_host)
+{
+    int nhosts = 0;
+    for (int p = 0; p < n; p++) {
+        rank_host[p] = nhosts;          /* a new host unless an earlier rank is on it */
+        for (int q = 0; q < p; q++)
+            if (host_id[q] == host_id[p]) {
+                rank_host[p] = rank_host[q];
+                break;
+            }
+        nhosts += rank_host[p] == nhosts;
     }
 }
 

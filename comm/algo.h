@@ -106,12 +106,21 @@ weft_status_t algo_build(const algo_t *al, const sched_args_t *a, int root_check
  * host are numbered in rank order, hosts in order of their first rank); cma: every rank
  * reaches every other with single-copy reads. */
 void algo_layout(const uint64_t *host_id, int n, int rank, int cma, sched_layout_t *l);
+/* rank_host[p] = rank p's host index as algo_layout numbers hosts (the map a layout's
+ * rank_host points to; the same on every rank). */
+void algo_host_map(const uint64_t *host_id, int n, int *rank_host);
+
+/* The ring's rank order (algo_ring.c): order[i] = the rank at position i, host-major
+ * (hosts in order of their first rank, ranks of a host in rank order), so a ring crosses
+ * each host boundary once. The identity when the ranks of each host are contiguous or the
+ * layout has no rank_host map. */
+void algo_ring_order(const sched_layout_t *l, int n, int *order);
 
 /* Bytes one rank contributes: every count is per rank. */
 size_t algo_rank_bytes(const sched_args_t *a);
 
 extern const algo_t algo_local_def, algo_p2p_def, algo_direct_def, algo_probe_def,
-    algo_cma_def, algo_tree_def, algo_rhd_def, algo_ring_def;
+    algo_cma_def, algo_tree_def, algo_rhd_def, algo_ring_def, algo_hier_def;
 
 /* The double binary tree (algo_tree.c): rank's parent (-1 at the top) and children (-1
  * where none) in tree 0 or 1 of an all-reduce among nranks; _root: of a reduce or

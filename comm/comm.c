@@ -265,6 +265,7 @@ weft_status_t weft_comm_destroy(weft_comm_t *comm)
     free(comm->rma.rmem);
     free(comm->st);
     free(comm->tmp);
+    free(comm->rank_host);
     free(comm);
     return WEFT_OK;
 }

@@ -142,6 +142,7 @@ struct weft_comm {
     int nrma_tps;
     engine_rma_t rma;        /* the head op's one-sided transfers (engine.c) */
     sched_layout_t layout;   /* hosts, ranks per host, this rank's place (tuner_setup) */
+    int *rank_host;          /* [nranks] each rank's host: what layout.rank_host points to */
     uint64_t last_check_ns;  /* when idle waits last looked for lost peers */
     flight_t flight;         /* the last FLIGHT_SIZE calls */
     struct sockaddr_in rdv_addr;    /* where the bootstrap met */

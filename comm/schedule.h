@@ -118,6 +118,12 @@ typedef struct sched_layout {
     size_t cma_min;     /* the transports' single-copy threshold, agreed at connect
                            (tp_ops_t.cma_min; 0: none): cma's window when WEFT_CMA_MIN
                            is unset */
+    int uniform;        /* every host has per_host ranks */
+    const int *rank_host;   /* [nranks] each rank's host (0..nhosts-1, as `host`), shared
+                               and read-only, owned by whoever made the layout (the
+                               communicator, for its life); NULL: not known, and then
+                               algorithms treat ranks as host-contiguous (ring order is
+                               the identity) and hierarchical ones decline */
 } sched_layout_t;
 
 /* The algorithm inputs. */

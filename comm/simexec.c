@@ -54,6 +54,7 @@ typedef struct sim {
     size_t staging;
     sim_rank_t *r;      /* [n] */
     sim_link_t *link;   /* [n * n], link[from * n + to] */
+    int *rank_host;     /* [n] each rank's host (what every layout points to), or NULL */
 } sim_t;
 
 static char *buf_at(sim_rank_t *r, int buf, size_t off, size_t len)
@@ -77,11 +78,13 @@ static weft_status_t rank_init(sim_t *sim, const sim_call_t *c, int rank, const 
     int n = sim->n;
     r->a = c->rank_args ? c->rank_args[rank] : c->args;
     r->a.rank = rank;
-    if (c->host_id)
+    if (c->host_id) {
         algo_layout(c->host_id, n, rank, c->cma, &r->a.layout);
-    else
+        r->a.layout.rank_host = sim->rank_host;
+    } else {
         r->a.layout = (sched_layout_t){ .nhosts = 1, .per_host = n, .local_rank = rank,
-                                        .cma = c->cma };
+                                        .cma = c->cma, .uniform = 1 };
+    }
     RETURN_IF_ERR(algo_build(c->algo, &r->a, c->root_check, &r->s));
     r->built = 1;
     r->send = send;
@@ -337,7 +340,9 @@ weft_status_t simexec_run(const sim_call_t *c, const void *const *send, void *co
     weft_status_t st = WEFT_OK;
     sim.r = calloc((size_t)sim.n, sizeof(*sim.r));
     sim.link = calloc((size_t)sim.n * (size_t)sim.n, sizeof(*sim.link));
-    if (sim.r == NULL || sim.link == NULL)
+    if (c->host_id && (sim.rank_host = malloc((size_t)sim.n * sizeof(int))) != NULL)
+        algo_host_map(c->host_id, sim.n, sim.rank_host);
+    if (sim.r == NULL || sim.link == NULL || (c->host_id && sim.rank_host == NULL))
         st = weft_error(WEFT_ERR_NO_MEMORY, "simexec: out of memory");
     for (int q = 0; st == WEFT_OK && q < sim.n; q++)
         st = rank_init(&sim, c, q, send[q], recv[q]);
@@ -355,5 +360,6 @@ weft_status_t simexec_run(const sim_call_t *c, const void *const *send, void *co
         rank_free(&sim.r[q]);
     free(sim.r);
     free(sim.link);
+    free(sim.rank_host);
     return st;
 }

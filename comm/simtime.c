@@ -293,7 +293,14 @@ void simtime_layout(const simtime_cluster_t *c, int rank, sched_layout_t *l)
         algo_layout(ids, n, 0, 0, &l0);
         free(ids);
     }
+    l0.rank_host = c->rank_host;
     layout_from(c, &l0, rank, l);
+}
+
+void simtime_host_map(const simtime_cluster_t *c, int *rank_host)
+{
+    for (int q = 0; q < c->hosts * c->per_host; q++)
+        rank_host[q] = q / c->per_host;
 }
 
 /* ---- the replay ----------------------------------------------------------------- */

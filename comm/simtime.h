@@ -32,6 +32,10 @@ typedef struct simtime_cluster {
                                    512K across hosts: the transports' chunk) */
     size_t staging;             /* bytes a link holds before its sender waits
                                    (WEFT_BUFFSIZE); 0: unbounded */
+    const int *rank_host;       /* [ranks] each rank's host (simtime_host_map), what the
+                                   layouts point to as the engine's point to the
+                                   communicator's map; NULL: no map, and algorithms that
+                                   need one (hier) decline */
 } simtime_cluster_t;
 
 /* This VM's defaults (algo_model_default's numbers), 1 host x 2 ranks, one NIC. */
@@ -61,6 +65,8 @@ size_t simtime_chunk(const simtime_cluster_t *c, const sched_args_t *args);
 
 /* The layout of `rank` on c. */
 void simtime_layout(const simtime_cluster_t *c, int rank, sched_layout_t *l);
+/* rank_host[r] = rank r's host on c (r / per_host): the map for c->rank_host. */
+void simtime_host_map(const simtime_cluster_t *c, int *rank_host);
 
 typedef struct simtime_result {
     double seconds;             /* from the start until the last rank's last step */

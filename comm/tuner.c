@@ -31,7 +31,10 @@
  *      scatter and all-gather above WEFT_DIRECT_MAX), the tree for all-reduce at other
  *      rank counts (4-8K at 5 ranks) and past rhd's bound at many (2-4M at 64), and
  *      for reduce and broadcast at every larger size, the ring above; across hosts the
- *      same shape at larger sizes (test_algos' check_model_spots pins a few);
+ *      same shape at larger sizes (test_algos' check_model_spots pins a few); and
+ *      where ranks span hosts with as many on each, more than one, hier for all-reduce,
+ *      reduce-scatter, all-gather and broadcast at almost every size past direct's (its
+ *      intra-host hops cost SHM, where the others' every hop costs NET);
  *   5. else (a knob governs every candidate and none wants this size: alltoall and
  *      barrier above WEFT_DIRECT_MAX) the cheapest of them: direct.
  * Among few ranks this is the table weft had before algorithms registered themselves,
@@ -127,9 +130,17 @@ weft_status_t tuner_setup(weft_comm_t *comm)
     uint64_t *host_id = malloc((size_t)comm->nranks * sizeof(*host_id));
     if (host_id == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "tuner: out of memory");
+    free(comm->rank_host);
+    comm->rank_host = malloc((size_t)comm->nranks * sizeof(*comm->rank_host));
+    if (comm->rank_host == NULL) {
+        free(host_id);
+        return weft_error(WEFT_ERR_NO_MEMORY, "tuner: out of memory");
+    }
     for (int p = 0; p < comm->nranks; p++)
         host_id[p] = comm->peers[p].host_id;
     algo_layout(host_id, comm->nranks, comm->rank, comm->cma_all, &comm->layout);
+    algo_host_map(host_id, comm->nranks, comm->rank_host);
+    comm->layout.rank_host = comm->rank_host;   /* freed at weft_comm_destroy */
     comm->layout.cma_min = comm->cma_min_default;
     free(host_id);
     return WEFT_OK;

@@ -160,6 +160,8 @@ static const cfg_knob_t knobs[] = {
       "chain), direct (one-shot exchange), cma (single copy: one-sided reads of the peers' buffers, where every transport in use has them), "
       "tree (double binary tree: allreduce, reduce, broadcast), rhd (recursive halving/"
       "doubling: allreduce; reduce_scatter, allgather at a power of two), "
+      "hier (rings inside each host and across hosts: allreduce, reduce_scatter, "
+      "allgather, broadcast where ranks span hosts, as many on each, more than one), "
       "...", STR(algo), NULL },
     { "WEFT_CHUNK", "0", "bytes per frame; 0 lets the tuner decide", SIZE(chunk), NULL },
     { "WEFT_DIRECT_MAX", "32K", "largest per-rank message the tuner sends with the direct "

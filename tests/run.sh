@@ -212,6 +212,16 @@ else
         "$WEFTRUN" -n 5 "$B/tests/test_coll" --quick --colls allreduce,reduce,broadcast
     run "test_coll -n 3 tcp WEFT_ALGO=rhd" env WEFT_TRANSPORT=tcp WEFT_ALGO=rhd \
         "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick --colls allreduce
+    # hier on hosts made by WEFT_HOSTID (shm inside one, tcp between; its own check of
+    # real hosts is test_multihost.sh): 2 hosts round robin (rank r on r % 2) and 3 hosts
+    # of 2 contiguous ranks
+    HOSTS_RR='WEFT_HOSTID=h$((WEFT_RANK % 2)) exec "$0" "$@"'
+    HOSTS_BLK='WEFT_HOSTID=h$((WEFT_RANK / 2)) exec "$0" "$@"'
+    HIER_COLLS=allreduce,reduce_scatter,allgather,broadcast
+    run "test_coll -n 4 WEFT_ALGO=hier 2 hosts rr" env -u WEFT_TRANSPORT WEFT_ALGO=hier \
+        "$WEFTRUN" -n 4 sh -c "$HOSTS_RR" "$B/tests/test_coll" --quick --colls $HIER_COLLS
+    run "test_coll -n 6 WEFT_ALGO=hier 3 hosts" env -u WEFT_TRANSPORT WEFT_ALGO=hier \
+        "$WEFTRUN" -n 6 sh -c "$HOSTS_BLK" "$B/tests/test_coll" --quick --colls $HIER_COLLS
     run "test_coll -n 2 shm WEFT_ALGO=cma" env -u WEFT_TRANSPORT WEFT_ALGO=cma \
         "$WEFTRUN" -n 2 "$B/tests/test_coll"
     run "test_coll -n 3 shm WEFT_ALGO=cma" env -u WEFT_TRANSPORT WEFT_ALGO=cma \
@@ -289,6 +299,13 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
                 run "test_fail peer_exit -n 4 shm $a" env WEFT_TRANSPORT=shm \
                     WEFT_ALGO=$a "$WEFTRUN" -n 4 "$B/tests/test_fail" peer_exit
             done
+            # hier across WEFT_HOSTID hosts: the root check, a mismatch, a lost peer
+            for f in root count; do
+                run "test_fail mismatch $f -n 4 hier" env -u WEFT_TRANSPORT WEFT_ALGO=hier \
+                    "$WEFTRUN" -n 4 sh -c "$HOSTS_RR" "$B/tests/test_fail" mismatch $f
+            done
+            run "test_fail peer_exit -n 4 hier" env -u WEFT_TRANSPORT WEFT_ALGO=hier \
+                "$WEFTRUN" -n 4 sh -c "$HOSTS_RR" "$B/tests/test_fail" peer_exit
         fi
         # (ucx: UCX's tcp transport listens while a communicator is up, by design)
         [ "$t" != ucx ] && run "test_fail leaks -n 3 $t" env WEFT_TRANSPORT=$t \

@@ -86,32 +86,101 @@ static void fill(void *p, size_t n, weft_dtype_t dt, weft_op_t op)
     }
 }
 
-/* The rank whose contribution an algorithm's reduction of block b starts from. */
-static int fold_start(const sim_call_t *c, int b)
+/* The layout the simulator gives c's ranks (rank 0's: the shared fields, the map) and
+ * the ring order: map and order hold nranks entries. */
+static void call_layout(const sim_call_t *c, sched_layout_t *l, int *map, int *order)
+{
+    int n = c->args.nranks;
+    *l = (sched_layout_t){ .nhosts = 1, .per_host = n, .cma = c->cma, .uniform = 1 };
+    if (c->host_id) {
+        algo_layout(c->host_id, n, 0, c->cma, l);
+        algo_host_map(c->host_id, n, map);
+        l->rank_host = map;
+    }
+    algo_ring_order(l, n, order);
+}
+
+/* The position in order[] (the ring's rank order, or the identity) whose contribution
+ * an algorithm's reduction of block b starts from: the ring reduces all-reduce block b
+ * (blocks by ring position) from position b, reduce-scatter block b from the position
+ * after rank b's, the chain reduce from the position after the root's. */
+static int fold_start(const sim_call_t *c, const int *order, int b)
 {
     const char *name = c->algo->name;
-    int n = c->args.nranks;
+    int n = c->args.nranks, pos = 0;
     if (!strcmp(name, "ring") && c->args.coll == COLL_ALLREDUCE)
         return b;
-    if (!strcmp(name, "ring") && c->args.coll == COLL_REDUCE_SCATTER)
-        return (b + 1) % n;
+    for (int i = 0; i < n; i++)
+        if (order[i] == (c->args.coll == COLL_REDUCE_SCATTER ? b : c->args.root))
+            pos = i;
     if (!strcmp(name, "ring"))
-        return (c->args.root + 1) % n;          /* the chain reduce */
+        return (pos + 1) % n;       /* reduce-scatter, the chain reduce */
     if (!strcmp(name, "cma"))
         return b;
     return 0;                                   /* direct, local */
 }
 
-/* out[0, len) = the reduction of in[q] + off over q, from rank `start` around. */
+/* out[0, len) = the reduction of in[q] + off over q, ranks taken in order[] from
+ * position `start` around. */
 static void fold(char *out, char *const *in, size_t off, size_t len, const sim_call_t *c,
-                 int start)
+                 const int *order, int start)
 {
     int n = c->args.nranks;
     size_t esz = weft_dtype_size(c->args.dtype);
-    memcpy(out, in[start] + off, len * esz);
+    memcpy(out, in[order[start]] + off, len * esz);
     for (int j = 1; j < n; j++)
-        kern_reduce(out, out, in[(start + j) % n] + off, len, c->args.dtype, c->args.op,
-                    j == n - 1 ? n : 0);
+        kern_reduce(out, out, in[order[(start + j) % n]] + off, len, c->args.dtype,
+                    c->args.op, j == n - 1 ? n : 0);
+}
+
+/* hier's order (algo_hier.c): on each host g the ranks (g, l0), (g, l0+1), ... reduced
+ * around the host, then the host partials from host h0 around the hosts. hr: host-major
+ * ranks, H hosts of P. */
+static void hier_fold(char *out, char *const *in, size_t off, size_t len, const sim_call_t *c,
+                      const int *hr, int H, int P, int h0, int l0)
+{
+    size_t esz = weft_dtype_size(c->args.dtype);
+    char *tmp = malloc(len * esz + 1);
+    for (int i = 0; i < H; i++) {
+        int g = (h0 + i) % H;
+        char *part = i ? tmp : out;
+        memcpy(part, in[hr[g * P + l0 % P]] + off, len * esz);
+        for (int j = 1; j < P; j++)
+            kern_reduce(part, part, in[hr[g * P + (l0 + j) % P]] + off, len, c->args.dtype,
+                        c->args.op, 0);
+        if (i)
+            kern_reduce(out, out, tmp, len, c->args.dtype, c->args.op,
+                        i == H - 1 ? H * P : 0);
+    }
+    free(tmp);
+}
+
+/* ref[q] of hier's all-reduce (shard j of P, its sub-block t of H: from local rank j,
+ * from host t) and reduce-scatter (rank (h, l)'s block: from local rank l+1, host h+1). */
+static void hier_reference(const sim_call_t *c, char *const *in, char **ref, const int *hr,
+                           const sched_layout_t *l)
+{
+    int n = c->args.nranks, H = l->nhosts, P = l->per_host;
+    size_t cnt = c->args.count, esz = weft_dtype_size(c->args.dtype);
+    for (int q = 0; q < n; q++) {
+        if (c->args.coll == COLL_ALLREDUCE) {
+            for (int j = 0; j < P; j++) {
+                size_t so, sl, o, len;
+                sched_block(cnt, P, j, &so, &sl);
+                for (int t = 0; t < H; t++) {
+                    sched_block(sl, H, t, &o, &len);
+                    hier_fold(ref[q] + (so + o) * esz, in, (so + o) * esz, len, c, hr, H, P,
+                              t, j);
+                }
+            }
+        } else {
+            int i = 0;
+            while (hr[i] != q)
+                i++;
+            hier_fold(ref[q], in, (size_t)q * cnt * esz, cnt, c, hr, H, P, i / P + 1,
+                      i % P + 1);
+        }
+    }
 }
 
 /* out[0, len) = the value of `node`'s subtree in tree t (root -1: an all-reduce's):
@@ -186,8 +255,18 @@ static void rhd_result(const sim_call_t *c, char *const *in, size_t off, size_t 
 /* ref[q]: what rank q's receive buffer must hold (NULL: not checked). */
 static void reference(const sim_call_t *c, char *const *in, char **ref)
 {
-    int n = c->args.nranks, root = c->args.root;
+    int n = c->args.nranks, root = c->args.root, map[64], ring[64], ident[64];
     size_t cnt = c->args.count, esz = weft_dtype_size(c->args.dtype), blk = cnt * esz;
+    sched_layout_t l;
+    call_layout(c, &l, map, ring);
+    for (int q = 0; q < n; q++)
+        ident[q] = q;
+    const int *order = strcmp(c->algo->name, "ring") ? ident : ring;
+    if (!strcmp(c->algo->name, "hier") &&
+        (c->args.coll == COLL_ALLREDUCE || c->args.coll == COLL_REDUCE_SCATTER)) {
+        hier_reference(c, in, ref, ring, &l);   /* the ring order is hier's host-major */
+        return;
+    }
     int tree = !strcmp(c->algo->name, "tree"), rhd = !strcmp(c->algo->name, "rhd");
     for (int q = 0; q < n; q++) {
         switch (c->args.coll) {
@@ -203,20 +282,21 @@ static void reference(const sim_call_t *c, char *const *in, char **ref)
             for (int b = 0; b < n && !tree && !rhd; b++) {
                 size_t off, len;
                 sched_block(cnt, n, b, &off, &len);
-                fold(ref[q] + off * esz, in, off * esz, len, c, fold_start(c, b));
+                fold(ref[q] + off * esz, in, off * esz, len, c, order,
+                     fold_start(c, order, b));
             }
             break;
         case COLL_REDUCE_SCATTER:
             if (rhd)
                 rhd_result(c, in, (size_t)q * blk, cnt, ref[q]);
             else
-                fold(ref[q], in, (size_t)q * blk, cnt, c, fold_start(c, q));
+                fold(ref[q], in, (size_t)q * blk, cnt, c, order, fold_start(c, order, q));
             break;
         case COLL_REDUCE:
             if (q == root && tree)
                 tree_result(c, in, ref[q]);
             else if (q == root)
-                fold(ref[q], in, 0, cnt, c, fold_start(c, 0));
+                fold(ref[q], in, 0, cnt, c, order, fold_start(c, order, 0));
             break;
         case COLL_ALLGATHER:
             for (int p = 0; p < n; p++)
@@ -377,12 +457,15 @@ static void run_counts(sim_call_t *c, int p2p)
     }
 }
 
-static void run_algo(const algo_t *al, int n)
+/* al on n ranks on one host (host_id NULL) or on the hosts host_id[0..n-1] says. */
+static void run_algo(const algo_t *al, int n, const uint64_t *host_id)
 {
-    sim_call_t c = { .algo = al, .cma = 1, .root_check = 1, .staging = STAGING };
+    sim_call_t c = { .algo = al, .cma = !host_id, .root_check = 1, .staging = STAGING,
+                     .host_id = host_id };
+    int map[64], order[64];
     c.args.nranks = n;
     c.args.chunk = CHUNK;
-    c.args.layout = (sched_layout_t){ .nhosts = 1, .per_host = n, .cma = 1 };
+    call_layout(&c, &c.args.layout, map, order);    /* what supports() sees */
     for (int coll = COLL_ALLREDUCE; coll < COLL_NUM; coll++) {
         int p2p = coll == COLL_SEND || coll == COLL_RECV || coll == COLL_SENDRECV;
         if (coll == COLL_RECV || (coll == COLL_SEND && n % 2))
@@ -449,6 +532,10 @@ static const char *table_pick(const weft_config_t *cfg, const sched_args_t *a)
     if ((a->coll == COLL_ALLREDUCE || (pow2 && !rooted)) && bytes <= (1u << 20) &&
         algo_rhd_def.cost(a, &m) < best_cost)
         best = "rhd", best_cost = algo_rhd_def.cost(a, &m);
+    const sched_layout_t *l = &a->layout;       /* across hosts, several on each */
+    if (l->rank_host && l->nhosts > 1 && l->per_host > 1 && l->uniform &&
+        a->coll != COLL_REDUCE && algo_hier_def.cost(a, &m) < best_cost)
+        best = "hier", best_cost = algo_hier_def.cost(a, &m);
     if (bytes <= cfg->direct_max && algo_direct_def.cost(a, &m) <= best_cost)
         best = "direct";
     return best;
@@ -497,6 +584,46 @@ static void check_model_spots(void)
     }
 }
 
+/* The same with a host map (hosts of ranks in blocks, as many on each): hier wherever
+ * the model gives it the size, the others keep theirs. */
+static void check_hier_spots(void)
+{
+    static const struct { int coll, n, hosts; size_t bytes; const char *want; } spots[] = {
+        { COLL_ALLREDUCE, 8, 2, 1024, "direct" },
+        { COLL_ALLREDUCE, 8, 2, 65536, "hier" },
+        { COLL_ALLREDUCE, 64, 8, 4096, "rhd" },
+        { COLL_ALLREDUCE, 64, 8, 64 << 20, "hier" },
+        { COLL_REDUCE_SCATTER, 4, 2, 1 << 20, "hier" },
+        { COLL_ALLGATHER, 16, 4, 1 << 20, "hier" },
+        { COLL_BROADCAST, 8, 2, 1 << 20, "hier" },
+        { COLL_BROADCAST, 64, 8, 1 << 20, "tree" },
+        { COLL_REDUCE, 8, 2, 1 << 20, "tree" },         /* hier has no reduce */
+    };
+    weft_config_t cfg;
+    algo_model_t m;
+    int map[64];
+    cfg_defaults(&cfg);
+    algo_model_default(&m);
+    for (size_t i = 0; i < WEFT_ARRAY_LEN(spots); i++) {
+        sched_args_t a = { .coll = spots[i].coll, .nranks = spots[i].n, .count = spots[i].bytes,
+                           .dtype = WEFT_UINT8, .reg = SCHED_REG_NONE };
+        int per = spots[i].n / spots[i].hosts;
+        for (int p = 0; p < spots[i].n; p++)
+            map[p] = p / per;
+        a.layout = (sched_layout_t){ .nhosts = spots[i].hosts, .per_host = per, .uniform = 1,
+                                     .rank_host = map };
+        double cost;
+        const algo_t *al = algo_pick(&cfg, &m, &a, &cost);
+        if (al && !strcmp(al->name, spots[i].want)) {
+            T.passed++;
+        } else if (T.failed++ < 20) {
+            fprintf(stderr, "FAIL model (mapped): %s on %d ranks (%d hosts), %zu bytes: %s, "
+                    "want %s\n", coll_name(a.coll), a.nranks, spots[i].hosts, a.count,
+                    al ? al->name : "none", spots[i].want);
+        }
+    }
+}
+
 static void check_tuner(void)
 {
     weft_config_t cfgs[4];
@@ -509,19 +636,28 @@ static void check_tuner(void)
     cfgs[2].reg_min = 4 << 20;
     cfgs[3].direct_max = 1 << 20;
     cfgs[3].cma_min = 256 << 10;
+    int map[64];                /* with a map: hosts of ranks in blocks of per_host */
     for (int k = 0; k < 4; k++)
         for (int n = 1; n <= 64; n++)
-            for (int hosts = 1; hosts <= 2; hosts++)
+            for (int hosts = 1; hosts <= 4; hosts++)
+                for (int withmap = 0; withmap < 2; withmap++)
                 for (int coll = COLL_ALLREDUCE; coll < COLL_NUM; coll++)
                     for (int reg = SCHED_REG_ASK; reg <= SCHED_REG_NONE; reg++)
                         for (int sh = -1; sh <= 30; sh++) {
                             sched_args_t a = { .coll = coll, .nranks = n, .reg = reg,
                                                .dtype = WEFT_UINT8 };
                             a.count = sh < 0 ? 0 : (size_t)1 << sh;
+                            int per = (n + hosts - 1) / hosts;
+                            if (hosts > n || (hosts > 2 && !withmap))
+                                continue;
                             a.layout = (sched_layout_t){ .nhosts = hosts, .cma = hosts == 1,
-                                                         .per_host = (n + hosts - 1) / hosts,
+                                                         .per_host = per,
+                                                         .uniform = n % hosts == 0,
                                                          .cma_min = hosts == 1 && k == 2 ?
                                                                     512u << 10 : 0 };
+                            for (int p = 0; p < n; p++)
+                                map[p] = p / per;
+                            a.layout.rank_host = withmap ? map : NULL;
                             double cost;
                             int probed = a.layout.cma && (coll == COLL_ALLREDUCE ||
                                          coll == COLL_REDUCE_SCATTER || coll == COLL_ALLGATHER);
@@ -532,8 +668,9 @@ static void check_tuner(void)
                             if (al == NULL || strcmp(al->name, want) != 0) {
                                 if (T.failed++ < 20)
                                     fprintf(stderr, "FAIL tuner: config %d, %s on %d ranks "
-                                            "(%d hosts), reg %d, %zu bytes: %s, want %s\n",
-                                            k, coll_name(coll), n, hosts, reg, a.count,
+                                            "(%d hosts%s), reg %d, %zu bytes: %s, want %s\n",
+                                            k, coll_name(coll), n, hosts,
+                                            withmap ? ", mapped" : "", reg, a.count,
                                             al ? al->name : "none", want);
                             } else {
                                 T.passed++;
@@ -596,15 +733,80 @@ static void check_layout(void)
 {
     const uint64_t ids[] = { 7, 7, 9, 7, 9 };
     const int host[] = { 0, 0, 1, 0, 1 }, local[] = { 0, 1, 0, 2, 1 };
+    const int ring[] = { 0, 1, 3, 2, 4 };
+    int map[5], order[5];
+    algo_host_map(ids, 5, map);
     for (int r = 0; r < 5; r++) {
         sched_layout_t l;
         algo_layout(ids, 5, r, 0, &l);
         int ok = l.nhosts == 2 && l.per_host == 3 && l.host == host[r] &&
-                 l.local_rank == local[r];
+                 l.local_rank == local[r] && !l.uniform && map[r] == host[r];
         T.passed += ok;
         if (!ok && T.failed++ < 20)
             fprintf(stderr, "FAIL layout: rank %d: %d hosts, %d per host, host %d, local "
-                    "rank %d\n", r, l.nhosts, l.per_host, l.host, l.local_rank);
+                    "rank %d, uniform %d, map %d\n", r, l.nhosts, l.per_host, l.host,
+                    l.local_rank, l.uniform, map[r]);
+        l.rank_host = map;
+        algo_ring_order(&l, 5, order);
+        ok = !memcmp(order, ring, sizeof(ring));
+        T.passed += ok;
+        if (!ok && T.failed++ < 20)
+            fprintf(stderr, "FAIL ring order: rank %d: %d %d %d %d %d\n", r, order[0],
+                    order[1], order[2], order[3], order[4]);
+    }
+    /* host-contiguous ranks: the identity; round robin over 2 hosts: evens, then odds */
+    const uint64_t blocks[] = { 5, 5, 5, 8, 8, 8 }, rr[] = { 5, 8, 5, 8, 5, 8 };
+    const int want_rr[] = { 0, 2, 4, 1, 3, 5 }, want_id[] = { 0, 1, 2, 3, 4, 5 };
+    for (int k = 0; k < 2; k++) {
+        sched_layout_t l;
+        int m[6], o[6];
+        algo_layout(k ? rr : blocks, 6, 0, 0, &l);
+        algo_host_map(k ? rr : blocks, 6, m);
+        l.rank_host = m;
+        algo_ring_order(&l, 6, o);
+        int ok = l.uniform && l.nhosts == 2 && l.per_host == 3 &&
+                 !memcmp(o, k ? want_rr : want_id, sizeof(o));
+        T.passed += ok;
+        if (!ok && T.failed++ < 20)
+            fprintf(stderr, "FAIL ring order (%s): %d %d %d %d %d %d\n", k ? "round robin" :
+                    "blocks", o[0], o[1], o[2], o[3], o[4], o[5]);
+    }
+}
+
+/* Multi-host layouts (host ids in rank order): host-contiguous, round robin, mixed, and
+ * hosts with unequal rank counts (hier declines those: checked, and the ring runs them). */
+static const struct { int n; uint64_t id[16]; int hier; } HOSTS[] = {
+    { 4, { 1, 1, 2, 2 }, 1 },
+    { 6, { 1, 2, 1, 2, 1, 2 }, 1 },
+    { 6, { 1, 2, 3, 1, 2, 3 }, 1 },
+    { 8, { 1, 1, 1, 1, 2, 2, 2, 2 }, 1 },
+    { 9, { 3, 1, 1, 2, 3, 2, 1, 3, 2 }, 1 },
+    { 5, { 1, 1, 1, 2, 2 }, 0 },
+    { 5, { 1, 2, 1, 2, 1 }, 0 },
+    { 3, { 1, 2, 3 }, 0 },
+    { 16, { 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4 }, 1 },
+};
+
+/* Whether hier runs a layout (and only a multi-host, uniform one with a map). */
+static void check_hier_supports(void)
+{
+    for (size_t i = 0; i <= WEFT_ARRAY_LEN(HOSTS); i++) {
+        int n = i < WEFT_ARRAY_LEN(HOSTS) ? HOSTS[i].n : 8, map[64], order[64];
+        sim_call_t c = { .algo = &algo_hier_def };
+        c.host_id = i < WEFT_ARRAY_LEN(HOSTS) ? HOSTS[i].id : NULL;   /* last: one host */
+        c.args.nranks = n;
+        c.args.coll = COLL_ALLREDUCE;
+        call_layout(&c, &c.args.layout, map, order);
+        int want = i < WEFT_ARRAY_LEN(HOSTS) && HOSTS[i].hier;
+        int got = algo_hier_def.supports(&c.args);
+        c.args.layout.rank_host = NULL;     /* no map: declines */
+        int ok = got == want && !algo_hier_def.supports(&c.args);
+        c.args.layout.rank_host = map;
+        c.args.coll = COLL_REDUCE;          /* not hierarchical */
+        ok &= !algo_hier_def.supports(&c.args);
+        T.passed += ok;
+        if (!ok && T.failed++ < 20)
+            fprintf(stderr, "FAIL hier supports layout %zu: %d, want %d\n", i, got, want);
     }
 }
 
@@ -613,15 +815,24 @@ int main(int argc, char **argv)
     int verbose = argc > 1 && !strcmp(argv[1], "-v");
     clock_t t0 = clock();
     check_layout();
+    check_hier_supports();
+    check_hier_spots();
     check_tuner();
     check_model_spots();
     check_tree_links();
     for (size_t i = 0; i < WEFT_ARRAY_LEN(RANKS); i++) {
         for (int k = 0; algo_registry[k]; k++)
-            run_algo(algo_registry[k], RANKS[i]);
+            run_algo(algo_registry[k], RANKS[i], NULL);
         if (verbose)
             fprintf(stderr, "%d ranks: %d runs, %.1f s\n", RANKS[i], T.runs,
                     (double)(clock() - t0) / CLOCKS_PER_SEC);
+    }
+    for (size_t i = 0; i < WEFT_ARRAY_LEN(HOSTS); i++) {
+        for (int k = 0; algo_registry[k]; k++)
+            run_algo(algo_registry[k], HOSTS[i].n, HOSTS[i].id);
+        if (verbose)
+            fprintf(stderr, "%d ranks on hosts (layout %zu): %d runs, %.1f s\n", HOSTS[i].n,
+                    i, T.runs, (double)(clock() - t0) / CLOCKS_PER_SEC);
     }
     printf("test_algos: %d passed, %d failed (%d simulated calls)\n", T.passed, T.failed,
            T.runs);

@@ -13,7 +13,11 @@
 # WEFT_TRANSPORT unset (auto).
 #
 # Layouts: 2 hosts x 2 ranks (ranks 0,1 on a, 2,3 on b), 3 hosts x 1 rank, 2 hosts x 3
-# ranks (round robin: rank r on host r % 2). In each:
+# ranks (round robin: rank r on host r % 2). Across hosts the tuner picks the
+# hierarchical algorithm (comm/algo_hier.c) where it runs a call and no knob reserves the
+# size, so the first two layouts with several ranks per host run it; the last layout runs
+# the matrix once more with WEFT_ALGO=hier (every size), checked the same way and by the
+# tuner's log. In each:
 #   1. test_coll runs the collective matrix and passes on every rank: every collective x
 #      dtype x op x in-place, at counts up to 1M, with --quick (MATRIX_ARGS), as the suite
 #      runs it from 3 ranks: a few combinations at the large counts. MATRIX_ARGS= runs
@@ -169,16 +173,23 @@ bytes() {
         awk -v t="$3" '$1 == t { tx += $3; rx += $5 } END { printf "%.0f %.0f\n", tx, rx }'
 }
 
-# matrix PORT: the collective matrix on every rank, then the counters.
+# matrix PORT [ALGO]: the collective matrix on every rank, then the counters. With ALGO,
+# under WEFT_ALGO=ALGO, and the tuner's log (WEFT_DEBUG=DEBUG, TUNE) must show every rank
+# building ALGO's schedules (the calls it does not support run the usual choice).
 matrix() {
-    local name=coll.${L//\//_} r rc tx rx bad="" t0 stx=0 srx=0 ttx=0 trx=0 seen=""
+    local algo=${2:-} name=coll.${L//\//_}${2:+.$2} r rc tx rx bad="" t0 stx=0 srx=0 ttx=0 \
+        trx=0 seen="" level=INFO subsys=NET
+    [ -n "$algo" ] && level=DEBUG subsys=NET,TUNE
     t0=$(date +%s.%N)
-    WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET launch "$name" "$1" "$B/tests/test_coll" $MATRIX_ARGS
+    WEFT_ALGO=${algo:-${WEFT_ALGO:-auto}} WEFT_DEBUG=$level WEFT_DEBUG_SUBSYS=$subsys \
+        launch "$name" "$1" "$B/tests/test_coll" $MATRIX_ARGS
     for ((r = 0; r < N; r++)); do
         read -r rc _ <"$D/$name.$r.end"
         [ "$rc" = 0 ] || bad="$bad rank $r exit $rc;"
+        [ -z "$algo" ] || grep -q ": algo $algo[ ,]" "$D/$name.$r" ||
+            bad="$bad rank $r built no $algo schedule;"
     done
-    report "$bad" "$L: test_coll $MATRIX_ARGS on $N ranks ($(awk -v a="$t0" -v b="$(date +%s.%N)" \
+    report "$bad" "$L${algo:+ WEFT_ALGO=$algo}: test_coll $MATRIX_ARGS on $N ranks ($(awk -v a="$t0" -v b="$(date +%s.%N)" \
         'BEGIN { printf "%.1f", b - a }') s): $(grep -h 'passed, .* failed' "$D/$name".[0-9]* |
         head -n 1)" "$name"
     # shm exactly on the ranks that share a host, tcp on every rank, nothing else, and
@@ -203,7 +214,7 @@ matrix() {
     done
     [ $stx = $srx ] || bad="$bad shm: $stx bytes sent but $srx received;"
     [ $ttx = $trx ] || bad="$bad tcp: $ttx bytes sent but $trx received;"
-    report "$bad" "$L: shm inside hosts, tcp between (bytes sent/received:$seen)" "$name" 0
+    report "$bad" "$L${algo:+ WEFT_ALGO=$algo}: shm inside hosts, tcp between (bytes sent/received:$seen)" "$name" 0
     [ -z "$bad" ] || grep -h 'bytes by transport' "$D/$name".[0-9]* | sed 's/^/     | /'
 }
 
@@ -240,6 +251,7 @@ kill_case 29504 1
 layout 2 3 rr
 matrix 29505
 kill_case 29506 3
+matrix 29507 hier
 
 echo "test_multihost.sh: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

@@ -32,6 +32,8 @@ expect "2x2 all-reduce: every registered algorithm that runs it" 0 "# Algorithm:
     --hosts 2 --ranks-per-host 2 --inter-bw 2 -b 1K -e 64M -f 4
 grep -q "# Algorithm: direct" "$D/out" && ! grep -q "# Algorithm: cma" "$D/out" &&
     ok "direct listed, cma (no single-copy peers) not" || no "algorithm list"
+grep -q "# Algorithm: hier" "$D/out" && ok "hier listed across hosts (the layouts carry the host map)" ||
+    no "hier missing on 2x2"
 # nccl-tests' columns; a 2x2 ring at 64 MB runs at the NIC's 2 GB/s (busbw)
 bus=$(awk '/# Algorithm: ring/ { r = 1 } r && $1 == 67108864 { print $8; exit }' "$D/out")
 awk -v b="$bus" 'BEGIN { exit !(b > 1.9 && b <= 2.0) }' && ok "ring busbw at 64 MB: $bus GB/s" ||
@@ -65,6 +67,8 @@ expect "bad: root outside the cluster" 2 "root" -- -c broadcast -r 9
 expect "bad: chunk above half the staging" 2 "chunk" -- --chunk 4M
 expect "bad: unknown flag" 2 "" -- --frobnicate
 expect "an algorithm that does not run the call" 1 "does not run" -- --algo ring -c alltoall
+expect "hier on one host does not run" 1 "hier does not run" -- --hosts 1 --ranks-per-host 4 \
+    --algo hier -b 4K -e 4K
 expect "--max-frames leaves the row N/A" 0 "more than the limit" -- --hosts 1 \
     --ranks-per-host 4 -b 64M -e 64M --algo ring --max-frames 10
 

@@ -355,6 +355,11 @@ int main(int argc, char **argv)
         if (f != stdout && fclose(f) != 0)
             return bad("cannot write %s", write_model);
     }
+    int *map = malloc((size_t)n * sizeof(int));     /* the host map the engine has */
+    if (map == NULL)
+        return bad("out of memory%s", "");
+    simtime_host_map(&c, map);
+    c.rank_host = map;
     print_cluster(&c);
     int ntypes;
     sched_args_t dt = { .dtype = perf_types(&ntypes)[o.type].dtype };
@@ -371,6 +376,7 @@ int main(int argc, char **argv)
             rc = 1;
         ran += r >= 0;
     }
+    free(map);
     if (!ran) {
         fprintf(stderr, "weft-sim: no registered algorithm runs %s on %d ranks\n",
                 coll_name(o.coll), n);
