@@ -119,6 +119,13 @@ else
     missing "test_symbols.sh" "$B/lib/libweft.so"
 fi
 
+# The ib transport's runs: over weft's verbs emulator, on a fabric of this run's own
+# (removed at exit).
+IBEMU=$B/lib/libweft_ibemu.so
+IBFABRIC=/weft_ibemu.run.$$
+IBENV=(env WEFT_TRANSPORT=ib WEFT_IB_VERBS="$PWD/$IBEMU" WEFT_IBEMU_FABRIC=$IBFABRIC)
+trap 'rm -rf "$LOG"; rm -f "/dev/shm$IBFABRIC"' EXIT
+
 # Whether the UCX transport is built in (Makefile: pkg-config ucx).
 HAVE_UCX=0
 ldd "$B/lib/libweft.so" 2>/dev/null | grep -q 'libucp\.so' && HAVE_UCX=1
@@ -152,6 +159,30 @@ else
             "$WEFTRUN" -n 2 "$B/tests/test_coll"
         run "test_coll -n 3 ucx WEFT_ALGO=cma" env WEFT_TRANSPORT=ucx WEFT_ALGO=cma \
             "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
+    fi
+    # The verbs transport (comm/ib/) over weft's verbs emulator (tests/ibemu/, loaded through
+    # WEFT_IB_VERBS in place of rdma-core): the matrix at 1-5 ranks, striped over 3 QPs with
+    # small frames, and the ring; then over rdma-core where this machine has a device.
+    if [ -f "$IBEMU" ]; then
+        for n in 1 2 3 4 5; do
+            quick=()
+            [ "$n" -ge 3 ] && quick=(--quick)
+            run "test_coll -n $n ib" "${IBENV[@]}" "$WEFTRUN" -n "$n" \
+                "$B/tests/test_coll" "${quick[@]}"
+        done
+        run "test_coll -n 4 ib 3 QPs small frames" "${IBENV[@]}" WEFT_IB_QPS_PER_CONN=3 \
+            WEFT_CHUNK=4096 WEFT_BUFFSIZE=64K "$WEFTRUN" -n 4 "$B/tests/test_coll" --quick
+        run "test_coll -n 3 ib WEFT_ALGO=ring" "${IBENV[@]}" WEFT_ALGO=ring \
+            "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
+    else
+        missing "test_coll ib" "$IBEMU"
+    fi
+    if compgen -G "/sys/class/infiniband/*" >/dev/null; then
+        echo "note: RDMA device(s) $(ls /sys/class/infiniband | tr '\n' ' ')- ib also runs on rdma-core"
+        run "test_coll -n 2 ib rdma-core" env WEFT_TRANSPORT=ib WEFT_DEBUG=INFO \
+            WEFT_DEBUG_SUBSYS=NET "$WEFTRUN" -n 2 "$B/tests/test_coll" --quick
+    else
+        echo "note: no RDMA device here (/sys/class/infiniband is empty): ib runs on weft's verbs emulator only"
     fi
     # The transports' one-sided ops below the engine: keys, gets, puts, refusals, a peer
     # that exited (tcp: must have none)
@@ -247,6 +278,20 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
             "$WEFTRUN" -n 3 "$B/tests/test_fail" leaks
         run "test_faults.sh $t" bash tests/test_faults.sh "$B" "$t" 20
     done
+    # The verbs transport's failure paths, on the emulator: a lost peer (its QPs answer no
+    # more: retry exceeded), a silent one, abort, a mismatch, no leaks, random kills.
+    if [ -f "$IBEMU" ]; then
+        for m in peer_exit timeout; do
+            run "test_fail $m ib" "${IBENV[@]}" WEFT_TIMEOUT=1 "$WEFTRUN" -n 2 \
+                "$B/tests/test_fail" "$m"
+        done
+        run "test_fail peer_exit -n 4 ib" "${IBENV[@]}" "$WEFTRUN" -n 4 "$B/tests/test_fail" peer_exit
+        run "test_fail abort -n 3 ib" "${IBENV[@]}" "$WEFTRUN" -n 3 "$B/tests/test_fail" abort
+        run "test_fail mismatch count -n 3 ib" "${IBENV[@]}" "$WEFTRUN" -n 3 \
+            "$B/tests/test_fail" mismatch count
+        run "test_fail leaks -n 3 ib" "${IBENV[@]}" "$WEFTRUN" -n 3 "$B/tests/test_fail" leaks
+        run "test_faults.sh ib" "${IBENV[@]}" bash tests/test_faults.sh "$B" ib 8
+    fi
     # The same kills while the ranks read each other's registered buffers in place.
     run "test_faults.sh shm registered" env WEFT_TEST_REG=1 WEFT_REG_MIN=1 \
         bash tests/test_faults.sh "$B" shm 20
