@@ -174,6 +174,14 @@ else
             WEFT_CHUNK=4096 WEFT_BUFFSIZE=64K "$WEFTRUN" -n 4 "$B/tests/test_coll" --quick
         run "test_coll -n 3 ib WEFT_ALGO=ring" "${IBENV[@]}" WEFT_ALGO=ring \
             "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
+        # single copy over RDMA reads (mem_reg with packed rkeys, get/put below the engine)
+        run "test_coll -n 2 ib WEFT_ALGO=cma" "${IBENV[@]}" WEFT_ALGO=cma \
+            "$WEFTRUN" -n 2 "$B/tests/test_coll" --quick
+        run "test_coll -n 3 ib WEFT_ALGO=cma" "${IBENV[@]}" WEFT_ALGO=cma \
+            "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
+        run "test_rma basic ib" "${IBENV[@]}" "$WEFTRUN" -n 2 "$B/tests/test_rma" basic
+        run "test_rma peer_exit ib" "${IBENV[@]}" WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
+            "$B/tests/test_rma" peer_exit
     else
         missing "test_coll ib" "$IBEMU"
     fi

@@ -57,6 +57,8 @@ extern const tp_ops_t tp_ib_ops;
 #define IB_RQ_DEPTH (IB_SLOTS + 4)
 #define WR_PROBE 1ull               /* wr_id kinds (low bits) */
 #define WR_DATA 2ull
+#define WR_RMA 3ull
+#define IB_RKEY_MAGIC 0x77696b31u   /* "wik1" */
 
 /* The address blob: where to meet this rank, and its port. */
 typedef struct ib_addr {
@@ -113,8 +115,17 @@ typedef struct ib_ctx {
     struct ib_ep **pending;         /* [nranks] accepted and connected, not yet claimed */
 } ib_ctx_t;
 
+/* A posted get or put (tp_rma_t.req): done once its signaled completion is polled. */
+typedef struct ib_rma {
+    struct ib_rma *next;
+    struct ibv_mr *mr;          /* the local buffer's registration, for this transfer */
+    uint32_t n;                 /* its WR's number on QP 0 */
+    int done;
+} ib_rma_t;
+
 typedef struct ib_ep {
     tp_ep_t base;
+    ib_rma_t *rma;                      /* posted transfers, oldest first */
     ib_ctx_t *c;
     int nqp;
     struct ibv_qp *qp[IB_MAX_QPS];
@@ -357,6 +368,12 @@ static weft_status_t ib_post_connect(weft_comm_t *comm)
 static void ep_free(struct ib_ep *e)
 {
     const ib_verbs_t *v = e->c->v;
+    while (e->rma) {
+        ib_rma_t *t = e->rma;
+        e->rma = t->next;
+        v->dereg_mr(t->mr);
+        free(t);
+    }
     for (int i = 0; i < e->nqp; i++)
         if (e->qp[i])
             v->destroy_qp(e->qp[i]);
@@ -423,8 +440,9 @@ static weft_status_t ep_create(weft_comm_t *comm, ib_ctx_t *c, ib_ep_t *e, ib_co
         e->qp[q] = v->create_qp(c->pd, &ia);
         if (e->qp[q] == NULL)
             return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_create_qp on %s: %m", c->devname);
+        /* remote reads too: the one-sided gets of the single-copy algorithm */
         struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = c->port,
-                                 .qp_access_flags = rw };
+                                 .qp_access_flags = rw | IBV_ACCESS_REMOTE_READ };
         if (v->modify_qp(e->qp[q], &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
                          IBV_QP_ACCESS_FLAGS) != 0)
             return weft_error(WEFT_ERR_SYSTEM, "ib: QP to INIT on %s failed", c->devname);
@@ -660,6 +678,11 @@ static weft_status_t ep_poll(ib_ep_t *e)
                 e->sq_retired[q] = (uint32_t)(wc[i].wr_id >> 8);
                 if ((wc[i].wr_id & 0xff) == WR_PROBE)
                     e->probing = 0;
+                /* completions come in order on a QP: this one and those before are done */
+                if (q == 0)
+                    for (ib_rma_t *r = e->rma; r; r = r->next)
+                        if ((int32_t)(e->sq_retired[0] - r->n) >= 0)
+                            r->done = 1;
             }
         }
     }
@@ -865,6 +888,198 @@ static void ib_close(tp_ep_t *ep)
     ep_free(e);
 }
 
+/* ---- one-sided: RDMA_READ and RDMA_WRITE on QP 0 ---- */
+
+/* The packed key: the peer's region and rkey, checked with a checksum before use. */
+typedef struct ib_rkey {
+    uint32_t magic, rkey;
+    uint64_t base, len;
+    uint32_t check, pad;
+} ib_rkey_t;
+
+typedef struct ib_rmem_s {
+    uint32_t rkey;
+    uint64_t base, len;
+} ib_rmem_t;
+
+static uint32_t rkey_check(const ib_rkey_t *k)
+{
+    const uint8_t *p = (const uint8_t *)k;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < offsetof(ib_rkey_t, check); i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
+/* Registers the pages holding [ptr, ptr+len). */
+static struct ibv_mr *reg_pages(ib_ctx_t *c, const void *ptr, size_t len, int access)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)ptr & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)ptr + len + page - 1) & ~(page - 1);
+    return c->v->reg_mr(c->pd, (void *)lo, hi - lo, access);
+}
+
+/* Registered for the call and deregistered at its end (mem_dereg): weft keeps no
+ * registration of memory it does not own, which free() could give back unnoticed. */
+static weft_status_t ib_mem_reg(weft_comm_t *comm, const void *ptr, size_t len, mem_type_t mt,
+                                tp_mem_t **mem_p, tp_rkey_t *key)
+{
+    ib_ctx_t *c = tp_ctx(comm, &tp_ib_ops);
+    if (mt != MEM_HOST)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "ib: registering cuda memory (GPUDirect RDMA) "
+                          "is not built yet");
+    if (c == NULL || c->pd == NULL)
+        return weft_error(WEFT_ERR_INTERNAL, "ib: no device open to register with");
+    struct ibv_mr *mr = reg_pages(c, ptr, len, IBV_ACCESS_LOCAL_WRITE |
+                                  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+    if (mr == NULL)
+        return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr of %zu bytes on %s: %m", len,
+                          c->devname);
+    ib_rkey_t k = { .magic = IB_RKEY_MAGIC, .rkey = mr->rkey, .base = (uintptr_t)mr->addr,
+                    .len = mr->length };
+    k.check = rkey_check(&k);
+    _Static_assert(sizeof(k) <= TP_RKEY_BYTES, "ib key fits");
+    memset(key, 0, sizeof(*key));
+    memcpy(key->blob, &k, sizeof(k));
+    key->len = sizeof(k);
+    key->tp = (uint8_t)tp_slot(&tp_ib_ops);
+    *mem_p = (tp_mem_t *)mr;
+    return WEFT_OK;
+}
+
+static void ib_mem_dereg(weft_comm_t *comm, tp_mem_t *mem)
+{
+    ib_ctx_t *c = tp_ctx(comm, &tp_ib_ops);
+    if (mem && c)
+        c->v->dereg_mr((struct ibv_mr *)mem);
+}
+
+static weft_status_t ib_rkey_unpack(tp_ep_t *ep, const tp_rkey_t *key, tp_rmem_t **rmem_p)
+{
+    ib_rkey_t k;
+    if (key->tp != (uint8_t)tp_slot(&tp_ib_ops))
+        return weft_error(WEFT_ERR_INVALID_ARG, "ib: rank %d's key is not an ib key (slot %u)",
+                          ep->peer, key->tp);
+    if (key->len != sizeof(k))
+        return weft_error(WEFT_ERR_INVALID_ARG, "ib: rank %d's key has %u bytes, an ib key %zu",
+                          ep->peer, key->len, sizeof(k));
+    memcpy(&k, key->blob, sizeof(k));
+    if (k.magic != IB_RKEY_MAGIC || k.check != rkey_check(&k))
+        return weft_error(WEFT_ERR_INVALID_ARG, "ib: rank %d's key is garbled", ep->peer);
+    ib_rmem_t *r = malloc(sizeof(*r));
+    if (r == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
+    *r = (ib_rmem_t){ k.rkey, k.base, k.len };
+    *rmem_p = (tp_rmem_t *)r;
+    return WEFT_OK;
+}
+
+static void ib_rkey_release(tp_ep_t *ep, tp_rmem_t *rmem)
+{
+    free(rmem);
+}
+
+static weft_status_t rma_post(tp_ep_t *ep, enum ibv_wr_opcode op, void *local,
+                              tp_rmem_t *rmem, uint64_t raddr, size_t len, tp_rma_t *req)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    const ib_rmem_t *r = (const ib_rmem_t *)rmem;
+    RETURN_IF_ERR(ep_poll(e));
+    if (raddr < r->base || len > r->len || raddr - r->base > r->len - len || len > (1u << 30))
+        return weft_error(WEFT_ERR_INVALID_ARG, "ib: [%#llx, +%zu) is outside rank %d's "
+                          "registered region [%#llx, +%llu)", (unsigned long long)raddr, len,
+                          ep->peer, (unsigned long long)r->base, (unsigned long long)r->len);
+    if (len == 0) {
+        req->req = NULL;
+        return WEFT_OK;
+    }
+    ib_rma_t *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
+    t->mr = reg_pages(e->c, local, len, IBV_ACCESS_LOCAL_WRITE);
+    if (t->mr == NULL) {
+        free(t);
+        return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr of %zu bytes: %m", len);
+    }
+    weft_status_t st;
+    uint64_t end = time_ns() + 1000000000ull;
+    /* a full send queue drains as completions are polled */
+    while ((st = post(e, 0, op, local, t->mr->lkey, len, raddr, r->rkey, 0, WR_RMA, 1)) ==
+               WEFT_IN_PROGRESS && time_ns() < end && ep_poll(e) == WEFT_OK)
+        ;
+    if (st != WEFT_OK) {
+        e->c->v->dereg_mr(t->mr);
+        free(t);
+        return st == WEFT_IN_PROGRESS ? weft_error(WEFT_ERR_TIMEOUT, "ib: send queue to rank "
+                                                   "%d stayed full", ep->peer) : st;
+    }
+    t->n = e->sq_posted[0];
+    ib_rma_t **pp = &e->rma;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = t;
+    req->req = t;
+    return WEFT_IN_PROGRESS;
+}
+
+static weft_status_t ib_get(tp_ep_t *ep, void *dst, tp_rmem_t *rmem, uint64_t raddr,
+                            size_t len, tp_rma_t *req)
+{
+    return rma_post(ep, IBV_WR_RDMA_READ, dst, rmem, raddr, len, req);
+}
+
+static weft_status_t ib_put(tp_ep_t *ep, const void *src, tp_rmem_t *rmem, uint64_t raddr,
+                            size_t len, tp_rma_t *req)
+{
+    return rma_post(ep, IBV_WR_RDMA_WRITE, (void *)src, rmem, raddr, len, req);
+}
+
+static void rma_free(ib_ep_t *e, ib_rma_t *t)
+{
+    for (ib_rma_t **pp = &e->rma; *pp; pp = &(*pp)->next)
+        if (*pp == t) {
+            *pp = t->next;
+            break;
+        }
+    e->c->v->dereg_mr(t->mr);
+    free(t);
+}
+
+static weft_status_t ib_rma_test(tp_ep_t *ep, tp_rma_t *req)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    ib_rma_t *t = req->req;
+    if (t == NULL)
+        return WEFT_OK;
+    weft_status_t st = ep_poll(e);
+    if (t->done) {
+        rma_free(e, t);
+        req->req = NULL;
+        return WEFT_OK;
+    }
+    return st != WEFT_OK ? st : WEFT_IN_PROGRESS;
+}
+
+/* Waits for the transfer 100 ms at most; one still running then is stopped by moving the
+ * connection to ERR (the call has failed anyway), so the HCA never touches it again. */
+static void ib_rma_cancel(tp_ep_t *ep, tp_rma_t *req)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    ib_rma_t *t = req->req;
+    if (t == NULL)
+        return;
+    uint64_t end = time_ns() + 100000000ull;
+    e->quiet = 1;
+    while (!t->done && e->err == WEFT_OK && time_ns() < end)
+        ep_poll(e);
+    e->quiet = 0;
+    if (!t->done && e->err == WEFT_OK)
+        ib_abort(ep);
+    rma_free(e, t);
+    req->req = NULL;
+}
+
 const tp_ops_t tp_ib_ops = {
     .name = "ib",
     .preference = 16,               /* below shm (within a host), above ucx and tcp */
@@ -884,5 +1099,13 @@ const tp_ops_t tp_ib_ops = {
     .post_state = ib_post_state,
     .peer_state = ib_peer_state,
     .abort = ib_abort,
+    .mem_reg = ib_mem_reg,
+    .mem_dereg = ib_mem_dereg,
+    .rkey_unpack = ib_rkey_unpack,
+    .rkey_release = ib_rkey_release,
+    .get = ib_get,
+    .put = ib_put,
+    .rma_test = ib_rma_test,
+    .rma_cancel = ib_rma_cancel,
     .close = ib_close,
 };
