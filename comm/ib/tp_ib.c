@@ -33,7 +33,10 @@
  * Invariants: frames arrive in order per QP and are delivered in sequence order; arrived
  * frames are delivered before an error is reported, so a peer's last frames are read.
  */
+#define _GNU_SOURCE     /* sched_getcpu */
 #include <errno.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -206,7 +209,35 @@ static int pick_gid(const ib_verbs_t *v, struct ibv_context *d, uint8_t port,
     return v->query_gid(d, port, 0, gid) == 0 ? 0 : -1;
 }
 
-/* Opens the first active port WEFT_IB_HCA allows; quiet: not finding one is no error. */
+/* A small sysfs file's first integer; -1 when absent. */
+static int read_int(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int x = -1;
+    if (f) {
+        if (fscanf(f, "%d", &x) != 1)
+            x = -1;
+        fclose(f);
+    }
+    return x;
+}
+
+/* The NUMA node of the core this process runs on (bound by WEFT_BIND or the launcher),
+ * -1 unknown. */
+static int my_numa(void)
+{
+    int cpu = sched_getcpu();
+    char path[96];
+    for (int node = 0; cpu >= 0 && node < 64; node++) {
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/node%d", cpu, node);
+        if (access(path, F_OK) == 0)
+            return node;
+    }
+    return -1;
+}
+
+/* Opens the active port WEFT_IB_HCA allows that is nearest this process's cores (the
+ * device's NUMA node, from sysfs), else the first; quiet: finding none is no error. */
 static weft_status_t open_port(weft_comm_t *comm, ib_ctx_t *c, int quiet)
 {
     weft_status_t (*err)(weft_status_t, const char *, ...) =
@@ -219,30 +250,41 @@ static weft_status_t open_port(weft_comm_t *comm, ib_ctx_t *c, int quiet)
             v->free_device_list(list);
         return err(WEFT_ERR_UNSUPPORTED, "ib: %s finds no RDMA device", v->provider);
     }
-    for (int i = 0; i < n && c->dev == NULL; i++) {
+    int here = my_numa(), near = 0;
+    for (int i = 0; i < n && !near; i++) {
         const char *name = v->get_device_name(list[i]);
+        char path[128];
+        snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/numa_node", name);
+        int is_near = here >= 0 && read_int(path) == here;
+        if (c->dev != NULL && !is_near)
+            continue;           /* one is taken already, and this one is no nearer */
         struct ibv_context *d = v->open_device(list[i]);
         if (d == NULL)
             continue;
-        for (uint8_t port = 1; port <= 2 && c->dev == NULL; port++) {
+        for (uint8_t port = 1; port <= 2 && c->dev != d; port++) {
             struct ibv_port_attr pa;
+            union ibv_gid gid;
             if (v->query_port(d, port, &pa) != 0 || pa.state != IBV_PORT_ACTIVE ||
                 !hca_allowed(comm->cfg.ib_hca, name, port))
                 continue;
             int gi = (int)comm->cfg.ib_gid_index;
             if (gi < 0)
-                gi = pick_gid(v, d, port, &pa, &c->gid);
-            else if (v->query_gid(d, port, gi, &c->gid) != 0)
+                gi = pick_gid(v, d, port, &pa, &gid);
+            else if (v->query_gid(d, port, gi, &gid) != 0)
                 gi = -1;
             if (gi < 0)
                 continue;
+            if (c->dev)
+                v->close_device(c->dev);
+            near = is_near;
+            c->gid = gid;
             c->dev = d;
             c->port = port;
             c->pattr = pa;
             c->gid_index = gi;
             snprintf(c->devname, sizeof(c->devname), "%s", name);
         }
-        if (c->dev == NULL)
+        if (c->dev != d)
             v->close_device(d);
     }
     v->free_device_list(list);
@@ -255,9 +297,9 @@ static weft_status_t open_port(weft_comm_t *comm, ib_ctx_t *c, int quiet)
         c->dev = NULL;
         return err(WEFT_ERR_SYSTEM, "ib: ibv_alloc_pd on %s: %m", c->devname);
     }
-    LOG_INFO(LOG_NET, "ib: %s port %u (%s, lid %u, gid index %d) via %s", c->devname, c->port,
-             c->pattr.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
-             c->pattr.lid, c->gid_index, v->provider);
+    LOG_INFO(LOG_NET, "ib: %s port %u (%s, lid %u, gid index %d%s) via %s", c->devname,
+             c->port, c->pattr.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
+             c->pattr.lid, c->gid_index, near ? ", on this NUMA node" : "", v->provider);
     return WEFT_OK;
 }
 
