@@ -72,6 +72,17 @@ static void open_side(side_t *s, int sq)
     }
 }
 
+static void close_side(side_t *s, struct ibv_mr *mr, void *buf)
+{
+    v->dereg_mr(mr);
+    free(buf);
+    for (int i = 0; i < 2; i++)
+        v->destroy_qp(s->qp[i]);
+    v->destroy_cq(s->cq);
+    v->dealloc_pd(s->pd);
+    v->close_device(s->ctx);
+}
+
 static int to_init(struct ibv_qp *qp)
 {
     struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
@@ -157,7 +168,8 @@ static int child(int rfd, int wfd)
         if (buf[i] != 0)
             verdict |= 4;   /* the refused writes changed memory */
     xwrite(wfd, &verdict, sizeof(verdict));
-    return 0;               /* exits: its QPs have no owner any more */
+    close_side(&s, mr, buf);
+    return 0;               /* exits: its QPs are gone */
 }
 
 int main(int argc, char **argv)
@@ -270,6 +282,7 @@ int main(int argc, char **argv)
           next_wc(s.cq, &wc) == IBV_WC_RETRY_EXC_ERR, "a dead peer: retry exceeded");
     check(!strcmp(v->wc_status_str(IBV_WC_RETRY_EXC_ERR), "transport retry counter exceeded"),
           "status strings as rdma-core's");
+    close_side(&s, mr, buf);
     shm_unlink(fabric);
     printf("test_ibemu: %d passed, %d failed\n", checks - fails, fails);
     return fails != 0;
