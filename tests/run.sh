@@ -182,6 +182,9 @@ else
         run "test_rma basic ib" "${IBENV[@]}" "$WEFTRUN" -n 2 "$B/tests/test_rma" basic
         run "test_rma peer_exit ib" "${IBENV[@]}" WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
             "$B/tests/test_rma" peer_exit
+        # an rkey violation: a read through a key whose registration is gone
+        run "test_rma stale_key ib" "${IBENV[@]}" WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
+            "$B/tests/test_rma" stale_key
         # the knobs (WEFT_IB_HCA's syntax, refused values) and setup refusals
         run "test_ib.sh" bash tests/test_ib.sh "$B"
     else
