@@ -70,6 +70,8 @@ endif
 # tests/probe_*.c: programs a test script runs under a launcher (not tests themselves)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) \
             $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/probe_*.c))
+# weft's verbs emulator, for the ib transport's tests (rule below)
+IBEMU    := $(BUILD)/lib/libweft_ibemu.so
 TOOLS    := $(BUILD)/bin/weftrun $(BUILD)/bin/weft-topo $(BUILD)/bin/weft-sim
 # The trainer: kernels/nn/ (model kernels), shard/ (FSDP/ZeRO units over weft's
 # collectives) and trainer/ go into libweft_train.a, which needs OpenBLAS (libweft itself
@@ -156,7 +158,7 @@ NCCL_SHIM := $(if $(filter 1,$(CUDA)),$(BUILD)/lib/libweft_nccl.so $(BUILD)/lib/
                  $(BUILD)/include/nccl.h)
 lib: $(BUILD)/lib/libweft.so $(BUILD)/lib/libweft.so.0 $(BUILD)/lib/libweft.a $(NCCL_SHIM)
 tools: $(TOOLS)
-tests: $(TEST_BIN)
+tests: $(TEST_BIN) $(IBEMU)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -208,6 +210,13 @@ $(BUILD)/lib/libnccl.so: $(BUILD)/lib/libweft_nccl.so
 $(BUILD)/include/nccl.h: nccl/nccl.h
 	@mkdir -p $(dir $@)
 	cp $< $@
+
+# weft's verbs emulator (tests/ibemu/): the verbs table the ib transport loads in place of
+# rdma-core when WEFT_IB_VERBS names it, so the transport's tests run without an RDMA
+# device. Not part of libweft.
+$(IBEMU): $(BUILD)/obj/tests/ibemu/ibemu.o
+	@mkdir -p $(dir $@)
+	$(CC) -shared -o $@ $^ -lrt -pthread $(LDSAN)
 
 $(BUILD)/bin/weftrun: $(BUILD)/obj/tools/weftrun.o $(LIBA)
 	@mkdir -p $(dir $@)
@@ -283,7 +292,8 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBA)
 # Debian packages the build, the tests and the benchmarks need; installed only if missing.
 DEB_PKGS = gcc make pkg-config libhwloc-dev hwloc openmpi-bin libopenmpi-dev iproute2 \
            gnuplot-nox procps python3 mpich libmpich-dev iperf3 \
-           libopenblas-dev python3-torch bible-kjv clang libclang-rt-14-dev libucx-dev
+           libopenblas-dev python3-torch bible-kjv clang libclang-rt-14-dev libucx-dev \
+           libibverbs-dev
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" \

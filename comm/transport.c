@@ -14,6 +14,7 @@ extern const tp_ops_t tp_tcp_ops;
 #ifdef WEFT_HAVE_UCX
 extern const tp_ops_t tp_ucx_ops;   /* built when pkg-config finds ucx (Makefile) */
 #endif
+extern const tp_ops_t tp_ib_ops;    /* verbs, through a table loaded at run time */
 
 const tp_ops_t *const tp_registry[] = {
     &tp_shm_ops,
@@ -21,6 +22,7 @@ const tp_ops_t *const tp_registry[] = {
 #ifdef WEFT_HAVE_UCX
     &tp_ucx_ops,
 #endif
+    &tp_ib_ops,
     NULL,
 };
 

@@ -140,13 +140,23 @@ static const cfg_knob_t knobs[] = {
       DBL(timeout_s), NULL },
     /* transports */
     { "WEFT_TRANSPORT", "auto", "auto (shm within a host, tcp across, ucx across when UCX "
-      "sees an RDMA device), shm, tcp, or ucx (every peer; built with libucx-dev)",
-      STR(transport), "auto|shm|tcp|ucx" },
+      "sees an RDMA device, ib across when a verbs device reaches the peer), shm, tcp, ucx "
+      "(every peer; built with libucx-dev), or ib (every peer, over RDMA verbs)",
+      STR(transport), "auto|shm|tcp|ucx|ib" },
     { "WEFT_SOCKET_IFNAME", "", "interface (or prefix) whose address tcp listens on; default: "
       "the address that reaches the rendezvous host", STR(socket_ifname), NULL },
-    { "WEFT_IB_HCA", "", "InfiniBand HCAs a rank may use, NCCL's syntax: mlx5_0:1,mlx5_1 (name "
-      "prefixes, optional port), ^mlx5_2 excludes, =mlx5_0 exact; each local rank takes the "
-      "nearest allowed one to its GPU (topo_nic_for_rank)", STR(ib_hca), NULL },
+    { "WEFT_IB_HCA", "", "verbs devices (and ports) a rank may use, NCCL's syntax: "
+      "mlx5_0:1,mlx5_1 (name prefixes, optional port), =mlx5_0 (exactly), ^mlx5_2 (all but); "
+      "each local rank takes the nearest allowed one to its GPU (topo_nic_for_rank); empty: "
+      "every active port", STR(ib_hca), NULL },
+    { "WEFT_IB_QPS_PER_CONN", "1", "RC queue pairs per ib connection; frames are striped "
+      "across them (1-4)", LNG(ib_qps), "1|2|3|4" },
+    { "WEFT_IB_GID_INDEX", "-1", "GID index of the ib port (RoCE); -1 = auto: the first "
+      "RoCE v2 IPv4-mapped GID, else index 0", LNG(ib_gid_index), NULL },
+    { "WEFT_IB_TIMEOUT", "14", "ib QP local ACK timeout, 4.096 us * 2^value (1-31)",
+      LNG(ib_timeout), NULL },
+    { "WEFT_IB_RETRY_CNT", "7", "ib QP transport retries before a peer is lost (0-7)",
+      LNG(ib_retry_cnt), "0|1|2|3|4|5|6|7" },
     { "WEFT_BUFFSIZE", "4M", "bytes of staging per connection and direction (shm ring size)",
       SIZE(buffsize), NULL },
     { "WEFT_SOCKET_BUFFSIZE", "0", "SO_SNDBUF and SO_RCVBUF of each tcp data connection "
@@ -256,6 +266,11 @@ weft_status_t cfg_load(weft_config_t *out)
                               knobs[i].choices ? "; one of " : "",
                               knobs[i].choices ? knobs[i].choices : "");
     }
+    if (cfg.ib_timeout < 1 || cfg.ib_timeout > 31 || cfg.ib_gid_index < -1 ||
+        cfg.ib_gid_index > 255)
+        return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_IB_TIMEOUT=%ld must be in "
+                          "[1, 31], WEFT_IB_GID_INDEX=%ld in [-1, 255]", cfg.ib_timeout,
+                          cfg.ib_gid_index);
     if (cfg.buffsize < 64 * 1024)
         return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_BUFFSIZE=%zu is below 64K",
                           cfg.buffsize);

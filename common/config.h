@@ -17,11 +17,15 @@ typedef struct weft_config {
     char debug[16];           /* WEFT_DEBUG (read by the logger) */
     char debug_subsys[128];   /* WEFT_DEBUG_SUBSYS (read by the logger) */
     double timeout_s;         /* WEFT_TIMEOUT */
-    char transport[16];       /* WEFT_TRANSPORT: auto | shm | tcp */
+    char transport[16];       /* WEFT_TRANSPORT: auto | shm | tcp | ucx | ib */
     char algo[16];            /* WEFT_ALGO: auto | a registered algorithm (comm/algo.c,
                                  which checks it: algo_check_config) */
     char socket_ifname[64];   /* WEFT_SOCKET_IFNAME */
     char ib_hca[64];          /* WEFT_IB_HCA */
+    long ib_qps;              /* WEFT_IB_QPS_PER_CONN */
+    long ib_gid_index;        /* WEFT_IB_GID_INDEX: -1 = auto */
+    long ib_timeout;          /* WEFT_IB_TIMEOUT */
+    long ib_retry_cnt;        /* WEFT_IB_RETRY_CNT */
     char topo_file[256];      /* WEFT_TOPO_FILE */
     char bind[256];           /* WEFT_BIND: auto | none | cores:LIST (comm/bind.c) */
     char hostid[64];          /* WEFT_HOSTID: "" = hostname/boot/machine id (topo_host_id) */

@@ -140,6 +140,13 @@ else
     missing "test_symbols.sh" "$B/lib/libweft.so"
 fi
 
+# The ib transport's runs: over weft's verbs emulator, on a fabric of this run's own
+# (removed at exit).
+IBEMU=$B/lib/libweft_ibemu.so
+IBFABRIC=/weft_ibemu.run.$$
+IBENV=(env WEFT_TRANSPORT=ib WEFT_IB_VERBS="$PWD/$IBEMU" WEFT_IBEMU_FABRIC=$IBFABRIC)
+trap 'rm -rf "$LOG"; rm -f "/dev/shm$IBFABRIC"' EXIT
+
 # Whether the UCX transport is built in (Makefile: pkg-config ucx).
 HAVE_UCX=0
 ldd "$B/lib/libweft.so" 2>/dev/null | grep -q 'libucp\.so' && HAVE_UCX=1
@@ -173,6 +180,45 @@ else
             "$WEFTRUN" -n 2 "$B/tests/test_coll"
         run "test_coll -n 3 ucx WEFT_ALGO=cma" env WEFT_TRANSPORT=ucx WEFT_ALGO=cma \
             "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
+    fi
+    # The verbs transport (comm/ib/) over weft's verbs emulator (tests/ibemu/, loaded through
+    # WEFT_IB_VERBS in place of rdma-core): the matrix at 1-5 ranks, striped over 3 QPs with
+    # small frames, and the ring; then over rdma-core where this machine has a device.
+    if [ -f "$IBEMU" ]; then
+        for n in 1 2 3 4 5; do
+            quick=()
+            [ "$n" -ge 3 ] && quick=(--quick)
+            run "test_coll -n $n ib" "${IBENV[@]}" "$WEFTRUN" -n "$n" \
+                "$B/tests/test_coll" "${quick[@]}"
+        done
+        run "test_coll -n 4 ib 3 QPs small frames" "${IBENV[@]}" WEFT_IB_QPS_PER_CONN=3 \
+            WEFT_CHUNK=4096 WEFT_BUFFSIZE=64K "$WEFTRUN" -n 4 "$B/tests/test_coll" --quick
+        run "test_coll -n 3 ib WEFT_ALGO=ring" "${IBENV[@]}" WEFT_ALGO=ring \
+            "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
+        # single copy over RDMA reads (mem_reg with packed rkeys, get/put below the engine)
+        run "test_coll -n 2 ib WEFT_ALGO=cma" "${IBENV[@]}" WEFT_ALGO=cma \
+            "$WEFTRUN" -n 2 "$B/tests/test_coll" --quick
+        run "test_coll -n 3 ib WEFT_ALGO=cma" "${IBENV[@]}" WEFT_ALGO=cma \
+            "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
+        run "test_rma basic ib" "${IBENV[@]}" "$WEFTRUN" -n 2 "$B/tests/test_rma" basic
+        run "test_rma peer_exit ib" "${IBENV[@]}" WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
+            "$B/tests/test_rma" peer_exit
+        # an rkey violation: a read through a key whose registration is gone
+        run "test_rma stale_key ib" "${IBENV[@]}" WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
+            "$B/tests/test_rma" stale_key
+        # the knobs (WEFT_IB_HCA's syntax, refused values) and setup refusals
+        run "test_ib.sh" bash tests/test_ib.sh "$B"
+    else
+        missing "test_coll ib" "$IBEMU"
+    fi
+    if ! [[ "test_coll -n 2 ib" =~ ${FILTER:-.} ]]; then
+        :
+    elif compgen -G "/sys/class/infiniband/*" >/dev/null; then
+        echo "note: RDMA device(s) $(ls /sys/class/infiniband | tr '\n' ' ')- ib also runs on rdma-core"
+        run "test_coll -n 2 ib rdma-core" env WEFT_TRANSPORT=ib WEFT_DEBUG=INFO \
+            WEFT_DEBUG_SUBSYS=NET "$WEFTRUN" -n 2 "$B/tests/test_coll" --quick
+    else
+        echo "note: no RDMA device here (/sys/class/infiniband is empty): ib runs on weft's verbs emulator only"
     fi
     # The transports' one-sided ops below the engine: keys, gets, puts, refusals, a peer
     # that exited (tcp: must have none)
@@ -312,6 +358,28 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
             "$WEFTRUN" -n 3 "$B/tests/test_fail" leaks
         run "test_faults.sh $t" bash tests/test_faults.sh "$B" "$t" 20
     done
+    # The verbs transport's failure paths, on the emulator: a lost peer (its QPs answer no
+    # more: retry exceeded), a silent one, abort, a mismatch, no leaks, random kills.
+    if [ -f "$IBEMU" ]; then
+        for m in peer_exit timeout; do
+            run "test_fail $m ib" "${IBENV[@]}" WEFT_TIMEOUT=1 "$WEFTRUN" -n 2 \
+                "$B/tests/test_fail" "$m"
+        done
+        run "test_fail peer_exit -n 4 ib" "${IBENV[@]}" "$WEFTRUN" -n 4 "$B/tests/test_fail" peer_exit
+        run "test_fail abort -n 3 ib" "${IBENV[@]}" "$WEFTRUN" -n 3 "$B/tests/test_fail" abort
+        run "test_fail mismatch count -n 3 ib" "${IBENV[@]}" "$WEFTRUN" -n 3 \
+            "$B/tests/test_fail" mismatch count
+        # a slot-size mismatch (rank 1's WEFT_BUFFSIZE is smaller): the sender refuses the
+        # frame naming both sides, never overruns; rank 1 is told the mismatch
+        run "test_fail slot mismatch -n 2 ib" bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0";
+            [ "$rc" != 0 ] && grep -q "^FAIL rank 0 .*rank 0 sends a frame of 524288 bytes, rank 1.s slots take" "$0" &&
+            grep -q "^FAIL rank 1 .*collective mismatch" "$0"' "$LOG/slot.out" \
+            "${IBENV[@]}" WEFT_TIMEOUT=3 "$WEFTRUN" -n 2 bash -c \
+            '[ "$WEFT_RANK" = 1 ] && export WEFT_BUFFSIZE=64K; exec "$0" peer_exit' \
+            "$B/tests/test_fail"
+        run "test_fail leaks -n 3 ib" "${IBENV[@]}" "$WEFTRUN" -n 3 "$B/tests/test_fail" leaks
+        run "test_faults.sh ib" "${IBENV[@]}" bash tests/test_faults.sh "$B" ib 8
+    fi
     # The same kills while the ranks read each other's registered buffers in place.
     run "test_faults.sh shm registered" env WEFT_TEST_REG=1 WEFT_REG_MIN=1 \
         bash tests/test_faults.sh "$B" shm 20

@@ -13,6 +13,8 @@
  *            another transport, host memory registered as CUDA, and the CUDA copy and
  *            reduce tables. A transport without one-sided ops (tcp) must leave every op
  *            NULL and the communicator without single-copy (cma_all 0).
+ * stale_key  (ib) rank 1 deregisters its buffer after sending the key; rank 0's get must
+ *            fail with a remote access error naming rank 1, within 5 s.
  * peer_exit  rank 1 sends its key and exits without a word; rank 0's get from it must fail
  *            with WEFT_ERR_PEER_LOST (from the post, the test, or check_alive as the engine
  *            asks it) within 5 s, never hang.
@@ -269,6 +271,47 @@ static void peer_exit(weft_comm_t *comm)
     free(buf);
 }
 
+/* ib: a key whose registration is gone. Rank 1 deregisters before rank 0 reads: the read
+ * must fail (remote access error, naming rank 1), never read freed registrations or hang. */
+static void stale_key(weft_comm_t *comm)
+{
+    tp_ep_t *ep = comm->eps[1 - rank];
+    unsigned char *buf = malloc(BIG);
+    if (strcmp(ep->ops->name, "ib") != 0) {
+        printf("rank %d: stale_key is for ib (%s keeps no registration)\n", rank,
+               ep->ops->name);
+        free(buf);
+        return;
+    }
+    if (rank == 1) {
+        tp_mem_t *m = NULL;
+        offer(comm, ep, buf, 1, &m);
+        if (m)
+            ep->ops->mem_dereg(comm, m);
+        check(weft_barrier(comm) == WEFT_OK, "barrier after deregistering");
+        weft_barrier(comm);     /* fails once rank 0's read broke the connection */
+        free(buf);
+        return;
+    }
+    offer_t o;
+    check(weft_recv(&o, sizeof(o), WEFT_UINT8, 1, comm) == WEFT_OK, "receive the key");
+    check(weft_barrier(comm) == WEFT_OK, "barrier after rank 1 deregistered");
+    tp_rmem_t *rm = NULL;
+    weft_status_t st = ep->ops->rkey_unpack(ep, &o.key, &rm);
+    check(st == WEFT_OK, "the key itself is well-formed");
+    if (st == WEFT_OK) {
+        tp_rma_t x = { NULL };
+        st = ep->ops->get(ep, buf, rm, o.addr, 4096, &x);
+        st = wait_xfer(comm, ep, &x, st, 5);
+        ep->ops->rkey_release(ep, rm);
+        check(st == WEFT_ERR_INTERNAL && strstr(weft_last_error(), "remote access error") &&
+              strstr(weft_last_error(), "rank 1"),
+              "a read through a deregistered key fails: remote access error, naming rank 1");
+        printf("rank 0: stale key: %s: %s\n", weft_status_str(st), weft_last_error());
+    }
+    free(buf);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "basic";
@@ -288,8 +331,10 @@ int main(int argc, char **argv)
         basic(comm);
     else if (!strcmp(mode, "peer_exit"))
         peer_exit(comm);
+    else if (!strcmp(mode, "stale_key"))
+        stale_key(comm);
     else {
-        printf("usage: test_rma basic|peer_exit\n");
+        printf("usage: test_rma basic|peer_exit|stale_key\n");
         return 2;
     }
     /* after a lost peer too: destroy must still release everything (LeakSanitizer

@@ -406,7 +406,21 @@ static void test_filter_parse(void)
     CHECK(topo_nic_filter_parse("^=eth0", "WEFT_SOCKET_IFNAME", &f) == WEFT_OK && f.exact &&
           f.exclude && !topo_nic_filter_allows(&f, "eth0", NULL) &&
           topo_nic_filter_allows(&f, "eth01", NULL), "^=eth0");
+    /* per port, as the ib transport walks them: no port = every port */
+    CHECK(topo_nic_filter_parse("mlx5_0:2,mlx5_1", "WEFT_IB_HCA", &f) == WEFT_OK &&
+          topo_nic_filter_allows_port(&f, "mlx5_0", 2) &&
+          !topo_nic_filter_allows_port(&f, "mlx5_0", 1) &&
+          topo_nic_filter_allows_port(&f, "mlx5_1", 1) &&
+          topo_nic_filter_allows_port(&f, "mlx5_1", 2) &&
+          !topo_nic_filter_allows_port(&f, "mlx5_2", 1), "mlx5_0:2,mlx5_1 by port");
+    CHECK(topo_nic_filter_parse("^mlx5_0:2,mlx5_1", "WEFT_IB_HCA", &f) == WEFT_OK &&
+          !topo_nic_filter_allows_port(&f, "mlx5_0", 2) &&
+          topo_nic_filter_allows_port(&f, "mlx5_0", 1) &&
+          !topo_nic_filter_allows_port(&f, "mlx5_1", 1) &&
+          !topo_nic_filter_allows_port(&f, "mlx5_1", 2) &&
+          topo_nic_filter_allows_port(&f, "mlx5_2", 1), "^mlx5_0:2,mlx5_1 by port");
     CHECK(topo_nic_filter_parse("", "WEFT_IB_HCA", &f) == WEFT_OK && f.n == 0 &&
+          topo_nic_filter_allows_port(&f, "x", 3) &&
           topo_nic_filter_allows(&f, "anything", NULL), "empty filter");
     CHECK(topo_nic_filter_parse(NULL, "WEFT_IB_HCA", &f) == WEFT_OK && f.n == 0, "NULL filter");
 

@@ -897,6 +897,20 @@ int topo_nic_filter_allows(const topo_nic_filter_t *f, const char *name, int *po
     return f->exclude;
 }
 
+int topo_nic_filter_allows_port(const topo_nic_filter_t *f, const char *name, int port)
+{
+    if (!f || f->n == 0)
+        return 1;
+    for (int i = 0; i < f->n; i++) {
+        const char *e = f->e[i].name;
+        if (f->exact ? strcmp(name, e) != 0 : strncmp(name, e, strlen(e)) != 0)
+            continue;
+        if (f->e[i].port == 0 || f->e[i].port == port)
+            return !f->exclude;
+    }
+    return f->exclude;
+}
+
 /* ---- host identity, ring order, GPU presence ------------------------------------- */
 
 /* The first line of a small file, without its newline; "" when unreadable. */

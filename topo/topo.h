@@ -136,6 +136,10 @@ typedef struct topo_nic_filter {
 weft_status_t topo_nic_filter_parse(const char *spec, const char *knob, topo_nic_filter_t *f);
 /* 1 when the filter lets device `name` be used; *port (may be NULL) gets its port. */
 int topo_nic_filter_allows(const topo_nic_filter_t *f, const char *name, int *port);
+/* For a transport that walks a device's ports itself (ib): 1 when the filter lets port
+ * `port` of device `name` be used. An entry without a port stands for every port of the
+ * device, in an inclusion and in an exclusion, as in NCCL. */
+int topo_nic_filter_allows_port(const topo_nic_filter_t *f, const char *name, int port);
 
 /* The network device of one local rank. */
 typedef enum topo_nic_kind {

@@ -1,0 +1,1120 @@
+/*
+ * tp_ib.c - the InfiniBand verbs transport: weft moving frames between hosts by RDMA
+ * itself (RC queue pairs), through the verbs table of ib_verbs.h (rdma-core, or weft's
+ * emulator in tests).
+ *
+ * Setup. local_setup opens the chosen device and port (WEFT_IB_HCA, NCCL's syntax) and a
+ * TCP listener; the address blob carries the listener, LID and GID. connect meets the
+ * peer on that socket (authenticated like tcp: rank i connects to j > i), and both send
+ * their connection data (QPNs, PSN, LID/GID, MTU, the receive ring's address and rkey,
+ * the control block's address and rkey, the slot size); each moves its QPs to RTR and
+ * posts its receives, says so, and after the peer's "ready" moves to RTS. The socket is
+ * then closed: everything afterwards is verbs.
+ *
+ * Data. Each direction has a ring of IB_SLOTS slots in the receiver's memory, each one
+ * frame (header + up to WEFT_BUFFSIZE/2 bytes). The sender copies a frame to its own
+ * registered staging slot and RDMA-writes it to the peer's slot with immediate data (the
+ * frame's sequence number); frames are striped across WEFT_IB_QPS_PER_CONN QPs (frame k
+ * on QP k % n), and the receiver delivers them in sequence order. A frame larger than the
+ * peer's slot is a mismatch (WEFT_ERR_MISMATCH naming both sides), never an overrun.
+ * Credits: the receiver RDMA-writes the count of slots it has released into the sender's
+ * control block; the sender writes slot k only while k - released < IB_SLOTS. Sends are
+ * signaled selectively (every IB_SIG_EVERY WRs per QP), so the send queue drains; the
+ * staging slot of frame k is reused only at frame k + IB_SLOTS, which the credit says the
+ * peer has received (so the HCA has read it).
+ *
+ * Peer states travel as RDMA writes into the peer's control block ({seq, state, seq}),
+ * the latest winning. A lost peer is an error completion: RETRY_EXC_ERR after the QP's
+ * timeout and retries (WEFT_IB_TIMEOUT, WEFT_IB_RETRY_CNT); check_alive and peer_state
+ * keep one zero-byte RDMA write in flight as a probe, so a peer that died while this rank
+ * only waits is still found. abort moves the QPs to ERR: the peer's next write fails.
+ * Every error completion is mapped to a weft status with ibv_wc_status_str and the peer.
+ *
+ * Invariants: frames arrive in order per QP and are delivered in sequence order; arrived
+ * frames are delivered before an error is reported, so a peer's last frames are read.
+ */
+#define _GNU_SOURCE     /* sched_getcpu */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "comm_int.h"
+#include "auth.h"
+#include "check.h"
+#include "sock.h"
+#include "status.h"
+#include "topo.h"
+#include "util.h"
+#include "ib_verbs.h"
+
+extern const tp_ops_t tp_ib_ops;
+
+#define IB_ADDR_MAGIC 0x77696231u   /* "wib1" */
+#define IB_MAX_QPS 4
+#define IB_SLOTS 8                  /* frames in flight per direction */
+#define IB_SQ_DEPTH 64              /* send WRs per QP */
+#define IB_SIG_EVERY 16             /* a signaled WR every this many per QP */
+#define IB_RQ_DEPTH (IB_SLOTS + 4)
+#define WR_PROBE 1ull               /* wr_id kinds (low bits) */
+#define WR_DATA 2ull
+#define WR_RMA 3ull
+#define IB_RKEY_MAGIC 0x77696b31u   /* "wik1" */
+
+/* The address blob: where to meet this rank, and its port. */
+typedef struct ib_addr {
+    uint32_t magic;
+    uint16_t lid;
+    uint8_t port, pad;
+    uint8_t gid[16];
+    struct sockaddr_in sock;
+    char dev[32];
+} ib_addr_t;
+
+/* What the two ends of a connection send each other on the setup socket. */
+typedef struct ib_conn_info {
+    uint32_t magic;
+    uint32_t nqp;
+    uint32_t qpn[IB_MAX_QPS];
+    uint32_t psn;
+    uint32_t mtu;
+    uint16_t lid;
+    uint8_t gid[16];
+    uint8_t pad[2];
+    uint64_t ring_addr, ctrl_addr;
+    uint32_t ring_rkey, ctrl_rkey;
+    uint64_t slot_bytes;
+    uint32_t nslots, rank;
+} ib_conn_info_t;
+
+/* A peer state as written into the control block: valid when seq == seq2. */
+typedef struct ib_state_box {
+    uint64_t seq;
+    tp_state_t st;
+    uint64_t seq2;
+} ib_state_box_t;
+
+/* Registered per endpoint: the peer writes rx_*, this rank's RDMA writes read tx_*. */
+typedef struct ib_ctrl {
+    volatile uint64_t rx_credits;   /* slots the peer has released (written by the peer) */
+    uint64_t pad0[7];
+    ib_state_box_t rx_state;        /* the peer's latest state (written by the peer) */
+    uint64_t tx_credits;            /* source of our credit writes */
+    ib_state_box_t tx_state;        /* source of our state writes */
+} ib_ctrl_t;
+
+typedef struct ib_ctx {
+    const ib_verbs_t *v;
+    struct ibv_context *dev;
+    struct ibv_pd *pd;
+    uint8_t port;
+    int gid_index;
+    struct ibv_port_attr pattr;
+    union ibv_gid gid;
+    char devname[32];
+    int lfd;
+    struct ib_ep **pending;         /* [nranks] accepted and connected, not yet claimed */
+} ib_ctx_t;
+
+/* A posted get or put (tp_rma_t.req): done once its signaled completion is polled. */
+typedef struct ib_rma {
+    struct ib_rma *next;
+    struct ibv_mr *mr;          /* the local buffer's registration, for this transfer */
+    uint32_t n;                 /* its WR's number on QP 0 */
+    int done;
+} ib_rma_t;
+
+typedef struct ib_ep {
+    tp_ep_t base;
+    ib_rma_t *rma;                      /* posted transfers, oldest first */
+    ib_ctx_t *c;
+    int nqp;
+    struct ibv_qp *qp[IB_MAX_QPS];
+    struct ibv_cq *cq;
+    uint32_t sq_posted[IB_MAX_QPS];     /* WRs posted on each QP */
+    uint32_t sq_retired[IB_MAX_QPS];    /* of which retired by a polled completion */
+    char *ring, *stage;                 /* receive ring, send staging: IB_SLOTS slots */
+    struct ibv_mr *ring_mr, *stage_mr, *ctrl_mr;
+    ib_ctrl_t *ctrl;
+    size_t slot_bytes;
+    ib_conn_info_t peer;                /* the peer's connection data */
+    uint64_t tx_seq;                    /* frames sent */
+    uint64_t rx_seq;                    /* frames delivered (released) */
+    uint64_t credits_sent;              /* rx_seq as last written to the peer */
+    uint8_t arrived[IB_SLOTS];
+    uint64_t state_seq, state_seen;
+    int state_dirty;                    /* a state waits for send-queue room */
+    tp_state_t st_rx;
+    int probing;                        /* a probe write is in flight */
+    weft_status_t err;                  /* the first failure; later calls return it */
+    int aborted;
+    int quiet;                          /* in peer_state: a failure is the caller's to report */
+    int rank;                           /* this rank, for messages */
+} ib_ep_t;
+
+/* ---- device choice ---- */
+
+/* RoCE v2 GID for WEFT_IB_GID_INDEX=-1: the first IPv4-mapped GID (::ffff:a.b.c.d),
+ * which RoCE v2 tables list; InfiniBand and the emulator use index 0. */
+static int pick_gid(const ib_verbs_t *v, struct ibv_context *d, uint8_t port,
+                    const struct ibv_port_attr *pa, union ibv_gid *gid)
+{
+    if (pa->link_layer == IBV_LINK_LAYER_ETHERNET)
+        for (int i = 0; i < pa->gid_tbl_len && i < 256; i++) {
+            union ibv_gid g;
+            static const uint8_t v4[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+            if (v->query_gid(d, port, i, &g) == 0 && !memcmp(g.raw, v4, sizeof(v4))) {
+                *gid = g;
+                return i;
+            }
+        }
+    return v->query_gid(d, port, 0, gid) == 0 ? 0 : -1;
+}
+
+/* A small sysfs file's first integer; -1 when absent. */
+static int read_int(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int x = -1;
+    if (f) {
+        if (fscanf(f, "%d", &x) != 1)
+            x = -1;
+        fclose(f);
+    }
+    return x;
+}
+
+/* The NUMA node of the core this process runs on (bound by WEFT_BIND or the launcher),
+ * -1 unknown. */
+static int my_numa(void)
+{
+    int cpu = sched_getcpu();
+    char path[96];
+    for (int node = 0; cpu >= 0 && node < 64; node++) {
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/node%d", cpu, node);
+        if (access(path, F_OK) == 0)
+            return node;
+    }
+    return -1;
+}
+
+/* Opens the active port WEFT_IB_HCA allows that is nearest this process's cores (the
+ * device's NUMA node, from sysfs), else the first; quiet: finding none is no error. */
+static weft_status_t open_port(weft_comm_t *comm, ib_ctx_t *c, int quiet)
+{
+    weft_status_t (*err)(weft_status_t, const char *, ...) =
+        quiet ? weft_error_quiet : weft_error;
+    const ib_verbs_t *v = c->v;
+    topo_nic_filter_t hca;          /* WEFT_IB_HCA: bad syntax is an error, even in auto */
+    RETURN_IF_ERR(topo_nic_filter_parse(comm->cfg.ib_hca, "WEFT_IB_HCA", &hca));
+    int n = 0;
+    struct ibv_device **list = v->get_device_list(&n);
+    if (list == NULL || n == 0) {
+        if (list)
+            v->free_device_list(list);
+        return err(WEFT_ERR_UNSUPPORTED, "ib: %s finds no RDMA device", v->provider);
+    }
+    int here = my_numa(), near = 0;
+    for (int i = 0; i < n && !near; i++) {
+        const char *name = v->get_device_name(list[i]);
+        char path[128];
+        snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/numa_node", name);
+        int is_near = here >= 0 && read_int(path) == here;
+        if (c->dev != NULL && !is_near)
+            continue;           /* one is taken already, and this one is no nearer */
+        struct ibv_context *d = v->open_device(list[i]);
+        if (d == NULL)
+            continue;
+        for (uint8_t port = 1; port <= 2 && c->dev != d; port++) {
+            struct ibv_port_attr pa;
+            union ibv_gid gid;
+            if (v->query_port(d, port, &pa) != 0 || pa.state != IBV_PORT_ACTIVE ||
+                !topo_nic_filter_allows_port(&hca, name, port))
+                continue;
+            int gi = (int)comm->cfg.ib_gid_index;
+            if (gi < 0)
+                gi = pick_gid(v, d, port, &pa, &gid);
+            else if (v->query_gid(d, port, gi, &gid) != 0)
+                gi = -1;
+            if (gi < 0)
+                continue;
+            if (c->dev)
+                v->close_device(c->dev);
+            near = is_near;
+            c->gid = gid;
+            c->dev = d;
+            c->port = port;
+            c->pattr = pa;
+            c->gid_index = gi;
+            snprintf(c->devname, sizeof(c->devname), "%s", name);
+        }
+        if (c->dev != d)
+            v->close_device(d);
+    }
+    v->free_device_list(list);
+    if (c->dev == NULL)
+        return err(WEFT_ERR_UNSUPPORTED, "ib: no active port among %d device(s) of %s "
+                   "passes WEFT_IB_HCA='%s'", n, v->provider, comm->cfg.ib_hca);
+    c->pd = v->alloc_pd(c->dev);
+    if (c->pd == NULL) {
+        v->close_device(c->dev);
+        c->dev = NULL;
+        return err(WEFT_ERR_SYSTEM, "ib: ibv_alloc_pd on %s: %m", c->devname);
+    }
+    LOG_INFO(LOG_NET, "ib: %s port %u (%s, lid %u, gid index %d%s) via %s", c->devname,
+             c->port, c->pattr.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
+             c->pattr.lid, c->gid_index, near ? ", on this NUMA node" : "", v->provider);
+    return WEFT_OK;
+}
+
+/* ---- setup ---- */
+
+static int ib_addr_of(const peer_info_t *pi, ib_addr_t *a)
+{
+    const tp_addr_t *t = &pi->addr[tp_slot(&tp_ib_ops)];
+    if (t->len != sizeof(*a))
+        return 0;
+    memcpy(a, t->blob, sizeof(*a));
+    return a->magic == IB_ADDR_MAGIC;
+}
+
+/* Both ends have a port; on Ethernet (RoCE) any GID routes, on InfiniBand the peer must
+ * share the subnet prefix. */
+static int ib_can_connect(const weft_comm_t *comm, const peer_info_t *self,
+                          const peer_info_t *peer)
+{
+    ib_addr_t a, b;
+    if (!ib_addr_of(self, &a) || !ib_addr_of(peer, &b))
+        return 0;
+    return a.lid == 0 || !memcmp(a.gid, b.gid, 8);
+}
+
+static void ib_local_cleanup(weft_comm_t *comm);
+static void ep_free(struct ib_ep *e);
+
+static weft_status_t ib_local_setup(weft_comm_t *comm, tp_addr_t *self)
+{
+    int forced = !strcmp(comm->cfg.transport, tp_ib_ops.name);
+    const char *why = NULL;
+    const ib_verbs_t *v = ib_verbs_load(&why);
+    if (v == NULL) {
+        if (forced)
+            return weft_error(WEFT_ERR_UNSUPPORTED, "ib: WEFT_TRANSPORT=ib, but %s", why);
+        LOG_DEBUG(LOG_NET, "ib: off: %s", why);
+        return WEFT_OK;     /* publishes no address: no peer is reached by ib */
+    }
+    ib_ctx_t *c = calloc(1, sizeof(*c));
+    struct ib_ep **pending = calloc((size_t)comm->nranks, sizeof(*pending));
+    if (c == NULL || pending == NULL) {
+        free(c);
+        free(pending);
+        return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
+    }
+    c->v = v;
+    c->lfd = -1;
+    c->pending = pending;
+    tp_set_ctx(comm, &tp_ib_ops, c);
+    weft_status_t st = open_port(comm, c, !forced);
+    if (st != WEFT_OK && !forced) {     /* auto: a machine without a device has no ib */
+        LOG_DEBUG(LOG_NET, "ib: off: %s", weft_last_error());
+        weft_error_clear();
+        ib_local_cleanup(comm);
+        return WEFT_OK;
+    }
+    struct sockaddr_in sa;
+    if (st == WEFT_OK)
+        st = sock_local_addr(&comm->rdv_addr, comm->cfg.socket_ifname, &sa);
+    if (st == WEFT_OK) {
+        sa.sin_port = 0;
+        st = sock_listen(&sa, comm->nranks, &c->lfd);
+    }
+    if (st != WEFT_OK) {
+        ib_local_cleanup(comm);
+        return st;
+    }
+    ib_addr_t a = { .magic = IB_ADDR_MAGIC, .lid = c->pattr.lid, .port = c->port, .sock = sa };
+    memcpy(a.gid, c->gid.raw, sizeof(a.gid));
+    snprintf(a.dev, sizeof(a.dev), "%s", c->devname);
+    _Static_assert(sizeof(a) <= TP_ADDR_BYTES, "ib address fits the blob");
+    memcpy(self->blob, &a, sizeof(a));
+    self->len = sizeof(a);
+    return WEFT_OK;
+}
+
+static void ib_local_cleanup(weft_comm_t *comm)
+{
+    ib_ctx_t *c = tp_ctx(comm, &tp_ib_ops);
+    if (c == NULL)
+        return;
+    for (int i = 0; i < comm->nranks; i++)
+        if (c->pending[i])
+            ep_free(c->pending[i]);
+    if (c->lfd >= 0)
+        close(c->lfd);
+    if (c->pd)
+        c->v->dealloc_pd(c->pd);
+    if (c->dev)
+        c->v->close_device(c->dev);
+    free(c->pending);
+    free(c);
+    tp_set_ctx(comm, &tp_ib_ops, NULL);
+}
+
+/* The listener goes once every rank is connected; the device stays (the endpoints'). */
+static weft_status_t ib_post_connect(weft_comm_t *comm)
+{
+    ib_ctx_t *c = tp_ctx(comm, &tp_ib_ops);
+    if (c && c->lfd >= 0) {
+        close(c->lfd);
+        c->lfd = -1;
+    }
+    return WEFT_OK;
+}
+
+static void ep_free(struct ib_ep *e)
+{
+    const ib_verbs_t *v = e->c->v;
+    while (e->rma) {
+        ib_rma_t *t = e->rma;
+        e->rma = t->next;
+        v->dereg_mr(t->mr);
+        free(t);
+    }
+    for (int i = 0; i < e->nqp; i++)
+        if (e->qp[i])
+            v->destroy_qp(e->qp[i]);
+    if (e->cq)
+        v->destroy_cq(e->cq);
+    if (e->ring_mr)
+        v->dereg_mr(e->ring_mr);
+    if (e->stage_mr)
+        v->dereg_mr(e->stage_mr);
+    if (e->ctrl_mr)
+        v->dereg_mr(e->ctrl_mr);
+    free(e->ring);
+    free(e->stage);
+    free(e->ctrl);
+    free(e);
+}
+
+static weft_status_t post_recvs(ib_ep_t *e, int q, int n)
+{
+    for (int i = 0; i < n; i++) {
+        struct ibv_recv_wr wr = { .wr_id = (uint64_t)q, .num_sge = 0 }, *bad;
+        if (e->c->v->post_recv(e->qp[q], &wr, &bad) != 0)
+            return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_post_recv to rank %d failed",
+                              e->base.peer);
+    }
+    return WEFT_OK;
+}
+
+/* Creates the endpoint's CQ, QPs (INIT) and registered memory, and fills *me. */
+static weft_status_t ep_create(weft_comm_t *comm, ib_ctx_t *c, ib_ep_t *e, ib_conn_info_t *me)
+{
+    const ib_verbs_t *v = c->v;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    e->slot_bytes = (sizeof(frame_hdr_t) + comm->cfg.buffsize / 2 + 63) & ~(size_t)63;
+    size_t bytes = (IB_SLOTS * e->slot_bytes + page - 1) & ~(page - 1);
+    if (posix_memalign((void **)&e->ring, page, bytes) != 0 ||
+        posix_memalign((void **)&e->stage, page, bytes) != 0 ||
+        posix_memalign((void **)&e->ctrl, page, page) != 0)
+        return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
+    memset(e->ctrl, 0, page);
+    int rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    e->ring_mr = v->reg_mr(c->pd, e->ring, bytes, rw);
+    e->stage_mr = v->reg_mr(c->pd, e->stage, bytes, IBV_ACCESS_LOCAL_WRITE);
+    e->ctrl_mr = v->reg_mr(c->pd, e->ctrl, page, rw);
+    if (!e->ring_mr || !e->stage_mr || !e->ctrl_mr)
+        return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr on %s: %m", c->devname);
+    e->cq = v->create_cq(c->dev, e->nqp * (IB_SQ_DEPTH + IB_RQ_DEPTH), NULL, NULL, 0);
+    if (e->cq == NULL)
+        return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_create_cq on %s: %m", c->devname);
+    *me = (ib_conn_info_t){ .magic = IB_ADDR_MAGIC, .nqp = (uint32_t)e->nqp,
+                            .psn = (uint32_t)(random() & 0xffffff),
+                            .mtu = c->pattr.active_mtu, .lid = c->pattr.lid,
+                            .ring_addr = (uintptr_t)e->ring, .ring_rkey = e->ring_mr->rkey,
+                            .ctrl_addr = (uintptr_t)e->ctrl, .ctrl_rkey = e->ctrl_mr->rkey,
+                            .slot_bytes = e->slot_bytes, .nslots = IB_SLOTS,
+                            .rank = (uint32_t)comm->rank };
+    memcpy(me->gid, c->gid.raw, sizeof(me->gid));
+    for (int q = 0; q < e->nqp; q++) {
+        struct ibv_qp_init_attr ia = {
+            .send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
+            .cap = { .max_send_wr = IB_SQ_DEPTH, .max_recv_wr = IB_RQ_DEPTH,
+                     .max_send_sge = 1, .max_recv_sge = 1 },
+        };
+        e->qp[q] = v->create_qp(c->pd, &ia);
+        if (e->qp[q] == NULL)
+            return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_create_qp on %s: %m", c->devname);
+        /* remote reads too: the one-sided gets of the single-copy algorithm */
+        struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = c->port,
+                                 .qp_access_flags = rw | IBV_ACCESS_REMOTE_READ };
+        if (v->modify_qp(e->qp[q], &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                         IBV_QP_ACCESS_FLAGS) != 0)
+            return weft_error(WEFT_ERR_SYSTEM, "ib: QP to INIT on %s failed", c->devname);
+        me->qpn[q] = e->qp[q]->qp_num;
+        RETURN_IF_ERR(post_recvs(e, q, IB_RQ_DEPTH));
+    }
+    return WEFT_OK;
+}
+
+/* INIT -> RTR -> RTS against the peer's data. */
+static weft_status_t ep_rtr(weft_comm_t *comm, ib_ep_t *e, const ib_conn_info_t *me, int q)
+{
+    ib_ctx_t *c = e->c;
+    const ib_conn_info_t *p = &e->peer;
+    struct ibv_qp_attr a = {
+        .qp_state = IBV_QPS_RTR, .path_mtu = WEFT_MIN(p->mtu, me->mtu),
+        .dest_qp_num = p->qpn[q], .rq_psn = p->psn, .max_dest_rd_atomic = 1,
+        .min_rnr_timer = 12,
+        .ah_attr = { .dlid = p->lid, .port_num = c->port },
+    };
+    if (c->pattr.link_layer == IBV_LINK_LAYER_ETHERNET || c->pattr.lid == 0) {
+        a.ah_attr.is_global = 1;
+        memcpy(a.ah_attr.grh.dgid.raw, p->gid, 16);
+        a.ah_attr.grh.sgid_index = (uint8_t)c->gid_index;
+        a.ah_attr.grh.hop_limit = 255;
+    }
+    if (c->v->modify_qp(e->qp[q], &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                        IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+                        IBV_QP_MIN_RNR_TIMER) != 0)
+        return weft_error(WEFT_ERR_SYSTEM, "ib: QP to RTR (rank %d) failed", e->base.peer);
+    return WEFT_OK;
+}
+
+static weft_status_t ep_rts(weft_comm_t *comm, ib_ep_t *e, const ib_conn_info_t *me, int q)
+{
+    struct ibv_qp_attr a = {
+        .qp_state = IBV_QPS_RTS, .timeout = (uint8_t)comm->cfg.ib_timeout,
+        .retry_cnt = (uint8_t)comm->cfg.ib_retry_cnt, .rnr_retry = 7, .sq_psn = me->psn,
+        .max_rd_atomic = 1,
+    };
+    if (e->c->v->modify_qp(e->qp[q], &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                           IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) != 0)
+        return weft_error(WEFT_ERR_SYSTEM, "ib: QP to RTS (rank %d) failed", e->base.peer);
+    return WEFT_OK;
+}
+
+static weft_status_t handshake(weft_comm_t *comm, ib_ctx_t *c, int peer, int fd,
+                               uint64_t deadline, ib_ep_t **ep_p);
+
+/* Accepts until `peer` has connected, connecting every rank that arrives (each has sent
+ * its data and waits for ours: answering at once is what lets every rank connect to the
+ * higher ranks first without waiting in a circle). */
+static weft_status_t accept_peer(weft_comm_t *comm, ib_ctx_t *c, int peer, uint64_t deadline)
+{
+    while (c->pending[peer] == NULL) {
+        int fd, who;
+        RETURN_IF_ERR(sock_accept_watched(c->lfd, deadline, &comm->setup_watch, &fd));
+        /* as in tcp: a silent stranger holds the accept loop 2 s at most */
+        uint64_t hello_deadline = WEFT_MIN(deadline, time_ns() + 2000000000ull);
+        weft_status_t st = auth_handshake_watched(fd, comm->has_secret ? comm->secret : NULL,
+                                                  AUTH_DATA, comm->id, comm->rank,
+                                                  hello_deadline, &comm->setup_watch, &who);
+        if (st == WEFT_OK && (who < 0 || who >= comm->rank || c->pending[who] != NULL)) {
+            LOG_WARN(LOG_NET, "ib: dropped a setup connection claiming rank %d", who);
+            st = WEFT_ERR_AUTH;
+        }
+        if (st != WEFT_OK) {
+            close(fd);
+            if (st == WEFT_ERR_TIMEOUT && time_ns() >= deadline)
+                return st;
+            if (comm->setup_watch.fn)   /* the watch's news ended it: not a stranger */
+                RETURN_IF_ERR(comm->setup_watch.fn(comm->setup_watch.ctx));
+            continue;
+        }
+        RETURN_IF_ERR(handshake(comm, c, who, fd, deadline, &c->pending[who]));
+    }
+    return WEFT_OK;
+}
+
+/* Both ends of a setup socket run this at once: each sends its connection data, reads
+ * the peer's, moves to RTR, says so, and moves to RTS once the peer can receive too. The
+ * socket is closed either way. */
+static weft_status_t handshake(weft_comm_t *comm, ib_ctx_t *c, int peer, int fd,
+                               uint64_t deadline, ib_ep_t **ep_p)
+{
+    ib_ep_t *e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        close(fd);
+        return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
+    }
+    e->c = c;
+    e->base.peer = peer;
+    e->rank = comm->rank;
+    e->nqp = (int)WEFT_MIN(WEFT_MAX(comm->cfg.ib_qps, 1), IB_MAX_QPS);
+    ib_conn_info_t me;
+    weft_status_t st = ep_create(comm, c, e, &me);
+    if (st == WEFT_OK)
+        st = sock_send_all_watched(fd, &me, sizeof(me), deadline, &comm->setup_watch);
+    if (st == WEFT_OK)
+        st = sock_recv_all_watched(fd, &e->peer, sizeof(e->peer), deadline, &comm->setup_watch);
+    if (st == WEFT_OK && (e->peer.magic != IB_ADDR_MAGIC || e->peer.rank != (uint32_t)peer))
+        st = weft_error(WEFT_ERR_INTERNAL, "ib: garbled connection data from rank %d", peer);
+    if (st == WEFT_OK && (e->peer.nqp != me.nqp || e->peer.nslots != IB_SLOTS))
+        st = weft_error(WEFT_ERR_MISMATCH, "ib: rank %d uses %u QPs per connection and "
+                        "%u slots, rank %d %u and %u (WEFT_IB_QPS_PER_CONN differs)",
+                        comm->rank, me.nqp, IB_SLOTS, peer, e->peer.nqp, e->peer.nslots);
+    for (int q = 0; st == WEFT_OK && q < e->nqp; q++)
+        st = ep_rtr(comm, e, &me, q);
+    char ready = 1, got = 0;
+    if (st == WEFT_OK)
+        st = sock_send_all_watched(fd, &ready, 1, deadline, &comm->setup_watch);
+    if (st == WEFT_OK)
+        st = sock_recv_all_watched(fd, &got, 1, deadline, &comm->setup_watch);
+    for (int q = 0; st == WEFT_OK && q < e->nqp; q++)
+        st = ep_rts(comm, e, &me, q);
+    close(fd);
+    if (st != WEFT_OK) {
+        ep_free(e);
+        return st;
+    }
+    *ep_p = e;
+    return WEFT_OK;
+}
+
+static weft_status_t ib_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
+{
+    ib_ctx_t *c = tp_ctx(comm, &tp_ib_ops);
+    if (c == NULL || c->dev == NULL)
+        return weft_error(WEFT_ERR_INTERNAL, "ib: no device open for rank %d", peer);
+    uint64_t deadline = time_ns() + (uint64_t)(comm->cfg.timeout_s * 1e9);
+    ib_ep_t *e = NULL;
+    if (peer < comm->rank) {
+        RETURN_IF_ERR(accept_peer(comm, c, peer, deadline));
+        e = c->pending[peer];
+        c->pending[peer] = NULL;
+    } else {
+        ib_addr_t a;
+        int fd, who;
+        if (!ib_addr_of(&comm->peers[peer], &a))
+            return weft_error(WEFT_ERR_INTERNAL, "ib: rank %d published no ib address", peer);
+        RETURN_IF_ERR(sock_connect_watched(&a.sock, deadline, &comm->setup_watch, &fd));
+        /* watched: a peer that died after its kernel took the connection never answers */
+        weft_status_t st = auth_handshake_watched(fd, comm->has_secret ? comm->secret : NULL,
+                                                  AUTH_DATA, comm->id, comm->rank, deadline,
+                                                  &comm->setup_watch, &who);
+        if (st == WEFT_OK && who != peer)
+            st = weft_error(WEFT_ERR_AUTH, "ib: rank %d's address answered as rank %d", peer,
+                            who);
+        if (st != WEFT_OK) {
+            close(fd);
+            return st;
+        }
+        RETURN_IF_ERR(handshake(comm, c, peer, fd, deadline, &e));
+    }
+    *ep_p = &e->base;
+    return WEFT_OK;
+}
+
+/* ---- completions ---- */
+
+/* A failed completion as a weft status: the peer lost for what says it is gone, an
+ * internal error (a weft bug, or the peer's memory no longer registered) otherwise. */
+static weft_status_t wc_error(ib_ep_t *e, const struct ibv_wc *wc)
+{
+    weft_status_t (*err)(weft_status_t, const char *, ...) =
+        e->quiet ? weft_error_quiet : weft_error;
+    const char *s = e->c->v->wc_status_str(wc->status);
+    int peer = e->base.peer;
+    switch (wc->status) {
+    case IBV_WC_WR_FLUSH_ERR:
+        if (e->aborted)
+            return weft_error_quiet(WEFT_ERR_PEER_LOST, "ib: connection to rank %d aborted "
+                                    "by this rank", peer);
+        /* a flush follows another failure, or the QP was moved to ERR */
+        __attribute__((fallthrough));
+    case IBV_WC_RETRY_EXC_ERR:
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+    case IBV_WC_REM_ABORT_ERR:
+    case IBV_WC_RESP_TIMEOUT_ERR:
+    case IBV_WC_FATAL_ERR:
+        return err(WEFT_ERR_PEER_LOST, "ib: rank %d lost: %s (QP %u, WEFT_IB_TIMEOUT/"
+                          "WEFT_IB_RETRY_CNT bound how long it is waited for)", peer, s,
+                          wc->qp_num);
+    default:
+        return err(WEFT_ERR_INTERNAL, "ib: RDMA with rank %d failed: %s (status %d, "
+                          "QP %u)", peer, s, (int)wc->status, wc->qp_num);
+    }
+}
+
+static int qp_index(const ib_ep_t *e, uint32_t qpn)
+{
+    for (int q = 0; q < e->nqp; q++)
+        if (e->qp[q]->qp_num == qpn)
+            return q;
+    return -1;
+}
+
+static weft_status_t post_pending(ib_ep_t *e);
+
+/* Drains the CQ: arrived frames are marked, send-queue slots retired, the first error
+ * kept. Returns e->err. */
+static weft_status_t ep_poll(ib_ep_t *e)
+{
+    struct ibv_wc wc[16];
+    int n;
+    while ((n = e->c->v->poll_cq(e->cq, 16, wc)) > 0) {
+        for (int i = 0; i < n; i++) {
+            int q = qp_index(e, wc[i].qp_num);
+            if (wc[i].status != IBV_WC_SUCCESS) {
+                if (e->err == WEFT_OK)
+                    e->err = wc_error(e, &wc[i]);
+                if (q >= 0 && !(wc[i].opcode & IBV_WC_RECV))
+                    e->sq_retired[q] = e->sq_posted[q];     /* an error flushes them all */
+                e->probing = 0;
+                continue;
+            }
+            if (q < 0)
+                continue;
+            if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+                uint32_t d = wc[i].imm_data - (uint32_t)e->rx_seq;
+                if (d >= IB_SLOTS || e->arrived[wc[i].imm_data % IB_SLOTS]) {
+                    if (e->err == WEFT_OK)
+                        e->err = weft_error(WEFT_ERR_INTERNAL, "ib: frame %u from rank %d "
+                                            "is outside the window at %llu", wc[i].imm_data,
+                                            e->base.peer, (unsigned long long)e->rx_seq);
+                    continue;
+                }
+                e->arrived[wc[i].imm_data % IB_SLOTS] = 1;
+                if (e->err == WEFT_OK)
+                    e->err = post_recvs(e, q, 1);
+            } else {
+                /* a signaled send: it and everything before it on its QP are done */
+                e->sq_retired[q] = (uint32_t)(wc[i].wr_id >> 8);
+                if ((wc[i].wr_id & 0xff) == WR_PROBE)
+                    e->probing = 0;
+                /* completions come in order on a QP: this one and those before are done */
+                if (q == 0)
+                    for (ib_rma_t *r = e->rma; r; r = r->next)
+                        if ((int32_t)(e->sq_retired[0] - r->n) >= 0)
+                            r->done = 1;
+            }
+        }
+    }
+    if (n < 0 && e->err == WEFT_OK)
+        e->err = weft_error(WEFT_ERR_SYSTEM, "ib: ibv_poll_cq (rank %d) failed", e->base.peer);
+    if (e->err == WEFT_OK)
+        post_pending(e);
+    return e->err;
+}
+
+/* Posts one WR on QP q, signaled every IB_SIG_EVERY (or when `sig`); WEFT_IN_PROGRESS
+ * when its send queue is full. */
+static weft_status_t post(ib_ep_t *e, int q, enum ibv_wr_opcode op, void *laddr,
+                          uint32_t lkey, size_t len, uint64_t raddr, uint32_t rkey,
+                          uint32_t imm, uint64_t kind, int sig)
+{
+    if (e->sq_posted[q] - e->sq_retired[q] >= IB_SQ_DEPTH - 1)
+        return WEFT_IN_PROGRESS;
+    uint32_t n = e->sq_posted[q] + 1;
+    sig = sig || n % IB_SIG_EVERY == 0 || e->sq_posted[q] - e->sq_retired[q] >= IB_SQ_DEPTH - 2;
+    struct ibv_sge sge = { .addr = (uintptr_t)laddr, .length = (uint32_t)len, .lkey = lkey };
+    struct ibv_send_wr wr = {
+        .wr_id = (uint64_t)n << 8 | kind, .sg_list = &sge, .num_sge = len ? 1 : 0,
+        .opcode = op, .send_flags = sig ? IBV_SEND_SIGNALED : 0, .imm_data = imm,
+        .wr.rdma = { .remote_addr = raddr, .rkey = rkey },
+    }, *bad;
+    int rc = e->c->v->post_send(e->qp[q], &wr, &bad);
+    if (rc != 0) {
+        if (rc == ENOMEM)
+            return WEFT_IN_PROGRESS;
+        return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_post_send to rank %d: %s", e->base.peer,
+                          strerror(rc));
+    }
+    e->sq_posted[q] = n;
+    return WEFT_OK;
+}
+
+/* Credits and a state that waited for send-queue room; all on QP 0. */
+static weft_status_t post_pending(ib_ep_t *e)
+{
+    if (e->credits_sent != e->rx_seq) {
+        e->ctrl->tx_credits = e->rx_seq;
+        weft_status_t st = post(e, 0, IBV_WR_RDMA_WRITE, &e->ctrl->tx_credits,
+                                e->ctrl_mr->lkey, sizeof(uint64_t), e->peer.ctrl_addr +
+                                offsetof(ib_ctrl_t, rx_credits), e->peer.ctrl_rkey, 0, 0, 0);
+        if (st != WEFT_OK)
+            return st == WEFT_IN_PROGRESS ? WEFT_OK : st;
+        e->credits_sent = e->rx_seq;
+    }
+    if (e->state_dirty) {
+        weft_status_t st = post(e, 0, IBV_WR_RDMA_WRITE, &e->ctrl->tx_state, e->ctrl_mr->lkey,
+                                sizeof(ib_state_box_t), e->peer.ctrl_addr +
+                                offsetof(ib_ctrl_t, rx_state), e->peer.ctrl_rkey, 0, 0, 0);
+        if (st != WEFT_OK)
+            return st == WEFT_IN_PROGRESS ? WEFT_OK : st;
+        e->state_dirty = 0;
+    }
+    return WEFT_OK;
+}
+
+/* ---- data ---- */
+
+static weft_status_t ib_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    RETURN_IF_ERR(ep_poll(e));
+    size_t bytes = sizeof(*hdr) + hdr->len;
+    if (bytes > e->peer.slot_bytes)
+        return weft_error(WEFT_ERR_MISMATCH, "ib: rank %d sends a frame of %u bytes, rank %d's "
+                          "slots take %llu (WEFT_BUFFSIZE differs between them?)", e->rank,
+                          hdr->len, ep->peer,
+                          (unsigned long long)(e->peer.slot_bytes - sizeof(*hdr)));
+    if (e->tx_seq - e->ctrl->rx_credits >= IB_SLOTS)
+        return WEFT_IN_PROGRESS;        /* the peer has not released the slot yet */
+    size_t slot = e->tx_seq % IB_SLOTS;
+    char *src = e->stage + slot * e->slot_bytes;
+    int q = (int)(e->tx_seq % (uint64_t)e->nqp);
+    if (e->sq_posted[q] - e->sq_retired[q] >= IB_SQ_DEPTH - 1)
+        return WEFT_IN_PROGRESS;
+    memcpy(src, hdr, sizeof(*hdr));
+    if (hdr->len)
+        memcpy(src + sizeof(*hdr), payload, hdr->len);
+    weft_status_t st = post(e, q, IBV_WR_RDMA_WRITE_WITH_IMM, src, e->stage_mr->lkey, bytes,
+                            e->peer.ring_addr + slot * e->peer.slot_bytes, e->peer.ring_rkey,
+                            (uint32_t)e->tx_seq, WR_DATA, 0);
+    if (st != WEFT_OK)
+        return st;
+    e->tx_seq++;
+    return WEFT_OK;
+}
+
+static weft_status_t ib_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p, const void **payload_p)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    weft_status_t st = ep_poll(e);
+    size_t slot = e->rx_seq % IB_SLOTS;
+    if (!e->arrived[slot])      /* what arrived is delivered before a failure */
+        return st != WEFT_OK ? st : WEFT_IN_PROGRESS;
+    const frame_hdr_t *h = (const frame_hdr_t *)(e->ring + slot * e->slot_bytes);
+    if (sizeof(*h) + h->len > e->slot_bytes)
+        return weft_error(WEFT_ERR_INTERNAL, "ib: frame from rank %d claims %u bytes (slot "
+                          "%zu)", ep->peer, h->len, e->slot_bytes - sizeof(*h));
+    *hdr_p = h;
+    *payload_p = h + 1;
+    return WEFT_OK;
+}
+
+/* The payload is always in the ring already (recv_peek returned it). */
+static weft_status_t ib_recv_payload(tp_ep_t *ep, void *dst, const void **payload_p)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    *payload_p = e->ring + (e->rx_seq % IB_SLOTS) * e->slot_bytes + sizeof(frame_hdr_t);
+    return WEFT_OK;
+}
+
+static void ib_recv_release(tp_ep_t *ep)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    e->arrived[e->rx_seq % IB_SLOTS] = 0;
+    e->rx_seq++;
+    if (e->err == WEFT_OK)
+        post_pending(e);    /* the credit; later (ep_poll) when the queue is full */
+}
+
+/* Keeps one zero-byte signaled write in flight: a peer that is gone fails it. */
+static weft_status_t ib_check_alive(tp_ep_t *ep)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    RETURN_IF_ERR(ep_poll(e));
+    if (!e->probing && post(e, 0, IBV_WR_RDMA_WRITE, NULL, 0, 0, e->peer.ctrl_addr,
+                            e->peer.ctrl_rkey, 0, WR_PROBE, 1) == WEFT_OK)
+        e->probing = 1;
+    return ep_poll(e);
+}
+
+/* ---- peer states ---- */
+
+static void ib_post_state(tp_ep_t *ep, const tp_state_t *s)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    ib_state_box_t *b = &e->ctrl->tx_state;
+    b->seq = ++e->state_seq;
+    b->st = *s;
+    b->seq2 = b->seq;
+    e->state_dirty = 1;
+    if (e->err == WEFT_OK)
+        post_pending(e);
+}
+
+static weft_status_t ib_peer_state(tp_ep_t *ep, tp_state_t *s)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    e->quiet = 1;           /* a peer gone after its part is the caller's to judge */
+    weft_status_t st = ep_poll(e);
+    if (st == WEFT_OK && !e->probing &&
+        post(e, 0, IBV_WR_RDMA_WRITE, NULL, 0, 0, e->peer.ctrl_addr, e->peer.ctrl_rkey, 0,
+             WR_PROBE, 1) == WEFT_OK)
+        e->probing = 1;
+    st = ep_poll(e);
+    e->quiet = 0;
+    /* written in address order: seq2 first, then the state, then seq, as a seqlock */
+    volatile ib_state_box_t *b = &e->ctrl->rx_state;
+    uint64_t s2 = b->seq2;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    tp_state_t copy;
+    memcpy(&copy, (const void *)&b->st, sizeof(copy));
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (b->seq == s2 && s2 > e->state_seen) {
+        e->state_seen = s2;
+        e->st_rx = copy;
+    }
+    *s = e->st_rx;
+    return st < 0 ? st : WEFT_OK;
+}
+
+static void ib_abort(tp_ep_t *ep)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    e->aborted = 1;
+    for (int q = 0; q < e->nqp; q++) {
+        struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+        e->c->v->modify_qp(e->qp[q], &a, IBV_QP_STATE);
+    }
+}
+
+static void ib_close(tp_ep_t *ep)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    /* what was posted must reach the peer before the QP goes: wait (1 s at most) for a
+     * signaled write behind it */
+    e->quiet = 1;
+    if (e->err == WEFT_OK && !e->aborted) {
+        e->probing = 0;
+        ep_poll(e);
+        if (post(e, 0, IBV_WR_RDMA_WRITE, NULL, 0, 0, e->peer.ctrl_addr, e->peer.ctrl_rkey,
+                 0, WR_PROBE, 1) == WEFT_OK) {
+            e->probing = 1;
+            uint64_t end = time_ns() + 1000000000ull;
+            while (e->probing && e->err == WEFT_OK && time_ns() < end)
+                ep_poll(e);
+        }
+    }
+    ep_free(e);
+}
+
+/* ---- one-sided: RDMA_READ and RDMA_WRITE on QP 0 ---- */
+
+/* The packed key: the peer's region and rkey, checked with a checksum before use. */
+typedef struct ib_rkey {
+    uint32_t magic, rkey;
+    uint64_t base, len;
+    uint32_t check, pad;
+} ib_rkey_t;
+
+typedef struct ib_rmem_s {
+    uint32_t rkey;
+    uint64_t base, len;
+} ib_rmem_t;
+
+static uint32_t rkey_check(const ib_rkey_t *k)
+{
+    const uint8_t *p = (const uint8_t *)k;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < offsetof(ib_rkey_t, check); i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
+/* Registers the pages holding [ptr, ptr+len). */
+static struct ibv_mr *reg_pages(ib_ctx_t *c, const void *ptr, size_t len, int access)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)ptr & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)ptr + len + page - 1) & ~(page - 1);
+    return c->v->reg_mr(c->pd, (void *)lo, hi - lo, access);
+}
+
+/* Registered for the call and deregistered at its end (mem_dereg): weft keeps no
+ * registration of memory it does not own, which free() could give back unnoticed. */
+static weft_status_t ib_mem_reg(weft_comm_t *comm, const void *ptr, size_t len, mem_type_t mt,
+                                tp_mem_t **mem_p, tp_rkey_t *key)
+{
+    ib_ctx_t *c = tp_ctx(comm, &tp_ib_ops);
+    if (mt != MEM_HOST)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "ib: registering cuda memory (GPUDirect RDMA) "
+                          "is not built yet");
+    if (c == NULL || c->pd == NULL)
+        return weft_error(WEFT_ERR_INTERNAL, "ib: no device open to register with");
+    struct ibv_mr *mr = reg_pages(c, ptr, len, IBV_ACCESS_LOCAL_WRITE |
+                                  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+    if (mr == NULL)
+        return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr of %zu bytes on %s: %m", len,
+                          c->devname);
+    ib_rkey_t k = { .magic = IB_RKEY_MAGIC, .rkey = mr->rkey, .base = (uintptr_t)mr->addr,
+                    .len = mr->length };
+    k.check = rkey_check(&k);
+    _Static_assert(sizeof(k) <= TP_RKEY_BYTES, "ib key fits");
+    memset(key, 0, sizeof(*key));
+    memcpy(key->blob, &k, sizeof(k));
+    key->len = sizeof(k);
+    key->tp = (uint8_t)tp_slot(&tp_ib_ops);
+    *mem_p = (tp_mem_t *)mr;
+    return WEFT_OK;
+}
+
+static void ib_mem_dereg(weft_comm_t *comm, tp_mem_t *mem)
+{
+    ib_ctx_t *c = tp_ctx(comm, &tp_ib_ops);
+    if (mem && c)
+        c->v->dereg_mr((struct ibv_mr *)mem);
+}
+
+static weft_status_t ib_rkey_unpack(tp_ep_t *ep, const tp_rkey_t *key, tp_rmem_t **rmem_p)
+{
+    ib_rkey_t k;
+    if (key->tp != (uint8_t)tp_slot(&tp_ib_ops))
+        return weft_error(WEFT_ERR_INVALID_ARG, "ib: rank %d's key is not an ib key (slot %u)",
+                          ep->peer, key->tp);
+    if (key->len != sizeof(k))
+        return weft_error(WEFT_ERR_INVALID_ARG, "ib: rank %d's key has %u bytes, an ib key %zu",
+                          ep->peer, key->len, sizeof(k));
+    memcpy(&k, key->blob, sizeof(k));
+    if (k.magic != IB_RKEY_MAGIC || k.check != rkey_check(&k))
+        return weft_error(WEFT_ERR_INVALID_ARG, "ib: rank %d's key is garbled", ep->peer);
+    ib_rmem_t *r = malloc(sizeof(*r));
+    if (r == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
+    *r = (ib_rmem_t){ k.rkey, k.base, k.len };
+    *rmem_p = (tp_rmem_t *)r;
+    return WEFT_OK;
+}
+
+static void ib_rkey_release(tp_ep_t *ep, tp_rmem_t *rmem)
+{
+    free(rmem);
+}
+
+static weft_status_t rma_post(tp_ep_t *ep, enum ibv_wr_opcode op, void *local,
+                              tp_rmem_t *rmem, uint64_t raddr, size_t len, tp_rma_t *req)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    const ib_rmem_t *r = (const ib_rmem_t *)rmem;
+    RETURN_IF_ERR(ep_poll(e));
+    if (raddr < r->base || len > r->len || raddr - r->base > r->len - len || len > (1u << 30))
+        return weft_error(WEFT_ERR_INVALID_ARG, "ib: [%#llx, +%zu) is outside rank %d's "
+                          "registered region [%#llx, +%llu)", (unsigned long long)raddr, len,
+                          ep->peer, (unsigned long long)r->base, (unsigned long long)r->len);
+    if (len == 0) {
+        req->req = NULL;
+        return WEFT_OK;
+    }
+    ib_rma_t *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
+    t->mr = reg_pages(e->c, local, len, IBV_ACCESS_LOCAL_WRITE);
+    if (t->mr == NULL) {
+        free(t);
+        return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr of %zu bytes: %m", len);
+    }
+    weft_status_t st;
+    uint64_t end = time_ns() + 1000000000ull;
+    /* a full send queue drains as completions are polled */
+    while ((st = post(e, 0, op, local, t->mr->lkey, len, raddr, r->rkey, 0, WR_RMA, 1)) ==
+               WEFT_IN_PROGRESS && time_ns() < end && ep_poll(e) == WEFT_OK)
+        ;
+    if (st != WEFT_OK) {
+        e->c->v->dereg_mr(t->mr);
+        free(t);
+        return st == WEFT_IN_PROGRESS ? weft_error(WEFT_ERR_TIMEOUT, "ib: send queue to rank "
+                                                   "%d stayed full", ep->peer) : st;
+    }
+    t->n = e->sq_posted[0];
+    ib_rma_t **pp = &e->rma;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = t;
+    req->req = t;
+    return WEFT_IN_PROGRESS;
+}
+
+static weft_status_t ib_get(tp_ep_t *ep, void *dst, tp_rmem_t *rmem, uint64_t raddr,
+                            size_t len, tp_rma_t *req)
+{
+    return rma_post(ep, IBV_WR_RDMA_READ, dst, rmem, raddr, len, req);
+}
+
+static weft_status_t ib_put(tp_ep_t *ep, const void *src, tp_rmem_t *rmem, uint64_t raddr,
+                            size_t len, tp_rma_t *req)
+{
+    return rma_post(ep, IBV_WR_RDMA_WRITE, (void *)src, rmem, raddr, len, req);
+}
+
+static void rma_free(ib_ep_t *e, ib_rma_t *t)
+{
+    for (ib_rma_t **pp = &e->rma; *pp; pp = &(*pp)->next)
+        if (*pp == t) {
+            *pp = t->next;
+            break;
+        }
+    e->c->v->dereg_mr(t->mr);
+    free(t);
+}
+
+static weft_status_t ib_rma_test(tp_ep_t *ep, tp_rma_t *req)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    ib_rma_t *t = req->req;
+    if (t == NULL)
+        return WEFT_OK;
+    weft_status_t st = ep_poll(e);
+    if (t->done) {
+        rma_free(e, t);
+        req->req = NULL;
+        return WEFT_OK;
+    }
+    return st != WEFT_OK ? st : WEFT_IN_PROGRESS;
+}
+
+/* Waits for the transfer 100 ms at most; one still running then is stopped by moving the
+ * connection to ERR (the call has failed anyway), so the HCA never touches it again. */
+static void ib_rma_cancel(tp_ep_t *ep, tp_rma_t *req)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    ib_rma_t *t = req->req;
+    if (t == NULL)
+        return;
+    uint64_t end = time_ns() + 100000000ull;
+    e->quiet = 1;
+    while (!t->done && e->err == WEFT_OK && time_ns() < end)
+        ep_poll(e);
+    e->quiet = 0;
+    if (!t->done && e->err == WEFT_OK)
+        ib_abort(ep);
+    rma_free(e, t);
+    req->req = NULL;
+}
+
+const tp_ops_t tp_ib_ops = {
+    .name = "ib",
+    .preference = 16,               /* below shm (within a host), above ucx and tcp */
+    .chunk = 512 * 1024,
+    .can_connect = ib_can_connect,
+    .local_setup = ib_local_setup,
+    .connect = ib_connect,
+    .post_connect = ib_post_connect,
+    .local_cleanup = ib_local_cleanup,
+    .progress = NULL,               /* every endpoint call polls its own CQ */
+    .send = ib_send,
+    .recv_peek = ib_recv_peek,
+    .recv_payload = ib_recv_payload,
+    .recv_release = ib_recv_release,
+    .flush = NULL,                  /* the HCA moves what was posted (close waits for it) */
+    .check_alive = ib_check_alive,
+    .post_state = ib_post_state,
+    .peer_state = ib_peer_state,
+    .abort = ib_abort,
+    .mem_reg = ib_mem_reg,
+    .mem_dereg = ib_mem_dereg,
+    .rkey_unpack = ib_rkey_unpack,
+    .rkey_release = ib_rkey_release,
+    .get = ib_get,
+    .put = ib_put,
+    .rma_test = ib_rma_test,
+    .rma_cancel = ib_rma_cancel,
+    .close = ib_close,
+};

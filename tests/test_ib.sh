@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# test_ib.sh - the ib transport's knobs and setup refusals, on weft's verbs emulator: which
+# port WEFT_IB_HCA allows (NCCL's syntax), bad values refused at init naming the knob, a
+# missing verbs library or device named, ranks that disagree on WEFT_IB_QPS_PER_CONN, and
+# the INFO line naming the provider. Each case is a 2-rank test_rma basic job (a few
+# hundred ms) under timeout.
+#
+#   bash tests/test_ib.sh [build]
+set -u
+B=${1:-build}
+PASS=0
+FAIL=0
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/weft-ib.XXXXXX")
+FABRIC=/weft_ibemu.test_ib.$$
+trap 'rm -rf "$OUT"; rm -f "/dev/shm$FABRIC"' EXIT
+EMU=$(cd "$B/lib" && pwd)/libweft_ibemu.so
+
+# case NAME WANT(ok|fail) PATTERN [ENV...]: the job's outcome, and PATTERN in its output;
+# RANK1 (a shell line) runs in each rank before test_rma, to give one rank other knobs.
+case_() {
+    local name=$1 want=$2 pat=$3 rc
+    shift 3
+    env WEFT_TRANSPORT=ib WEFT_IB_VERBS="$EMU" WEFT_IBEMU_FABRIC=$FABRIC WEFT_TIMEOUT=10 "$@" \
+        timeout -k 5 60 "$B/bin/weftrun" -n 2 ${RANK1:+bash -c "$RANK1"' exec "$0" basic'} \
+        "$B/tests/test_rma" ${RANK1:-basic} >"$OUT/$name" 2>&1
+    rc=$?
+    if { [ "$want" = ok ] && [ $rc = 0 ]; } || { [ "$want" = fail ] && [ $rc != 0 ] &&
+        [ $rc != 124 ] && [ $rc != 137 ]; } && grep -q -- "$pat" "$OUT/$name"; then
+        PASS=$((PASS + 1))
+        echo "ok - $name"
+    else
+        FAIL=$((FAIL + 1))
+        echo "FAIL - $name (exit $rc, want $want and '$pat')"
+        tail -n 8 "$OUT/$name" | sed 's/^/   | /'
+    fi
+}
+
+case_ "default port, provider named" ok "weftemu0 port 1 .* via weft verbs emulator" \
+    WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET
+case_ "WEFT_IB_HCA=weftemu0:1" ok "passed" WEFT_IB_HCA=weftemu0:1
+case_ "WEFT_IB_HCA=weft (a prefix)" ok "passed" WEFT_IB_HCA=weft
+case_ "WEFT_IB_HCA==weftemu0" ok "passed" WEFT_IB_HCA==weftemu0
+case_ "WEFT_IB_HCA=^mlx5 (all but)" ok "passed" WEFT_IB_HCA=^mlx5
+case_ "WEFT_IB_HCA==weftemu (exact: no such name)" fail "passes WEFT_IB_HCA='=weftemu'" \
+    WEFT_IB_HCA==weftemu
+case_ "WEFT_IB_HCA=^weftemu0" fail "passes WEFT_IB_HCA='^weftemu0'" WEFT_IB_HCA=^weftemu0
+case_ "WEFT_IB_HCA=weftemu0:2 (no such port)" fail "no active port" WEFT_IB_HCA=weftemu0:2
+case_ "WEFT_IB_HCA=weftemu0:x refused" fail "WEFT_IB_HCA='weftemu0:x' is not valid" \
+    WEFT_IB_HCA=weftemu0:x
+case_ "WEFT_IB_QPS_PER_CONN=4" ok "passed" WEFT_IB_QPS_PER_CONN=4
+case_ "WEFT_IB_QPS_PER_CONN=5 refused" fail "WEFT_IB_QPS_PER_CONN='5' is not valid" \
+    WEFT_IB_QPS_PER_CONN=5
+case_ "WEFT_IB_TIMEOUT=0 refused" fail "WEFT_IB_TIMEOUT=0 must be in" WEFT_IB_TIMEOUT=0
+case_ "WEFT_IB_GID_INDEX=1 (no such GID)" fail "no active port" WEFT_IB_GID_INDEX=1
+case_ "WEFT_IB_VERBS without a table" fail "WEFT_IB_VERBS=/nonexistent.so" \
+    WEFT_IB_VERBS=/nonexistent.so
+# ranks that disagree on the QPs per connection: refused at connect, naming the knob
+RANK1='[ "$WEFT_RANK" = 1 ] && export WEFT_IB_QPS_PER_CONN=2;' \
+    case_ "QPs per connection differ" fail "WEFT_IB_QPS_PER_CONN differs"
+if ! compgen -G "/sys/class/infiniband/*" >/dev/null; then
+    case_ "rdma-core without a device" fail "finds no RDMA device" WEFT_IB_VERBS=
+fi
+echo "test_ib.sh: $PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]
