@@ -247,13 +247,22 @@ typedef weft_status_t (*exchange_fn_t)(void *ctx, const void *mine, void *all, s
 typedef struct connect_agree {
     int ok, rma, cma_min_k;
 } connect_agree_t;
-/* watch (may be NULL) is asked every 50 ms of a connection wait whether to go on */
 /* WEFT_BIND (bind.c): binds this process by the topology, once, after its first
  * communicator knows its local rank; errors only for an explicit WEFT_BIND=cores:. */
 weft_status_t comm_bind(const weft_comm_t *c);
+/* watch (may be NULL) is asked every 50 ms of a connection wait whether to go on */
 weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
                           weft_status_t (*watch)(void *ctx), void *ctx);
 void connect_close_all(weft_comm_t *comm);
+/* For transports that meet their peers on a listening socket (tcp's data connections,
+ * ib's setup): accepts until an authenticated connection from a lower rank that
+ * taken(ctx, rank) does not already hold arrives, and returns it (*fd_p, *who_p). A
+ * stranger (a failed or silent handshake, a rank out of range or taken) is closed,
+ * logged with `tp` as the transport's name, and the accept goes on; the deadline or the
+ * setup watch's news ends it with that error. */
+weft_status_t connect_accept(weft_comm_t *comm, int lfd, uint64_t deadline, const char *tp,
+                             int (*taken)(void *ctx, int who), void *ctx, int *fd_p,
+                             int *who_p);
 
 /* bootstrap.c: the rank-0 rendezvous store for weft_comm_init*. */
 typedef struct bootstrap bootstrap_t;

@@ -19,7 +19,10 @@
 #include <unistd.h>
 
 #include "comm_int.h"
+#include "auth.h"
 #include "check.h"
+#include "log.h"
+#include "sock.h"
 #include "status.h"
 #include "topo.h"
 #include "util.h"
@@ -220,4 +223,33 @@ void connect_close_all(weft_comm_t *comm)
         }
     for (int i = 0; i < comm->ntransports; i++)
         comm->transports[i]->local_cleanup(comm);
+}
+
+weft_status_t connect_accept(weft_comm_t *comm, int lfd, uint64_t deadline, const char *tp,
+                             int (*taken)(void *ctx, int who), void *ctx, int *fd_p,
+                             int *who_p)
+{
+    for (;;) {
+        int fd, who;
+        RETURN_IF_ERR(sock_accept_watched(lfd, deadline, &comm->setup_watch, &fd));
+        /* as in bootstrap.c: a silent stranger holds the accept loop 2 s at most */
+        uint64_t hello_deadline = WEFT_MIN(deadline, time_ns() + 2000000000ull);
+        weft_status_t st = auth_handshake_watched(fd, comm->has_secret ? comm->secret : NULL,
+                                                  AUTH_DATA, comm->id, comm->rank,
+                                                  hello_deadline, &comm->setup_watch, &who);
+        if (st == WEFT_OK && (who < 0 || who >= comm->rank || taken(ctx, who))) {
+            LOG_WARN(LOG_NET, "%s: dropped a connection claiming rank %d", tp, who);
+            st = WEFT_ERR_AUTH;
+        }
+        if (st == WEFT_OK) {
+            *fd_p = fd;
+            *who_p = who;
+            return WEFT_OK;
+        }
+        close(fd);
+        if (st == WEFT_ERR_TIMEOUT && time_ns() >= deadline)
+            return st;
+        if (comm->setup_watch.fn)   /* the watch's news ended it: not a stranger */
+            RETURN_IF_ERR(comm->setup_watch.fn(comm->setup_watch.ctx));
+    }
 }

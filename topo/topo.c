@@ -875,6 +875,13 @@ weft_status_t topo_nic_filter_parse(const char *spec, const char *knob, topo_nic
     return WEFT_OK;
 }
 
+/* Whether entry i names device `name` (whole name with =, else a prefix). */
+static int filter_names(const topo_nic_filter_t *f, int i, const char *name)
+{
+    const char *e = f->e[i].name;
+    return f->exact ? strcmp(name, e) == 0 : strncmp(name, e, strlen(e)) == 0;
+}
+
 int topo_nic_filter_allows(const topo_nic_filter_t *f, const char *name, int *port)
 {
     if (port)
@@ -882,8 +889,7 @@ int topo_nic_filter_allows(const topo_nic_filter_t *f, const char *name, int *po
     if (!f || f->n == 0)
         return 1;
     for (int i = 0; i < f->n; i++) {
-        const char *e = f->e[i].name;
-        if (f->exact ? strcmp(name, e) != 0 : strncmp(name, e, strlen(e)) != 0)
+        if (!filter_names(f, i, name))
             continue;
         if (f->exclude) {
             if (f->e[i].port <= 1)
@@ -902,8 +908,7 @@ int topo_nic_filter_allows_port(const topo_nic_filter_t *f, const char *name, in
     if (!f || f->n == 0)
         return 1;
     for (int i = 0; i < f->n; i++) {
-        const char *e = f->e[i].name;
-        if (f->exact ? strcmp(name, e) != 0 : strncmp(name, e, strlen(e)) != 0)
+        if (!filter_names(f, i, name))
             continue;
         if (f->e[i].port == 0 || f->e[i].port == port)
             return !f->exclude;

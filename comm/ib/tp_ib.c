@@ -501,6 +501,11 @@ static weft_status_t ep_rts(weft_comm_t *comm, ib_ep_t *e, const ib_conn_info_t 
 static weft_status_t handshake(weft_comm_t *comm, ib_ctx_t *c, int peer, int fd,
                                uint64_t deadline, ib_ep_t **ep_p);
 
+static int ib_taken(void *ctx, int who)
+{
+    return ((ib_ctx_t *)ctx)->pending[who] != NULL;
+}
+
 /* Accepts until `peer` has connected, connecting every rank that arrives (each has sent
  * its data and waits for ours: answering at once is what lets every rank connect to the
  * higher ranks first without waiting in a circle). */
@@ -508,24 +513,7 @@ static weft_status_t accept_peer(weft_comm_t *comm, ib_ctx_t *c, int peer, uint6
 {
     while (c->pending[peer] == NULL) {
         int fd, who;
-        RETURN_IF_ERR(sock_accept_watched(c->lfd, deadline, &comm->setup_watch, &fd));
-        /* as in tcp: a silent stranger holds the accept loop 2 s at most */
-        uint64_t hello_deadline = WEFT_MIN(deadline, time_ns() + 2000000000ull);
-        weft_status_t st = auth_handshake_watched(fd, comm->has_secret ? comm->secret : NULL,
-                                                  AUTH_DATA, comm->id, comm->rank,
-                                                  hello_deadline, &comm->setup_watch, &who);
-        if (st == WEFT_OK && (who < 0 || who >= comm->rank || c->pending[who] != NULL)) {
-            LOG_WARN(LOG_NET, "ib: dropped a setup connection claiming rank %d", who);
-            st = WEFT_ERR_AUTH;
-        }
-        if (st != WEFT_OK) {
-            close(fd);
-            if (st == WEFT_ERR_TIMEOUT && time_ns() >= deadline)
-                return st;
-            if (comm->setup_watch.fn)   /* the watch's news ended it: not a stranger */
-                RETURN_IF_ERR(comm->setup_watch.fn(comm->setup_watch.ctx));
-            continue;
-        }
+        RETURN_IF_ERR(connect_accept(comm, c->lfd, deadline, "ib", ib_taken, c, &fd, &who));
         RETURN_IF_ERR(handshake(comm, c, who, fd, deadline, &c->pending[who]));
     }
     return WEFT_OK;

@@ -135,30 +135,18 @@ static weft_status_t new_ep(weft_comm_t *comm, int fd, tp_ep_t **ep_p)
     return WEFT_OK;
 }
 
+static int tcp_taken(void *ctx, int who)
+{
+    return ((tcp_local_t *)ctx)->pending[who] >= 0;
+}
+
 /* Accepts until `peer` has connected; others that arrive first wait in pending. */
 static weft_status_t accept_peer(weft_comm_t *comm, int peer, uint64_t deadline)
 {
     tcp_local_t *l = tp_ctx(comm, &tp_tcp_ops);
     while (l->pending[peer] < 0) {
         int fd, who;
-        RETURN_IF_ERR(sock_accept_watched(l->lfd, deadline, &comm->setup_watch, &fd));
-        /* as in bootstrap.c: a silent stranger holds the accept loop 2 s at most */
-        uint64_t hello_deadline = WEFT_MIN(deadline, time_ns() + 2000000000ull);
-        weft_status_t st = auth_handshake_watched(fd, comm->has_secret ? comm->secret : NULL,
-                                                  AUTH_DATA, comm->id, comm->rank,
-                                                  hello_deadline, &comm->setup_watch, &who);
-        if (st == WEFT_OK && (who < 0 || who >= comm->rank || l->pending[who] >= 0)) {
-            LOG_WARN(LOG_NET, "tcp: dropped a connection claiming rank %d", who);
-            st = WEFT_ERR_AUTH;
-        }
-        if (st != WEFT_OK) {
-            close(fd);
-            if (st == WEFT_ERR_TIMEOUT && time_ns() >= deadline)
-                return st;
-            if (comm->setup_watch.fn)   /* the watch's news ended it: not a stranger */
-                RETURN_IF_ERR(comm->setup_watch.fn(comm->setup_watch.ctx));
-            continue;
-        }
+        RETURN_IF_ERR(connect_accept(comm, l->lfd, deadline, "tcp", tcp_taken, l, &fd, &who));
         l->pending[who] = fd;
     }
     return WEFT_OK;
