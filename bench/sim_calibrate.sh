@@ -5,16 +5,19 @@
 #   bench/sim_calibrate.sh [-o FILE] [-n ITERS] [--big BYTES] [--no-net]
 #
 #   intra_lat  sendrecv_perf, 2 ranks on shm, 8 B: the time of one hop
-#   intra_bw   sendrecv_perf, 2 ranks on shm, BIG bytes (64M): BIG / time (each rank
-#              sends and receives BIG at once; the model's ports are per direction)
-#   copy_bw    that run's "Host copy bandwidth" (memcpy, 2 ranks at once)
-#   reduce_bw  all_reduce_perf WEFT_ALGO=direct, 2 ranks on shm, BIG: each rank sends BIG
-#              and reduces BIG as it arrives, so the model's time is the larger of the two;
-#              BIG / time when that is slower than the sendrecv, else the link's own rate
-#              (the reduction then hides behind the transfer, and any faster value predicts
-#              the same)
+#   shm_copies 1: weft's shm transport moves a frame with the ranks' own CPUs (the sender
+#              copies it into the ring, the receiver copies or reduces it out)
+#   copy_bw    sendrecv_perf, 2 ranks on shm, BIG bytes (64M): each rank copies BIG in and
+#              BIG out on its core, so 2 BIG / time
+#   intra_bw   BIG / that time (what a frame costs when no CPU moves it: single-copy reads)
+#   reduce_bw  all_reduce_perf WEFT_ALGO=direct, 2 ranks on shm, BIG: each rank copies BIG
+#              in and reduces BIG out, one after the other on its core, so BIG / (time -
+#              BIG / copy_bw)
+#   cores      this machine's cpus (nproc): more ranks than that time-share them
 #   inter_lat, inter_bw  sendrecv_perf, 2 namespace hosts x 1 rank (tcp over bench/netns.sh's
-#              veth), 8 B and BIG; nics = 1 (one veth per namespace host)
+#              veth), 8 B and BIG; nics = 1 (one veth per namespace host); net_copies = 1:
+#              tcp's bytes are copied by the kernel on both sides, each rank's core doing
+#              BIG out and BIG in, so inter_bw = 2 BIG / time
 # With --no-net (or without root) the inter-host keys keep weft's defaults (algo.c).
 # The machine must be quiet for the numbers to mean anything; -n 2 --big 1M is a smoke test.
 set -euo pipefail
@@ -57,17 +60,24 @@ ar=$(us "$BIGB" "$SIM_TMP/ar")
 copy=$(sed -n 's/^# Host copy bandwidth : \([0-9.]*\) GB.*/\1/p' "$SIM_TMP/sr_bw")
 [ -n "$copy" ] || copy=$(awk -v s="$BIGB" -v t="$sr" 'BEGIN { print s / t / 1e3 }')
 intra_bw=$(awk -v s="$BIGB" -v t="$sr" 'BEGIN { printf "%.4g", s / t / 1e3 }')
-reduce_bw=$(awk -v s="$BIGB" -v t="$ar" -v r="$sr" 'BEGIN { printf "%.4g", s / (t > r ? t : r) / 1e3 }')
+# (the tools' "Host copy bandwidth" line, $copy, is a lone memcpy: kept as a comment)
+copy_bw=$(awk -v s="$BIGB" -v t="$sr" 'BEGIN { printf "%.4g", 2 * s / t / 1e3 }')
+reduce_bw=$(awk -v s="$BIGB" -v t="$ar" -v r="$sr" 'BEGIN {
+    d = t - r / 2; if (d < r / 4) d = r / 4; printf "%.4g", s / d / 1e3 }')
+cores=$(nproc)
 
 {
     echo "# weft-sim model of $(hostname) measured by bench/sim_calibrate.sh on $(date -u +%F)"
-    echo "# (-n $ITERS, --big $BIG; shm: sendrecv $lat us at 8 B, $sr us and all-reduce(direct) $ar us at $BIGB B)"
+    echo "# (-n $ITERS, --big $BIG; shm: sendrecv $lat us at 8 B, $sr us and all-reduce(direct) $ar us at $BIGB B;"
+    echo "#  a lone memcpy: $copy GB/s)"
     echo "hosts = 1"
     echo "ranks_per_host = 2"
+    echo "cores = $cores"
+    echo "shm_copies = 1"
     echo "intra_lat = $lat"
     echo "intra_bw = $intra_bw"
     echo "reduce_bw = $reduce_bw"
-    echo "copy_bw = $copy"
+    echo "copy_bw = $copy_bw"
 } > "$SIM_TMP/model"
 
 if [ -n "$NET" ] && [ "$(id -u)" = 0 ]; then
@@ -80,7 +90,8 @@ if [ -n "$NET" ] && [ "$(id -u)" = 0 ]; then
         echo "# namespace hosts (tcp over a veth): sendrecv $nlat us at 8 B, $nt us at $BIGB B"
         echo "nics = 1"
         echo "inter_lat = $nlat"
-        echo "inter_bw = $(awk -v s="$BIGB" -v t="$nt" 'BEGIN { printf "%.4g", s / t / 1e3 }')"
+        echo "net_copies = 1"
+        echo "inter_bw = $(awk -v s="$BIGB" -v t="$nt" 'BEGIN { printf "%.4g", 2 * s / t / 1e3 }')"
     } >> "$SIM_TMP/model"
 else
     echo "# inter-host keys: weft's defaults (not measured: --no-net or not root)" >> "$SIM_TMP/model"

@@ -38,9 +38,10 @@ SIZES=(-b "$MIN" -e "$MAX" -f 2)
 
 printf "%-10s %12s %12s %12s %8s\n" "# config" "size(B)" "measured(us)" "predicted(us)" "error%"
 within=0 total=0
-compare() {     # config hosts per measured-table
+compare() {     # config hosts per measured-table [weft-sim flags...]
     local cfg=$1 hosts=$2 per=$3 table=$4
-    "$B/bin/weft-sim" --model "$MODEL" --hosts "$hosts" --ranks-per-host "$per" \
+    shift 4
+    "$B/bin/weft-sim" --model "$MODEL" --hosts "$hosts" --ranks-per-host "$per" "$@" \
         "${SIZES[@]}" --algo "$ALGO" --inplace 0 > "$SIM_TMP/pred" ||
         sim_die "weft-sim failed on $cfg"
     local size t p
@@ -66,7 +67,9 @@ done
 if [ -n "$NET" ]; then
     WEFT_ALGO=$ALGO sim_net 2 all_reduce_perf "${SIZES[@]}" -n "$ITERS" -w 2 -c 1 > "$SIM_TMP/m" ||
         sim_die "all_reduce_perf on 2x2 namespace hosts failed"
-    compare "net:2x2" 2 2 "$SIM_TMP/m"
+    # the namespace "hosts" share this machine's cpus: each has half of them
+    cores=$(( $(nproc) / 2 )); [ "$cores" -ge 1 ] || cores=1
+    compare "net:2x2" 2 2 "$SIM_TMP/m" --cores "$cores"
 fi
 echo "# within ${TOL}%: $within of $total rows (* marks the others)"
 [ "$within" = "$total" ] && [ "$total" -gt 0 ]

@@ -40,7 +40,15 @@
  *     in place), a fold (nslots - 1) * bytes * gamma, a single-copy read alpha + bytes *
  *     beta of its link class (+ bytes * gamma reducing);
  *   - the call's time is when the last step of the last rank completes.
- * Not modelled: the sender's own CPU time to copy into staging (inside beta), caches and
+ *   - with shm_copies, a frame inside a host holds no ports: the sender's compute
+ *     resource copies it in (overhead + bytes * copy_beta) and the receiver's copies it
+ *     out (bytes * copy_beta) or reduces it out (bytes * gamma) when its receive runs, as
+ *     weft's shm transport does with the ranks' own cores; with `cores` below the ranks
+ *     of a host, every compute cost there takes per_host / cores times as long (the
+ *     cores time-shared, polling not counted); net_copies does the same between hosts
+ *     at the inter-host beta per byte on each end (tcp: the kernel copies on both
+ *     sides), a reduction after the copy;
+ * Not modelled: without shm_copies, the sender's own CPU time to copy into staging (inside beta), caches and
  * memory contention between ranks of a host beyond their ports, the PCIe or network
  * topology inside a host or between hosts (a full-bisection fabric: only the NICs at
  * either end are contended), congestion control, packet loss, the tuner's streaming
@@ -75,7 +83,7 @@ void simtime_cluster_default(simtime_cluster_t *c)
     c->staging = 4u << 20;              /* WEFT_BUFFSIZE's default */
 }
 
-typedef enum { K_INT, K_BW, K_US, K_SIZE } key_kind_t;
+typedef enum { K_INT, K_BW, K_US, K_SIZE, K_BOOL } key_kind_t;
 
 static const struct {
     const char *name;
@@ -95,6 +103,9 @@ static const struct {
     { "inter_overhead", K_US, "us a NIC is busy per frame" },
     { "chunk", K_SIZE, "frame payload bytes (0: weft's default)" },
     { "staging", K_SIZE, "bytes a link holds (WEFT_BUFFSIZE; 0: unbounded)" },
+    { "cores", K_INT, "cores per host" },
+    { "shm_copies", K_BOOL, "0 or 1: frames inside a host copied by the ranks' CPUs" },
+    { "net_copies", K_BOOL, "0 or 1: frames between hosts copied by the CPUs (tcp)" },
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -144,6 +155,12 @@ weft_status_t simtime_cluster_set(simtime_cluster_t *c, const char *key, const c
             return weft_error_quiet(WEFT_ERR_INVALID_ARG, "cluster: %s = '%s': want %s, "
                                     "0 or more", key, value, keys[k].what);
         break;
+    case K_BOOL:
+        if (strcmp(value, "0") != 0 && strcmp(value, "1") != 0)
+            return weft_error_quiet(WEFT_ERR_INVALID_ARG, "cluster: %s = '%s': want %s",
+                                    key, value, keys[k].what);
+        iv = value[0] - '0';
+        break;
     case K_SIZE:
         if (cfg_parse_size(value, &sz) != 0)
             return weft_error_quiet(WEFT_ERR_INVALID_ARG, "cluster: %s = '%s': want %s, "
@@ -162,6 +179,9 @@ weft_status_t simtime_cluster_set(simtime_cluster_t *c, const char *key, const c
     else if (!strcmp(key, "intra_overhead")) c->overhead[ALGO_LINK_SHM] = v * 1e-6;
     else if (!strcmp(key, "inter_overhead")) c->overhead[ALGO_LINK_NET] = v * 1e-6;
     else if (!strcmp(key, "chunk"))          c->chunk = sz;
+    else if (!strcmp(key, "cores"))          c->cores = (int)iv;
+    else if (!strcmp(key, "shm_copies"))     c->shm_copies = (int)iv;
+    else if (!strcmp(key, "net_copies"))     c->net_copies = (int)iv;
     else                                     c->staging = sz;
     return WEFT_OK;
 }
@@ -255,6 +275,9 @@ void simtime_cluster_write(const simtime_cluster_t *c, FILE *f)
     fprintf(f, "intra_overhead = %.6g\ninter_overhead = %.6g\n",
             c->overhead[ALGO_LINK_SHM] * 1e6, c->overhead[ALGO_LINK_NET] * 1e6);
     fprintf(f, "chunk = %zu\nstaging = %zu\n", c->chunk, c->staging);
+    if (c->cores)
+        fprintf(f, "cores = %d\n", c->cores);
+    fprintf(f, "shm_copies = %d\nnet_copies = %d\n", c->shm_copies, c->net_copies);
 }
 
 size_t simtime_chunk(const simtime_cluster_t *c, const sched_args_t *args)
@@ -388,6 +411,7 @@ typedef struct ts {
     int32_t free_fr;
     size_t nfr, capfr;
     double now, end;
+    double cpuf;                        /* compute time factor: per_host / cores, at least 1 */
     size_t bytes, peak;
     long long frames, events, planned;  /* planned: frames the sends will cut */
 } ts_t;
@@ -517,6 +541,18 @@ static int link_of(const ts_rank_t *r, int from)
     return -1;
 }
 
+/* Whether the ranks' CPUs move frames of link class cls (shm_copies, net_copies), and
+ * what a byte costs each end then. */
+static int cpu_moves(const simtime_cluster_t *c, int cls)
+{
+    return cls == ALGO_LINK_SHM ? c->shm_copies : c->net_copies;
+}
+
+static double move_beta(const simtime_cluster_t *c, int cls)
+{
+    return cls == ALGO_LINK_SHM ? c->copy_beta : c->m.beta[cls];
+}
+
 /* The ports a frame from s to d occupies. */
 static void ports(ts_t *t, ts_rank_t *s, ts_rank_t *d, int cls, ts_port_t **tx, double **rx)
 {
@@ -596,11 +632,21 @@ static weft_status_t try_send(ts_t *t, int rank, int i)
     /* The sender's port, then the receiver's: a frame that finds the receiver's port
      * busy waits in the fabric, not on the sender's port (an all-to-all runs at the
      * busier side's rate, as through a switch). */
-    double occ = t->c->overhead[cls] + (double)n * t->c->m.beta[cls];
-    double end = t->now + occ;
-    double in = WEFT_MAX(end, *rx + occ);
+    double occ, end, in;
+    if (cpu_moves(t->c, cls)) {
+        /* the sender's CPU copies the frame in when it is free; the receiver's copies it
+         * out when its receive runs (try_recv): no receiving port */
+        occ = (t->c->overhead[cls] + (double)n * move_beta(t->c, cls)) * t->cpuf;
+        end = WEFT_MAX(t->now, r->cpu) + occ;
+        r->cpu = end;
+        in = end;
+    } else {
+        occ = t->c->overhead[cls] + (double)n * t->c->m.beta[cls];
+        end = t->now + occ;
+        in = WEFT_MAX(end, *rx + occ);
+        *rx = in;
+    }
     tx->free = end;
-    *rx = in;
     int32_t f;
     if (t->free_fr >= 0) {
         f = t->free_fr;
@@ -668,10 +714,15 @@ static weft_status_t try_recv(ts_t *t, int rank, int i)
                           (unsigned long long)len);
     if (st->stream >= 0 && r->st[st->stream].done < st->done + len)
         return WEFT_OK;                         /* its bytes are not sent yet (in place) */
-    if (st->kind == STEP_RECV)
+    int cls = t->r[l->from].host == r->host ? ALGO_LINK_SHM : ALGO_LINK_NET;
+    int copies = cpu_moves(t->c, cls);
+    if (st->kind == STEP_RECV && !copies)
         return consume(t, rank, i);
-    st->busy = 1;
-    r->cpu = WEFT_MAX(t->now, r->cpu) + (double)len * t->c->m.gamma;
+    st->busy = 1;       /* a reduction, or the CPU's copy out of the link */
+    /* shm reduces straight out of the ring; tcp lands the bytes first */
+    double beta = st->kind == STEP_RECV ? move_beta(t->c, cls)
+                  : t->c->m.gamma + (copies && cls == ALGO_LINK_NET ? t->c->m.beta[cls] : 0);
+    r->cpu = WEFT_MAX(t->now, r->cpu) + (double)len * beta * t->cpuf;
     return ev_push(t, r->cpu, EV_BUSY_DONE, rank, i);
 }
 
@@ -692,7 +743,7 @@ static weft_status_t try_step(ts_t *t, int rank, int i)
         if (st->u.cost <= 0)
             return complete(t, rank, i);
         st->busy = 1;
-        r->cpu = WEFT_MAX(t->now, r->cpu) + st->u.cost;
+        r->cpu = WEFT_MAX(t->now, r->cpu) + st->u.cost * t->cpuf;
         return ev_push(t, r->cpu, EV_BUSY_DONE, rank, i);
     }
 }
@@ -725,8 +776,8 @@ static weft_status_t handle(ts_t *t, const ts_ev_t *e)
         return wake(t, e->rank, e->arg);
     }
     default:                                    /* EV_BUSY_DONE */
-        if (r->st[e->arg].kind == STEP_RECV_REDUCE)
-            return consume(t, e->rank, e->arg);
+        if (r->st[e->arg].kind == STEP_RECV || r->st[e->arg].kind == STEP_RECV_REDUCE)
+            return consume(t, e->rank, e->arg);     /* reduced, or copied out */
         return complete(t, e->rank, e->arg);
     }
 }
@@ -990,7 +1041,9 @@ weft_status_t simtime_run(const simtime_cluster_t *c, const algo_t *al,
     a.chunk = simtime_chunk(c, &a);
     if (a.chunk == 0)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "weft-sim: a chunk of 0 bytes");
-    ts_t t = { .c = c, .n = a.nranks, .chunk = a.chunk, .free_fr = -1, .free_wt = -1 };
+    ts_t t = { .c = c, .n = a.nranks, .chunk = a.chunk, .free_fr = -1, .free_wt = -1,
+               .cpuf = c->cores && c->per_host > c->cores ? (double)c->per_host / c->cores
+                                                         : 1.0 };
     memset(res, 0, sizeof(*res));
     weft_status_t st = replay(&t, al, &a, root_check, max_frames, res);
     ts_free(&t);

@@ -6,7 +6,8 @@
  * (rank r on host r / ranks_per_host), with an alpha-beta-gamma model per link class
  * (algo.h: ALGO_LINK_SHM inside a host, ALGO_LINK_NET between hosts) plus what a replay
  * needs beyond the closed forms: NICs per host, a per-frame link overhead, the local copy
- * bandwidth, the frame size and the staging bound. comm/simtime.c's banner says what is
+ * bandwidth, the frame size and the staging bound, the cores per host, and whether
+ * shared memory moves frames with the ranks' own CPUs. comm/simtime.c's banner says what is
  * modelled and what is not; docs/SCALE.md documents the model file (key = value).
  *
  * Invariant: a cluster that simtime_cluster_check accepts is one the executor can run;
@@ -36,6 +37,21 @@ typedef struct simtime_cluster {
                                    layouts point to as the engine's point to the
                                    communicator's map; NULL: no map, and algorithms that
                                    need one (hier) decline */
+    int cores;                  /* cores per host; 0: one per rank. A host with more ranks
+                                   than cores time-shares them: every compute cost (and
+                                   shm_copies' copies) of its ranks takes per_host / cores
+                                   times as long */
+    int shm_copies;             /* 1: a frame inside a host is moved by the ranks' own
+                                   CPUs, as weft's shm transport does: the sender copies it
+                                   into the link and the receiver copies (or reduces) it
+                                   out, each on its compute resource at copy_bw (gamma when
+                                   reducing), serialized with its other work; 0: by a
+                                   link with ports of its own (NVLink, copy engines) */
+    int net_copies;             /* 1: a frame between hosts is moved by the CPUs at either
+                                   end, as tcp's kernel copies do: bytes * inter beta on
+                                   the sender's compute resource and again on the
+                                   receiver's (plus gamma when it reduces), no NIC ports;
+                                   0: by NICs (RDMA) */
 } simtime_cluster_t;
 
 /* This VM's defaults (algo_model_default's numbers), 1 host x 2 ranks, one NIC. */
@@ -43,7 +59,7 @@ void simtime_cluster_default(simtime_cluster_t *c);
 
 /* Sets one key (the model file's names: hosts, ranks_per_host, nics, intra_bw, intra_lat,
  * inter_bw, inter_lat, reduce_bw, copy_bw, intra_overhead, inter_overhead, chunk,
- * staging; bandwidths in GB/s, latencies and overheads in us, sizes with K/M/G) from its
+ * staging, cores, shm_copies, net_copies; bandwidths in GB/s, latencies and overheads in us, sizes with K/M/G) from its
  * text. Unknown key or bad value: WEFT_ERR_INVALID_ARG, c unchanged. */
 weft_status_t simtime_cluster_set(simtime_cluster_t *c, const char *key, const char *value);
 

@@ -134,6 +134,54 @@ static void closed_forms(void)
           "x 4 ranks' time, want 30/6", t16 / t4);
 }
 
+/* CPU-moved frames: shm_copies (a rank's core copies a frame in, the peer's copies or
+ * reduces it out), net_copies (the same at both ends of a host-to-host hop), and cores
+ * (ranks beyond them time-share). Closed forms for a pipelined 2-rank ring all-reduce
+ * of S bytes: each rank's core does S/2 copy in + S/2 reduce out (reduce-scatter), S/2
+ * copy in + S/2 copy out (all-gather), one after the other. */
+static void cpu_moved(void)
+{
+    simtime_cluster_t c;
+    simtime_cluster_default(&c);
+    c.copy_beta = 1.0 / 10e9;
+    c.m.gamma = 1.0 / 6e9;
+    double S = 64.0 * 1024 * 1024;
+    double ports = run(&c, &algo_ring_def, COLL_ALLREDUCE, (size_t)S, WEFT_OK);
+    CHECK(simtime_cluster_set(&c, "shm_copies", "1") == WEFT_OK, "shm_copies = 1");
+    double cpu = run(&c, &algo_ring_def, COLL_ALLREDUCE, (size_t)S, WEFT_OK);
+    double want = S / 2 * (3 * c.copy_beta + c.m.gamma);
+    CHECK(cpu >= want * (1 - 1e-9) && near(cpu, want, 0.02), "shm_copies: 2-rank ring all-reduce of 64 "
+          "MB takes %.6g s, its cores' work is %.6g (ports alone: %.6g)", cpu, want, ports);
+    /* 4 ranks on 2 cores: every cost on the cores doubles */
+    c.per_host = 4;
+    double own = run(&c, &algo_ring_def, COLL_ALLREDUCE, (size_t)S, WEFT_OK);
+    CHECK(simtime_cluster_set(&c, "cores", "2") == WEFT_OK, "cores = 2");
+    double shared = run(&c, &algo_ring_def, COLL_ALLREDUCE, (size_t)S, WEFT_OK);
+    CHECK(near(shared / own, 2.0, 0.02), "4 ranks on 2 cores take %.4g x the time on 4",
+          shared / own);
+    CHECK(simtime_cluster_set(&c, "cores", "8") == WEFT_OK, "cores = 8");
+    double spare = run(&c, &algo_ring_def, COLL_ALLREDUCE, (size_t)S, WEFT_OK);
+    CHECK(near(spare, own, 1e-9), "spare cores change nothing: %.6g s, %.6g", spare, own);
+    /* net_copies: 2 hosts x 1 rank, a host-to-host hop costs S/2 inter beta on each end
+     * and the reduction follows the copy out */
+    simtime_cluster_default(&c);
+    c.hosts = 2;
+    c.per_host = 1;
+    c.m.beta[ALGO_LINK_NET] = 1.0 / 3e9;
+    c.m.gamma = 1.0 / 6e9;
+    CHECK(simtime_cluster_set(&c, "net_copies", "1") == WEFT_OK, "net_copies = 1");
+    cpu = run(&c, &algo_ring_def, COLL_ALLREDUCE, (size_t)S, WEFT_OK);
+    want = S / 2 * (4 * c.m.beta[ALGO_LINK_NET] + c.m.gamma);
+    CHECK(cpu >= want * (1 - 1e-9) && near(cpu, want, 0.02), "net_copies: 2-host ring all-reduce of 64 "
+          "MB takes %.6g s, both ends' work is %.6g", cpu, want);
+    /* bad values change nothing */
+    simtime_cluster_t before = c;
+    CHECK(simtime_cluster_set(&c, "shm_copies", "2") == WEFT_ERR_INVALID_ARG &&
+          simtime_cluster_set(&c, "net_copies", "yes") == WEFT_ERR_INVALID_ARG &&
+          simtime_cluster_set(&c, "cores", "0") == WEFT_ERR_INVALID_ARG &&
+          !memcmp(&before, &c, sizeof(c)), "shm_copies 2, net_copies yes, cores 0 refused");
+}
+
 static void hosts(void)
 {
     simtime_cluster_t c;
@@ -383,6 +431,7 @@ int main(int argc, char **argv)
 {
     verbose = argc > 1 && !strcmp(argv[1], "-v");
     closed_forms();
+    cpu_moved();
     hosts();
     every_algorithm();
     layouts();

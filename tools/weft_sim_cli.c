@@ -65,6 +65,11 @@ static void usage(FILE *f)
         "  --inter-overhead us  per frame a NIC is busy [inter_overhead]\n"
         "  --chunk BYTES        frame payload, 0: weft's (128K one host, 512K more) [chunk]\n"
         "  --staging BYTES      bytes a link holds, WEFT_BUFFSIZE (4M); 0: unbounded [staging]\n"
+        "  --cores N            cores per host; fewer than its ranks time-share them [cores]\n"
+        "  --shm-copies 0|1     frames inside a host moved by the ranks' CPUs, as weft's\n"
+        "                       shm transport does (1), or by links of their own [shm_copies]\n"
+        "  --net-copies 0|1     frames between hosts moved by the CPUs at both ends, as tcp\n"
+        "                       does (1), or by NICs [net_copies]\n"
         "  --model FILE         key = value lines, '#' comments (docs/SCALE.md)\n"
         "  --write-model FILE   write the resulting model file ('-': stdout) and go on\n"
         "call (nccl-tests' flags):\n"
@@ -94,6 +99,7 @@ static int bad(const char *fmt, const char *arg)
 static const char *const cluster_flags[] = {
     "hosts", "ranks-per-host", "nics", "intra-bw", "intra-lat", "inter-bw", "inter-lat",
     "reduce-bw", "copy-bw", "intra-overhead", "inter-overhead", "chunk", "staging",
+    "cores", "shm-copies", "net-copies",
 };
 #define NCLUSTER (int)(sizeof(cluster_flags) / sizeof(cluster_flags[0]))
 
