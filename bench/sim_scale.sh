@@ -121,8 +121,10 @@ set label 'NCCL published, NVLS ~480' at graph 0.02, first 493
 set yrange [0:520]"
 plot 512x8 "512 hosts x 8 GPUs (4096 ranks), 400 Gb/s NIC per GPU: predicted all-reduce busbw" \
     "set arrow from graph 0, first 47 to graph 1, first 47 nohead dt 2 lc rgb 'black'
-set label 'NCCL published, 46-48 GB/s per NDR NIC' at graph 0.02, first 49.5
-set yrange [0:60]"
+set label 'NCCL published, 46-48 GB/s per NDR NIC (one NIC)' at graph 0.02, first 60
+set arrow from graph 0, first 376 to graph 1, first 376 nohead dt 3 lc rgb 'black'
+set label 'x 8 NICs per host: ~376 (derived from the per-NIC figure)' at graph 0.02, first 389
+set yrange [0:420]"
 plot nvlink8 "8 GPUs, one host, NVLink-class: predicted all-reduce time" "" time
 plot 512x8 "512 hosts x 8 GPUs (4096 ranks): predicted all-reduce time" "" time
 echo "sim_scale.sh: tables and plots in $OUT"
