@@ -285,7 +285,16 @@ static int kill_test(weft_comm_t *c, int rank, int nranks, unsigned seed, const 
     }
     fclose(f);
     snprintf(needle, sizeof(needle), "rank %d", victim);
-    return expect(rank, "survivor", st, WEFT_ERR_PEER_LOST, needle, t_fail - t_kill, 2.0);
+    int bad = expect(rank, "survivor", st, WEFT_ERR_PEER_LOST, needle, t_fail - t_kill, 2.0);
+    /* Stay until 0.6 s after the kill before exiting, so that a survivor still waiting
+     * finds the victim gone, not this rank: over ucx a survivor that exited at once was
+     * named instead of the victim in 2 of about 8 runs of test_faults.sh, its FAILED
+     * post apparently not yet read (a naming race, not a missed failure; see the notes
+     * of issue 18). */
+    double linger = t_kill + 0.6 - now_s();
+    if (linger > 0)
+        usleep((useconds_t)(linger * 1e6));
+    return bad;
 }
 
 /* Rank SEED % N SIGKILLs itself 0-60 ms into init (from a thread, so at a random point
