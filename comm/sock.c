@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <limits.h>
 #include <netdb.h>
 #include <netinet/tcp.h>
@@ -27,6 +28,7 @@
 #include "check.h"
 #include "sock.h"
 #include "status.h"
+#include "topo.h"
 #include "util.h"
 
 #define CONNECT_BACKOFF_MIN_NS 1000000ull     /* 1 ms */
@@ -428,19 +430,60 @@ static void list_ifaces(const struct ifaddrs *ifs, char *buf, size_t cap)
         snprintf(buf, cap, "none");
 }
 
-static weft_status_t iface_addr(const char *ifname, struct sockaddr_in *out)
+static void fill_addr(const struct ifaddrs *i, struct sockaddr_in *out)
 {
+    memset(out, 0, sizeof(*out));
+    out->sin_family = AF_INET;
+    out->sin_addr = ((const struct sockaddr_in *)i->ifa_addr)->sin_addr;
+}
+
+static int is_ipv4(const struct ifaddrs *i)
+{
+    return i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET;
+}
+
+/* The interface WEFT_SOCKET_IFNAME picks, in NCCL's syntax (topo.h's device filter):
+ * a list ("ib0,eth", each a prefix, "=" for whole names) picks the first interface that
+ * matches the first entry that matches any, so the list is an order of preference; an
+ * exclusion ("^docker,lo") keeps the interface that reaches the rendezvous `to` when it
+ * is allowed, else the first allowed one that is not a loopback, else an allowed
+ * loopback. */
+static weft_status_t route_addr(const struct sockaddr_in *to, struct sockaddr_in *out);
+
+static weft_status_t iface_addr(const char *spec, const struct sockaddr_in *to,
+                                struct sockaddr_in *out)
+{
+    topo_nic_filter_t f;
+    RETURN_IF_ERR(topo_nic_filter_parse(spec, "WEFT_SOCKET_IFNAME", &f));
     struct ifaddrs *ifs;
     if (getifaddrs(&ifs) != 0)
         return weft_error(WEFT_ERR_SYSTEM, "getifaddrs: %m");
-    size_t plen = strlen(ifname);
-    for (struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
-        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET ||
-            strncmp(i->ifa_name, ifname, plen) != 0)
-            continue;
-        memset(out, 0, sizeof(*out));
-        out->sin_family = AF_INET;
-        out->sin_addr = ((const struct sockaddr_in *)i->ifa_addr)->sin_addr;
+    const struct ifaddrs *pick = NULL;
+    if (!f.exclude) {
+        for (int e = 0; e < f.n && pick == NULL; e++) {
+            topo_nic_filter_t one = f;
+            one.n = 1;
+            one.e[0] = f.e[e];
+            for (const struct ifaddrs *i = ifs; i != NULL && pick == NULL; i = i->ifa_next)
+                if (is_ipv4(i) && topo_nic_filter_allows(&one, i->ifa_name, NULL))
+                    pick = i;
+        }
+    } else {
+        struct sockaddr_in r;
+        if (to != NULL && route_addr(to, &r) == WEFT_OK)
+            for (const struct ifaddrs *i = ifs; i != NULL && pick == NULL; i = i->ifa_next)
+                if (is_ipv4(i) && topo_nic_filter_allows(&f, i->ifa_name, NULL) &&
+                    ((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
+                        r.sin_addr.s_addr)
+                    pick = i;
+        for (int lo = 0; lo < 2 && pick == NULL; lo++)
+            for (const struct ifaddrs *i = ifs; i != NULL && pick == NULL; i = i->ifa_next)
+                if (is_ipv4(i) && topo_nic_filter_allows(&f, i->ifa_name, NULL) &&
+                    !(i->ifa_flags & IFF_LOOPBACK) == !lo)
+                    pick = i;
+    }
+    if (pick != NULL) {
+        fill_addr(pick, out);
         freeifaddrs(ifs);
         return WEFT_OK;
     }
@@ -448,7 +491,7 @@ static weft_status_t iface_addr(const char *ifname, struct sockaddr_in *out)
     list_ifaces(ifs, names, sizeof(names));
     freeifaddrs(ifs);
     return weft_error(WEFT_ERR_INVALID_ARG, "no IPv4 interface matches WEFT_SOCKET_IFNAME="
-                      "'%s' (available: %s)", ifname, names);
+                      "'%s' (available: %s)", spec, names);
 }
 
 /* Connecting a UDP socket sends nothing but makes the kernel pick a route and source. */
@@ -480,7 +523,7 @@ weft_status_t sock_local_addr(const struct sockaddr_in *to, const char *ifname,
                               struct sockaddr_in *out)
 {
     if (ifname != NULL && *ifname != '\0')
-        return iface_addr(ifname, out);
+        return iface_addr(ifname, to, out);
     if (to == NULL)
         return weft_error(WEFT_ERR_INVALID_ARG, "sock_local_addr: no peer and no interface");
     return route_addr(to, out);

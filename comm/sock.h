@@ -42,7 +42,10 @@ weft_status_t sock_send_all_watched(int fd, const void *buf, size_t n, uint64_t 
 weft_status_t sock_recv_all_watched(int fd, void *buf, size_t n, uint64_t deadline,
                                     const sock_watch_t *w);
 /* The local address this host uses to reach `to` (a UDP connect trick, no traffic),
- * or the address of interface `ifname` (prefix match) when ifname is non-empty. */
+ * or, when ifname is non-empty, that of the interface it picks in NCCL's syntax
+ * ("eth0,ib" in order of preference, each a prefix; "=eth0" whole names; "^docker,lo"
+ * anything else, the one that reaches `to` first). Bad syntax or no match:
+ * WEFT_ERR_INVALID_ARG naming the interfaces there are. */
 weft_status_t sock_local_addr(const struct sockaddr_in *to, const char *ifname,
                               struct sockaddr_in *out);
 weft_status_t sock_set_nonblock(int fd);

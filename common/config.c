@@ -143,8 +143,9 @@ static const cfg_knob_t knobs[] = {
       "sees an RDMA device, ib across when a verbs device reaches the peer), shm, tcp, ucx "
       "(every peer; built with libucx-dev), or ib (every peer, over RDMA verbs)",
       STR(transport), "auto|shm|tcp|ucx|ib" },
-    { "WEFT_SOCKET_IFNAME", "", "interface (or prefix) whose address tcp listens on; default: "
-      "the address that reaches the rendezvous host", STR(socket_ifname), NULL },
+    { "WEFT_SOCKET_IFNAME", "", "interface whose address tcp listens on, NCCL's syntax: "
+      "ib0,eth (prefixes, in order of preference), =eth1 (exactly), ^docker,lo (all but); "
+      "default: the address that reaches the rendezvous host", STR(socket_ifname), NULL },
     { "WEFT_IB_HCA", "", "verbs devices (and ports) a rank may use, NCCL's syntax: "
       "mlx5_0:1,mlx5_1 (name prefixes, optional port), =mlx5_0 (exactly), ^mlx5_2 (all but); "
       "each local rank takes the nearest allowed one to its GPU (topo_nic_for_rank); empty: "

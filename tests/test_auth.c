@@ -9,6 +9,8 @@
  * any failure.
  */
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -160,6 +162,33 @@ static void test_local_addr(void)
           me.sin_addr.s_addr == htonl(INADDR_LOOPBACK), "ifname 'lo' is loopback");
     CHECK(sock_local_addr(&to, "nosuchif", &me) == WEFT_ERR_INVALID_ARG &&
           strstr(weft_last_error(), "lo") != NULL, "unknown ifname lists interfaces");
+    /* WEFT_SOCKET_IFNAME in NCCL's syntax */
+    CHECK(sock_local_addr(&to, "nosuchif,lo", &me) == WEFT_OK &&
+          me.sin_addr.s_addr == htonl(INADDR_LOOPBACK), "a list is an order of preference");
+    CHECK(sock_local_addr(&to, "=l", &me) == WEFT_ERR_INVALID_ARG, "'=' wants whole names");
+    CHECK(sock_local_addr(&to, "=lo", &me) == WEFT_OK &&
+          me.sin_addr.s_addr == htonl(INADDR_LOOPBACK), "'=lo' is loopback");
+    CHECK(sock_local_addr(&to, "^nosuchif", &me) == WEFT_OK &&
+          me.sin_addr.s_addr == htonl(INADDR_LOOPBACK),
+          "an exclusion keeps the interface that reaches the peer");
+    me.sin_port = htons(77);
+    CHECK(sock_local_addr(&to, "^", &me) == WEFT_ERR_INVALID_ARG &&
+          strstr(weft_last_error(), "WEFT_SOCKET_IFNAME") != NULL && me.sin_port == htons(77),
+          "bad syntax refused, naming the knob, output untouched");
+    CHECK(sock_local_addr(&to, "lo,,eth", &me) == WEFT_ERR_INVALID_ARG, "empty entry refused");
+    /* excluding loopback: another IPv4 interface if this host has one, else an error */
+    int other = 0;
+    struct ifaddrs *ifs;
+    if (getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
+            other |= i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+                     !(i->ifa_flags & IFF_LOOPBACK);
+        freeifaddrs(ifs);
+    }
+    weft_status_t rc = sock_local_addr(&to, "^lo", &me);
+    CHECK(other ? rc == WEFT_OK && me.sin_addr.s_addr != htonl(INADDR_LOOPBACK)
+                : rc == WEFT_ERR_INVALID_ARG, "'^lo' picks a non-loopback interface (%s)",
+          other ? "this host has one" : "none here: an error");
 }
 
 /* A connected loopback pair made with sock_listen/sock_connect/sock_accept. */
