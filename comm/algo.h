@@ -115,6 +115,9 @@ void algo_host_map(const uint64_t *host_id, int n, int *rank_host);
  * each host boundary once. The identity when the ranks of each host are contiguous or the
  * layout has no rank_host map. */
 void algo_ring_order(const sched_layout_t *l, int n, int *order);
+/* How many channels the ring (and chain) split a call into: a->nchannels, at most one per
+ * element and FRAME_CHANNELS (algo_ring.c). */
+int ring_channels(const sched_args_t *a);
 
 /* Bytes one rank contributes: every count is per rank. */
 size_t algo_rank_bytes(const sched_args_t *a);

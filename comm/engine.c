@@ -105,7 +105,7 @@ static void complete_step(weft_comm_t *comm, int i)
 }
 
 static void fill_header(const weft_comm_t *comm, const comm_op_t *op, int peer,
-                        size_t len, frame_hdr_t *h)
+                        unsigned channel, size_t len, frame_hdr_t *h)
 {
     const sched_args_t *a = &op->args;
     h->magic = FRAME_MAGIC;
@@ -121,7 +121,7 @@ static void fill_header(const weft_comm_t *comm, const comm_op_t *op, int peer,
         h->seq = op->seq_tx;
         h->root = -1;          /* the receiver names us as its source, not itself */
     }
-    h->frame = comm->frame_tx[peer];
+    h->frame = frame_word(comm->frame_tx[peer], channel);
     h->len = (uint32_t)len;
     h->src_rank = (uint32_t)comm->rank;
 }
@@ -142,7 +142,7 @@ static weft_status_t progress_send(weft_comm_t *comm, comm_op_t *op, int i, int 
         if (n == 0 && st->len != 0)
             return WEFT_IN_PROGRESS;             /* waiting for the stream source */
         frame_hdr_t h;
-        fill_header(comm, op, st->peer, n, &h);
+        fill_header(comm, op, st->peer, st->channel, n, &h);
         weft_status_t rc = ep->ops->send(ep, &h, src + ss->done);
         if (rc == WEFT_IN_PROGRESS) {
             ss->inflight = 1;
@@ -182,7 +182,8 @@ static weft_status_t check_header(weft_comm_t *comm, const comm_op_t *op, int i,
     frame_expect_t e = {
         .comm_id = comm->id32, .peer = (uint32_t)st->peer,
         .p2p = a->coll == COLL_RECV || a->coll == COLL_SENDRECV,
-        .frame = comm->frame_rx[st->peer], .room = st->len - comm->st[i].done,
+        .frame = comm->frame_rx[st->peer], .channel = st->channel,
+        .room = st->len - comm->st[i].done,
         .esz = (uint32_t)weft_dtype_size(a->dtype),
     };
     engine_call_desc(op, &e.call);

@@ -77,10 +77,12 @@ frame_verdict_t frame_check(const frame_hdr_t *h, const frame_expect_t *e, char 
                  call_desc_str(&e->call, ours, sizeof(ours)));
         return FRAME_MISMATCH;
     }
-    if (h->frame != e->frame || h->len > e->room || e->esz == 0 || h->len % e->esz != 0 ||
-        (h->len == 0 && e->room != 0)) {
-        snprintf(why, cap, "frame %u from rank %u has length %u (expected frame %u, at most "
-                 "%llu bytes)", h->frame, e->peer, h->len, e->frame,
+    if (FRAME_INDEX(h->frame) != FRAME_INDEX(e->frame) ||
+        FRAME_CHANNEL(h->frame) != e->channel || h->len > e->room || e->esz == 0 ||
+        h->len % e->esz != 0 || (h->len == 0 && e->room != 0)) {
+        snprintf(why, cap, "frame %u (channel %u) from rank %u has length %u (expected frame "
+                 "%u of channel %u, at most %llu bytes)", FRAME_INDEX(h->frame),
+                 FRAME_CHANNEL(h->frame), e->peer, h->len, FRAME_INDEX(e->frame), e->channel,
                  (unsigned long long)e->room);
         return FRAME_CORRUPT;
     }

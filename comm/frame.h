@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define FRAME_MAGIC   0x54464557u   /* "WEFT" little-endian */
-#define FRAME_VERSION 1
+#define FRAME_VERSION 2   /* 2: the frame word carries the channel */
 
 typedef enum {
     COLL_ALLREDUCE = 1, COLL_REDUCE_SCATTER, COLL_ALLGATHER, COLL_BROADCAST, COLL_REDUCE,
@@ -33,13 +33,26 @@ typedef struct frame_hdr {
     uint32_t comm_id;
     uint32_t seq;       /* collective sequence number on this communicator */
     int32_t root;       /* root, or -1 */
-    uint32_t frame;     /* index of this frame within the op on this channel */
+    uint32_t frame;     /* FRAME_WORD: bits 0-23 the index of this frame within the op
+                           on this connection (mod 2^24), bits 24-31 its channel */
     uint64_t count;     /* the collective's count argument */
     uint32_t len;       /* payload bytes that follow */
     uint32_t src_rank;
 } frame_hdr_t;          /* 40 bytes */
 
 _Static_assert(sizeof(frame_hdr_t) == 40, "frame header is part of the wire format");
+
+/* A schedule's channels (sched_step_t.channel) share one connection per peer: their
+ * frames interleave in an order both ends derive (sched.c), and each frame says which
+ * channel and which frame on the connection it is. */
+#define FRAME_CHANNELS 256
+#define FRAME_INDEX_MASK 0xffffffu
+static inline uint32_t frame_word(uint32_t index, unsigned channel)
+{
+    return (index & FRAME_INDEX_MASK) | (uint32_t)(channel & 0xffu) << 24;
+}
+#define FRAME_INDEX(w)   ((w) & FRAME_INDEX_MASK)
+#define FRAME_CHANNEL(w) ((w) >> 24)
 
 /* One call as two ranks compare it. */
 typedef struct call_desc {
@@ -70,7 +83,9 @@ typedef struct frame_expect {
     uint32_t peer;      /* the rank the frame must come from */
     call_desc_t call;   /* this rank's call (p2p: count and seq of this direction) */
     int p2p;            /* point-to-point: a SEND frame, op and root not compared */
-    uint32_t frame;     /* the next frame number from this peer */
+    uint32_t frame;     /* the next frame number from this peer (any 32 bits: compared
+                           mod 2^24) */
+    uint32_t channel;   /* the channel the receiving step belongs to */
     uint64_t room;      /* bytes the step still expects */
     uint32_t esz;       /* element size */
 } frame_expect_t;

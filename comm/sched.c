@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "schedule.h"
 #include "status.h"
 
@@ -153,26 +154,81 @@ static int is_recv(int kind)
     return kind == STEP_RECV || kind == STEP_RECV_REDUCE;
 }
 
+typedef struct {
+    uint64_t key;   /* queue (peer, direction), turn, channel: the order on the connection */
+    int step;
+} queue_pos_t;
+
+static int cmp_queue_pos(const void *x, const void *y)
+{
+    const queue_pos_t *a = x, *b = y;
+    return a->key < b->key ? -1 : a->key > b->key;
+}
+
+/* With several channels: each (peer, direction) queue takes the channels' steps in turns
+ * (schedule.h), the k-th step of every channel before the (k+1)-th of any. */
+static weft_status_t link_channel_queues(sched_t *s)
+{
+    int nch = s->nchannels, nq = 2 * s->nranks;
+    int *turns = calloc((size_t)nq * (size_t)nch, sizeof(int));
+    queue_pos_t *pos = malloc((size_t)(s->nsteps ? s->nsteps : 1) * sizeof(*pos));
+    if (!turns || !pos) {
+        free(turns);
+        free(pos);
+        return weft_error(WEFT_ERR_NO_MEMORY, "schedule %s: out of memory", s->algo);
+    }
+    int n = 0;
+    for (int i = 0; i < s->nsteps; i++) {
+        const sched_step_t *st = &s->steps[i];
+        if (st->kind != STEP_SEND && !is_recv(st->kind))
+            continue;
+        int q = 2 * st->peer + (st->kind != STEP_SEND);
+        uint64_t turn = (uint64_t)turns[q * nch + st->channel]++;
+        pos[n].key = (uint64_t)q << 40 | turn << 8 | st->channel;
+        pos[n++].step = i;
+    }
+    qsort(pos, (size_t)n, sizeof(*pos), cmp_queue_pos);
+    for (int k = n - 1; k >= 0; k--) {
+        const sched_step_t *st = &s->steps[pos[k].step];
+        int *head = st->kind == STEP_SEND ? &s->head_send[st->peer] : &s->head_recv[st->peer];
+        s->next_same[pos[k].step] = *head;
+        *head = pos[k].step;
+    }
+    free(turns);
+    free(pos);
+    return WEFT_OK;
+}
+
 /* Links each step to the next one on the same peer and direction. */
-static void link_queues(sched_t *s)
+static weft_status_t link_queues(sched_t *s)
 {
     for (int p = 0; p < s->nranks; p++)
         s->head_send[p] = s->head_recv[p] = -1;
-    for (int i = s->nsteps - 1; i >= 0; i--) {
-        sched_step_t *st = &s->steps[i];
+    s->nchannels = 1;
+    for (int i = 0; i < s->nsteps; i++) {
         s->next_same[i] = -1;
-        if (st->kind == STEP_SEND) {
-            s->next_same[i] = s->head_send[st->peer];
-            s->head_send[st->peer] = i;
-        } else if (is_recv(st->kind)) {
-            s->next_same[i] = s->head_recv[st->peer];
-            s->head_recv[st->peer] = i;
+        if (s->steps[i].channel >= s->nchannels)
+            s->nchannels = s->steps[i].channel + 1;
+    }
+    if (s->nchannels > 1) {
+        RETURN_IF_ERR(link_channel_queues(s));
+    } else {
+        for (int i = s->nsteps - 1; i >= 0; i--) {
+            sched_step_t *st = &s->steps[i];
+            if (st->kind == STEP_SEND) {
+                s->next_same[i] = s->head_send[st->peer];
+                s->head_send[st->peer] = i;
+            } else if (is_recv(st->kind)) {
+                s->next_same[i] = s->head_recv[st->peer];
+                s->head_recv[st->peer] = i;
+            }
         }
     }
     s->nlocals = 0;
     for (int i = 0; i < s->nsteps; i++)
         if (is_local(s->steps[i].kind))
             s->locals[s->nlocals++] = i;
+    return WEFT_OK;
 }
 
 static weft_status_t check_steps(const sched_t *s)
@@ -206,8 +262,9 @@ weft_status_t sched_finish(sched_t *s, int nranks)
         sched_free(s);
         return weft_error(WEFT_ERR_NO_MEMORY, "schedule %s: out of memory", s->algo);
     }
-    link_queues(s);
     weft_status_t st = check_steps(s);
+    if (st == WEFT_OK)
+        st = link_queues(s);
     if (st != WEFT_OK)
         sched_free(s);
     return st;

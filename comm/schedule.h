@@ -14,7 +14,13 @@
  *     produced (same length): this is what pipelines a ring, a chain or a tree; a
  *     receive's `stream` may be a send, and then it writes only bytes that send has
  *     already handed to the transport (an in-place exchange, frame by frame);
- *   - local steps (COPY, FOLD) run whole once their dependencies are met.
+ *   - local steps (COPY, FOLD) run whole once their dependencies are met;
+ *   - channels: a schedule may run several independent pieces (a ring per slice of the
+ *     buffer), each step tagged with its channel. Each channel's steps to (from) one peer
+ *     keep their array order, and the channels take turns on the connection: its k-th
+ *     steps of channel 0, 1, ..., then the (k+1)-th, so both ends derive the same order
+ *     from their own schedules. Algorithms with channels make a channel's k-th step on a
+ *     connection depend only on its own earlier steps, which keeps the turns deadlock-free.
  * Every SEND/RECV/RECV_REDUCE moves at least one frame, even with len 0, so a barrier is
  * a schedule of empty frames and every step is checked against the peer's header.
  */
@@ -80,6 +86,7 @@ typedef struct sched_step {
     uint8_t swap;       /* RECV_REDUCE: dst = incoming op src (the peer's data first) */
     uint8_t nt;         /* RECV, RECV_REDUCE, COPY: write dst with streaming stores (set by
                            the tuner, tuner.c) */
+    uint8_t channel;    /* SEND/RECV*: which of the schedule's channels (frame.h) */
     int32_t peer;       /* SEND/RECV*: rank in the communicator */
     int32_t dep;
     int32_t stream;
@@ -105,6 +112,8 @@ typedef struct sched {
     const char *algo;   /* name, for logs and the flight recorder */
     int probe;          /* only the address exchange: the engine then picks the rest */
     int meta;           /* fills BUF_META_OUT (single-copy and probe schedules) */
+    int nchannels;      /* channels its steps use (1 + the largest step.channel); with
+                           more than one, each peer's queues interleave them (sched.c) */
 } sched_t;
 
 /* Where the ranks are: the same on every rank but local_rank and host. Algorithms and
@@ -140,6 +149,8 @@ typedef struct sched_args {
     int inplace;
     size_t chunk;       /* frame payload bytes, already a multiple of the element size */
     int reg;            /* SCHED_REG_* */
+    int nchannels;      /* channels an algorithm that has them may use (WEFT_NCHANNELS,
+                           capped by the tuner for small calls); 0 or 1: one */
     sched_layout_t layout;
 } sched_args_t;
 

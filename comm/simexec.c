@@ -27,6 +27,7 @@
 typedef struct sim_frame {
     struct sim_frame *next;
     size_t len;
+    unsigned channel;           /* the sending step's; the receiving step's must match */
     char data[];
 } sim_frame_t;
 
@@ -159,6 +160,7 @@ static weft_status_t run_send(sim_t *sim, int rank, int i, int *moved)
             return weft_error(WEFT_ERR_NO_MEMORY, "simexec: out of memory");
         f->next = NULL;
         f->len = len;
+        f->channel = st->channel;
         if (len)
             memcpy(f->data, buf_at(r, st->src_buf, st->src_off + r->done[i], len), len);
         if (l->tail)
@@ -183,6 +185,10 @@ static weft_status_t run_recv(sim_t *sim, int rank, int i, int *moved)
         sim_frame_t *f = l->head;
         if (f == NULL)
             return WEFT_IN_PROGRESS;
+        if (f->channel != st->channel)
+            return weft_error(WEFT_ERR_MISMATCH, "simexec: rank %d step %d (%s) is on channel "
+                              "%u; rank %d sent a frame of channel %u", rank, i, r->s.algo,
+                              st->channel, st->peer, f->channel);
         if (f->len > st->len - r->done[i] || f->len % esz != 0)
             return weft_error(WEFT_ERR_MISMATCH, "simexec: rank %d step %d (%s) has room for "
                               "%zu bytes; rank %d sent a frame of %zu", rank, i, r->s.algo,

@@ -155,6 +155,18 @@ void tuner_cache_clear(weft_comm_t *comm)
     comm->ncache = 0;
 }
 
+/* WEFT_NCHANNELS, but no channel below TUNER_CHANNEL_MIN bytes of the sliced buffer
+ * (a ring's per-rank block for reduce-scatter and all-gather, else the whole buffer), so
+ * small calls keep their one frame per hop. Depends on shared arguments only. */
+#define TUNER_CHANNEL_MIN (64 * 1024)
+static int pick_channels(const weft_comm_t *comm, const sched_args_t *a)
+{
+    size_t bytes = a->count * weft_dtype_size(a->dtype);
+    size_t most = bytes / TUNER_CHANNEL_MIN;
+    long c = comm->cfg.nchannels;
+    return (int)(most < (size_t)c ? (most ? most : 1) : (size_t)c);
+}
+
 /* Everything but the chunk, which follows from the rest (configuration never changes
  * after init). */
 static int key_equal(const sched_args_t *x, const sched_args_t *y)
@@ -187,6 +199,7 @@ weft_status_t tuner_schedule(weft_comm_t *comm, comm_op_t *op)
     double cost;
     algo_model_default(&model);
     a->layout = comm->layout;
+    a->nchannels = pick_channels(comm, a);
     const algo_t *algo = algo_pick(&comm->cfg, &model, a, &cost);
     if (algo == NULL)
         return weft_error(WEFT_ERR_INTERNAL, "tuner: no algorithm runs %s on %d ranks",
@@ -201,9 +214,10 @@ weft_status_t tuner_schedule(weft_comm_t *comm, comm_op_t *op)
         return st;
     }
     int nt = comm->cfg.nt_min && call_bytes(a) >= comm->cfg.nt_min ? mark_streaming(s) : 0;
-    LOG_DEBUG(LOG_TUNE, "%s count %zu %s: algo %s%s, chunk %zu, %d steps (%d streaming), "
-              "model %.2f us", coll_name(a->coll), a->count, weft_dtype_name(a->dtype),
-              algo->name, a->reg == SCHED_REG_ALL ? " (registered buffers)" : "", a->chunk,
+    LOG_DEBUG(LOG_TUNE, "%s count %zu %s: algo %s%s, chunk %zu, %d channel(s), %d steps "
+              "(%d streaming), model %.2f us", coll_name(a->coll), a->count,
+              weft_dtype_name(a->dtype), algo->name,
+              a->reg == SCHED_REG_ALL ? " (registered buffers)" : "", a->chunk, s->nchannels,
               s->nsteps, nt, cost * 1e6);
     if (comm->ncache == SCHED_CACHE_SIZE)
         tuner_cache_clear(comm);

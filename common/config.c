@@ -175,6 +175,10 @@ static const cfg_knob_t knobs[] = {
       "allgather, broadcast where ranks span hosts, as many on each, more than one), "
       "...", STR(algo), NULL },
     { "WEFT_CHUNK", "0", "bytes per frame; 0 lets the tuner decide", SIZE(chunk), NULL },
+    { "WEFT_NCHANNELS", "1", "channels of the ring and chain algorithms (1-64): each takes a "
+      "slice of the call's buffer (at least 64K), odd ones run the ring the other way "
+      "round, and their frames take turns on every connection",
+      LNG(nchannels), NULL },
     { "WEFT_DIRECT_MAX", "32K", "largest per-rank message the tuner sends with the direct "
       "algorithm: all of them up to it on 2 ranks and up to 4 ranks of one host; beyond, "
       "the cost model weighs direct against the trees up to it",
@@ -272,6 +276,9 @@ weft_status_t cfg_load(weft_config_t *out)
         return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_IB_TIMEOUT=%ld must be in "
                           "[1, 31], WEFT_IB_GID_INDEX=%ld in [-1, 255]", cfg.ib_timeout,
                           cfg.ib_gid_index);
+    if (cfg.nchannels < 1 || cfg.nchannels > 64)
+        return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_NCHANNELS=%ld must be in "
+                          "[1, 64]", cfg.nchannels);
     if (cfg.buffsize < 64 * 1024)
         return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_BUFFSIZE=%zu is below 64K",
                           cfg.buffsize);

@@ -32,6 +32,7 @@ typedef struct weft_config {
     size_t buffsize;          /* WEFT_BUFFSIZE: bytes of staging per connection */
     size_t socket_buffsize;   /* WEFT_SOCKET_BUFFSIZE: SO_SNDBUF/SO_RCVBUF; 0 = autotuning */
     size_t chunk;             /* WEFT_CHUNK: bytes per frame, 0 = tuner decides */
+    long nchannels;           /* WEFT_NCHANNELS: rings per call (slices of the buffer) */
     size_t direct_max;        /* WEFT_DIRECT_MAX: largest message for the direct algo */
     size_t cma_min;           /* WEFT_CMA_MIN: smallest message for single-copy (cma) */
     size_t reg_min;           /* WEFT_REG_MIN: smallest message that probes for registered

@@ -165,6 +165,12 @@ else
         run "test_coll -n $n tcp" env WEFT_TRANSPORT=tcp "$WEFTRUN" -n "$n" \
             "$B/tests/test_coll" "${quick[@]}"
     done
+    # channels: a ring per slice of the buffer, odd ones reversed, frames taking turns on
+    # each connection (WEFT_NCHANNELS; test_algos checks them bit for bit)
+    run "test_coll -n 4 shm WEFT_NCHANNELS=3 ring" env -u WEFT_TRANSPORT WEFT_NCHANNELS=3 \
+        WEFT_ALGO=ring "$WEFTRUN" -n 4 "$B/tests/test_coll" --quick
+    run "test_coll -n 3 tcp WEFT_NCHANNELS=2 ring" env WEFT_TRANSPORT=tcp WEFT_NCHANNELS=2 \
+        WEFT_ALGO=ring "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
     # UCX (when built: libweft links libucp): the full matrix on 2 ranks, the quick one on
     # 3-5; UCX moves the data over its own shared memory and cma here.
     if [ "$HAVE_UCX" = 1 ]; then

@@ -67,6 +67,8 @@ static uint64_t rnd(void)
     return rng_state;
 }
 
+static int is_reduction(int coll);
+
 /* Random values with full mantissas (so order matters), no NaN, no infinity in sums;
  * products stay near 1 so 64 factors neither overflow nor underflow fp16. */
 static void fill(void *p, size_t n, weft_dtype_t dt, weft_op_t op)
@@ -253,8 +255,51 @@ static void rhd_result(const sim_call_t *c, char *const *in, size_t off, size_t 
 }
 
 /* ref[q]: what rank q's receive buffer must hold (NULL: not checked). */
+/* The ring with channels (algo_ring.c): channel ch reduces its slice of the buffer (of
+ * every rank's block, for reduce-scatter) around the ring order, reversed on odd
+ * channels, each block from the position the one-channel ring starts it at. */
+static void ring_channels_reference(const sim_call_t *c, char *const *in, char **ref)
+{
+    int n = c->args.nranks, root = c->args.root, nch = ring_channels(&c->args);
+    int map[64], ring[64], rev[64];
+    size_t cnt = c->args.count, esz = weft_dtype_size(c->args.dtype), blk = cnt * esz;
+    sched_layout_t l;
+    call_layout(c, &l, map, ring);
+    for (int i = 0; i < n; i++)
+        rev[i] = ring[n - 1 - i];
+    for (int ch = 0; ch < nch; ch++) {
+        const int *o = ch % 2 ? rev : ring;
+        size_t eoff, elen;
+        sched_block(cnt, nch, ch, &eoff, &elen);
+        for (int q = 0; q < n; q++) {
+            int pq = 0, pr = 0;
+            for (int i = 0; i < n; i++) {
+                pq = o[i] == q ? i : pq;
+                pr = o[i] == root ? i : pr;
+            }
+            if (c->args.coll == COLL_ALLREDUCE) {
+                for (int b = 0; b < n; b++) {
+                    size_t off, len;
+                    sched_block(elen, n, b, &off, &len);
+                    fold(ref[q] + (eoff + off) * esz, in, (eoff + off) * esz, len, c, o, b);
+                }
+            } else if (c->args.coll == COLL_REDUCE_SCATTER) {
+                fold(ref[q] + eoff * esz, in, (size_t)q * blk + eoff * esz, elen, c, o,
+                     (pq + 1) % n);
+            } else if (c->args.coll == COLL_REDUCE && q == root) {
+                fold(ref[q] + eoff * esz, in, eoff * esz, elen, c, o, (pr + 1) % n);
+            }
+        }
+    }
+}
+
 static void reference(const sim_call_t *c, char *const *in, char **ref)
 {
+    if (!strcmp(c->algo->name, "ring") && ring_channels(&c->args) > 1 &&
+        is_reduction(c->args.coll)) {
+        ring_channels_reference(c, in, ref);
+        return;
+    }
     int n = c->args.nranks, root = c->args.root, map[64], ring[64], ident[64];
     size_t cnt = c->args.count, esz = weft_dtype_size(c->args.dtype), blk = cnt * esz;
     sched_layout_t l;
@@ -429,6 +474,7 @@ static const weft_dtype_t DTYPES[] = { WEFT_FLOAT32, WEFT_FLOAT64, WEFT_INT32, W
                                        WEFT_BFLOAT16, WEFT_FLOAT16 };
 static const weft_op_t OPS[] = { WEFT_SUM, WEFT_PROD, WEFT_MIN, WEFT_MAX, WEFT_AVG };
 static const int RANKS[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 31, 32, 64 };
+static int NCHANNELS = 1;       /* the ring's channels in run_algo (main sets them) */
 
 static int is_reduction(int coll)
 {
@@ -465,6 +511,7 @@ static void run_algo(const algo_t *al, int n, const uint64_t *host_id)
     int map[64], order[64];
     c.args.nranks = n;
     c.args.chunk = CHUNK;
+    c.args.nchannels = NCHANNELS;
     call_layout(&c, &c.args.layout, map, order);    /* what supports() sees */
     for (int coll = COLL_ALLREDUCE; coll < COLL_NUM; coll++) {
         int p2p = coll == COLL_SEND || coll == COLL_RECV || coll == COLL_SENDRECV;
@@ -834,6 +881,17 @@ int main(int argc, char **argv)
             fprintf(stderr, "%d ranks on hosts (layout %zu): %d runs, %.1f s\n", HOSTS[i].n,
                     i, T.runs, (double)(clock() - t0) / CLOCKS_PER_SEC);
     }
+    /* the ring with channels: turns on each connection, reversed odd rings */
+    static const int CH_RANKS[] = { 2, 3, 4, 5, 8 };
+    for (NCHANNELS = 2; NCHANNELS <= 4; NCHANNELS++) {
+        for (size_t i = 0; i < WEFT_ARRAY_LEN(CH_RANKS); i++)
+            run_algo(&algo_ring_def, CH_RANKS[i], NULL);
+        for (size_t i = 0; i < 3; i++)
+            run_algo(&algo_ring_def, HOSTS[i].n, HOSTS[i].id);
+    }
+    if (verbose)
+        fprintf(stderr, "ring with 2-4 channels: %d runs, %.1f s\n", T.runs,
+                (double)(clock() - t0) / CLOCKS_PER_SEC);
     printf("test_algos: %d passed, %d failed (%d simulated calls)\n", T.passed, T.failed,
            T.runs);
     return T.failed ? 1 : 0;
