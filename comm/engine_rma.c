@@ -9,7 +9,8 @@
  * unpacked by the endpoint that reads them, on its first step that needs them, and kept
  * for the rest of the call. A step reads the peer's bytes in place where the transport
  * offers a pointer (shm's mapping of a weft_mem_alloc region), else posts gets:
- *   RGET         straight into dst, in up to ENGINE_RMA_DEPTH pieces all in flight;
+ *   RGET         straight into dst, in up to ENGINE_RMA_DEPTH pieces all in flight (one
+ *                piece where the transport's get blocks: more would only add calls);
  *   RGET_REDUCE  a chunk at a time into one of two halves of TMP, two in flight: while
  *                one is reduced into dst the next is on its way.
  * Every transfer completes in the order it was posted (the oldest is tested first), and
@@ -138,8 +139,9 @@ weft_status_t rma_step(weft_comm_t *comm, comm_op_t *op, const sched_step_t *st,
         return rget_in_place(op, st, dst, src, rp, div);
     }
     size_t esz = weft_dtype_size(a->dtype);
-    size_t piece = reduce ? op->sched->chunk
-                          : align_up((st->len + ENGINE_RMA_DEPTH - 1) / ENGINE_RMA_DEPTH, 64);
+    size_t piece = reduce            ? op->sched->chunk
+                   : ep->ops->get_blocks ? WEFT_MAX(st->len, (size_t)1)
+                   : align_up((st->len + ENGINE_RMA_DEPTH - 1) / ENGINE_RMA_DEPTH, 64);
     int depth = reduce ? 2 : ENGINE_RMA_DEPTH;
     q->peer = st->peer;
     for (;;) {

@@ -114,6 +114,11 @@ typedef struct tp_ops {
      * algorithm) when this transport serves every peer and all are on this host, unless
      * WEFT_CMA_MIN says otherwise; 0: never by default (connect.c agrees on it) */
     size_t cma_min;
+    /* get and put complete before they return (shm: a process_vm_readv): the engine then
+     * reads a step's bytes in one call (pieces in flight only pay where gets overlap;
+     * one 64K-512K read instead of four took an all-gather from 0.9x to 1.0-1.05x Open
+     * MPI on shm, 2 ranks: docs/PERF.md) */
+    int get_blocks;
 
     /* -- setup -- */
     /* whether this rank reaches peer with it; self and peer carry the addresses */

@@ -559,8 +559,8 @@ static const char *table_pick(const weft_config_t *cfg, const sched_args_t *a)
         return "probe";
     size_t cma_min = cfg->cma_min ? cfg->cma_min : a->layout.cma_min;
     if (cma && !cfg->cma_min && a->coll == COLL_ALLGATHER &&
-        (cma_min == 0 || cma_min > (256u << 10)))
-        cma_min = 256u << 10;               /* all-gather: single copy from 256K */
+        cma_min == 0)
+        cma_min = 64u << 10;                /* all-gather: single copy from 64K */
     if (cma && cma_min && bytes >= cma_min)
         return "cma";
     if (algo_few_ranks(a))

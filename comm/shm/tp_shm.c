@@ -504,6 +504,7 @@ const tp_ops_t tp_shm_ops = {
     .name = "shm",
     .preference = 20,               /* within a host, before tcp */
     .chunk = 128 * 1024,            /* frames that stay in the caches (docs/PERF.md) */
+    .get_blocks = 1,                /* process_vm_readv / _writev, or a mapping: done at once */
     /* setup */
     .can_connect = shm_can_connect,
     .local_setup = shm_local_setup,
