@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "frame.h"
 #include "schedule.h"
 
 /* Link classes of the cost model: a hop inside a host or between hosts. */
@@ -67,6 +68,22 @@ typedef struct algo {
     int (*window)(const weft_config_t *cfg, const sched_args_t *a, size_t *lo, size_t *hi);
     weft_status_t (*build)(const sched_args_t *a, sched_t *s);
 } algo_t;
+
+/* All-gather by single copy (cma) where every peer is read that way and neither
+ * WEFT_CMA_MIN nor a transport set a threshold: from 32K per rank, where direct's window
+ * then ends. An all-gather moves each block once this way against two copies through
+ * staging; on shm, 2 ranks bound, alternating launches, medians out of place (in place),
+ * cma against the ring (direct at 32K): 3.3-4.0 (3.1-3.4) us against 4.1-4.3 (3.7-3.9) at
+ * 32K per rank, 9.0 (7.5) against 9.9 (8.1) at 64K, 13.0 (10.0) against 18.9 (14.5) at
+ * 128K, 21.1 (15.6) against 34.0 (27.9) at 256K; at 16K direct's one exchange is cheaper
+ * (2.3 us against 2.4-2.9). All-reduce, reduce-scatter and broadcast stay faster on the
+ * ring (docs/PERF.md, issue 20). */
+#define ALGO_CMA_ALLGATHER_MIN (32u << 10)
+static inline size_t algo_cma_allgather_min(const weft_config_t *cfg, const sched_args_t *a)
+{
+    return a->coll == COLL_ALLGATHER && a->layout.cma && !cfg->cma_min && !a->layout.cma_min
+               ? ALGO_CMA_ALLGATHER_MIN : 0;
+}
 
 /* The window of an algorithm no knob governs (the ring takes what the others leave). */
 int algo_no_window(const weft_config_t *cfg, const sched_args_t *a, size_t *lo, size_t *hi);

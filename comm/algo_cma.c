@@ -199,21 +199,14 @@ static double cma_cost(const sched_args_t *a, const algo_model_t *m)
 }
 
 /* WEFT_CMA_MIN, else the transports' agreed threshold (256K where ucx serves every peer
- * of one host), else for all-gather CMA_ALLGATHER_MIN wherever every peer is read by
- * single copy: from there on (0: never unless WEFT_ALGO=cma). An all-gather moves each
- * block once this way against the ring's two copies through staging: on shm, 2 ranks
- * bound, 6 alternating launches each, medians out of place (in place), cma against the
- * ring: 9.0 (7.5) us against 9.9 (8.1) at 64K per rank, 13.0 (10.0) against 18.9 (14.5)
- * at 128K, 21.1 (15.6) against 34.0 (27.9) at 256K; at 16K-32K per rank direct's one
- * exchange is cheaper still. All-reduce, reduce-scatter and broadcast stay faster on the
- * ring (docs/PERF.md, issue 20). */
-#define CMA_ALLGATHER_MIN (64u << 10)
+ * of one host), else for all-gather ALGO_CMA_ALLGATHER_MIN wherever every peer is read by
+ * single copy (algo_cma_allgather_min): from there on (0: never unless WEFT_ALGO=cma). */
 static int cma_window(const weft_config_t *cfg, const sched_args_t *a, size_t *lo,
                       size_t *hi)
 {
     size_t min = cfg->cma_min ? cfg->cma_min : a->layout.cma_min;
-    if (!cfg->cma_min && a->coll == COLL_ALLGATHER && a->layout.cma && !min)
-        min = CMA_ALLGATHER_MIN;
+    if (!min)
+        min = algo_cma_allgather_min(cfg, a);
     return algo_window_from(min, lo, hi);
 }
 

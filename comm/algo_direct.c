@@ -165,8 +165,9 @@ static double direct_cost(const sched_args_t *a, const algo_model_t *m)
 static int direct_window(const weft_config_t *cfg, const sched_args_t *a, size_t *lo,
                          size_t *hi)
 {
+    size_t cma = algo_cma_allgather_min(cfg, a);
     *lo = 0;
-    *hi = cfg->direct_max;
+    *hi = cma && cma <= cfg->direct_max ? cma - 1 : cfg->direct_max;
     return algo_few_ranks(a) ? 1 : 2;
 }
 

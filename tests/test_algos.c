@@ -552,15 +552,15 @@ static const char *table_pick(const weft_config_t *cfg, const sched_args_t *a)
                                 a->coll == COLL_ALLGATHER || a->coll == COLL_BROADCAST);
     if (a->reg == SCHED_REG_ALL)
         return "cma";
-    if (bytes <= cfg->direct_max && algo_few_ranks(a))
+    size_t ag_cma = cma && a->coll == COLL_ALLGATHER && !cfg->cma_min && !a->layout.cma_min
+                        ? 32u << 10 : 0;    /* all-gather: single copy from 32K */
+    if (bytes <= cfg->direct_max && algo_few_ranks(a) && !(ag_cma && bytes >= ag_cma))
         return "direct";
     if (a->reg == SCHED_REG_ASK && cma && a->coll != COLL_BROADCAST && cfg->reg_min &&
         bytes >= cfg->reg_min)
         return "probe";
-    size_t cma_min = cfg->cma_min ? cfg->cma_min : a->layout.cma_min;
-    if (cma && !cfg->cma_min && a->coll == COLL_ALLGATHER &&
-        cma_min == 0)
-        cma_min = 64u << 10;                /* all-gather: single copy from 64K */
+    size_t cma_min = cfg->cma_min ? cfg->cma_min : a->layout.cma_min ? a->layout.cma_min
+                                                                      : ag_cma;
     if (cma && cma_min && bytes >= cma_min)
         return "cma";
     if (algo_few_ranks(a))
