@@ -70,8 +70,8 @@ typedef struct algo {
 } algo_t;
 
 /* All-gather by single copy (cma) where every peer is read that way and neither
- * WEFT_CMA_MIN nor a transport set a threshold: from 32K per rank, where direct's window
- * then ends. An all-gather moves each block once this way against two copies through
+ * WEFT_CMA_MIN nor a transport set a threshold: from 32K per rank where the reads block
+ * (shm, measured below), else from 256K (ib), and direct's window then ends below. An all-gather moves each block once this way against two copies through
  * staging; on shm, 2 ranks bound, alternating launches, medians out of place (in place),
  * cma against the ring (direct at 32K): 3.3-4.0 (3.1-3.4) us against 4.1-4.3 (3.7-3.9) at
  * 32K per rank, 9.0 (7.5) against 9.9 (8.1) at 64K, 13.0 (10.0) against 18.9 (14.5) at
@@ -79,10 +79,12 @@ typedef struct algo {
  * (2.3 us against 2.4-2.9). All-reduce, reduce-scatter and broadcast stay faster on the
  * ring (docs/PERF.md, issue 20). */
 #define ALGO_CMA_ALLGATHER_MIN (32u << 10)
+#define ALGO_CMA_ALLGATHER_MIN_ASYNC (256u << 10)
 static inline size_t algo_cma_allgather_min(const weft_config_t *cfg, const sched_args_t *a)
 {
-    return a->coll == COLL_ALLGATHER && a->layout.cma && !cfg->cma_min && !a->layout.cma_min
-               ? ALGO_CMA_ALLGATHER_MIN : 0;
+    if (a->coll != COLL_ALLGATHER || !a->layout.cma || cfg->cma_min || a->layout.cma_min)
+        return 0;
+    return a->layout.cma_blocks ? ALGO_CMA_ALLGATHER_MIN : ALGO_CMA_ALLGATHER_MIN_ASYNC;
 }
 
 /* The window of an algorithm no knob governs (the ring takes what the others leave). */

@@ -148,6 +148,15 @@ static size_t local_cma_min(const weft_comm_t *comm)
     return m;
 }
 
+/* 1 when every peer's endpoint reads one-sidedly in blocking calls (shm). */
+static int local_blocks(const weft_comm_t *comm)
+{
+    for (int p = 0; p < comm->nranks; p++)
+        if (p != comm->rank && !(comm->eps[p] && comm->eps[p]->ops->get_blocks))
+            return 0;
+    return 1;
+}
+
 /* 1 when this rank reaches every peer with one-sided reads (transport.h: get), over at
  * most SCHED_META_KEYS transports, which it lists in rma_tps: their keys are what its
  * calls' metadata carry. */
@@ -187,8 +196,9 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
     /* barrier, which also agrees on what every rank can do: nobody drops names before
      * everyone has connected, and single copy is used only if all ranks have it */
     connect_agree_t mine = { st == WEFT_OK, st == WEFT_OK && local_rma(comm),
-                             (int)(local_cma_min(comm) >> 10) };
-    int all_ok = 1, cma = 1, cma_min_k = mine.cma_min_k;
+                             (int)(local_cma_min(comm) >> 10),
+                             st == WEFT_OK && local_blocks(comm) };
+    int all_ok = 1, cma = 1, cma_min_k = mine.cma_min_k, blocks = 1;
     connect_agree_t *all = malloc((size_t)comm->nranks * sizeof(*all));
     if (all == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "connect: out of memory");
@@ -196,6 +206,7 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
     for (int p = 0; xs == WEFT_OK && p < comm->nranks; p++) {
         all_ok &= all[p].ok;
         cma &= all[p].rma;
+        blocks &= all[p].blocks;
         cma_min_k = all[p].cma_min_k && cma_min_k ? WEFT_MAX(cma_min_k, all[p].cma_min_k) : 0;
     }
     free(all);
@@ -206,6 +217,7 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
         return weft_error(WEFT_ERR_PEER_LOST, "connect: another rank failed to connect");
     comm->cma_all = cma && comm->nranks > 1;
     comm->cma_min_default = comm->cma_all ? (size_t)cma_min_k << 10 : 0;
+    comm->cma_blocks = comm->cma_all && blocks;
     RETURN_IF_ERR(tuner_setup(comm));
     if (comm->cfg.spin < 0)     /* spinning only helps when every rank has a core */
         comm->cfg.spin = comm->local_size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 2000;

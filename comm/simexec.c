@@ -27,7 +27,8 @@
 typedef struct sim_frame {
     struct sim_frame *next;
     size_t len;
-    unsigned channel;           /* the sending step's; the receiving step's must match */
+    size_t channel;             /* the sending step's; the receiving step's must match (a
+                                   size_t: data[] stays 8-byte aligned for the kernels) */
     char data[];
 } sim_frame_t;
 
@@ -187,7 +188,7 @@ static weft_status_t run_recv(sim_t *sim, int rank, int i, int *moved)
             return WEFT_IN_PROGRESS;
         if (f->channel != st->channel)
             return weft_error(WEFT_ERR_MISMATCH, "simexec: rank %d step %d (%s) is on channel "
-                              "%u; rank %d sent a frame of channel %u", rank, i, r->s.algo,
+                              "%u; rank %d sent a frame of channel %zu", rank, i, r->s.algo,
                               st->channel, st->peer, f->channel);
         if (f->len > st->len - r->done[i] || f->len % esz != 0)
             return weft_error(WEFT_ERR_MISMATCH, "simexec: rank %d step %d (%s) has room for "

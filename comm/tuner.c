@@ -142,6 +142,7 @@ weft_status_t tuner_setup(weft_comm_t *comm)
     algo_host_map(host_id, comm->nranks, comm->rank_host);
     comm->layout.rank_host = comm->rank_host;   /* freed at weft_comm_destroy */
     comm->layout.cma_min = comm->cma_min_default;
+    comm->layout.cma_blocks = comm->cma_blocks;
     free(host_id);
     return WEFT_OK;
 }
