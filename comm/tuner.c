@@ -19,7 +19,7 @@
  *                 everywhere: rule 1, else the call goes on as if it had not probed
  *                 (in place on any rank: registered from twice that, tuner_after_probe)
  *        cma      from WEFT_CMA_MIN (0 = the transports' cma_min: 256K where ucx serves
- *                 every peer within one host, else off; all-gather from 64K wherever
+ *                 every peer within one host, else off; all-gather from 32K on shm, 256K wherever
  *                 every peer is read by single copy): read peers' buffers directly
  *   4. else the cheapest by the cost model (algo.h: alpha-beta-gamma per link class)
  *      among those no knob reserves and whose bounds hold the size: among few ranks the
