@@ -3,7 +3,7 @@
 # on one GPU: GPT-2 124M (12 layers, 768 channels, 12 heads, T=1024), bf16, one rank.
 #
 #   bench/gpu_train_vs_llmc.sh [--batches "64 32 16 8 4"] [--steps 30] [--warmup 5]
-#                              [--out docs/perf/gpu_train] [--peak-tflops X]
+#                              [--out docs/perf/gpu_train] [--peak-tflops X] [--no-build]
 #   bench/gpu_train_vs_llmc.sh --make-data FILE NTOKENS SEED   (the token shard only)
 #   bench/gpu_train_vs_llmc.sh --parse LLMC_LOG WEFT_JSON B T WARMUP PEAK_TFLOPS
 #                              (the figures from two finished runs; what the test checks)
@@ -17,6 +17,8 @@
 # both from a fresh GPT-2 init (llm.c: -e d12; weft: --layers 12 --dim 768 --heads 12 --ctx
 # 1024) on that shard with the same B, T, lr 3e-4, no weight decay, clip 1.0, no
 # validation or sampling. The batch is the largest of --batches at which both runs finish.
+# --no-build uses the build/bin/weft-train that is there (built elsewhere: a GPU machine
+# without weft's build dependencies) instead of running `make all`.
 #
 # Figures: each side's tokens/s is B*T / (median step time) over the steps after --warmup
 # (llm.c: its "N ms" per step; weft: the sum of ms fwd/bwd/opt/data of its --json lines);
@@ -109,7 +111,7 @@ case "${1:-}" in
              shift; parse "$@"; exit $? ;;
 esac
 
-BATCHES="64 32 16 8 4" STEPS=30 WARMUP=5 OUT=docs/perf/gpu_train PEAK=""
+BATCHES="64 32 16 8 4" STEPS=30 WARMUP=5 OUT=docs/perf/gpu_train PEAK="" BUILD_WEFT=1
 while [ $# -gt 0 ]; do
     case "$1" in
     --batches) BATCHES=$2; shift 2 ;;
@@ -117,6 +119,7 @@ while [ $# -gt 0 ]; do
     --warmup) WARMUP=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --peak-tflops) PEAK=$2; shift 2 ;;
+    --no-build) BUILD_WEFT=0; shift ;;
     *) echo "gpu_train_vs_llmc: unknown option $1 (see the header of $0)" >&2; exit 2 ;;
     esac
 done
@@ -152,10 +155,13 @@ fi
 make -C "$W/llm.c" train_gpt2cu NO_MULTI_GPU=1 USE_CUDNN=0 GPU_COMPUTE_CAPABILITY=90 \
     ${NVML_FLAGS:+"$NVML_FLAGS"} >"$OUT/raw/llmc_build.log" 2>&1 ||
     { tail -n 20 "$OUT/raw/llmc_build.log"; die "llm.c build failed"; }
-echo "gpu_train_vs_llmc: building weft-train"
-make -j"$(nproc)" all NVCC="$NVCC" >"$OUT/raw/weft_build.log" 2>&1 ||
-    { tail -n 20 "$OUT/raw/weft_build.log"; die "weft build failed"; }
+if [ "$BUILD_WEFT" = 1 ]; then
+    echo "gpu_train_vs_llmc: building weft-train"
+    make -j"$(nproc)" all NVCC="$NVCC" >"$OUT/raw/weft_build.log" 2>&1 ||
+        { tail -n 20 "$OUT/raw/weft_build.log"; die "weft build failed"; }
+fi
 WEFT=$ROOT/build/bin/weft-train
+[ -x "$WEFT" ] || die "$WEFT missing (run make, or drop --no-build)"
 DATA=$W/tokens.bin
 NTOK=$(( (64 * T + 1) * (STEPS + 2) ))
 make_data "$DATA" "$NTOK" 1337 || die "cannot write $DATA"

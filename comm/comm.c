@@ -21,6 +21,9 @@
 #include "sock.h"
 #include "status.h"
 #include "util.h"
+#ifdef WEFT_HAVE_CUDA
+#include "cuda_coll.h"
+#endif
 
 static weft_status_t comm_alloc(int rank, int nranks, const weft_config_t *cfg,
                                 weft_comm_t **comm_p)
@@ -249,10 +252,16 @@ weft_status_t weft_comm_destroy(weft_comm_t *comm)
 {
     if (comm == NULL)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_destroy: comm is NULL");
+#ifdef WEFT_HAVE_CUDA
+    cuda_queue_free(comm);          /* runs what is queued on the GPU streams first */
+#endif
     progress_fini(comm);            /* joins the thread; nothing runs the engine now */
     engine_cancel_all(comm);
     log_bytes(comm);
     connect_close_all(comm);
+#ifdef WEFT_HAVE_CUDA
+    cuda_ipc_free(comm);
+#endif
     tuner_cache_clear(comm);
     free(comm->peers);
     free(comm->eps);

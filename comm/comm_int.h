@@ -148,6 +148,9 @@ struct weft_comm {
     flight_t flight;         /* the last FLIGHT_SIZE calls */
     struct sockaddr_in rdv_addr;    /* where the bootstrap met */
 
+    void *cuda;              /* kernels/cuda/ipc.c: peers' mapped GPU memory (CUDA builds) */
+    void *cuda_q;            /* kernels/cuda/queue.c: the stream calls' queue and thread */
+
     int aborted;             /* set by weft_comm_abort from any thread: atomics only */
 
     /* progress.c: the lock over the engine state, and the background thread */

@@ -43,6 +43,10 @@ typedef struct weft_config {
     long progress_thread;     /* WEFT_PROGRESS_THREAD: nonblocking calls progress in a
                                  per-communicator thread (0: only inside weft calls) */
     long cuda;                /* WEFT_CUDA: 0 = never call CUDA (comm/memtype.c) */
+    long cuda_async;          /* WEFT_CUDA_ASYNC: stream calls of several ranks only enqueue
+                                 (kernels/cuda/queue.c); 0 = they block the caller */
+    long cuda_ipc;            /* WEFT_CUDA_IPC: device collectives inside a host read and
+                                 write peers' GPU memory (kernels/cuda/ipc.c); 0 = stage */
 } weft_config_t;
 
 /* Parses every WEFT_* tunable. On a bad value returns WEFT_ERR_INVALID_ARG naming it

@@ -7,11 +7,14 @@
  * after the work already enqueued on stream and before the work enqueued after it. The
  * buffers may be device memory (cudaMalloc, ncclMemAlloc) or host memory, mixed.
  *
- * This version stages: the call waits for stream, copies device inputs into pinned host
- * memory, runs the host collective, copies the results back on stream and waits for the
- * copies, so it BLOCKS the host until the collective is complete (the enqueue-only form
- * and GPU-to-GPU CUDA IPC without staging are not done yet; docs/GPU.md). Reductions
- * follow weft.h's semantics exactly. Without a visible GPU every call fails with
+ * How a call runs (docs/GPU.md): on 1 rank with device buffers it only enqueues a copy on
+ * stream; with every rank on one host and device buffers, GPU to GPU through CUDA IPC
+ * (weft's kernels read the peers' buffers; no host staging), blocking the caller until
+ * the collective is complete, or with WEFT_CUDA_ASYNC=1 (every rank its own process)
+ * enqueued on stream and run by a thread of the communicator, a failure then returned
+ * by the next call; otherwise (several hosts, host buffers) staged through pinned host
+ * memory and the host collectives, blocking. Reductions follow weft.h's semantics
+ * (fp16/bf16 accumulated in fp32). Without a visible GPU every call fails with
  * WEFT_ERR_UNSUPPORTED and a message saying so.
  */
 #ifndef WEFT_CUDA_H

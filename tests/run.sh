@@ -89,6 +89,8 @@ for t in "$B"/tests/test_*; do
     esac
 done
 [ "$found" = 1 ] || missing "unit tests" "$B/tests/test_*"
+# the stream calls of several ranks once more through the stream queue (kernels/cuda/queue.c)
+[ -x "$B/tests/test_cuda" ] && run "test_cuda WEFT_CUDA_ASYNC=1" env WEFT_CUDA_ASYNC=1 "$B/tests/test_cuda"
 
 # 2. The launcher's own test.
 if [ -f tests/test_weftrun.sh ]; then

@@ -14,7 +14,9 @@
  * sizes around the 16-byte vector width, aligned and at an odd element offset, in place
  * and not; the stream calls on 1 rank (device, host and mixed buffers, ordered after a
  * kernel on the caller's stream), and all-reduce, reduce-scatter, all-gather, broadcast
- * on 2, 4 and 8 ranks sharing the one GPU, each rank a thread with its own stream.
+ * on 2, 4 and 8 ranks sharing the one GPU, each rank a thread with its own stream, and on
+ * 2 and 4 ranks as processes (CUDA IPC handles): in place and not, AVG and MIN, reduce,
+ * a sendrecv ring, and counts that disagree failing every rank with WEFT_ERR_MISMATCH.
  * Ends "N passed, N failed".
  */
 #include <pthread.h>
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,6 +36,7 @@
 #include "memtype.h"
 #include "reduce.h"
 #include "sock.h"
+#include "cuda_coll.h"
 
 static int passed, failed;
 
@@ -179,6 +183,193 @@ static void pick_addr(char *buf, size_t len)
     snprintf(buf, len, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
 }
 
+/* The GPU-to-GPU path's checks (kernels/cuda/ipc.c) for rank r of n on comm c: every
+ * collective out of place and in place, AVG/MIN on integers, a sendrecv ring, with the
+ * stream queue (WEFT_CUDA_ASYNC=1) a call that returns before a late peer has called, and
+ * last a call whose counts disagree (WEFT_ERR_MISMATCH on every rank: from that call when
+ * calls block, the communicator still usable; from the next call when they are queued).
+ * Returns 1 when all held; else prints what failed. */
+#define IN 1031     /* elements per rank: odd, so slices end off the vector width */
+static int ipc_checks(int r, int n, weft_comm_t *c, cudaStream_t st, int want_queue)
+{
+    int async = 0;
+    size_t tot = (size_t)n * IN;
+    int32_t *d_a = NULL, *d_b = NULL, *h = malloc(sizeof(int32_t) * tot);
+    int ok = h != NULL && cudaMalloc((void **)&d_a, sizeof(int32_t) * tot) == cudaSuccess &&
+             cudaMalloc((void **)&d_b, sizeof(int32_t) * tot) == cudaSuccess;
+    const char *what = "setup";
+#define UP(dst, cnt) (cudaMemcpy(dst, h, sizeof(int32_t) * (cnt), cudaMemcpyHostToDevice) == cudaSuccess)
+#define DOWN(src, cnt) (cudaMemcpy(h, src, sizeof(int32_t) * (cnt), cudaMemcpyDeviceToHost) == cudaSuccess)
+    /* all-reduce AVG in place: avg over ranks of r*n + i%100 = n(n-1)/2 + i%100 */
+    if (ok) {
+        what = "all-reduce AVG in place";
+        for (size_t i = 0; i < IN; i++)
+            h[i] = r * n + (int32_t)(i % 100);
+        ok = UP(d_a, IN) && weft_allreduce_stream(d_a, d_a, IN, WEFT_INT32, WEFT_AVG, c, st) ==
+             WEFT_OK && cudaStreamSynchronize(st) == cudaSuccess && DOWN(d_a, IN);
+        for (size_t i = 0; ok && i < IN; i++)
+            ok = h[i] == n * (n - 1) / 2 + (int32_t)(i % 100);
+    }
+    /* all-reduce MIN out of place: min over ranks of (i*7 + r*13) % 101 */
+    if (ok) {
+        what = "all-reduce MIN";
+        for (size_t i = 0; i < IN; i++)
+            h[i] = (int32_t)((i * 7 + (size_t)r * 13) % 101);
+        ok = UP(d_a, IN) && weft_allreduce_stream(d_a, d_b, IN, WEFT_INT32, WEFT_MIN, c, st) ==
+             WEFT_OK && cudaStreamSynchronize(st) == cudaSuccess && DOWN(d_b, IN);
+        for (size_t i = 0; ok && i < IN; i++) {
+            int32_t m = INT32_MAX;
+            for (int q = 0; q < n; q++)
+                m = (int32_t)((i * 7 + (size_t)q * 13) % 101) < m ? (int32_t)((i * 7 + (size_t)q * 13) % 101) : m;
+            ok = h[i] == m;
+        }
+    }
+    /* reduce-scatter in place (recv = send + r*IN), then all-gather in place */
+    if (ok) {
+        what = "reduce-scatter and all-gather in place";
+        for (size_t i = 0; i < tot; i++)
+            h[i] = r + (int32_t)i;
+        ok = UP(d_a, tot) && weft_reduce_scatter_stream(d_a, d_a + (size_t)r * IN, IN, WEFT_INT32,
+                                                        WEFT_SUM, c, st) == WEFT_OK &&
+             weft_allgather_stream(d_a + (size_t)r * IN, d_a, IN, WEFT_INT32, c, st) == WEFT_OK &&
+             cudaStreamSynchronize(st) == cudaSuccess && DOWN(d_a, tot);
+        for (size_t i = 0; ok && i < tot; i++)
+            ok = h[i] == n * (n - 1) / 2 + n * (int32_t)i;
+    }
+    /* broadcast from rank n-1 out of place; reduce SUM to rank 0 */
+    if (ok) {
+        what = "broadcast and reduce";
+        for (size_t i = 0; i < IN; i++)
+            h[i] = r * 1000 + (int32_t)i;
+        ok = UP(d_a, IN) && weft_broadcast_stream(d_a, d_b, IN, WEFT_INT32, n - 1, c, st) ==
+             WEFT_OK && cudaStreamSynchronize(st) == cudaSuccess && DOWN(d_b, IN);
+        for (size_t i = 0; ok && i < IN; i++)
+            ok = h[i] == (n - 1) * 1000 + (int32_t)i;
+        for (size_t i = 0; ok && i < IN; i++)
+            h[i] = r + (int32_t)i;
+        ok = ok && UP(d_a, IN) && UP(d_b, IN) &&
+             weft_reduce_stream(d_a, d_b, IN, WEFT_INT32, WEFT_SUM, 0, c, st) == WEFT_OK &&
+             cudaStreamSynchronize(st) == cudaSuccess && DOWN(d_b, IN);
+        for (size_t i = 0; ok && i < IN; i++)   /* rank 0 has the sum, the others their copy */
+            ok = h[i] == (r == 0 ? n * (n - 1) / 2 + n * (int32_t)i : r + (int32_t)i);
+    }
+    /* a sendrecv ring: from r-1, to r+1 */
+    if (ok) {
+        what = "sendrecv ring";
+        for (size_t i = 0; i < IN; i++)
+            h[i] = r * 100000 + (int32_t)i;
+        ok = UP(d_a, IN) && weft_sendrecv_stream(d_a, IN, (r + 1) % n, d_b, IN, (r + n - 1) % n,
+                                                 WEFT_INT32, c, st) == WEFT_OK &&
+             cudaStreamSynchronize(st) == cudaSuccess && DOWN(d_b, IN);
+        for (size_t i = 0; ok && i < IN; i++)
+            ok = h[i] == ((r + n - 1) % n) * 100000 + (int32_t)i;
+    }
+    /* the stream queue runs exactly where it should (queue.c: ranks as processes) */
+    if (ok) {
+        what = "the stream queue's choice";
+        async = cuda_queue_on(c);
+        ok = async == want_queue;
+    }
+    /* enqueue only (the stream queue, WEFT_CUDA_ASYNC=1): rank 0's call returns while
+     * rank 1 has not called yet, its stream not done; it completes once rank 1 calls */
+    if (ok && async) {
+        what = "an all-reduce that only enqueues";
+        for (size_t i = 0; i < IN; i++)
+            h[i] = r;
+        ok = UP(d_a, IN);
+        if (ok && r == 1)
+            usleep(300000);
+        ok = ok && weft_allreduce_stream(d_a, d_b, IN, WEFT_INT32, WEFT_SUM, c, st) == WEFT_OK;
+        if (ok && r == 0)
+            ok = cudaStreamQuery(st) == cudaErrorNotReady;
+        ok = ok && cudaStreamSynchronize(st) == cudaSuccess && DOWN(d_b, IN) &&
+             h[0] == n * (n - 1) / 2 && h[IN - 1] == n * (n - 1) / 2;
+    }
+    /* counts that disagree: every rank fails with MISMATCH. Blocking calls return it and
+     * the next call works; queued calls return, the stream still completes, and the next
+     * call reports it (the communicator's stream calls then stay failed, as NCCL's) */
+    if (ok) {
+        what = "mismatched counts";
+        weft_status_t m = weft_allreduce_stream(d_a, d_b, r == 0 ? IN : IN - 1, WEFT_INT32,
+                                                WEFT_SUM, c, st);
+        if (async) {
+            ok = m == WEFT_OK && cudaStreamSynchronize(st) == cudaSuccess &&
+                 weft_allreduce_stream(d_a, d_b, IN, WEFT_INT32, WEFT_SUM, c, st) ==
+                 WEFT_ERR_MISMATCH && strstr(weft_last_error(), "count") != NULL;
+        } else {
+            ok = m == WEFT_ERR_MISMATCH && strstr(weft_last_error(), "count") != NULL;
+            for (size_t i = 0; i < IN; i++)
+                h[i] = 1;
+            ok = ok && UP(d_a, IN) && weft_allreduce_stream(d_a, d_b, IN, WEFT_INT32, WEFT_SUM,
+                                                            c, st) == WEFT_OK &&
+                 cudaStreamSynchronize(st) == cudaSuccess && DOWN(d_b, IN) && h[0] == n &&
+                 h[IN - 1] == n;
+        }
+    }
+#undef UP
+#undef DOWN
+    if (!ok)
+        printf("rank %d of %d: %s failed: %s (CUDA: %s)\n", r, n, what, weft_last_error(),
+               cudaGetErrorString(cudaGetLastError()));
+    fflush(stdout);
+    cudaFree(d_a);
+    cudaFree(d_b);
+    free(h);
+    return ok;
+}
+
+/* Ranks as processes (nccl-tests' way), forked before this process touches CUDA: their
+ * device buffers reach each other through CUDA IPC handles. A child exits 77 when it sees
+ * no GPU; the parent kills them all after 30 s (a hang is a failure). */
+static void test_ipc_processes(int n)
+{
+    char addr[64];
+    pid_t pid[8];
+    pick_addr(addr, sizeof(addr));
+    fflush(stdout);             /* the children must not print the parent's buffer again */
+    for (int i = 0; i < n; i++) {
+        if ((pid[i] = fork()) == 0) {
+            weft_comm_t *c = NULL;
+            cudaStream_t st;
+            if (!mem_cuda_visible(NULL))
+                _exit(77);
+            const char *a = getenv("WEFT_CUDA_ASYNC");
+            int ok = weft_comm_init_rank(i, n, addr, &c) == WEFT_OK &&
+                     cudaStreamCreate(&st) == cudaSuccess &&
+                     ipc_checks(i, n, c, st, a != NULL && strcmp(a, "1") == 0);
+            weft_comm_destroy(c);
+            fflush(stdout);
+            _exit(ok ? 0 : 1);
+        }
+    }
+    int ok = 1, skip = 0;
+    for (int waited = 0, left = n; left > 0 && waited < 300; waited++) {
+        usleep(100000);
+        for (int i = 0; i < n; i++) {
+            int status;
+            if (pid[i] > 0 && waitpid(pid[i], &status, WNOHANG) == pid[i]) {
+                pid[i] = 0;
+                left--;
+                if (WIFEXITED(status) && WEXITSTATUS(status) == 77)
+                    skip++;
+                else
+                    ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (pid[i] > 0) {
+            kill(pid[i], SIGKILL);
+            waitpid(pid[i], NULL, 0);
+            printf("rank %d of %d (a process) did not finish in 30 s\n", i, n);
+            ok = 0;
+        }
+    if (skip == n)
+        return;     /* no GPU: counted by main's SKIP line */
+    check(ok && skip == 0, "%d ranks as processes on one GPU (CUDA IPC): every collective, in "
+          "place and not, sendrecv, mismatched counts", n);
+}
+
 typedef struct {
     const char *addr;
     int rank, nranks, ok;
@@ -224,6 +415,8 @@ static void *rank_main(void *v)
         r->ok = h[i] == (float)(n * (n - 1) / 2 + n * ((n - 1) * RN + i));
     if (!r->ok)
         printf("rank %d of %d: %s\n", r->rank, n, weft_last_error());
+    fflush(stdout);
+    r->ok = r->ok && ipc_checks(r->rank, n, c, st, 0);     /* threads: never a queue */
     cudaFree(d_send);
     cudaFree(d_recv);
     free(h);
@@ -246,8 +439,8 @@ static void test_ranks_on_one_gpu(int n)
         pthread_join(t[i], NULL);
         ok &= r[i].ok;
     }
-    check(ok, "%d ranks on one GPU, each with its own stream: all-reduce, reduce-scatter, "
-          "all-gather, broadcast on device buffers", n);
+    check(ok, "%d ranks on one GPU, each a thread with its own stream: every collective on "
+          "device buffers, in place and not, sendrecv, mismatched counts", n);
 }
 
 static void test_stream_one_rank(void)
@@ -302,6 +495,8 @@ static void test_cuda_off(void)
 int main(void)
 {
     test_cuda_off();
+    test_ipc_processes(2);      /* before this process touches CUDA: children fork clean */
+    test_ipc_processes(4);
     if (!mem_cuda_visible(NULL)) {
         test_no_gpu();
         printf("SKIP: no GPU visible: the kernel, stream and several-ranks-on-one-GPU checks "

@@ -21,6 +21,30 @@
 extern "C" {
 #endif
 
+/* cuda_kern_multi's work: each of dst[0..ndst) gets src[0] op src[1] ... op
+ * src[nsrc-1], n elements (AVG: the sum divided by div when div > 1, once). nsrc == 1
+ * copies (one destination: a cudaMemcpyAsync). Up to CUDA_MULTI_MAX of each: passed by
+ * value as the kernel's argument. */
+#define CUDA_MULTI_MAX 16
+typedef struct cuda_multi {
+    void *dst[CUDA_MULTI_MAX];
+    const void *src[CUDA_MULTI_MAX];
+    int ndst, nsrc;
+    size_t n;
+    int div;
+} cuda_multi_t;
+
+int cuda_kern_multi(const cuda_multi_t *m, weft_dtype_t dtype, weft_op_t op, void *stream);
+/* The same kernel with its work read, when it runs, from ind (memory the device reads:
+ * mapped pinned host memory), which the host fills after enqueueing; n (the elements
+ * ind will hold, or more) sizes the grid. ind's ndst 0 makes it do nothing. */
+int cuda_kern_multi_ind(const cuda_multi_t *ind, size_t n, weft_dtype_t dtype, weft_op_t op,
+                        void *stream);
+/* Runs every dtype x op of that kernel once on stream (ind's ndst 0: nothing done) and
+ * waits: CUDA loads a kernel at its first launch (lazy loading, the default), and a load
+ * waits for the context's streams, so a first launch behind a stream wait on a flag that
+ * only a later host step sets would never return. */
+int cuda_kern_multi_preload(const cuda_multi_t *ind, void *stream);
 int cuda_kern_reduce(void *dst, const void *a, const void *b, size_t n, weft_dtype_t dtype,
                      weft_op_t op, int avg_div, void *stream);
 int cuda_kern_divide(void *dst, const void *src, size_t n, weft_dtype_t dtype, int div,

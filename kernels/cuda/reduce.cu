@@ -13,6 +13,9 @@
  * Invariant: each thread reads element i of both inputs before writing element i and
  * no thread touches another's elements, so dst == a or dst == b is safe.
  * Launches only enqueue on the caller's stream; nothing here synchronizes.
+ * k_multi is the one-pass kernel of the CUDA IPC collectives (kernels/cuda/ipc.c): up to
+ * CUDA_MULTI_MAX sources reduced into up to as many destinations (peers' buffers mapped
+ * into this process), the same 16-byte vectors when every pointer is aligned.
  */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -113,6 +116,92 @@ __global__ void k_divide(T *d, const T *s, size_t n, int div)
         d[k] = C::store((A)(C::load(s[k]) / div));
 }
 
+/* cuda_kern_multi: every dst[k] = src[0] op ... op src[nsrc-1], accumulated in the
+ * reduction type (fp16/bf16 in fp32, rounded once; AVG sums and divides once at the
+ * end). A thread reads element i of every source before writing element i anywhere. */
+template <typename T, int OP>
+__device__ __forceinline__ T multi_elem(const cuda_multi_t &m, size_t k)
+{
+    typedef acc_of<T> C;
+    typedef typename C::type A;
+    const int ACC = OP == WEFT_AVG ? WEFT_SUM : OP;
+    A acc = C::load(static_cast<const T *>(m.src[0])[k]);
+    for (int j = 1; j < m.nsrc; j++)
+        acc = apply<ACC>(acc, C::load(static_cast<const T *>(m.src[j])[k]), 0);
+    if (OP == WEFT_AVG && m.div > 1)
+        acc = (A)(acc / m.div);
+    return C::store(acc);
+}
+
+template <typename T, int OP>
+__device__ __forceinline__ void multi_body(const cuda_multi_t &m)
+{
+    typedef acc_of<T> C;
+    typedef typename C::type A;
+    const int ACC = OP == WEFT_AVG ? WEFT_SUM : OP;
+    if (m.ndst <= 0 || m.nsrc <= 0)
+        return;
+    uintptr_t al = 0;
+    for (int k = 0; k < m.ndst; k++)
+        al |= (uintptr_t)m.dst[k];
+    for (int k = 0; k < m.nsrc; k++)
+        al |= (uintptr_t)m.src[k];
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t done = 0;
+    if ((al & 15) == 0) {
+        const int V = 16 / sizeof(T);
+        size_t nv = m.n / V;
+        for (size_t v = i; v < nv; v += stride) {
+            A acc[V];
+            uint4 u = static_cast<const uint4 *>(m.src[0])[v];
+            const T *t = reinterpret_cast<const T *>(&u);
+#pragma unroll
+            for (int e = 0; e < V; e++)
+                acc[e] = C::load(t[e]);
+            for (int j = 1; j < m.nsrc; j++) {
+                u = static_cast<const uint4 *>(m.src[j])[v];
+#pragma unroll
+                for (int e = 0; e < V; e++)
+                    acc[e] = apply<ACC>(acc[e], C::load(t[e]), 0);
+            }
+            uint4 out;
+            T *o = reinterpret_cast<T *>(&out);
+#pragma unroll
+            for (int e = 0; e < V; e++)
+                o[e] = C::store((OP == WEFT_AVG && m.div > 1) ? (A)(acc[e] / m.div) : acc[e]);
+            for (int k = 0; k < m.ndst; k++)
+                static_cast<uint4 *>(m.dst[k])[v] = out;
+        }
+        done = nv * V;
+    }
+    for (size_t k = done + i; k < m.n; k += stride) {
+        T r = multi_elem<T, OP>(m, k);
+        for (int d = 0; d < m.ndst; d++)
+            static_cast<T *>(m.dst[d])[k] = r;
+    }
+}
+
+template <typename T, int OP>
+__global__ void k_multi(const cuda_multi_t m)
+{
+    multi_body<T, OP>(m);
+}
+
+/* The work is in memory the host fills after the launch was enqueued (behind a wait on
+ * the stream): each block reads it once into shared memory. */
+template <typename T, int OP>
+__global__ void k_multi_ind(const cuda_multi_t *pm)
+{
+    __shared__ cuda_multi_t m;
+    const volatile unsigned *from = reinterpret_cast<const volatile unsigned *>(pm);
+    unsigned *to = reinterpret_cast<unsigned *>(&m);
+    for (unsigned k = threadIdx.x; k < sizeof(cuda_multi_t) / 4; k += blockDim.x)
+        to[k] = from[k];
+    __syncthreads();
+    multi_body<T, OP>(m);
+}
+
 const int THREADS = 256;
 const unsigned MAX_BLOCKS = 4096;       /* grid-stride beyond: enough to fill an H100 */
 
@@ -148,7 +237,88 @@ int launch_divide(void *dst, const void *src, size_t n, int div, cudaStream_t st
     return (int)cudaGetLastError();
 }
 
+/* ind NULL: m's work by value; else ind (device-visible) holds it, filled later, and
+ * m->n only sizes the grid. */
+template <typename T>
+int launch_multi(const cuda_multi_t *m, const cuda_multi_t *ind, weft_op_t op, cudaStream_t st)
+{
+    unsigned g = blocks_for(m->n / (16 / sizeof(T)) + 1);
+#define K(O) (ind ? (k_multi_ind<T, O><<<g, THREADS, 0, st>>>(ind), 0) \
+                  : (k_multi<T, O><<<g, THREADS, 0, st>>>(*m), 0))
+    switch (op) {
+    case WEFT_SUM: K(WEFT_SUM); break;
+    case WEFT_PROD: K(WEFT_PROD); break;
+    case WEFT_MIN: K(WEFT_MIN); break;
+    case WEFT_MAX: K(WEFT_MAX); break;
+    case WEFT_AVG: K(WEFT_AVG); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+#undef K
+    return (int)cudaGetLastError();
+}
+
+int multi_dispatch(const cuda_multi_t *m, const cuda_multi_t *ind, weft_dtype_t dtype,
+                   weft_op_t op, cudaStream_t st)
+{
+    switch (dtype) {
+    case WEFT_INT8: return launch_multi<int8_t>(m, ind, op, st);
+    case WEFT_UINT8: return launch_multi<uint8_t>(m, ind, op, st);
+    case WEFT_INT32: return launch_multi<int32_t>(m, ind, op, st);
+    case WEFT_UINT32: return launch_multi<uint32_t>(m, ind, op, st);
+    case WEFT_INT64: return launch_multi<int64_t>(m, ind, op, st);
+    case WEFT_UINT64: return launch_multi<uint64_t>(m, ind, op, st);
+    case WEFT_FLOAT16: return launch_multi<__half>(m, ind, op, st);
+    case WEFT_BFLOAT16: return launch_multi<__nv_bfloat16>(m, ind, op, st);
+    case WEFT_FLOAT32: return launch_multi<float>(m, ind, op, st);
+    case WEFT_FLOAT64: return launch_multi<double>(m, ind, op, st);
+    }
+    return (int)cudaErrorInvalidValue;
+}
+
 } /* namespace */
+
+extern "C" int cuda_kern_multi(const cuda_multi_t *m, weft_dtype_t dtype, weft_op_t op,
+                               void *stream)
+{
+    if (m->n == 0 || m->ndst == 0)
+        return 0;
+    if (m->nsrc < 1 || m->nsrc > CUDA_MULTI_MAX || m->ndst < 0 || m->ndst > CUDA_MULTI_MAX)
+        return (int)cudaErrorInvalidValue;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (m->nsrc == 1 && m->ndst == 1 && !(op == WEFT_AVG && m->div > 1))  /* a copy */
+        return m->dst[0] == m->src[0]
+                   ? 0 : (int)cudaMemcpyAsync(m->dst[0], m->src[0],
+                                              m->n * weft_dtype_size(dtype),
+                                              cudaMemcpyDefault, st);
+    return multi_dispatch(m, NULL, dtype, op, st);
+}
+
+extern "C" int cuda_kern_multi_preload(const cuda_multi_t *ind, void *stream)
+{
+    static const weft_dtype_t dts[] = { WEFT_INT8, WEFT_UINT8, WEFT_INT32, WEFT_UINT32,
+                                        WEFT_INT64, WEFT_UINT64, WEFT_FLOAT16, WEFT_BFLOAT16,
+                                        WEFT_FLOAT32, WEFT_FLOAT64 };
+    static const weft_op_t ops[] = { WEFT_SUM, WEFT_PROD, WEFT_MIN, WEFT_MAX, WEFT_AVG };
+    cuda_multi_t m;
+    m.n = 1;
+    for (unsigned d = 0; d < sizeof(dts) / sizeof(dts[0]); d++)
+        for (unsigned o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+            int e = multi_dispatch(&m, ind, dts[d], ops[o], (cudaStream_t)stream);
+            if (e)
+                return e;
+        }
+    return (int)cudaStreamSynchronize((cudaStream_t)stream);
+}
+
+extern "C" int cuda_kern_multi_ind(const cuda_multi_t *ind, size_t n, weft_dtype_t dtype,
+                                   weft_op_t op, void *stream)
+{
+    if (n == 0)
+        return 0;
+    cuda_multi_t m;
+    m.n = n;
+    return multi_dispatch(&m, ind, dtype, op, (cudaStream_t)stream);
+}
 
 extern "C" int cuda_kern_reduce(void *dst, const void *a, const void *b, size_t n,
                                 weft_dtype_t dtype, weft_op_t op, int avg_div, void *stream)

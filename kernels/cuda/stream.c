@@ -19,22 +19,10 @@
 
 #include "weft_cuda.h"
 #include "check.h"
+#include "cuda_coll.h"
 #include "memtype.h"
 #include "status.h"
 
-typedef enum { S_ALLREDUCE, S_REDUCE_SCATTER, S_ALLGATHER, S_BROADCAST, S_REDUCE,
-               S_SENDRECV } scoll_t;
-
-typedef struct {
-    scoll_t coll;
-    const char *fn;
-    const void *send;
-    void *recv;
-    size_t count, count2;       /* count2: sendrecv's recvcount */
-    weft_dtype_t dtype;
-    weft_op_t op;
-    int root, peer2;            /* root: also sendrecv's dst; peer2 its src */
-} scall_t;
 
 typedef struct {
     void *p[2];                 /* [0] send staging, [1] recv staging (pinned) */
@@ -190,7 +178,39 @@ static weft_status_t run_stream(const scall_t *c, weft_comm_t *comm, cudaStream_
         return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "%s_stream: %s", c->fn, why);
     size_t sb = 0, rb = 0;
     RETURN_IF_ERR(call_bytes(c, comm, &sb, &rb));
-    int dev = (sb && mem_type_of(c->send) == MEM_CUDA) || (rb && mem_type_of(c->recv) == MEM_CUDA);
+    int send_dev = sb && mem_type_of(c->send) == MEM_CUDA;
+    int recv_dev = rb && mem_type_of(c->recv) == MEM_CUDA;
+    int dev = send_dev || recv_dev, all_dev = (!sb || send_dev) && (!rb || recv_dev);
+    /* one rank, device buffers: the result is the input, copied on the stream; nothing
+     * waits (sendrecv only to itself, with matching counts: else the host call says why) */
+    if (weft_comm_size(comm) == 1 && all_dev &&
+        (c->coll != S_SENDRECV || (c->peer2 == 0 && c->count == c->count2))) {
+        if (rb && c->recv != c->send)
+            RETURN_IF_ERR(cuda_check(c->fn, "copying on the stream",
+                                     cudaMemcpyAsync(c->recv, c->send, rb,
+                                                     cudaMemcpyDeviceToDevice, stream)));
+        return WEFT_OK;
+    }
+    /* several ranks: enqueued for this communicator's stream queue (queue.c) */
+    if (c->coll != S_SENDRECV) {
+        int done = 0;
+        weft_status_t st = cuda_queue_run(c, sb, rb, dev, all_dev, comm, stream, &done);
+        if (done)
+            return st;
+    }
+    /* ranks on one host: GPU to GPU (ipc.c), unless a rank has host buffers */
+    if (cuda_ipc_wanted(comm) && (c->coll != S_SENDRECV || all_dev)) {
+        int done = 0;
+        weft_status_t st = cuda_ipc_run(c, sb, rb, all_dev, comm, stream, &done);
+        if (done)
+            return st;
+    }
+    return cuda_stage_run(c, sb, rb, dev, comm, stream);
+}
+
+weft_status_t cuda_stage_run(const scall_t *c, size_t sb, size_t rb, int dev,
+                             weft_comm_t *comm, cudaStream_t stream)
+{
     /* the stream's earlier work may write our inputs (or still read our outputs) */
     RETURN_IF_ERR(cuda_check(c->fn, "waiting for the stream", cudaStreamSynchronize(stream)));
     if (!dev)
