@@ -302,7 +302,7 @@ static weft_status_t run_local(weft_comm_t *comm, comm_op_t *op, int i, int *mov
     size_t esz = weft_dtype_size(a->dtype);
     if (st->kind == STEP_RGET || st->kind == STEP_RGET_REDUCE) {
         weft_status_t rc = rma_step(comm, op, st, &comm->st[i], moved);
-        return rc == WEFT_ERR_PEER_LOST ? fail_explain_lost(comm, op, st->peer, rc) : rc;
+        return rc < 0 ? fail_explain_rma(comm, op, st->peer, rc) : rc;
     }
     char *dst = engine_buf(comm, op, st->dst_buf) + st->dst_off;
     const char *src = engine_buf(comm, op, st->src_buf) + st->src_off;

@@ -20,12 +20,14 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm_int.h"
 #include "status.h"
 #include "util.h"
 
 #define WAIT_POST_NS 50000000ull    /* a call waiting longer tells its peers what it is */
+#define RMA_EXPLAIN_NS 100000000ull /* how long a failed read waits for its owner's FAILED */
 
 static int is_coll(int coll)
 {
@@ -120,6 +122,25 @@ weft_status_t fail_explain_lost(weft_comm_t *comm, const comm_op_t *op, int p,
             return adopt(comm, op, p, &s);
     }
     fail_note(comm, st, p, NULL);
+    return st;
+}
+
+weft_status_t fail_explain_rma(weft_comm_t *comm, const comm_op_t *op, int p,
+                               weft_status_t st)
+{
+    if (st == WEFT_ERR_PEER_LOST)
+        return fail_explain_lost(comm, op, p, st);
+    tp_ep_t *ep = comm->eps[p];
+    uint64_t end = time_ns() + RMA_EXPLAIN_NS;
+    while (ep != NULL) {
+        tp_state_t s;
+        ep->ops->peer_state(ep, &s);
+        if (s.kind == TP_STATE_FAILED)
+            return adopt(comm, op, p, &s);
+        if (time_ns() >= end)
+            break;
+        usleep(1000);
+    }
     return st;
 }
 
