@@ -66,11 +66,6 @@ void cuda_ipc_share(const scall_t *c, int n, char **S, char **R, int r, struct c
  * (host buffers, no handle, too many ranks) and the caller must stage: nothing changed. */
 weft_status_t cuda_ipc_run(const scall_t *c, size_t sb, size_t rb, int dev, weft_comm_t *comm,
                            cudaStream_t stream, int *done);
-/* The staged form: waits for stream, copies device inputs (dev: some buffer is device
- * memory) into this thread's pinned host buffers, runs the host collective on comm,
- * copies the results back and waits again; host buffers go straight to the host call. */
-weft_status_t cuda_stage_run(const scall_t *c, size_t sb, size_t rb, int dev,
-                             weft_comm_t *comm, cudaStream_t stream);
 /* Enqueues c for comm's stream queue (queue.c) and returns: *done 0 when the queue is
  * off (WEFT_CUDA_ASYNC=0, sendrecv, no stream memory operations on this GPU: agreed by
  * every rank at the first call), and the caller runs c itself. dev: some buffer of this

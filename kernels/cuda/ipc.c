@@ -141,12 +141,12 @@ static int own_buf(const scall_t *c, const void *p, size_t bytes, int handle, ip
     size_t size = 0;
     cudaError_t e;
     if (range_fn == NULL || range_fn(&base, &size, (uintptr_t)p) != 0) {
-        LOG_INFO(LOG_COLL, "%s_stream: no allocation range for %p: staging", c->fn, p);
+        LOG_INFO(LOG_COLL, "%s_stream: no allocation range for %p: not shared", c->fn, p);
         return 0;
     }
     if ((e = cudaIpcGetMemHandle(&b->h, (void *)(uintptr_t)base)) != cudaSuccess) {
         cudaGetLastError();
-        LOG_INFO(LOG_COLL, "%s_stream: no IPC handle for %p (%s): staging", c->fn, p,
+        LOG_INFO(LOG_COLL, "%s_stream: no IPC handle for %p (%s): not shared", c->fn, p,
                  cudaGetErrorName(e));
         return 0;
     }

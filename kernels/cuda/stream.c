@@ -169,6 +169,9 @@ static weft_status_t call_bytes(const scall_t *c, weft_comm_t *comm, size_t *sb,
     return WEFT_OK;
 }
 
+static weft_status_t cuda_stage_run(const scall_t *c, size_t sb, size_t rb, int dev,
+                                    weft_comm_t *comm, cudaStream_t stream);
+
 static weft_status_t run_stream(const scall_t *c, weft_comm_t *comm, cudaStream_t stream)
 {
     const char *why = "";
@@ -208,8 +211,11 @@ static weft_status_t run_stream(const scall_t *c, weft_comm_t *comm, cudaStream_
     return cuda_stage_run(c, sb, rb, dev, comm, stream);
 }
 
-weft_status_t cuda_stage_run(const scall_t *c, size_t sb, size_t rb, int dev,
-                             weft_comm_t *comm, cudaStream_t stream)
+/* The staged form: waits for stream, copies device inputs (dev: some buffer is device
+ * memory) into this thread's pinned host buffers, runs the host collective on comm,
+ * copies the results back and waits again; host buffers go straight to the host call. */
+static weft_status_t cuda_stage_run(const scall_t *c, size_t sb, size_t rb, int dev,
+                                    weft_comm_t *comm, cudaStream_t stream)
 {
     /* the stream's earlier work may write our inputs (or still read our outputs) */
     RETURN_IF_ERR(cuda_check(c->fn, "waiting for the stream", cudaStreamSynchronize(stream)));
