@@ -24,7 +24,8 @@
  *               that time (survivors ignore weftrun's SIGTERM for the 3 s grace period).
  *               With WEFT_TEST_REG=1 the buffers come from weft_mem_alloc, so that
  *               (with WEFT_REG_MIN=1) the ranks read each other's memory in place
- * init_kill S F like kill, but 0-60 ms into weft_comm_init (see init_kill below)
+ * init_kill S F like kill, but 0-60 ms into weft_comm_init (see init_kill below); each
+ *               rank first creates F.armed.RANK once it ignores SIGTERM
  * connect_kill S F  (tcp) like init_kill, but once the victim holds its first data
  *               connection: every survivor's init fails with PEER_LOST naming it in 2 s
  * leaks         four communicators made and destroyed (one aborted): no listening
@@ -319,6 +320,15 @@ static int init_kill(unsigned seed, const char *file, int at_connect)
     if (rank < 0 || nranks < 2)
         return 2;
     signal(SIGTERM, SIG_IGN);
+    /* "armed": from here on weftrun's SIGTERM cannot take this rank away before it
+     * reports. A rank still starting when the victim dies may be stopped before this
+     * line, having run no weft code; test_faults.sh expects reports from armed ranks. */
+    char armed[4096];
+    snprintf(armed, sizeof(armed), "%s.armed.%d", file, rank);
+    FILE *af = fopen(armed, "w");
+    if (af == NULL)
+        return 1;
+    fclose(af);
     if (rank == victim && pthread_create(&th, NULL, kill_later, &ka) != 0)
         return 1;
     double t0 = now_s();

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../comm/ib/ib_verbs.h"
@@ -132,10 +133,28 @@ static void fabric_open(void)
         fab = f;
 }
 
+/* Takes the fabric lock. A robust mutex recovers from a holder that dies, but not from
+ * a waiter that dies after an unlock woke it and before it took the lock: that wakeup is
+ * lost, and the next waiter sleeps on a free mutex until someone else unlocks (seen in
+ * the fault tests as a survivor stuck here for seconds after a rank was SIGKILLed). So
+ * every wait is bounded by 5 ms and retried: a lost wakeup costs at most that. */
 static void lock(void)
 {
-    if (pthread_mutex_lock(&fab->lock) == EOWNERDEAD)  /* a process died holding it */
-        pthread_mutex_consistent(&fab->lock);
+    for (;;) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        t.tv_nsec += 5000000;
+        if (t.tv_nsec >= 1000000000) {
+            t.tv_sec++;
+            t.tv_nsec -= 1000000000;
+        }
+        int rc = pthread_mutex_clocklock(&fab->lock, CLOCK_MONOTONIC, &t);
+        if (rc == ETIMEDOUT)
+            continue;
+        if (rc == EOWNERDEAD)   /* a process died holding it */
+            pthread_mutex_consistent(&fab->lock);
+        return;
+    }
 }
 
 static void unlock(void) { pthread_mutex_unlock(&fab->lock); }
