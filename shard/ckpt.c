@@ -280,8 +280,8 @@ int shard_ckpt_writer(const shard_t *sh)
     return sh->rank < sh->G;   // the first group holds every shard once
 }
 
-void shard_ckpt_data(const shard_t *sh, ckpt_rank_data_t *d, const float **p,
-                     const float **m, const float **v, size_t *n)
+weft_status_t shard_ckpt_data(shard_t *sh, ckpt_rank_data_t *d, const float **p,
+                              const float **m, const float **v, size_t *n)
 {
     for (int u = 0; u < sh->nunits; u++) {
         p[u] = sh->u[u].master;
@@ -290,6 +290,25 @@ void shard_ckpt_data(const shard_t *sh, ckpt_rank_data_t *d, const float **p,
         n[u] = sh->u[u].sn;
     }
     *d = (ckpt_rank_data_t){ sh->nunits, p, m, v, n };
+    if (!sh->o.mem)
+        return WEFT_OK;
+    // another table's memory: the runs come through a host copy, kept until the next one
+    size_t total = 0;
+    for (int u = 0; u < sh->nunits; u++)
+        total += 3 * n[u];
+    free(sh->ckpt_host);
+    if (!(sh->ckpt_host = malloc((total ? total : 1) * sizeof(float))))
+        return weft_error_quiet(WEFT_ERR_NO_MEMORY, "checkpoint: out of memory for a host "
+                                "copy of %zu bytes", total * sizeof(float));
+    float *h = sh->ckpt_host;
+    for (int u = 0; u < sh->nunits; u++) {
+        const float **run[3] = { &p[u], &m[u], &v[u] };
+        for (int w = 0; w < 3; w++, h += n[u]) {
+            RETURN_IF_ERR(sh->mem->download(sh->mem->ctx, h, *run[w], n[u] * sizeof(float)));
+            *run[w] = h;
+        }
+    }
+    return WEFT_OK;
 }
 
 void shard_ckpt_layout(const shard_t *sh, ckpt_layout_t *l, size_t *len, size_t *sn)
@@ -335,19 +354,19 @@ weft_status_t shard_ckpt_load(shard_t *sh, const char *dir, const ckpt_layout_t 
         return st;
     }
     b = buf;
-    for (int u = 0; u < sh->nunits; u++) {
+    const shard_mem_t *mm = sh->mem;
+    for (int u = 0; st == WEFT_OK && u < sh->nunits; u++) {
         unit_t *x = &sh->u[u];
         if (!sh->per_use) {   // the compute copy: fp32, or as a bf16 gather makes it
-            memcpy(x->full, b, x->pad * sizeof(float));
-            if (sh->o.param_bf16)
-                shard_round_bf16(x->full, x->pad);
+            st = mm->upload(mm->ctx, x->full, b, x->pad * sizeof(float));
+            if (st == WEFT_OK && sh->o.param_bf16)
+                st = shard_round_bf16(sh, x->full, x->pad);
             b += x->pad;
         }
-        memcpy(x->master, b, x->sn * sizeof(float));
-        memcpy(x->m, b + x->sn, x->sn * sizeof(float));
-        memcpy(x->v, b + 2 * x->sn, x->sn * sizeof(float));
-        b += 3 * x->sn;
+        float *dst[3] = { x->master, x->m, x->v };
+        for (int w = 0; st == WEFT_OK && w < 3; w++, b += x->sn)
+            st = mm->upload(mm->ctx, dst[w], b, x->sn * sizeof(float));
     }
     free(buf);
-    return WEFT_OK;
+    return st;
 }

@@ -55,11 +55,12 @@ weft_status_t ckpt_read_range(const char *dir, const ckpt_layout_t *l, int u, in
 /* "rank-00003.bin" */
 void ckpt_file_name(char *buf, size_t cap, int rank);
 
-/* shard/'s side: whether this rank writes a file, its data, its layout; and filling its
- * shards from a checkpoint of any layout (every rank, no communication). */
+/* shard/'s side: whether this rank writes a file, its data (host pointers: a device
+ * table's runs are downloaded into a copy shard/ keeps until the next call), its layout;
+ * and filling its shards from a checkpoint of any layout (every rank, no communication). */
 int shard_ckpt_writer(const shard_t *sh);
-void shard_ckpt_data(const shard_t *sh, ckpt_rank_data_t *d, const float **p,
-                     const float **m, const float **v, size_t *n);
+weft_status_t shard_ckpt_data(shard_t *sh, ckpt_rank_data_t *d, const float **p,
+                              const float **m, const float **v, size_t *n);
 void shard_ckpt_layout(const shard_t *sh, ckpt_layout_t *l, size_t *len, size_t *sn);
 weft_status_t shard_ckpt_load(shard_t *sh, const char *dir, const ckpt_layout_t *old);
 

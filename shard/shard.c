@@ -62,6 +62,134 @@ int shard_group_size(const shard_t *sh)
     return sh->G;
 }
 
+/* ---- the host table: host memory, weft's CPU kernels, weft.h's collectives ---- */
+
+static void *host_alloc(void *ctx, size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+        return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void host_free(void *ctx, void *p)
+{
+    free(p);
+}
+
+static weft_status_t host_copy(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    memcpy(dst, src, bytes);
+    return WEFT_OK;
+}
+
+static weft_status_t host_zero(void *ctx, void *p, size_t bytes)
+{
+    memset(p, 0, bytes);
+    return WEFT_OK;
+}
+
+static weft_status_t host_to_bf16(void *ctx, uint16_t *dst, const float *src, size_t n)
+{
+    kern_to_bf16(dst, src, n);
+    return WEFT_OK;
+}
+
+static weft_status_t host_from_bf16(void *ctx, float *dst, const uint16_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &b, 4);
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t host_add(void *ctx, float *y, const void *x, size_t n, int bf16)
+{
+    if (bf16) {
+        const uint16_t *b = x;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t w = (uint32_t)b[i] << 16;
+            float f;
+            memcpy(&f, &w, 4);
+            y[i] += f;
+        }
+    } else {
+        const float *f = x;
+        for (size_t i = 0; i < n; i++)
+            y[i] += f[i];
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t host_sumsq(void *ctx, const float *const *x, const size_t *n, int count,
+                                double *sum_p)
+{
+    double ss = 0.0;
+    for (int k = 0; k < count; k++)
+        ss += kern_sumsq(x[k], n[k]);
+    *sum_p = ss;
+    return WEFT_OK;
+}
+
+static weft_status_t host_scale(void *ctx, float *x, float a, size_t n)
+{
+    kern_scale(x, a, n);
+    return WEFT_OK;
+}
+
+static weft_status_t host_adamw(void *ctx, float *p, float *m, float *v, const float *g,
+                                size_t n, float lr, float b1, float b2, float eps, float wd,
+                                int t)
+{
+    kern_adamw(p, m, v, g, n, lr, b1, b2, eps, wd, t);
+    return WEFT_OK;
+}
+
+static weft_status_t host_coll(void *ctx, shard_coll_t kind, const void *send, void *recv,
+                               size_t count, weft_dtype_t dt, weft_comm_t *comm, void **req_p)
+{
+    weft_request_t **r = (weft_request_t **)req_p;
+    switch (kind) {
+    case SHARD_COLL_ALLGATHER:
+        return weft_iallgather(send, recv, count, dt, comm, r);
+    case SHARD_COLL_REDUCE_SCATTER:
+        return weft_ireduce_scatter(send, recv, count, dt, WEFT_SUM, comm, r);
+    default:
+        return weft_iallreduce(send, recv, count, dt, WEFT_SUM, comm, r);
+    }
+}
+
+static weft_status_t host_wait(void *ctx, void *req)
+{
+    return weft_wait(req);
+}
+
+static weft_status_t host_test(void *ctx, void *req, int *done_p)
+{
+    return weft_test(req, done_p);
+}
+
+static const shard_mem_t host_mem = {
+    .alloc = host_alloc, .free = host_free, .upload = host_copy, .download = host_copy,
+    .copy = host_copy, .zero = host_zero, .to_bf16 = host_to_bf16,
+    .from_bf16 = host_from_bf16, .add = host_add, .sumsq = host_sumsq, .scale = host_scale,
+    .adamw = host_adamw, .coll = host_coll, .wait = host_wait, .test = host_test,
+};
+
+/* a collective through the table; the time its start takes is exposed (a device table's
+ * calls may block until the collective is done) */
+static weft_status_t coll_start(shard_t *sh, shard_coll_t kind, const void *send, void *recv,
+                                size_t count, weft_dtype_t dt, weft_comm_t *comm,
+                                void **req_p)
+{
+    double t0 = time_s();
+    weft_status_t st = sh->mem->coll(sh->mem->ctx, kind, send, recv, count, dt, comm, req_p);
+    sh->st.exposed_ms += (time_s() - t0) * 1e3;
+    return st;
+}
+
 /* ---- memory: persistent buffers count as model states, transient ones as in flight ----
  *
  * Transient buffers (gathered units, gradients being reduced, bf16 copies) come from a
@@ -73,15 +201,19 @@ int shard_group_size(const shard_t *sh)
 
 static void *alloc_state(shard_t *sh, size_t bytes)
 {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
-        return NULL;
-    memset(p, 0, bytes);
-    sh->st.state_bytes += bytes;
+    void *p = sh->mem->alloc(sh->mem->ctx, bytes);
+    if (p)
+        sh->st.state_bytes += bytes;
     return p;
 }
 
-/* A transient buffer of bytes, zero-filled when zero is set. */
+static void mem_free(shard_t *sh, void *p)
+{
+    if (p)
+        sh->mem->free(sh->mem->ctx, p);
+}
+
+/* A transient buffer of bytes, zero-filled when zero is set (NULL when out of memory). */
 static void *take_transient(shard_t *sh, size_t bytes, int zero)
 {
     void *p = NULL;
@@ -90,10 +222,12 @@ static void *take_transient(shard_t *sh, size_t bytes, int zero)
             p = sh->pool[i].p;
             sh->pool[i] = sh->pool[--sh->npool];
         }
-    if (!p && posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+    if (!p && !(p = sh->mem->alloc(sh->mem->ctx, bytes)))
         return NULL;
-    if (zero)
-        memset(p, 0, bytes);
+    else if (zero && sh->mem->zero(sh->mem->ctx, p, bytes) != WEFT_OK) {
+        mem_free(sh, p);
+        return NULL;
+    }
     sh->transient += bytes;
     if (sh->transient > sh->st.transient_peak)
         sh->st.transient_peak = sh->transient;
@@ -109,7 +243,7 @@ static void free_transient(shard_t *sh, void *p, size_t bytes)
         int cap = sh->pool_cap ? 2 * sh->pool_cap : 16;
         pooled_t *np = realloc(sh->pool, (size_t)cap * sizeof(*np));
         if (!np) {
-            free(p);   // no room to keep it: give it back
+            mem_free(sh, p);   // no room to keep it: give it back
             return;
         }
         sh->pool = np;
@@ -126,20 +260,31 @@ static weft_status_t oom(const char *what, size_t bytes)
 
 /* ---- waits: the time the caller spends in them is exposed communication ---- */
 
-static weft_status_t timed_wait(shard_t *sh, weft_request_t *req)
+static weft_status_t timed_wait(shard_t *sh, void *req)
 {
     double t0 = time_s();
-    weft_status_t st = weft_wait(req);
+    weft_status_t st = sh->mem->wait(sh->mem->ctx, req);
     sh->st.exposed_ms += (time_s() - t0) * 1e3;
     return st;
 }
 
-static void bf16_to_f32(float *out, const uint16_t *in, size_t n)
+/* x rounded to bf16 (nearest even) and back, in place, through a transient bf16 copy of
+ * at most 1M elements: what a bf16 gather delivers */
+static weft_status_t round_bf16(shard_t *sh, float *x, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t b = (uint32_t)in[i] << 16;
-        memcpy(&out[i], &b, 4);
+    size_t chunk = n < ((size_t)1 << 20) ? n : (size_t)1 << 20;
+    uint16_t *t = take_transient(sh, chunk * 2, 0);
+    if (!t)
+        return oom("a bf16 copy", chunk * 2);
+    weft_status_t st = WEFT_OK;
+    for (size_t i = 0; st == WEFT_OK && i < n; i += chunk) {
+        size_t k = n - i < chunk ? n - i : chunk;
+        st = sh->mem->to_bf16(sh->mem->ctx, t, x + i, k);
+        if (st == WEFT_OK)
+            st = sh->mem->from_bf16(sh->mem->ctx, x + i, t, k);
     }
+    free_transient(sh, t, chunk * 2);
+    return st;
 }
 
 static double ar_bytes(const shard_t *sh, int R, size_t n, size_t es)
@@ -160,9 +305,9 @@ static weft_status_t gather_start(shard_t *sh, int i)
     }
     if (sh->G == 1) {   // nothing to gather: the compute copy of the master
         if (u->full != u->master)
-            memcpy(u->full, u->master, u->sn * 4);
+            RETURN_IF_ERR(sh->mem->copy(sh->mem->ctx, u->full, u->master, u->sn * 4));
         if (sh->o.param_bf16)
-            shard_round_bf16(u->full, u->sn);
+            RETURN_IF_ERR(round_bf16(sh, u->full, u->sn));
         return WEFT_OK;
     }
     if (sh->o.param_bf16) {
@@ -170,14 +315,14 @@ static weft_status_t gather_start(shard_t *sh, int i)
         u->full16 = take_transient(sh, u->pad * 2, 0);
         if (!u->master16 || !u->full16)
             return oom("a bf16 gather", u->pad * 2);
-        kern_to_bf16(u->master16, u->master, u->sn);
-        RETURN_IF_ERR(weft_iallgather(u->master16, u->full16, u->sn, WEFT_BFLOAT16, sh->gcomm,
-                                      &u->gather));
+        RETURN_IF_ERR(sh->mem->to_bf16(sh->mem->ctx, u->master16, u->master, u->sn));
+        RETURN_IF_ERR(coll_start(sh, SHARD_COLL_ALLGATHER, u->master16, u->full16, u->sn,
+                                 WEFT_BFLOAT16, sh->gcomm, &u->gather));
         sh->st.comm_bytes += (double)(sh->G - 1) * u->sn * 2;
         return WEFT_OK;
     }
-    RETURN_IF_ERR(weft_iallgather(u->master, u->full, u->sn, WEFT_FLOAT32, sh->gcomm,
-                                  &u->gather));
+    RETURN_IF_ERR(coll_start(sh, SHARD_COLL_ALLGATHER, u->master, u->full, u->sn,
+                             WEFT_FLOAT32, sh->gcomm, &u->gather));
     sh->st.comm_bytes += (double)(sh->G - 1) * u->sn * 4;
     return WEFT_OK;
 }
@@ -187,11 +332,11 @@ static weft_status_t gather_wait(shard_t *sh, int i)
     unit_t *u = &sh->u[i];
     if (!u->gather)
         return WEFT_OK;
-    weft_request_t *r = u->gather;
+    void *r = u->gather;
     u->gather = NULL;
     RETURN_IF_ERR(timed_wait(sh, r));
     if (u->full16) {
-        bf16_to_f32(u->full, u->full16, u->pad);
+        RETURN_IF_ERR(sh->mem->from_bf16(sh->mem->ctx, u->full, u->full16, u->pad));
         free_transient(sh, u->full16, u->pad * 2);
         free_transient(sh, u->master16, u->sn * 2);
         u->full16 = NULL;
@@ -238,15 +383,15 @@ static weft_status_t job_push(shard_t *sh, int unit)
     if (bf) {
         if (!(j->g16 = take_transient(sh, u->pad * 2, 0)))
             return oom("a bf16 gradient", u->pad * 2);
-        kern_to_bf16(j->g16, u->gfull, u->pad);
+        RETURN_IF_ERR(sh->mem->to_bf16(sh->mem->ctx, j->g16, u->gfull, u->pad));
         src = j->g16;
     }
     if (!sh->rs_flow && sh->shard_grads) {   // zero1: only this rank's slice is needed
         j->stage = JOB_AR;
         j->buf = src;
         char *mine = (char *)src + (size_t)sh->gr * u->sn * es;   // in place
-        RETURN_IF_ERR(weft_ireduce_scatter(src, mine, u->sn, dt, WEFT_SUM, sh->gcomm,
-                                           &j->req));
+        RETURN_IF_ERR(coll_start(sh, SHARD_COLL_REDUCE_SCATTER, src, mine, u->sn, dt,
+                                 sh->gcomm, &j->req));
         sh->st.comm_bytes += (double)(sh->G - 1) * u->sn * es;
     } else if (!sh->rs_flow) {   // none: all-reduce the whole unit in place
         weft_comm_t *c = sh->R > 1 ? sh->rcomm : sh->gcomm;
@@ -254,7 +399,8 @@ static weft_status_t job_push(shard_t *sh, int unit)
         j->stage = JOB_AR;
         j->buf = src;
         if (n > 1)
-            RETURN_IF_ERR(weft_iallreduce(src, src, u->len, dt, WEFT_SUM, c, &j->req));
+            RETURN_IF_ERR(coll_start(sh, SHARD_COLL_ALLREDUCE, src, src, u->len, dt, c,
+                                     &j->req));
         sh->st.comm_bytes += ar_bytes(sh, n, u->len, es);
     } else {              // reduce-scatter into a shard, then across replicas
         j->gfull = u->gfull;
@@ -263,11 +409,11 @@ static weft_status_t job_push(shard_t *sh, int unit)
             return oom("a gradient shard", u->sn * es);
         j->stage = JOB_RS;
         if (sh->G > 1) {
-            RETURN_IF_ERR(weft_ireduce_scatter(src, j->buf, u->sn, dt, WEFT_SUM, sh->gcomm,
-                                               &j->req));
+            RETURN_IF_ERR(coll_start(sh, SHARD_COLL_REDUCE_SCATTER, src, j->buf, u->sn, dt,
+                                     sh->gcomm, &j->req));
             sh->st.comm_bytes += (double)(sh->G - 1) * u->sn * es;
         } else {
-            memcpy(j->buf, src, u->sn * es);
+            RETURN_IF_ERR(sh->mem->copy(sh->mem->ctx, j->buf, src, u->sn * es));
         }
     }
     sh->jcount++;
@@ -284,10 +430,10 @@ static weft_status_t job_advance(shard_t *sh, int wait, int *moved)
     if (j->req) {
         int done = 0;
         if (!wait)
-            RETURN_IF_ERR(weft_test(j->req, &done));
+            RETURN_IF_ERR(sh->mem->test(sh->mem->ctx, j->req, &done));
         if (!wait && !done)
             return WEFT_OK;
-        weft_request_t *r = j->req;
+        void *r = j->req;
         j->req = NULL;
         RETURN_IF_ERR(timed_wait(sh, r));
     }
@@ -300,8 +446,8 @@ static weft_status_t job_advance(shard_t *sh, int wait, int *moved)
         j->stage = JOB_ADD;
         if (sh->R > 1) {
             j->stage = JOB_AR;
-            RETURN_IF_ERR(weft_iallreduce(j->buf, j->buf, u->sn, bf ? WEFT_BFLOAT16 :
-                                          WEFT_FLOAT32, WEFT_SUM, sh->rcomm, &j->req));
+            RETURN_IF_ERR(coll_start(sh, SHARD_COLL_ALLREDUCE, j->buf, j->buf, u->sn,
+                                     bf ? WEFT_BFLOAT16 : WEFT_FLOAT32, sh->rcomm, &j->req));
             sh->st.comm_bytes += ar_bytes(sh, sh->R, u->sn, bf ? 2 : 4);
             return WEFT_OK;
         }
@@ -309,23 +455,12 @@ static weft_status_t job_advance(shard_t *sh, int wait, int *moved)
     if (!sh->rs_flow) {   // reduced in place on gfull (or its bf16 copy)
         if (j->g16) {
             size_t lo = sh->shard_grads ? (size_t)sh->gr * u->sn : 0;
-            bf16_to_f32(u->gfull + lo, j->g16 + lo, sh->shard_grads ? u->sn : u->len);
+            RETURN_IF_ERR(sh->mem->from_bf16(sh->mem->ctx, u->gfull + lo, j->g16 + lo,
+                                             sh->shard_grads ? u->sn : u->len));
             free_transient(sh, j->g16, u->pad * 2);
         }
     } else {              // add the reduced shard into the step's gradient
-        if (bf) {
-            const uint16_t *b = j->buf;
-            for (size_t i = 0; i < u->sn; i++) {
-                uint32_t x = (uint32_t)b[i] << 16;
-                float f;
-                memcpy(&f, &x, 4);
-                u->gshard[i] += f;
-            }
-        } else {
-            const float *b = j->buf;
-            for (size_t i = 0; i < u->sn; i++)
-                u->gshard[i] += b[i];
-        }
+        RETURN_IF_ERR(sh->mem->add(sh->mem->ctx, u->gshard, j->buf, u->sn, bf));
         free_transient(sh, j->buf, u->sn * (bf ? 2 : 4));
     }
     sh->jhead = (sh->jhead + 1) % (2 * sh->nunits);
@@ -349,14 +484,9 @@ weft_status_t shard_quiesce(shard_t *sh)
     return WEFT_OK;
 }
 
-void shard_round_bf16(float *x, size_t n)
+weft_status_t shard_round_bf16(shard_t *sh, float *x, size_t n)
 {
-    uint16_t t[1024];
-    for (size_t i = 0; i < n; i += 1024) {
-        size_t k = n - i < 1024 ? n - i : 1024;
-        kern_to_bf16(t, x + i, k);
-        bf16_to_f32(x + i, t, k);
-    }
+    return round_bf16(sh, x, n);
 }
 
 /* ---- setup ---- */
@@ -401,12 +531,13 @@ static weft_status_t setup_unit(shard_t *sh, int i, const shard_unit_desc_t *d,
         u->master = u->full + lo;
     }
     if (lo < u->len)   // params: this unit's; the shard's tail past len stays zero
-        memcpy(u->master, params + lo, (u->len - lo < u->sn ? u->len - lo : u->sn) * 4);
+        RETURN_IF_ERR(sh->mem->upload(sh->mem->ctx, u->master, params + lo,
+                                      (u->len - lo < u->sn ? u->len - lo : u->sn) * 4));
     if (!sh->per_use) {
         if (sh->sep_master)
             RETURN_IF_ERR(gather_start(sh, i));   // the bf16 compute copy, as after a step
         else
-            memcpy(u->full, params, u->len * 4);
+            RETURN_IF_ERR(sh->mem->upload(sh->mem->ctx, u->full, params, u->len * 4));
     }
     if (!sh->rs_flow) {
         if (!(u->gfull = alloc_state(sh, u->pad * 4)))
@@ -434,6 +565,7 @@ weft_status_t shard_create(shard_t **sh_p, weft_comm_t *world, const shard_opts_
         return oom("the shard state", sizeof(*sh));
     weft_status_t st = WEFT_OK;
     sh->o = *o;
+    sh->mem = o->mem ? o->mem : &host_mem;
     sh->nranks = N;
     sh->rank = r;
     sh->G = G;
@@ -473,36 +605,38 @@ void shard_destroy(shard_t *sh)
     if (!sh)
         return;
     // requests still in flight complete (or fail) before their buffers go
+    const shard_mem_t *mm = sh->mem;
     for (int i = 0; i < sh->jcount; i++) {
         job_t *j = &sh->jobs[(sh->jhead + i) % (2 * sh->nunits)];
         if (j->req)
-            weft_wait(j->req);
-        free(j->gfull);
-        free(j->g16);
+            mm->wait(mm->ctx, j->req);
+        mem_free(sh, j->gfull);
+        mem_free(sh, j->g16);
         if (sh->rs_flow)
-            free(j->buf);   // else it is gfull or g16
+            mem_free(sh, j->buf);   // else it is gfull or g16
     }
     for (int i = 0; sh->u && i < sh->nunits; i++) {
         unit_t *u = &sh->u[i];
         if (u->gather)
-            weft_wait(u->gather);
-        free(u->full16);
-        free(u->master16);
+            mm->wait(mm->ctx, u->gather);
+        mem_free(sh, u->full16);
+        mem_free(sh, u->master16);
         if (sh->sep_master)
-            free(u->master);
-        free(u->full);
+            mem_free(sh, u->master);
+        mem_free(sh, u->full);
         if (sh->rs_flow)
-            free(u->gshard);
-        free(u->gfull);
-        free(u->m);
-        free(u->v);
+            mem_free(sh, u->gshard);
+        mem_free(sh, u->gfull);
+        mem_free(sh, u->m);
+        mem_free(sh, u->v);
     }
     if (sh->gcomm)
         weft_comm_destroy(sh->gcomm);
     if (sh->rcomm)
         weft_comm_destroy(sh->rcomm);
     for (int i = 0; i < sh->npool; i++)
-        free(sh->pool[i].p);
+        mem_free(sh, sh->pool[i].p);
+    free(sh->ckpt_host);
     free(sh->pool);
     free(sh->u);
     free(sh->jobs);
@@ -594,10 +728,19 @@ weft_status_t shard_clip(shard_t *sh, float clip, float *norm_p)
 {
     RETURN_IF_ERR(jobs_poll(sh, 1));
     double ss = 0.0;
-    for (int i = 0; i < sh->nunits; i++) {
+    const float **x = malloc((size_t)sh->nunits * sizeof(*x));
+    size_t *n = malloc((size_t)sh->nunits * sizeof(*n));
+    weft_status_t st = x && n ? WEFT_OK : oom("the norm's list", (size_t)sh->nunits * 16);
+    for (int i = 0; st == WEFT_OK && i < sh->nunits; i++) {
         unit_t *u = &sh->u[i];
-        ss += sh->shard_grads ? kern_sumsq(u->gshard, u->sn) : kern_sumsq(u->gfull, u->len);
+        x[i] = sh->shard_grads ? u->gshard : u->gfull;
+        n[i] = sh->shard_grads ? u->sn : u->len;
     }
+    if (st == WEFT_OK)
+        st = sh->mem->sumsq(sh->mem->ctx, x, n, sh->nunits, &ss);
+    free(x);
+    free(n);
+    RETURN_IF_ERR(st);
     if (sh->shard_grads && sh->G > 1) {   // each group holds the gradient once, in shards
         double t0 = time_s();
         RETURN_IF_ERR(weft_allreduce(&ss, &ss, 1, WEFT_FLOAT64, WEFT_SUM, sh->gcomm));
@@ -607,15 +750,15 @@ weft_status_t shard_clip(shard_t *sh, float clip, float *norm_p)
     float norm = (float)sqrt(ss);
     if (clip > 0.0f) {
         float coef = clip / (norm + 1e-6f);
-        for (int i = 0; coef < 1.0f && i < sh->nunits; i++)
-            kern_scale(sh->u[i].gshard, coef, sh->u[i].sn);   // what the update reads
+        for (int i = 0; coef < 1.0f && i < sh->nunits; i++)   // what the update reads
+            RETURN_IF_ERR(sh->mem->scale(sh->mem->ctx, sh->u[i].gshard, coef, sh->u[i].sn));
     }
     *norm_p = norm;
     return WEFT_OK;
 }
 
-static void adamw_unit(shard_t *sh, unit_t *u, float lr, float b1, float b2, float eps,
-                       float wd, int t)
+static weft_status_t adamw_unit(shard_t *sh, unit_t *u, float lr, float b1, float b2,
+                                float eps, float wd, int t)
 {
     size_t lo = (size_t)sh->gr * u->sn, hi = lo + u->sn;
     for (int s = 0; s < u->nsegs; s++) {
@@ -626,10 +769,11 @@ static void adamw_unit(shard_t *sh, unit_t *u, float lr, float b1, float b2, flo
             b = hi;
         if (a >= b)
             continue;
-        kern_adamw(u->master + (a - lo), u->m + (a - lo), u->v + (a - lo),
-                   u->gshard + (a - lo), b - a, lr, b1, b2, eps, u->segs[s].decays ? wd : 0.0f,
-                   t);
+        RETURN_IF_ERR(sh->mem->adamw(sh->mem->ctx, u->master + (a - lo), u->m + (a - lo),
+                                     u->v + (a - lo), u->gshard + (a - lo), b - a, lr, b1, b2,
+                                     eps, u->segs[s].decays ? wd : 0.0f, t));
     }
+    return WEFT_OK;
 }
 
 weft_status_t shard_adamw(shard_t *sh, float lr, float beta1, float beta2, float eps,
@@ -640,11 +784,11 @@ weft_status_t shard_adamw(shard_t *sh, float lr, float beta1, float beta2, float
     RETURN_IF_ERR(jobs_poll(sh, 1));
     for (int i = 0; i < sh->nunits; i++) {
         unit_t *u = &sh->u[i];
-        adamw_unit(sh, u, lr, beta1, beta2, eps, wd, t);
+        RETURN_IF_ERR(adamw_unit(sh, u, lr, beta1, beta2, eps, wd, t));
         if (sh->rs_flow)
-            memset(u->gshard, 0, u->sn * 4);
+            RETURN_IF_ERR(sh->mem->zero(sh->mem->ctx, u->gshard, u->sn * 4));
         else
-            memset(u->gfull, 0, u->pad * 4);
+            RETURN_IF_ERR(sh->mem->zero(sh->mem->ctx, u->gfull, u->pad * 4));
     }
     // what the next forward needs: every unit again (persistent), or the first ones
     if (!sh->per_use) {
@@ -666,17 +810,19 @@ weft_status_t shard_export(shard_t *sh, float *params)
     for (int i = 0; i < sh->nunits; i++) {
         unit_t *u = &sh->u[i];
         RETURN_IF_ERR(gather_wait(sh, i));   // queued gathers first, in order
-        float *all = malloc(u->pad * 4);
+        float *all = take_transient(sh, u->pad * 4, 0);
         if (!all)
             return oom("an exported unit", u->pad * 4);
         weft_status_t st = WEFT_OK;
-        if (sh->G > 1)
-            st = weft_allgather(u->master, all, u->sn, WEFT_FLOAT32, sh->gcomm);
-        else
-            memcpy(all, u->master, u->sn * 4);
+        void *req = NULL;
+        if (sh->G > 1 && (st = coll_start(sh, SHARD_COLL_ALLGATHER, u->master, all, u->sn,
+                                          WEFT_FLOAT32, sh->gcomm, &req)) == WEFT_OK)
+            st = timed_wait(sh, req);
+        else if (sh->G == 1)
+            st = sh->mem->copy(sh->mem->ctx, all, u->master, u->sn * 4);
         if (st == WEFT_OK)
-            memcpy(params + off, all, u->len * 4);
-        free(all);
+            st = sh->mem->download(sh->mem->ctx, params + off, all, u->len * 4);
+        free_transient(sh, all, u->pad * 4);
         RETURN_IF_ERR(st);
         release(sh, i);
         off += u->len;

@@ -43,12 +43,51 @@ typedef enum {
 } shard_strategy_t;
 #define SHARD_NUM_STRATEGIES 5
 
+/* Where shard/'s buffers live and who works on them (shard_opts_t.mem). NULL: host
+ * memory, weft's CPU kernels and weft.h's nonblocking collectives. weft-train --device
+ * cuda passes a device table (trainer/gpt2_cuda.c): every buffer is device memory, the
+ * arithmetic runs as kernels queued on the model's stream in call order, and the
+ * collectives are weft_cuda.h's stream calls on a stream of their own, ordered after the
+ * work queued so far; wait makes the work queued after it wait for the collective.
+ * A table's calls return a status with weft_last_error() set, except alloc (NULL). */
+typedef enum { SHARD_COLL_ALLGATHER, SHARD_COLL_REDUCE_SCATTER, SHARD_COLL_ALLREDUCE }
+    shard_coll_t;
+
+typedef struct shard_mem {
+    void *ctx;
+    void *(*alloc)(void *ctx, size_t bytes);         // zero-filled
+    void (*free)(void *ctx, void *p);
+    weft_status_t (*upload)(void *ctx, void *dst, const void *host, size_t bytes);
+    weft_status_t (*download)(void *ctx, void *host, const void *src, size_t bytes);
+    weft_status_t (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+    weft_status_t (*zero)(void *ctx, void *p, size_t bytes);
+    weft_status_t (*to_bf16)(void *ctx, uint16_t *dst, const float *src, size_t n);
+    weft_status_t (*from_bf16)(void *ctx, float *dst, const uint16_t *src, size_t n);
+    /* y[i] += x[i], x fp32 or (bf16 = 1) bf16 */
+    weft_status_t (*add)(void *ctx, float *y, const void *x, size_t n, int bf16);
+    /* *sum_p = sum over k < count of the squares of x[k][0 .. n[k]) (waits for it) */
+    weft_status_t (*sumsq)(void *ctx, const float *const *x, const size_t *n, int count,
+                           double *sum_p);
+    weft_status_t (*scale)(void *ctx, float *x, float a, size_t n);
+    weft_status_t (*adamw)(void *ctx, float *p, float *m, float *v, const float *g,
+                           size_t n, float lr, float beta1, float beta2, float eps,
+                           float wd, int t);
+    /* starts a collective (recvcount for reduce-scatter; sendcount for all-gather;
+     * count for all-reduce; sums); *req_p is what wait and test take */
+    weft_status_t (*coll)(void *ctx, shard_coll_t kind, const void *send, void *recv,
+                          size_t count, weft_dtype_t dtype, weft_comm_t *comm,
+                          void **req_p);
+    weft_status_t (*wait)(void *ctx, void *req);
+    weft_status_t (*test)(void *ctx, void *req, int *done_p);
+} shard_mem_t;
+
 typedef struct {
     shard_strategy_t strategy;
     int group;              // hybrid: ranks per shard group; 0 = the ranks of one host
     int prefetch;           // units gathered ahead of use (full, hybrid); 0 = none
     int param_bf16;         // gathered parameters (and their all-gather) in bf16
     int reduce_bf16;        // gradient reductions in bf16
+    const shard_mem_t *mem; // NULL: host memory (see shard_mem_t)
 } shard_opts_t;
 
 /* A run of one tensor in a unit, and whether AdamW decays it. */
@@ -68,7 +107,8 @@ typedef struct shard shard_t;
 
 /* Counters since the last shard_stats_reset, on this rank. */
 typedef struct {
-    double exposed_ms;      // time the caller waited for communication
+    double exposed_ms;      // time the caller spent starting and waiting for
+                            // communication (a device table's calls that block count)
     double comm_bytes;      // bytes this rank sent (ring algorithms' count, see shard.c)
     size_t state_bytes;     // persistent parameters, gradients and moments (model states)
     size_t transient_peak;  // the most bytes of gathered units and gradients in flight
@@ -78,9 +118,10 @@ const char *shard_strategy_name(shard_strategy_t s);
 /* "none" ... "hybrid" -> 0; else -1 */
 int shard_strategy_parse(const char *name, shard_strategy_t *s);
 
-/* Collective over world. params: the whole model, units concatenated in order (every
- * rank passes the same values); shard/ copies what this rank keeps, so the caller may
- * free them afterwards. */
+/* Collective over world. params: the whole model, units concatenated in order, in host
+ * memory (every rank passes the same values); shard/ copies what this rank keeps (into
+ * opts->mem's memory), so the caller may free them afterwards. The pointers the hooks
+ * hand out are opts->mem's memory. */
 weft_status_t shard_create(shard_t **sh_p, weft_comm_t *world, const shard_opts_t *opts,
                            int nunits, const shard_unit_desc_t *units, const float *params);
 void shard_destroy(shard_t *sh);
@@ -105,7 +146,8 @@ weft_status_t shard_clip(shard_t *sh, float clip, float *norm_p);
 /* AdamW (t >= 1) on this rank's shards, then starts the gathers the next forward needs. */
 weft_status_t shard_adamw(shard_t *sh, float lr, float beta1, float beta2, float eps,
                           float wd, int t);
-/* Collective: the whole model's parameters, units concatenated, into params (every rank). */
+/* Collective: the whole model's parameters, units concatenated, into params (host
+ * memory, every rank). */
 weft_status_t shard_export(shard_t *sh, float *params);
 
 void shard_stats(const shard_t *sh, shard_stats_t *s);

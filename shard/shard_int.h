@@ -15,7 +15,7 @@ typedef struct {
     shard_seg_t segs[SHARD_MAX_SEGS];
     float *full, *master, *gfull, *gshard, *m, *v;
     uint16_t *full16, *master16;   // bf16 gather buffers while a gather is in flight
-    weft_request_t *gather;        // in flight
+    void *gather;                  // in flight (mem->coll's request)
     int held;                      // between shard_params and shard_params_done
 } unit_t;
 
@@ -28,7 +28,7 @@ typedef struct {    // a free transient buffer (shard.c's memory section)
 
 typedef struct {
     int unit, stage;
-    weft_request_t *req;
+    void *req;          // mem->coll's request
     float *gfull;       // (pad) the gradient being reduce-scattered, freed after
     void *buf;          // (pad or sn) the reduction's output: fp32 or bf16
     uint16_t *g16;      // (pad) bf16 copy of gfull being reduced (reduce_bf16)
@@ -36,6 +36,8 @@ typedef struct {
 
 struct shard {
     shard_opts_t o;
+    const shard_mem_t *mem;   // o.mem, or the host table
+    float *ckpt_host;   // a device table's master, m and v, downloaded for a checkpoint
     int nranks, rank, G, R, gr;
     int per_use;        // parameters gathered per use (full, hybrid)
     int rs_flow;        // gradients reduce-scattered into shards (grad_op, full, hybrid)
@@ -57,7 +59,8 @@ struct shard {
 
 /* shard.c: waits for every gather and reduction in flight */
 weft_status_t shard_quiesce(shard_t *sh);
-/* x rounded to bf16 (nearest even) and back, in place: what a bf16 gather delivers */
-void shard_round_bf16(float *x, size_t n);
+/* x (sh's memory) rounded to bf16 (nearest even) and back, in place: what a bf16
+ * gather delivers */
+weft_status_t shard_round_bf16(shard_t *sh, float *x, size_t n);
 
 #endif

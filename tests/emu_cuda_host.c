@@ -13,7 +13,10 @@
  * cross-entropy, AdamW) — those run for real only on a GPU (build/tests/test_train_gpu).
  * cublasGemmEx is column-major cblas_sgemm; CUBLAS_COMPUTE_32F_FAST_16BF rounds both
  * operands to bf16 first, as the Tensor Cores do. "Device" memory is host memory; streams
- * are synchronous. Never linked into a program a user runs.
+ * are synchronous, so events are always complete. weft_cuda.h's stream calls, which
+ * libweft refuses without a GPU, are weft.h's blocking calls on the same ("device", here
+ * host) buffers: the sharded device trainer's collectives are real weft collectives
+ * between the ranks' processes. Never linked into a program a user runs.
  */
 #include <cblas.h>
 #include <math.h>
@@ -25,6 +28,7 @@
 
 #include "nn.h"
 #include "nn_cuda.h"
+#include "weft_cuda.h"
 
 /* ---- runtime ---- */
 
@@ -69,6 +73,41 @@ cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) 
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { memcpy(d, s, n); return cudaSuccess; }
 cudaError_t cudaMemset(void *d, int v, size_t n) { memset(d, v, n); return cudaSuccess; }
 cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) { memset(d, v, n); return cudaSuccess; }
+
+struct CUevent_st { int recorded; };
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+    *e = calloc(1, sizeof(**e));
+    return *e ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { e->recorded = 1; return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) { return cudaSuccess; }
+
+/* ---- weft_cuda.h: the blocking host collectives ---- */
+
+weft_status_t weft_allreduce_stream(const void *send, void *recv, size_t count,
+                                    weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm,
+                                    cudaStream_t stream)
+{
+    return weft_allreduce(send, recv, count, dtype, op, comm);
+}
+
+weft_status_t weft_reduce_scatter_stream(const void *send, void *recv, size_t recvcount,
+                                         weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm,
+                                         cudaStream_t stream)
+{
+    return weft_reduce_scatter(send, recv, recvcount, dtype, op, comm);
+}
+
+weft_status_t weft_allgather_stream(const void *send, void *recv, size_t sendcount,
+                                    weft_dtype_t dtype, weft_comm_t *comm,
+                                    cudaStream_t stream)
+{
+    return weft_allgather(send, recv, sendcount, dtype, comm);
+}
 
 /* ---- cuBLAS ---- */
 
@@ -335,4 +374,31 @@ void kcu_sum(float *out, const float *x, int n, cudaStream_t s)
     for (int i = 0; i < n; i++)
         acc += x[i];
     *out = (float)acc;
+}
+
+void kcu_to_bf16(uint16_t *out, const float *x, size_t n, cudaStream_t s)
+{
+    kern_to_bf16(out, x, n);
+}
+
+void kcu_from_bf16(float *out, const uint16_t *x, size_t n, cudaStream_t s)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b = (uint32_t)x[i] << 16;
+        memcpy(&out[i], &b, 4);
+    }
+}
+
+void kcu_add(float *y, const void *x, size_t n, int bf16, cudaStream_t s)
+{
+    for (size_t i = 0; i < n; i++) {
+        float f;
+        if (bf16) {
+            uint32_t b = (uint32_t)((const uint16_t *)x)[i] << 16;
+            memcpy(&f, &b, 4);
+        } else {
+            f = ((const float *)x)[i];
+        }
+        y[i] += f;
+    }
 }

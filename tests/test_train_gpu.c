@@ -10,7 +10,10 @@
  * gradient tensor of step 1 within 1e-3 of its largest value, the padded wte rows' gradient
  * zero; --dtype bf16 on the GPU within 2e-2 of the CPU's fp32 losses; the GPU path's
  * refusals (backward without a forward, a token out of range, a batch over the prepared
- * one). Without a GPU these print "no CUDA device visible: skipped".
+ * one); shard/'s device table (train_cuda_shard_mem): bf16 conversions, the sums, the
+ * norm, scaling and AdamW on device buffers equal to the CPU kernels', and a sharded
+ * device model refusing the whole-state calls. Without a GPU these print "no CUDA device
+ * visible: skipped".
  *
  * Invariants: exits non-zero when anything failed; ends NAME ": N passed, N
  * failed"; runs weft-train from $BUILD (default build) relative to the repository root.
@@ -23,6 +26,7 @@
 
 #include "gpt2_cuda.h"
 #include "model.h"
+#include "nn.h"
 #include "status.h"
 #include "train_check.h"
 
@@ -283,6 +287,106 @@ out:
     train_gpt2_destroy(m);
 }
 
+/* shard/'s device table against the CPU kernels, on device buffers it allocates */
+static void test_shard_mem(void)
+{
+    enum { N = 100003 };   // odd: no kernel may assume a multiple of anything
+    train_gpt2_t *m = tiny_model(L, C, NH, MAXT, V, 7);
+    train_cuda_t *g = NULL;
+    check(m && train_cuda_create_sharded(&g, m, B, T, 0, 0) == WEFT_OK,
+          "create sharded: %s", weft_last_error());
+    const shard_mem_t *mm = g ? train_cuda_shard_mem(g) : NULL;
+    float *x = malloc(N * 4), *y = malloc(N * 4), *r = malloc(N * 4), *mh = malloc(N * 4),
+          *vh = malloc(N * 4);
+    uint16_t *h16 = malloc(N * 2), *r16 = malloc(N * 2);
+    if (!mm || !x || !y || !r || !mh || !vh || !h16 || !r16)
+        goto out;
+    for (int i = 0; i < N; i++) {
+        x[i] = sinf(0.37f * i) * (1.0f + i % 7);
+        y[i] = cosf(0.11f * i);
+        mh[i] = 0.01f * sinf(0.5f * i);
+        vh[i] = 0.001f * (1.0f + cosf(0.3f * i));
+    }
+    x[3] = NAN;
+    float *dx = mm->alloc(mm->ctx, N * 4), *dy = mm->alloc(mm->ctx, N * 4),
+          *dm = mm->alloc(mm->ctx, N * 4), *dv = mm->alloc(mm->ctx, N * 4);
+    uint16_t *d16 = mm->alloc(mm->ctx, N * 2);
+    check(dx && dy && dm && dv && d16, "device alloc");
+    if (!dx || !dy || !dm || !dv || !d16)
+        goto free_dev;
+    check(mm->upload(mm->ctx, dx, x, N * 4) == WEFT_OK && mm->to_bf16(mm->ctx, d16, dx, N) ==
+          WEFT_OK && mm->download(mm->ctx, r16, d16, N * 2) == WEFT_OK, "to_bf16");
+    kern_to_bf16(h16, x, N);
+    check(memcmp(h16, r16, N * 2) == 0, "to_bf16 rounds as kern_to_bf16 (NaN included)");
+    check(mm->from_bf16(mm->ctx, dy, d16, N) == WEFT_OK &&
+          mm->download(mm->ctx, r, dy, N * 4) == WEFT_OK, "from_bf16");
+    int same = 1;
+    for (int i = 0; i < N; i++) {
+        uint32_t b = (uint32_t)h16[i] << 16;
+        same &= memcmp(&b, &r[i], 4) == 0;
+    }
+    check(same, "from_bf16 widens exactly");
+    x[3] = 0.5f;
+    check(mm->upload(mm->ctx, dx, x, N * 4) == WEFT_OK && mm->upload(mm->ctx, dy, y, N * 4) ==
+          WEFT_OK && mm->add(mm->ctx, dy, dx, N, 0) == WEFT_OK &&
+          mm->to_bf16(mm->ctx, d16, dx, N) == WEFT_OK && mm->add(mm->ctx, dy, d16, N, 1) ==
+          WEFT_OK && mm->download(mm->ctx, r, dy, N * 4) == WEFT_OK, "add");
+    kern_to_bf16(h16, x, N);
+    double err = 0;
+    for (int i = 0; i < N; i++) {
+        uint32_t b = (uint32_t)h16[i] << 16;
+        float xb;
+        memcpy(&xb, &b, 4);
+        err = fmax(err, fabs(r[i] - ((y[i] + x[i]) + xb)));
+    }
+    check(err == 0.0, "add, fp32 then bf16 source: off by %g", err);
+    const float *parts[2] = { dx, dy };
+    size_t ns[2] = { N, 1000 };
+    double ss = -1, want = kern_sumsq(x, N) + kern_sumsq(r, 1000);
+    check(mm->sumsq(mm->ctx, parts, ns, 2, &ss) == WEFT_OK &&
+          fabs(ss - want) <= 1e-5 * want, "sumsq of two buffers: %.9g, want %.9g", ss, want);
+    check(mm->scale(mm->ctx, dx, 0.25f, N) == WEFT_OK &&
+          mm->download(mm->ctx, r, dx, N * 4) == WEFT_OK, "scale");
+    err = 0;
+    for (int i = 0; i < N; i++)
+        err = fmax(err, fabs(r[i] - 0.25f * x[i]));
+    check(err == 0.0, "scale: off by %g", err);
+    // AdamW: parameters y, gradient x/4 (dx), moments m, v
+    check(mm->upload(mm->ctx, dy, y, N * 4) == WEFT_OK && mm->upload(mm->ctx, dm, mh, N * 4) ==
+          WEFT_OK && mm->upload(mm->ctx, dv, vh, N * 4) == WEFT_OK &&
+          mm->adamw(mm->ctx, dy, dm, dv, dx, N, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3) == WEFT_OK &&
+          mm->download(mm->ctx, r, dy, N * 4) == WEFT_OK, "adamw");
+    for (int i = 0; i < N; i++)
+        x[i] *= 0.25f;
+    kern_adamw(y, mh, vh, x, N, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    err = 0;
+    for (int i = 0; i < N; i++)
+        err = fmax(err, fabs(r[i] - y[i]));
+    check(err <= 1e-6, "adamw on the device table: max diff %g", err);
+    // a sharded model holds no whole state: those calls refuse
+    train_hooks_t none = { 0 };
+    train_cuda_set_hooks(g, &none);
+    float norm;
+    check(train_cuda_zero_grad(g) == WEFT_ERR_INVALID_ARG &&
+          train_cuda_clip_grad(g, 1.0f, &norm) == WEFT_ERR_INVALID_ARG &&
+          strstr(weft_last_error(), "sharded"), "sharded model refuses clip_grad: %s",
+          weft_last_error());
+free_dev:
+    for (void *const *p = (void *const[]){ dx, dy, dm, dv, d16 }, *const *e = p + 5; p < e; p++)
+        if (*p)
+            mm->free(mm->ctx, *p);
+out:
+    free(x);
+    free(y);
+    free(r);
+    free(mh);
+    free(vh);
+    free(h16);
+    free(r16);
+    train_cuda_destroy(g);
+    train_gpt2_destroy(m);
+}
+
 int main(void)
 {
     test_layout();
@@ -296,6 +400,7 @@ int main(void)
     } else {
         printf(NAME ": device %s\n", name);
         test_gpu();
+        test_shard_mem();
     }
     printf(NAME ": %d passed, %d failed\n", R.passed, R.failed);
     return R.failed ? 1 : 0;

@@ -361,8 +361,9 @@ weft_status_t train_ckpt_save(const char *dir, int keep, train_gpt2_t *m, train_
     ckpt_rank_data_t data;
     if (d->sh) {
         shard_ckpt_layout(d->sh, &l, len, sn);
-        shard_ckpt_data(d->sh, &data, pp, mm, vv, sn);
         mine.writer = shard_ckpt_writer(d->sh);
+        if (mine.writer)   // device state comes down to the host here
+            st = shard_ckpt_data(d->sh, &data, pp, mm, vv, sn);
     } else {   // one process: whole units, the moments zero before the first step
         if (!m->m_mem && !(m->m_mem = train_alloc_floats(m->num_params)))
             st = weft_error_quiet(WEFT_ERR_NO_MEMORY, "checkpoint: out of memory");

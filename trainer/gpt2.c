@@ -33,30 +33,52 @@ weft_status_t train_check_tokens(const int *inputs, const int *targets, int n, i
 
 /* ---- the units, from the hooks or the model's own buffers ---- */
 
+weft_status_t train_unit_params(const train_hooks_t *h, float *base,
+                                const train_gpt2_cfg_t *c, int u, int pass, float **p)
+{
+    if (h)
+        return h->params(h->ctx, u, pass, p);
+    *p = base + train_unit_off(c, u);
+    return WEFT_OK;
+}
+
+weft_status_t train_unit_params_done(const train_hooks_t *h, int u, int pass)
+{
+    return h ? h->params_done(h->ctx, u, pass) : WEFT_OK;
+}
+
+weft_status_t train_unit_grads(const train_hooks_t *h, float *base,
+                               const train_gpt2_cfg_t *c, int u, float **g)
+{
+    if (h)
+        return h->grads(h->ctx, u, g);
+    *g = base + train_unit_off(c, u);
+    return WEFT_OK;
+}
+
+weft_status_t train_unit_grads_done(const train_hooks_t *h, int u)
+{
+    return h ? h->grads_done(h->ctx, u) : WEFT_OK;
+}
+
 static weft_status_t unit_params(train_gpt2_t *m, int u, int pass, float **p)
 {
-    if (m->hooks)
-        return m->hooks->params(m->hooks->ctx, u, pass, p);
-    *p = m->params_mem + train_unit_off(&m->cfg, u);
-    return WEFT_OK;
+    return train_unit_params(m->hooks, m->params_mem, &m->cfg, u, pass, p);
 }
 
 static weft_status_t unit_params_done(train_gpt2_t *m, int u, int pass)
 {
-    return m->hooks ? m->hooks->params_done(m->hooks->ctx, u, pass) : WEFT_OK;
+    return train_unit_params_done(m->hooks, u, pass);
 }
 
 static weft_status_t unit_grads(train_gpt2_t *m, int u, float **g)
 {
-    if (m->hooks)
-        return m->hooks->grads(m->hooks->ctx, u, g);
-    *g = m->grads_mem + train_unit_off(&m->cfg, u);
-    return WEFT_OK;
+    return train_unit_grads(m->hooks, m->grads_mem, &m->cfg, u, g);
 }
 
 static weft_status_t unit_grads_done(train_gpt2_t *m, int u)
 {
-    return m->hooks ? m->hooks->grads_done(m->hooks->ctx, u) : WEFT_OK;
+    return train_unit_grads_done(m->hooks, u);
 }
 
 /* One block's forward; residual (B, T, C) in, l's activations out (residual3 is its

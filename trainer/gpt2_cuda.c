@@ -74,6 +74,22 @@ weft_status_t train_cuda_create(train_cuda_t **g_p, const train_gpt2_t *m, int B
     return not_built();
 }
 
+weft_status_t train_cuda_create_sharded(train_cuda_t **g_p, const train_gpt2_t *m, int B,
+                                        int T, int bf16, int local_rank)
+{
+    *g_p = NULL;
+    return not_built();
+}
+
+void train_cuda_set_hooks(train_cuda_t *g, const train_hooks_t *hooks)
+{
+}
+
+const shard_mem_t *train_cuda_shard_mem(train_cuda_t *g)
+{
+    return NULL;
+}
+
 void train_cuda_destroy(train_cuda_t *g)
 {
 }
@@ -123,6 +139,7 @@ weft_status_t train_cuda_sync(train_cuda_t *g)
 #include <pthread.h>
 
 #include "nn_cuda.h"
+#include "weft_cuda.h"
 
 /* cuBLAS is loaded when the first device model is created, not linked: mapping it (and
  * cuBLASLt, half a gigabyte) at start-up cost every weft-train run ~200 MB of resident
@@ -209,6 +226,13 @@ struct train_cuda {
     float *loss_sum;                  // (1)
     double *sumsq;                    // (1)
     int last_B, last_T, have_targets, have_moments;
+    // sharded (train_cuda_create_sharded): the state is shard/'s, reached through hooks;
+    // its collectives run on cs, ordered after s by events (free ones in ev[0 .. nev))
+    const train_hooks_t *hooks;
+    cudaStream_t cs;
+    cudaEvent_t *ev;
+    int nev, evcap;
+    shard_mem_t mem;
 };
 
 #define CU(call, what)                                                                  \
@@ -341,11 +365,6 @@ static weft_status_t attention_backward(train_cuda_t *g, float *dqkv, const floa
     return WEFT_OK;
 }
 
-static float *unit_of(float *base, const train_gpt2_cfg_t *c, int u)
-{
-    return base + train_unit_off(c, u);
-}
-
 static weft_status_t block_forward(train_cuda_t *g, const train_block_t *p, int l,
                                    const float *residual, int B, int T)
 {
@@ -388,24 +407,35 @@ weft_status_t train_cuda_forward(train_cuda_t *g, const int *inputs, const int *
     train_block_t blk;
     train_lnf_t lnf;
 
+    float *u;
+    const train_hooks_t *h = g->hooks;
+
     g->have_targets = 0;
     CU(cudaMemcpyAsync(g->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice,
                        g->s), "copy inputs");
     if (targets)
         CU(cudaMemcpyAsync(g->targets, targets, (size_t)BT * sizeof(int),
                            cudaMemcpyHostToDevice, g->s), "copy targets");
-    train_emb_carve(&emb, unit_of(g->params, c, TRAIN_UNIT_EMB), c);
+    RETURN_IF_ERR(train_unit_params(h, g->params, c, TRAIN_UNIT_EMB, 0, &u));
+    train_emb_carve(&emb, u, c);
     kcu_encoder_forward(a->encoded, g->inputs, emb.wte, emb.wpe, B, T, C, g->s);
     const float *residual = a->encoded;
     for (int l = 0; l < L; l++) {
-        train_block_carve(&blk, unit_of(g->params, c, TRAIN_UNIT_BLOCK(l)), c);
+        RETURN_IF_ERR(train_unit_params(h, g->params, c, TRAIN_UNIT_BLOCK(l), 0, &u));
+        train_block_carve(&blk, u, c);
         RETURN_IF_ERR(block_forward(g, &blk, l, residual, B, T));
+        RETURN_IF_ERR(train_unit_params_done(h, TRAIN_UNIT_BLOCK(l), 0));
         residual = a->residual3 + l * btc;
     }
-    train_lnf_carve(&lnf, unit_of(g->params, c, TRAIN_UNIT_LNF(L)), c);
+    RETURN_IF_ERR(train_unit_params(h, g->params, c, TRAIN_UNIT_LNF(L), 0, &u));
+    train_lnf_carve(&lnf, u, c);
     kcu_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, lnf.lnfw, lnf.lnfb, BT,
                           C, g->s);
     RETURN_IF_ERR(mm_forward(g, a->logits, a->lnf, emb.wte, NULL, BT, C, V));
+    if (!targets) {   // no backward follows: the head and the final norm are done
+        RETURN_IF_ERR(train_unit_params_done(h, TRAIN_UNIT_LNF(L), 0));
+        RETURN_IF_ERR(train_unit_params_done(h, TRAIN_UNIT_EMB, 0));
+    }
     g->last_B = B;
     g->last_T = T;
     *loss_p = -1.0f;
@@ -423,8 +453,18 @@ weft_status_t train_cuda_forward(train_cuda_t *g, const int *inputs, const int *
     return WEFT_OK;
 }
 
+/* the calls that work on the whole state, which a sharded model does not hold */
+static weft_status_t own_state(const train_cuda_t *g, const char *what)
+{
+    if (g->hooks)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "%s: this device model is sharded: "
+                                "shard/ holds its parameters, gradients and moments", what);
+    return WEFT_OK;
+}
+
 weft_status_t train_cuda_zero_grad(train_cuda_t *g)
 {
+    RETURN_IF_ERR(own_state(g, "zero_grad"));
     CU(cudaMemsetAsync(g->grads, 0, g->num_params * sizeof(float), g->s), "zero grads");
     return WEFT_OK;
 }
@@ -477,31 +517,48 @@ weft_status_t train_cuda_backward(train_cuda_t *g, float loss_scale)
     train_lnf_t lnf, glnf;
     train_block_t blk, gblk;
 
-    train_emb_carve(&emb, unit_of(g->params, c, TRAIN_UNIT_EMB), c);
-    train_emb_carve(&gemb, unit_of(g->grads, c, TRAIN_UNIT_EMB), c);
+    const train_hooks_t *h = g->hooks;
+    float *u, *gu;
+
+    RETURN_IF_ERR(train_unit_params(h, g->params, c, TRAIN_UNIT_EMB, 1, &u));
+    RETURN_IF_ERR(train_unit_grads(h, g->grads, c, TRAIN_UNIT_EMB, &gu));
+    train_emb_carve(&emb, u, c);
+    train_emb_carve(&gemb, gu, c);
     kcu_crossentropy_backward(a->logits, a->logits, a->lse, g->targets,
                               loss_scale / (float)BT, BT, V, g->s);
     RETURN_IF_ERR(mm_backward(g, s->dln, gemb.wte, NULL, a->logits, a->lnf, emb.wte, BT, C,
                               V));
     CU(cudaMemsetAsync(s->dresidual, 0, btc * sizeof(float), g->s), "zero dresidual");
     const float *res_last = a->residual3 + (L - 1) * btc;
-    train_lnf_carve(&lnf, unit_of(g->params, c, TRAIN_UNIT_LNF(L)), c);
-    train_lnf_carve(&glnf, unit_of(g->grads, c, TRAIN_UNIT_LNF(L)), c);
+    RETURN_IF_ERR(train_unit_params(h, g->params, c, TRAIN_UNIT_LNF(L), 1, &u));
+    RETURN_IF_ERR(train_unit_grads(h, g->grads, c, TRAIN_UNIT_LNF(L), &gu));
+    train_lnf_carve(&lnf, u, c);
+    train_lnf_carve(&glnf, gu, c);
     kcu_layernorm_backward(s->dresidual, glnf.lnfw, glnf.lnfb, s->dln, res_last, lnf.lnfw,
                            a->lnf_mean, a->lnf_rstd, BT, C, g->s);
+    RETURN_IF_ERR(train_unit_grads_done(h, TRAIN_UNIT_LNF(L)));
+    RETURN_IF_ERR(train_unit_params_done(h, TRAIN_UNIT_LNF(L), 1));
     for (int l = L - 1; l >= 0; l--) {
         const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * btc;
-        train_block_carve(&blk, unit_of(g->params, c, TRAIN_UNIT_BLOCK(l)), c);
-        train_block_carve(&gblk, unit_of(g->grads, c, TRAIN_UNIT_BLOCK(l)), c);
+        RETURN_IF_ERR(train_unit_params(h, g->params, c, TRAIN_UNIT_BLOCK(l), 1, &u));
+        RETURN_IF_ERR(train_unit_grads(h, g->grads, c, TRAIN_UNIT_BLOCK(l), &gu));
+        train_block_carve(&blk, u, c);
+        train_block_carve(&gblk, gu, c);
         RETURN_IF_ERR(block_backward(g, &blk, &gblk, l, residual, B, T));
+        RETURN_IF_ERR(train_unit_grads_done(h, TRAIN_UNIT_BLOCK(l)));
+        RETURN_IF_ERR(train_unit_params_done(h, TRAIN_UNIT_BLOCK(l), 1));
     }
+    // the tied wte: its gradient from the head and from the encoder, reduced once
     kcu_encoder_backward(gemb.wte, gemb.wpe, s->dresidual, g->inputs, B, T, C, g->s);
+    RETURN_IF_ERR(train_unit_grads_done(h, TRAIN_UNIT_EMB));
+    RETURN_IF_ERR(train_unit_params_done(h, TRAIN_UNIT_EMB, 1));
     CU(cudaGetLastError(), "backward kernels");
     return WEFT_OK;
 }
 
 weft_status_t train_cuda_clip_grad(train_cuda_t *g, float clip, float *norm_p)
 {
+    RETURN_IF_ERR(own_state(g, "clip_grad"));
     double ss = 0.0;
     CU(cudaMemsetAsync(g->sumsq, 0, sizeof(double), g->s), "zero norm");
     kcu_sumsq(g->sumsq, g->grads, g->num_params, g->s);
@@ -524,6 +581,7 @@ weft_status_t train_cuda_update(train_cuda_t *g, float lr, float beta1, float be
 {
     if (t < 1)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "update: step < 1");
+    RETURN_IF_ERR(own_state(g, "update"));
     for (int u = 0; u < g->cfg.num_layers + 2; u++) {
         train_seg_t segs[TRAIN_BLOCK_TENSORS];
         int ns = train_unit_segs(&g->cfg, u, segs);
@@ -548,6 +606,7 @@ weft_status_t train_cuda_sync(train_cuda_t *g)
 weft_status_t train_cuda_download(train_cuda_t *g, train_gpt2_t *m, int grads)
 {
     size_t bytes = g->num_params * sizeof(float);
+    RETURN_IF_ERR(own_state(g, "download"));
     if (grads && !m->grads_mem)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "download: the host model has no "
                                 "gradient buffer");
@@ -577,17 +636,23 @@ void train_cuda_destroy(train_cuda_t *g)
     cudaFree(g->acts_mem);
     if (g->blas)
         cublas.destroy(g->blas);
+    for (int i = 0; i < g->nev; i++)
+        cudaEventDestroy(g->ev[i]);
+    free(g->ev);
+    if (g->cs)
+        cudaStreamDestroy(g->cs);
     if (g->s)
         cudaStreamDestroy(g->s);
     free(g);
 }
 
-static weft_status_t create(train_cuda_t *g, const train_gpt2_t *m, int B, int T)
+static weft_status_t create(train_cuda_t *g, const train_gpt2_t *m, int B, int T, int own,
+                            int dev)
 {
     const train_gpt2_cfg_t *c = &m->cfg;
     size_t np = m->num_params, bytes = np * sizeof(float), nacts, nscratch;
-    size_t need = train_cuda_bytes(c, B, T), free_b = 0, total_b = 0;
-    CU(cudaSetDevice(0), "select device 0");
+    size_t need = train_cuda_bytes(c, B, T) - (own ? 0 : 4 * bytes), free_b = 0, total_b = 0;
+    CU(cudaSetDevice(dev), "select the device");
     CU(cudaMemGetInfo(&free_b, &total_b), "memory info");
     if (need > free_b)
         return weft_error_quiet(WEFT_ERR_NO_MEMORY, "--device cuda: batch %d x %d needs "
@@ -599,10 +664,14 @@ static weft_status_t create(train_cuda_t *g, const train_gpt2_t *m, int B, int T
     // fp32 means fp32: the default math mode takes no TF32 for CUBLAS_COMPUTE_32F (only
     // NVIDIA_TF32_OVERRIDE or CUBLAS_TF32_TENSOR_OP_MATH would), FAST_16BF is asked per call
     BLAS(cublas.set_math_mode(g->blas, CUBLAS_DEFAULT_MATH), "math mode");
-    CU(cudaMalloc((void **)&g->params, 4 * bytes), "parameters, gradients, moments");
-    g->grads = g->params + np;
-    g->m = g->grads + np;
-    g->v = g->m + np;
+    if (!own)
+        CU(cudaStreamCreateWithFlags(&g->cs, cudaStreamNonBlocking), "collective stream");
+    if (own) {
+        CU(cudaMalloc((void **)&g->params, 4 * bytes), "parameters, gradients, moments");
+        g->grads = g->params + np;
+        g->m = g->grads + np;
+        g->v = g->m + np;
+    }
     train_gpt2_act_split(c, B, T, &nacts, &nscratch);
     size_t extra = train_cuda_extra_floats(c, B, T), btc = align16((size_t)B * T * c->channels);
     size_t nf = nacts + nscratch + extra + 16;   // + loss sum, norm (aligned)
@@ -620,6 +689,8 @@ static weft_status_t create(train_cuda_t *g, const train_gpt2_t *m, int B, int T
     g->loss_sum = x + 2;
     g->inputs = (int *)(x + 16);
     g->targets = g->inputs + (size_t)B * T;
+    if (!own)
+        return WEFT_OK;
     CU(cudaMemcpy(g->params, m->params_mem, bytes, cudaMemcpyHostToDevice), "upload params");
     CU(cudaMemset(g->grads, 0, 3 * bytes), "zero gradients and moments");
     if (m->m_mem && m->v_mem) {   // a resumed run's optimizer state
@@ -633,8 +704,8 @@ static weft_status_t create(train_cuda_t *g, const train_gpt2_t *m, int B, int T
     return WEFT_OK;
 }
 
-weft_status_t train_cuda_create(train_cuda_t **g_p, const train_gpt2_t *m, int B, int T,
-                                int bf16)
+static weft_status_t create_model(train_cuda_t **g_p, const train_gpt2_t *m, int B, int T,
+                                  int bf16, int own, int dev)
 {
     *g_p = NULL;
     if (B <= 0 || T <= 0 || T > m->cfg.max_seq_len)
@@ -653,7 +724,7 @@ weft_status_t train_cuda_create(train_cuda_t **g_p, const train_gpt2_t *m, int B
     g->B = B;
     g->T = T;
     g->bf16 = bf16 ? 1 : 0;
-    weft_status_t st = create(g, m, B, T);
+    weft_status_t st = create(g, m, B, T, own, dev);
     if (st != WEFT_OK) {
         train_cuda_destroy(g);
         return st;
@@ -662,4 +733,225 @@ weft_status_t train_cuda_create(train_cuda_t **g_p, const train_gpt2_t *m, int B
     return WEFT_OK;
 }
 
+weft_status_t train_cuda_create(train_cuda_t **g_p, const train_gpt2_t *m, int B, int T,
+                                int bf16)
+{
+    return create_model(g_p, m, B, T, bf16, 1, 0);
+}
+
+weft_status_t train_cuda_create_sharded(train_cuda_t **g_p, const train_gpt2_t *m, int B,
+                                        int T, int bf16, int local_rank)
+{
+    int n = 0;
+    CU(cudaGetDeviceCount(&n), "count devices");
+    return create_model(g_p, m, B, T, bf16, 0, n > 0 && local_rank > 0 ? local_rank % n : 0);
+}
+
+void train_cuda_set_hooks(train_cuda_t *g, const train_hooks_t *hooks)
+{
+    g->hooks = hooks;
+}
+
+/* ---- shard/'s device table (shard_mem_t): buffers in device memory, its arithmetic on
+ * the model's stream s, its collectives (weft_cuda.h) on cs after an event of s; each
+ * request is an event of cs, and waiting for it makes s wait ---- */
+
+static void *dm_alloc(void *ctx, size_t bytes)
+{
+    train_cuda_t *g = ctx;
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 64) != cudaSuccess)
+        return NULL;
+    if (cudaMemsetAsync(p, 0, bytes, g->s) != cudaSuccess) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void dm_free(void *ctx, void *p)
+{
+    train_cuda_t *g = ctx;
+    cudaStreamSynchronize(g->s);   // nothing queued may still use it
+    cudaStreamSynchronize(g->cs);
+    cudaFree(p);
+}
+
+static weft_status_t dm_upload(void *ctx, void *dst, const void *host, size_t bytes)
+{
+    train_cuda_t *g = ctx;
+    CU(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, g->s), "shard: upload");
+    CU(cudaStreamSynchronize(g->s), "shard: upload");   // the host copy may go now
+    return WEFT_OK;
+}
+
+static weft_status_t dm_download(void *ctx, void *host, const void *src, size_t bytes)
+{
+    train_cuda_t *g = ctx;
+    CU(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, g->s), "shard: download");
+    CU(cudaStreamSynchronize(g->s), "shard: download");
+    return WEFT_OK;
+}
+
+static weft_status_t dm_copy(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    train_cuda_t *g = ctx;
+    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g->s), "shard: copy");
+    return WEFT_OK;
+}
+
+static weft_status_t dm_zero(void *ctx, void *p, size_t bytes)
+{
+    train_cuda_t *g = ctx;
+    CU(cudaMemsetAsync(p, 0, bytes, g->s), "shard: zero");
+    return WEFT_OK;
+}
+
+static weft_status_t dm_to_bf16(void *ctx, uint16_t *dst, const float *src, size_t n)
+{
+    train_cuda_t *g = ctx;
+    kcu_to_bf16(dst, src, n, g->s);
+    CU(cudaGetLastError(), "shard: to bf16");
+    return WEFT_OK;
+}
+
+static weft_status_t dm_from_bf16(void *ctx, float *dst, const uint16_t *src, size_t n)
+{
+    train_cuda_t *g = ctx;
+    kcu_from_bf16(dst, src, n, g->s);
+    CU(cudaGetLastError(), "shard: from bf16");
+    return WEFT_OK;
+}
+
+static weft_status_t dm_add(void *ctx, float *y, const void *x, size_t n, int bf16)
+{
+    train_cuda_t *g = ctx;
+    kcu_add(y, x, n, bf16, g->s);
+    CU(cudaGetLastError(), "shard: add");
+    return WEFT_OK;
+}
+
+static weft_status_t dm_sumsq(void *ctx, const float *const *x, const size_t *n, int count,
+                              double *sum_p)
+{
+    train_cuda_t *g = ctx;
+    double ss = 0.0;
+    CU(cudaMemsetAsync(g->sumsq, 0, sizeof(double), g->s), "shard: zero norm");
+    for (int k = 0; k < count; k++)
+        kcu_sumsq(g->sumsq, x[k], n[k], g->s);
+    CU(cudaMemcpyAsync(&ss, g->sumsq, sizeof(double), cudaMemcpyDeviceToHost, g->s),
+       "shard: copy norm");
+    CU(cudaStreamSynchronize(g->s), "shard: gradient norm");
+    *sum_p = ss;
+    return WEFT_OK;
+}
+
+static weft_status_t dm_scale(void *ctx, float *x, float a, size_t n)
+{
+    train_cuda_t *g = ctx;
+    kcu_scale(x, a, n, g->s);
+    CU(cudaGetLastError(), "shard: scale");
+    return WEFT_OK;
+}
+
+static weft_status_t dm_adamw(void *ctx, float *p, float *m, float *v, const float *gr,
+                              size_t n, float lr, float b1, float b2, float eps, float wd,
+                              int t)
+{
+    train_cuda_t *g = ctx;
+    kcu_adamw(p, m, v, gr, n, lr, b1, b2, eps, wd, t, g->s);
+    CU(cudaGetLastError(), "shard: adamw");
+    return WEFT_OK;
+}
+
+static weft_status_t ev_take(train_cuda_t *g, cudaEvent_t *e_p)
+{
+    if (g->nev > 0) {
+        *e_p = g->ev[--g->nev];
+        return WEFT_OK;
+    }
+    CU(cudaEventCreateWithFlags(e_p, cudaEventDisableTiming), "shard: event");
+    return WEFT_OK;
+}
+
+static void ev_give(train_cuda_t *g, cudaEvent_t e)
+{
+    if (g->nev == g->evcap) {
+        int cap = g->evcap ? 2 * g->evcap : 16;
+        cudaEvent_t *n = realloc(g->ev, (size_t)cap * sizeof(*n));
+        if (!n) {
+            cudaEventDestroy(e);
+            return;
+        }
+        g->ev = n;
+        g->evcap = cap;
+    }
+    g->ev[g->nev++] = e;
+}
+
+static weft_status_t dm_coll(void *ctx, shard_coll_t kind, const void *send, void *recv,
+                             size_t count, weft_dtype_t dt, weft_comm_t *comm, void **req_p)
+{
+    train_cuda_t *g = ctx;
+    cudaEvent_t before, after;
+    // cs runs the collective after everything queued on s so far: the gradient backward
+    // wrote, and the last reads of a pooled buffer shard/ hands the collective to fill
+    RETURN_IF_ERR(ev_take(g, &before));
+    cudaError_t e = cudaEventRecord(before, g->s);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(g->cs, before, 0);
+    ev_give(g, before);
+    CU(e, "shard: order a collective after the model's work");
+    weft_status_t st;
+    switch (kind) {
+    case SHARD_COLL_ALLGATHER:
+        st = weft_allgather_stream(send, recv, count, dt, comm, g->cs);
+        break;
+    case SHARD_COLL_REDUCE_SCATTER:
+        st = weft_reduce_scatter_stream(send, recv, count, dt, WEFT_SUM, comm, g->cs);
+        break;
+    default:
+        st = weft_allreduce_stream(send, recv, count, dt, WEFT_SUM, comm, g->cs);
+        break;
+    }
+    RETURN_IF_ERR(st);
+    RETURN_IF_ERR(ev_take(g, &after));
+    if ((e = cudaEventRecord(after, g->cs)) != cudaSuccess) {
+        ev_give(g, after);
+        CU(e, "shard: record a collective");
+    }
+    *req_p = after;
+    return WEFT_OK;
+}
+
+static weft_status_t dm_wait(void *ctx, void *req)
+{
+    train_cuda_t *g = ctx;
+    cudaError_t e = cudaStreamWaitEvent(g->s, (cudaEvent_t)req, 0);
+    ev_give(g, (cudaEvent_t)req);
+    CU(e, "shard: wait for a collective");
+    return WEFT_OK;
+}
+
+static weft_status_t dm_test(void *ctx, void *req, int *done_p)
+{
+    cudaError_t e = cudaEventQuery((cudaEvent_t)req);
+    *done_p = e == cudaSuccess;
+    if (e != cudaSuccess && e != cudaErrorNotReady)
+        CU(e, "shard: test a collective");
+    return WEFT_OK;
+}
+
+const shard_mem_t *train_cuda_shard_mem(train_cuda_t *g)
+{
+    g->mem = (shard_mem_t){
+        .ctx = g, .alloc = dm_alloc, .free = dm_free, .upload = dm_upload,
+        .download = dm_download, .copy = dm_copy, .zero = dm_zero, .to_bf16 = dm_to_bf16,
+        .from_bf16 = dm_from_bf16, .add = dm_add, .sumsq = dm_sumsq, .scale = dm_scale,
+        .adamw = dm_adamw, .coll = dm_coll, .wait = dm_wait, .test = dm_test,
+    };
+    return &g->mem;
+}
+
 #endif
+

@@ -22,6 +22,7 @@
 #define WEFT_TRAIN_GPT2_CUDA_H
 
 #include "model.h"
+#include "shard.h"
 
 typedef struct train_cuda train_cuda_t;
 
@@ -43,6 +44,18 @@ size_t train_cuda_bytes(const train_gpt2_cfg_t *cfg, int B, int T);
 weft_status_t train_cuda_create(train_cuda_t **g_p, const train_gpt2_t *m, int B, int T,
                                 int bf16);
 void train_cuda_destroy(train_cuda_t *g);
+
+/* Several ranks (--shard on the GPU): a device model of activations only. Its parameters
+ * and gradients are shard/'s, asked for unit by unit through hooks (train_cuda_set_hooks,
+ * model.h's contract, as the CPU model does), and shard/ keeps them in device memory
+ * through the table train_cuda_shard_mem returns (shard.h's shard_mem_t: its arithmetic on
+ * the model's stream, its collectives weft_cuda.h's stream calls on a second stream,
+ * ordered by events). zero_grad, clip_grad, update and download are shard/'s then and
+ * refuse. The table lives as long as g. The GPU: local_rank modulo the visible ones. */
+weft_status_t train_cuda_create_sharded(train_cuda_t **g_p, const train_gpt2_t *m, int B,
+                                        int T, int bf16, int local_rank);
+const shard_mem_t *train_cuda_shard_mem(train_cuda_t *g);
+void train_cuda_set_hooks(train_cuda_t *g, const train_hooks_t *hooks);
 
 /* As train_gpt2_forward (host token arrays, checked the same way); *loss_p gets the mean
  * loss when targets is not NULL (else -1). */

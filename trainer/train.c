@@ -12,9 +12,11 @@
  * -b N*B does. shard/ holds the model's states (--shard); rank 0 prints (all ranks with
  * --log-all) and writes the json, the checkpoint and the sample.
  *
- * --device cuda (one rank): the steps run on the GPU (gpt2_cuda.h) from the host model's
- * parameters; the host model keeps (B = 1) activations for sampling and gets the device
- * state back (train_cuda_download) before a checkpoint, the saved model and the sample.
+ * --device cuda: the steps run on the GPU (gpt2_cuda.h) from the host model's parameters;
+ * the host model keeps (B = 1) activations for sampling and gets the device state back
+ * (train_cuda_download) before a checkpoint, the saved model and the sample. On several
+ * ranks each rank's device model holds activations only and shard/ the state, in device
+ * memory (train_cuda_shard_mem), on GPU local rank % visible GPUs.
  *
  * Invariants: every buffer is owned by this function and freed on every path (goto
  * cleanup); nothing here exits; --steps 0 --save-model F writes the initial model.
@@ -152,62 +154,43 @@ static void print_header(FILE *out, const train_gpt2_t *m, const train_opts_t *o
 
 /* One optimisation step; fills s (except the derived rates). On several ranks the
  * gradient reductions run inside backward (shard/'s hooks) and the step's loss is the
- * mean over ranks. */
-/* The same step on the GPU (one rank): each phase waits for the device, so the split
- * of the step time is the device's. */
-static weft_status_t train_step_cuda(train_cuda_t *g, train_loader_t *ld,
-                                     const train_opts_t *o, int step, int *x, int *y,
-                                     train_stats_t *s)
-{
-    double t0, loss = 0.0;
-    RETURN_IF_ERR(train_cuda_zero_grad(g));
-    for (int k = 0; k < o->accum; k++) {
-        float l;
-        t0 = time_s();
-        train_loader_next(ld, x, y);
-        s->ms_data += (time_s() - t0) * 1e3;
-        t0 = time_s();
-        RETURN_IF_ERR(train_cuda_forward(g, x, y, ld->part_n, ld->T, &l));
-        s->ms_fwd += (time_s() - t0) * 1e3;
-        loss += l;
-        t0 = time_s();
-        RETURN_IF_ERR(train_cuda_backward(g, 1.0f / (float)o->accum));
-        RETURN_IF_ERR(train_cuda_sync(g));
-        s->ms_bwd += (time_s() - t0) * 1e3;
-    }
-    t0 = time_s();
-    s->lr = train_lr_at(o, step);
-    RETURN_IF_ERR(train_cuda_clip_grad(g, o->clip, &s->norm));
-    RETURN_IF_ERR(train_cuda_update(g, s->lr, o->beta1, o->beta2, o->eps, o->wd, step));
-    RETURN_IF_ERR(train_cuda_sync(g));
-    s->ms_opt = (time_s() - t0) * 1e3;
-    s->loss = (float)(loss / o->accum);
-    s->step = step;
-    return WEFT_OK;
-}
-
-static weft_status_t train_step(train_gpt2_t *m, train_loader_t *ld, const train_opts_t *o,
-                                int step, int *x, int *y, train_stats_t *s,
-                                train_dist_t *dist)
+ * mean over ranks. On the GPU (g) each phase waits for the device, so the split of the
+ * step time is the device's. */
+static weft_status_t train_step(train_gpt2_t *m, train_cuda_t *g, train_loader_t *ld,
+                                const train_opts_t *o, int step, int *x, int *y,
+                                train_stats_t *s, train_dist_t *dist)
 {
     double t0, loss = 0.0;
     int N = dist->world ? dist->nranks : 1;
-    if (!dist->sh)
-        train_gpt2_zero_grad(m);
-    else
+    if (dist->sh)
         shard_stats_reset(dist->sh);
+    else if (g)
+        RETURN_IF_ERR(train_cuda_zero_grad(g));
+    else
+        train_gpt2_zero_grad(m);
     for (int k = 0; k < o->accum; k++) {
+        float l;
         t0 = time_s();
         train_loader_next(ld, x, y);
         s->ms_data += (time_s() - t0) * 1e3;
         if (dist->sh)
             RETURN_IF_ERR(shard_micro_begin(dist->sh, 1, k == o->accum - 1));
         t0 = time_s();
-        RETURN_IF_ERR(train_gpt2_forward(m, x, y, ld->part_n, ld->T));
+        if (g) {
+            RETURN_IF_ERR(train_cuda_forward(g, x, y, ld->part_n, ld->T, &l));
+        } else {
+            RETURN_IF_ERR(train_gpt2_forward(m, x, y, ld->part_n, ld->T));
+            l = m->mean_loss;
+        }
         s->ms_fwd += (time_s() - t0) * 1e3;
-        loss += m->mean_loss;
+        loss += l;
         t0 = time_s();
-        RETURN_IF_ERR(train_gpt2_backward(m, 1.0f / (float)(o->accum * N)));
+        if (g) {
+            RETURN_IF_ERR(train_cuda_backward(g, 1.0f / (float)(o->accum * N)));
+            RETURN_IF_ERR(train_cuda_sync(g));
+        } else {
+            RETURN_IF_ERR(train_gpt2_backward(m, 1.0f / (float)(o->accum * N)));
+        }
         s->ms_bwd += (time_s() - t0) * 1e3;
     }
     t0 = time_s();
@@ -215,6 +198,8 @@ static weft_status_t train_step(train_gpt2_t *m, train_loader_t *ld, const train
     if (dist->sh) {
         RETURN_IF_ERR(shard_clip(dist->sh, o->clip, &s->norm));
         RETURN_IF_ERR(shard_adamw(dist->sh, s->lr, o->beta1, o->beta2, o->eps, o->wd, step));
+        if (g)
+            RETURN_IF_ERR(train_cuda_sync(g));
         RETURN_IF_ERR(train_dist_sum(dist, &loss, 1));
         shard_stats_t ss;
         shard_stats(dist->sh, &ss);
@@ -223,6 +208,10 @@ static weft_status_t train_step(train_gpt2_t *m, train_loader_t *ld, const train
         s->comm_mib = ss.comm_bytes / 1048576.0;
         s->state_mib = (double)ss.state_bytes / 1048576.0;
         s->inflight_mib = (double)ss.transient_peak / 1048576.0;
+    } else if (g) {
+        RETURN_IF_ERR(train_cuda_clip_grad(g, o->clip, &s->norm));
+        RETURN_IF_ERR(train_cuda_update(g, s->lr, o->beta1, o->beta2, o->eps, o->wd, step));
+        RETURN_IF_ERR(train_cuda_sync(g));
     } else {
         s->norm = train_gpt2_clip_grad(m, o->clip);
         RETURN_IF_ERR(train_gpt2_update(m, s->lr, o->beta1, o->beta2, o->eps, o->wd, step));
@@ -242,6 +231,8 @@ static weft_status_t run_val(train_gpt2_t *m, train_cuda_t *g, run_data_t *d,
     if ((size_t)nb > fit)
         nb = fit > 0 ? (int)fit : 1;
     float vl;
+    if (dist->sh)
+        RETURN_IF_ERR(shard_micro_begin(dist->sh, 0, 0));
     if (g) {   // train_eval's loop, on the device
         double sum = 0.0;
         train_loader_reset(&d->val_ld);
@@ -251,12 +242,10 @@ static weft_status_t run_val(train_gpt2_t *m, train_cuda_t *g, run_data_t *d,
             RETURN_IF_ERR(train_cuda_forward(g, x, y, d->val_ld.part_n, d->val_ld.T, &l));
             sum += l;
         }
-        train_log_val(out, json, step, (float)(sum / nb), nb);
-        return WEFT_OK;
+        vl = (float)(sum / nb);
+    } else {
+        RETURN_IF_ERR(train_eval(&vl, m, &d->val_ld, nb, x, y));
     }
-    if (dist->sh)
-        RETURN_IF_ERR(shard_micro_begin(dist->sh, 0, 0));
-    RETURN_IF_ERR(train_eval(&vl, m, &d->val_ld, nb, x, y));
     if (dist->world) {   // each rank evaluated its rows of the same global batches
         double v = vl;
         RETURN_IF_ERR(train_dist_sum(dist, &v, 1));
@@ -285,6 +274,7 @@ static weft_status_t check_same_config(train_dist_t *dist, const train_opts_t *o
         { "--shard", o->shard }, { "--shard-group", o->shard_group },
         { "--prefetch", o->prefetch }, { "--param-dtype", o->param_bf16 },
         { "--reduce-dtype", o->reduce_bf16 }, { "--dtype", o->bf16 },
+        { "--device", o->device },
         { "--batch", o->B }, { "--seq", T }, { "--accum", o->accum },
         { "--steps", o->steps }, { "--seed", (int64_t)o->seed }, { "--no-shuffle", o->shuffle },
         { "--lr", lr.i }, { "--wd", wd.i }, { "--clip", clip.i }, { "--warmup", o->warmup },
@@ -297,16 +287,24 @@ static weft_status_t check_same_config(train_dist_t *dist, const train_opts_t *o
     return train_dist_agree(dist, f, (int)(sizeof(f) / sizeof(f[0])));
 }
 
-/* Several ranks: the launcher's world, the same job everywhere, the model into shard/,
- * and each rank's rows of the global batches. */
+/* Several ranks: the launcher's world, the same job everywhere, the model into shard/
+ * (on the GPU: a device model of activations, *g_p, and shard/'s state in device memory
+ * behind its hooks), and each rank's rows of the global batches. */
 static weft_status_t setup_dist(train_dist_t *dist, train_gpt2_t *m, run_data_t *d,
-                                const train_opts_t *o, int T)
+                                const train_opts_t *o, int T, train_cuda_t **g_p)
 {
     RETURN_IF_ERR(check_same_config(dist, o, m, d, T));
     shard_opts_t so = { .strategy = o->shard < 0 ? SHARD_NONE : (shard_strategy_t)o->shard,
                         .group = o->shard_group, .prefetch = o->prefetch,
                         .param_bf16 = o->param_bf16, .reduce_bf16 = o->reduce_bf16 };
+    if (o->device == TRAIN_DEVICE_CUDA) {
+        RETURN_IF_ERR(train_cuda_create_sharded(g_p, m, o->B, T, o->bf16,
+                                                weft_comm_local_rank(dist->world)));
+        so.mem = train_cuda_shard_mem(*g_p);
+    }
     RETURN_IF_ERR(train_dist_shard(dist, m, &so));
+    if (*g_p)
+        train_cuda_set_hooks(*g_p, &dist->hooks);
     if (d->have_data) {
         int N = dist->nranks, r = dist->rank;
         RETURN_IF_ERR(train_loader_init(&d->train_ld, &d->train, o->B * N, T, o->shuffle,
@@ -352,13 +350,8 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     if (o->ckpt_every < 0 || o->ckpt_keep < 0)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--ckpt-every and --ckpt-keep must "
                                 "not be negative");
-    if (o->device == TRAIN_DEVICE_CUDA) {   // say it before reading any data
-        if (train_dist_launched_size() > 1)
-            return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "--device cuda runs one rank: "
-                                    "sharding on the GPU (--shard over device buffers) is "
-                                    "not built yet");
+    if (o->device == TRAIN_DEVICE_CUDA)   // say it before reading any data
         RETURN_IF_ERR(train_cuda_probe(NULL));
-    }
     if (train_dist_launched_size() > 1) {
         GOTO_IF_ERR(train_dist_init(&dist), st, cleanup);
         if (dist.rank != 0 && !o->log_all) {
@@ -377,7 +370,7 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     int T = o->T > 0 ? o->T : m->cfg.max_seq_len;
     GOTO_IF_ERR(check_vocab(&d, m->cfg.vocab_size), st, cleanup);
     if (dist.world)
-        GOTO_IF_ERR(setup_dist(&dist, m, &d, o, T), st, cleanup);
+        GOTO_IF_ERR(setup_dist(&dist, m, &d, o, T, &g), st, cleanup);
     // on the GPU the host model only samples: one row of activations is enough
     GOTO_IF_ERR(train_gpt2_prepare(m, o->device == TRAIN_DEVICE_CUDA ? 1 : o->B, T), st,
                 cleanup);
@@ -419,15 +412,12 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
                 o->ckpt_dir, name, (unsigned long long)pr.step,
                 (unsigned long long)pr.tokens, rsecs);
     }
-    if (o->device == TRAIN_DEVICE_CUDA)   // after a resume: the device gets its state
+    if (o->device == TRAIN_DEVICE_CUDA && !g)   // after a resume: the device gets its state
         GOTO_IF_ERR(train_cuda_create(&g, m, o->B, T, o->bf16), st, cleanup);
     for (int step = (int)pr.step + 1; step <= o->steps; step++) {
         train_stats_t s = { 0 };
         double t0 = time_s();
-        if (g)
-            GOTO_IF_ERR(train_step_cuda(g, &d.train_ld, o, step, x, y, &s), st, cleanup);
-        else
-            GOTO_IF_ERR(train_step(m, &d.train_ld, o, step, x, y, &s, &dist), st, cleanup);
+        GOTO_IF_ERR(train_step(m, g, &d.train_ld, o, step, x, y, &s, &dist), st, cleanup);
         double secs = time_s() - t0;
         double tokens = (double)o->B * T * o->accum * (dist.world ? dist.nranks : 1);
         s.tokens_per_s = tokens / secs;
@@ -441,7 +431,7 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
         if (o->ckpt_dir && o->ckpt_every > 0 && step % o->ckpt_every == 0) {
             double c0 = time_s();
             uint64_t cbytes = 0;
-            if (g)
+            if (g && !dist.sh)   // sharded, shard/ brings its device state down itself
                 GOTO_IF_ERR(train_cuda_download(g, m, 0), st, cleanup);
             weft_status_t cs = train_ckpt_save(o->ckpt_dir, o->ckpt_keep, m, &dist, o, &pr,
                                                &cbytes);
@@ -462,7 +452,7 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
         if (o->val_every > 0 && (step % o->val_every == 0 || step == o->steps))
             GOTO_IF_ERR(run_val(m, g, &d, o, step, x, y, out, json, &dist), st, cleanup);
     }
-    if (g && (o->save_path || o->sample > 0))
+    if (g && !dist.sh && (o->save_path || o->sample > 0))
         GOTO_IF_ERR(train_cuda_download(g, m, 0), st, cleanup);
     if (dist.sh && (o->save_path || o->sample > 0))
         GOTO_IF_ERR(train_dist_export(&dist, m), st, cleanup);   // the whole model, again

@@ -10,6 +10,15 @@
  * WEFT_ERR_INVALID_ARG naming the first position that is not (gpt2.c). */
 weft_status_t train_check_tokens(const int *inputs, const int *targets, int n, int V);
 
+/* A unit's parameters and gradient buffer, for the CPU and the GPU model alike (gpt2.c):
+ * from the hooks when h is set, else unit u of the block-major buffer base. */
+weft_status_t train_unit_params(const train_hooks_t *h, float *base,
+                                const train_gpt2_cfg_t *c, int u, int pass, float **p);
+weft_status_t train_unit_params_done(const train_hooks_t *h, int u, int pass);
+weft_status_t train_unit_grads(const train_hooks_t *h, float *base,
+                               const train_gpt2_cfg_t *c, int u, float **g);
+weft_status_t train_unit_grads_done(const train_hooks_t *h, int u);
+
 /* 64-byte aligned, zeroed; NULL when out of memory. */
 float *train_alloc_floats(size_t n);
 

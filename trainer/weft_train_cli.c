@@ -70,7 +70,8 @@ static const cli_opt_t opts[] = {
     { "--dtype", NULL, OPT_DTYPE, F(bf16), "fp32 | bf16 (bf16 matmul products, fp32 "
       "master weights; on the CPU needs AVX512-BF16; default fp32)" },
     { "--device", NULL, OPT_DEVICE, F(device), "cpu | cuda: where the steps run (cuda: "
-      "one rank on GPU 0, weft's CUDA kernels and cuBLAS; a build without CUDA or a "
+      "weft's CUDA kernels and cuBLAS on GPU 0, or on several ranks GPU local rank % "
+      "visible GPUs with --shard's state in device memory; a build without CUDA or a "
       "machine without a visible GPU stops with an error; default cpu)" },
     { "--shard", NULL, OPT_SHARD, F(shard), "on several ranks: none (DDP: gradients "
       "all-reduced per unit as backward ends) | zero1 (optimizer state sharded) | grad_op "

@@ -517,3 +517,54 @@ extern "C" void kcu_sum(float *out, const float *x, int n, cudaStream_t s)
 {
     sum_kernel<<<1, 1024, 0, s>>>(out, x, n);
 }
+
+/* ---- shard/'s conversions and sums ---- */
+
+static __device__ __forceinline__ uint16_t to_bf16_rne(float x)
+{
+    uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)   // NaN: stays NaN, quieted
+        return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static __device__ __forceinline__ float from_bf16(uint16_t b)
+{
+    return __uint_as_float((uint32_t)b << 16);
+}
+
+static __global__ void to_bf16_kernel(uint16_t *out, const float *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = to_bf16_rne(x[i]);
+}
+
+static __global__ void from_bf16_kernel(float *out, const uint16_t *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = from_bf16(x[i]);
+}
+
+static __global__ void add_kernel(float *y, const void *x, size_t n, int bf16)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] += bf16 ? from_bf16(((const uint16_t *)x)[i]) : ((const float *)x)[i];
+}
+
+extern "C" void kcu_to_bf16(uint16_t *out, const float *x, size_t n, cudaStream_t s)
+{
+    to_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(out, x, n);
+}
+
+extern "C" void kcu_from_bf16(float *out, const uint16_t *x, size_t n, cudaStream_t s)
+{
+    from_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(out, x, n);
+}
+
+extern "C" void kcu_add(float *y, const void *x, size_t n, int bf16, cudaStream_t s)
+{
+    add_kernel<<<grid_for(n, 256), 256, 0, s>>>(y, x, n, bf16);
+}

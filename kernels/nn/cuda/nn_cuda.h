@@ -13,6 +13,7 @@
 #define WEFT_KERN_NN_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <cuda_runtime_api.h>
 
 #ifdef __cplusplus
@@ -71,6 +72,11 @@ void kcu_sumsq(double *out, const float *x, size_t n, cudaStream_t s);
 void kcu_scale(float *x, float a, size_t n, cudaStream_t s);
 /* out (one float, device) = sum of x (n floats) */
 void kcu_sum(float *out, const float *x, int n, cudaStream_t s);
+/* shard/'s conversions (kern_to_bf16's rounding: nearest even, NaN stays NaN) and its
+ * sum of a reduced gradient shard into the step's: y += x, x fp32 or (bf16) bf16 */
+void kcu_to_bf16(uint16_t *out, const float *x, size_t n, cudaStream_t s);
+void kcu_from_bf16(float *out, const uint16_t *x, size_t n, cudaStream_t s);
+void kcu_add(float *y, const void *x, size_t n, int bf16, cudaStream_t s);
 
 #ifdef __cplusplus
 }
