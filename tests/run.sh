@@ -214,6 +214,9 @@ else
         # an rkey violation: a read through a key whose registration is gone
         run "test_rma stale_key ib" "${IBENV[@]}" WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
             "$B/tests/test_rma" stale_key
+        # a rank that left after its part: its frames are read before it counts as lost
+        run "test_rma left ib" "${IBENV[@]}" WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
+            "$B/tests/test_rma" left
         # the knobs (WEFT_IB_HCA's syntax, refused values) and setup refusals
         run "test_ib.sh" bash tests/test_ib.sh "$B"
     else
@@ -229,7 +232,7 @@ else
         echo "note: no RDMA device here (/sys/class/infiniband is empty): ib runs on weft's verbs emulator only"
     fi
     # The transports' one-sided ops below the engine: keys, gets, puts, refusals, a peer
-    # that exited (tcp: must have none)
+    # that exited (tcp: must have none); and frames of a rank that left after its part
     if [ -x "$B/tests/test_rma" ]; then
         ts=(shm tcp)
         [ "$HAVE_UCX" = 1 ] && ts+=(ucx)
@@ -237,6 +240,8 @@ else
             run "test_rma basic $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 2 "$B/tests/test_rma" basic
             [ "$t" != tcp ] && run "test_rma peer_exit $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=5 \
                 "$WEFTRUN" -n 2 "$B/tests/test_rma" peer_exit
+            run "test_rma left $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
+                "$B/tests/test_rma" left
         done
     else
         missing "test_rma" "$B/tests/test_rma"

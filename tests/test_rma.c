@@ -18,6 +18,14 @@
  * peer_exit  rank 1 sends its key and exits without a word; rank 0's get from it must fail
  *            with WEFT_ERR_PEER_LOST (from the post, the test, or check_alive as the engine
  *            asks it) within 5 s, never hang.
+ * left       frames, not one-sided ops: rank 1 sends 3 frames, destroys its communicator
+ *            and exits 0 (a rank that finished its part and left). Rank 0, once rank 1 is
+ *            gone, takes frame 1 (its release answers a departed peer), then, while
+ *            frames 2 and 3 wait unread, check_alive must say the peer may still answer
+ *            (what it sent is read before its departure counts; over ib the failed
+ *            credit write to the departed peer said "lost"); frames 2 and 3 are then
+ *            delivered whole, and only after them is rank 1 reported lost (PEER_LOST
+ *            naming it, within 5 s, from the next recv_peek or check_alive).
  * Every wait is bounded, and alarm() ends a stuck rank. Exit 0 when every check passed.
  */
 #define _GNU_SOURCE
@@ -312,6 +320,105 @@ static void stale_key(weft_comm_t *comm)
     free(buf);
 }
 
+/* a frame of the test: payload bytes i * 7 + k */
+static void left_frame(frame_hdr_t *h, unsigned char *pl, int k)
+{
+    memset(h, 0, sizeof(*h));
+    h->magic = FRAME_MAGIC;
+    h->version = FRAME_VERSION;
+    h->coll = COLL_SEND;
+    h->frame = (uint32_t)k;
+    h->len = 512;
+    h->src_rank = 1;
+    for (int i = 0; i < 512; i++)
+        pl[i] = (unsigned char)(i * 7 + k);
+}
+
+/* the progress the engine makes between its calls (a UCX worker) */
+static void progress_all(weft_comm_t *comm)
+{
+    for (int i = 0; i < comm->nprogress; i++)
+        comm->progress_tps[i]->progress(comm);
+}
+
+static void left(weft_comm_t **comm_p)
+{
+    weft_comm_t *comm = *comm_p;
+    tp_ep_t *ep = comm->eps[1 - rank];
+    frame_hdr_t h;
+    unsigned char pl[512];
+    if (rank == 1) {
+        for (int k = 1; k <= 3; k++) {
+            left_frame(&h, pl, k);
+            weft_status_t st;
+            double t0 = now_s();
+            while ((st = ep->ops->send(ep, &h, pl)) == WEFT_IN_PROGRESS && now_s() - t0 < 5)
+                progress_all(comm);
+            check(st == WEFT_OK, "send a frame");
+        }
+        weft_comm_destroy(comm);    /* its part is done: it leaves */
+        *comm_p = NULL;
+        return;
+    }
+    pid_t pid = (pid_t)comm->peers[1].pid;
+    double t0 = now_s();
+    while (!(kill(pid, 0) != 0 && errno == ESRCH) && now_s() - t0 < 5)
+        usleep(1000);
+    check(kill(pid, 0) != 0, "rank 1 left");
+    for (int k = 1; k <= 3; k++) {
+        const frame_hdr_t *got = NULL;
+        const void *payload = NULL;
+        weft_status_t st;
+        t0 = now_s();
+        while ((st = ep->ops->recv_peek(ep, &got, &payload)) == WEFT_IN_PROGRESS &&
+               now_s() - t0 < 5)
+            progress_all(comm);
+        char msg[160];
+        snprintf(msg, sizeof(msg), "frame %d from the departed rank is delivered (%s)", k,
+                 weft_status_str(st));
+        check(st == WEFT_OK && got && got->frame == (uint32_t)k && got->len == 512, msg);
+        if (st != WEFT_OK)
+            return;
+        if (payload == NULL) {
+            st = ep->ops->recv_payload(ep, pl, &payload);
+            for (t0 = now_s(); st == WEFT_IN_PROGRESS && now_s() - t0 < 5;) {
+                progress_all(comm);
+                st = ep->ops->recv_payload(ep, pl, &payload);
+            }
+            if (payload == NULL)
+                payload = pl;
+        }
+        unsigned char want[512];
+        left_frame(&h, want, k);   /* what frame k carries */
+        check(st == WEFT_OK && memcmp(payload, want, 512) == 0, "its payload is whole");
+        ep->ops->recv_release(ep);
+        if (k == 1) {   /* frames 2 and 3 wait: the peer still counts as there */
+            weft_status_t a = WEFT_OK;
+            for (t0 = now_s(); a == WEFT_OK && now_s() - t0 < 0.3; usleep(5000)) {
+                progress_all(comm);
+                a = ep->ops->check_alive(ep);
+            }
+            snprintf(msg, sizeof(msg), "check_alive while the departed rank's frames are "
+                     "unread: %s", weft_status_str(a));
+            check(a == WEFT_OK, msg);
+        }
+    }
+    /* now nothing of it is left to read: the engine's calls (a wait for another frame,
+     * and check_alive as it idles) must find it gone */
+    weft_status_t a = WEFT_OK;
+    for (t0 = now_s(); a >= 0 && now_s() - t0 < 5; usleep(5000)) {
+        const frame_hdr_t *got = NULL;
+        const void *payload = NULL;
+        progress_all(comm);
+        a = ep->ops->recv_peek(ep, &got, &payload);
+        if (a >= 0)
+            a = ep->ops->check_alive(ep);
+    }
+    check(a == WEFT_ERR_PEER_LOST && strstr(weft_last_error(), "rank 1"),
+          "once its frames are read, the departed rank is reported lost");
+    printf("rank 0: after the frames: %s: %s\n", weft_status_str(a), weft_last_error());
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "basic";
@@ -333,13 +440,16 @@ int main(int argc, char **argv)
         peer_exit(comm);
     else if (!strcmp(mode, "stale_key"))
         stale_key(comm);
+    else if (!strcmp(mode, "left"))
+        left(&comm);
     else {
-        printf("usage: test_rma basic|peer_exit|stale_key\n");
+        printf("usage: test_rma basic|peer_exit|stale_key|left\n");
         return 2;
     }
     /* after a lost peer too: destroy must still release everything (LeakSanitizer
      * checks it in the sanitizer suite) */
-    weft_comm_destroy(comm);
+    if (comm)
+        weft_comm_destroy(comm);
     printf("test_rma %s rank %d: %d passed, %d failed\n", mode, rank, checks - fails, fails);
     return fails ? 1 : 0;
 }

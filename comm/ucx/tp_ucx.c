@@ -389,20 +389,27 @@ static int frame_waiting(const ucx_ep_t *e, int sender_alive)
 }
 
 /* WEFT_OK while the peer may still send what we have not read; logged unless quiet.
- * A peer that is gone still has its say: the states it posted are all taken then. */
+ * A peer that is gone still has its say: the states it posted are all taken then, and a
+ * frame of it that arrived is read before its departure counts, whether it said goodbye,
+ * exited or its connection was reset (a rank that finished its part and left: the
+ * others must not fail for it while its last frames wait to be read). */
 static weft_status_t peer_down(ucx_ep_t *e, int quiet)
 {
     ucp_worker_progress(e->x->worker);
     ucx_states_poll(e, 0);
-    weft_status_t st = ucx_lost_error(e, quiet);
-    int exited = st == WEFT_OK && peer_exited(e);
-    if (st == WEFT_OK && !exited && !e->gone)
+    int lost = __atomic_load_n(&e->lost, __ATOMIC_ACQUIRE);
+    int exited = !lost && peer_exited(e);
+    if (!lost && !exited && !e->gone)
         return WEFT_OK;
-    if (st == WEFT_OK) {
-        for (int i = 0; i < 16; i++)    /* take what it sent before it went */
-            ucp_worker_progress(e->x->worker);
-        if (frame_waiting(e, !exited) || (!exited && e->frames_rx < e->gone_frames))
-            return WEFT_OK;
+    for (int i = 0; i < 16; i++)    /* take what it sent before it went */
+        ucp_worker_progress(e->x->worker);
+    int alive = !lost && !exited;   /* said goodbye, still there: a rendezvous may end */
+    if (frame_waiting(e, alive) || (alive && e->frames_rx < e->gone_frames))
+        return WEFT_OK;
+    weft_status_t st;
+    if (lost) {
+        st = ucx_lost_error(e, quiet);
+    } else {
         weft_status_t (*err)(weft_status_t, const char *, ...) =
             quiet ? weft_error_quiet : weft_error;
         st = exited ? err(WEFT_ERR_PEER_LOST, "ucx: rank %d (pid %d) has exited",
