@@ -26,6 +26,35 @@ static mem_region_t *mem_tab;
 static size_t mem_n, mem_cap;
 static uint32_t mem_serial;
 
+/* free hooks: their own lock, held while they run (a hook takes its transport's lock,
+ * which may be held around mem_lookup: never under mem_lock) */
+static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { mem_free_hook_t fn; void *ctx; } hooks[MEM_FREE_HOOKS];
+static int nhooks;
+
+int mem_free_hook_add(mem_free_hook_t fn, void *ctx)
+{
+    pthread_mutex_lock(&hook_lock);
+    int ok = nhooks < MEM_FREE_HOOKS;
+    if (ok) {
+        hooks[nhooks].fn = fn;
+        hooks[nhooks++].ctx = ctx;
+    }
+    pthread_mutex_unlock(&hook_lock);
+    return ok ? 0 : -1;
+}
+
+void mem_free_hook_remove(mem_free_hook_t fn, void *ctx)
+{
+    pthread_mutex_lock(&hook_lock);
+    for (int i = 0; i < nhooks; i++)
+        if (hooks[i].fn == fn && hooks[i].ctx == ctx) {
+            hooks[i] = hooks[--nhooks];
+            break;
+        }
+    pthread_mutex_unlock(&hook_lock);
+}
+
 weft_status_t weft_mem_alloc(void **ptr_p, size_t size)
 {
     if (ptr_p == NULL)
@@ -86,6 +115,10 @@ weft_status_t weft_mem_free(void *ptr)
             continue;
         mem_tab[i] = mem_tab[--mem_n];
         pthread_mutex_unlock(&mem_lock);
+        pthread_mutex_lock(&hook_lock);     /* registrations of it go first */
+        for (int h = 0; h < nhooks; h++)
+            hooks[h].fn(hooks[h].ctx, &r);
+        pthread_mutex_unlock(&hook_lock);
         munmap(ptr, r.size);
         close(r.fd);
         return WEFT_OK;

@@ -214,6 +214,9 @@ else
         # an rkey violation: a read through a key whose registration is gone
         run "test_rma stale_key ib" "${IBENV[@]}" WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
             "$B/tests/test_rma" stale_key
+        # the registration cache: weft_mem_alloc regions registered once, dropped on free
+        run "test_rma regcache ib" "${IBENV[@]}" WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
+            "$B/tests/test_rma" regcache
         # a rank that left after its part: its frames are read before it counts as lost
         run "test_rma left ib" "${IBENV[@]}" WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
             "$B/tests/test_rma" left

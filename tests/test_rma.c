@@ -18,6 +18,13 @@
  * peer_exit  rank 1 sends its key and exits without a word; rank 0's get from it must fail
  *            with WEFT_ERR_PEER_LOST (from the post, the test, or check_alive as the engine
  *            asks it) within 5 s, never hang.
+ * regcache   (ib) the registration cache: rank 1 registers parts of one weft_mem_alloc
+ *            region (three calls, two of them at once): one registration serves them all
+ *            (the same key), and still serves after every handle was given back; a
+ *            malloc'd buffer gets a registration per call (keys differ). Rank 0 reads
+ *            through the cached key; then rank 1 frees the region (weft_mem_free) and
+ *            rank 0's next read through that key must fail (remote access error, naming
+ *            rank 1): the cache let go of it.
  * left       frames, not one-sided ops: rank 1 sends 3 frames, destroys its communicator
  *            and exits 0 (a rank that finished its part and left). Rank 0, once rank 1 is
  *            gone, takes frame 1 (its release answers a departed peer), then, while
@@ -320,6 +327,76 @@ static void stale_key(weft_comm_t *comm)
     free(buf);
 }
 
+static void regcache(weft_comm_t *comm)
+{
+    tp_ep_t *ep = comm->eps[1 - rank];
+    if (strcmp(ep->ops->name, "ib") != 0) {
+        printf("rank %d: regcache is for ib (%s keeps no registrations)\n", rank,
+               ep->ops->name);
+        return;
+    }
+    offer_t o;
+    if (rank == 1) {
+        unsigned char *reg = NULL, *heap = malloc(BIG);
+        check(weft_mem_alloc((void **)&reg, BIG) == WEFT_OK && heap, "allocate");
+        if (!reg || !heap)
+            return;
+        fill(reg, BIG, 5);
+        tp_mem_t *m[5] = { NULL };
+        tp_rkey_t k[5];
+        check(ep->ops->mem_reg(comm, reg + 4096, 1000, MEM_HOST, &m[0], &k[0]) == WEFT_OK &&
+              ep->ops->mem_reg(comm, reg + 65536, 70000, MEM_HOST, &m[1], &k[1]) == WEFT_OK,
+              "register two parts of a weft_mem_alloc region");
+        check(k[0].len == k[1].len && !memcmp(k[0].blob, k[1].blob, k[0].len),
+              "both parts: one registration (the same key)");
+        ep->ops->mem_dereg(comm, m[0]);
+        ep->ops->mem_dereg(comm, m[1]);
+        check(ep->ops->mem_reg(comm, reg, BIG, MEM_HOST, &m[2], &k[2]) == WEFT_OK &&
+              !memcmp(k[2].blob, k[0].blob, k[0].len),
+              "after both were given back, the whole region: still that registration");
+        ep->ops->mem_dereg(comm, m[2]);
+        check(ep->ops->mem_reg(comm, heap, 5000, MEM_HOST, &m[3], &k[3]) == WEFT_OK &&
+              ep->ops->mem_reg(comm, heap, 5000, MEM_HOST, &m[4], &k[4]) == WEFT_OK &&
+              memcmp(k[3].blob, k[4].blob, k[3].len) != 0,
+              "malloc'd memory: a registration per call (not cached)");
+        ep->ops->mem_dereg(comm, m[3]);
+        ep->ops->mem_dereg(comm, m[4]);
+        o.addr = (uint64_t)(uintptr_t)reg;
+        o.key = k[2];
+        check(weft_send(&o, sizeof(o), WEFT_UINT8, 0, comm) == WEFT_OK, "send the key");
+        check(weft_barrier(comm) == WEFT_OK, "barrier: rank 0 read through the cached key");
+        check(weft_mem_free(reg) == WEFT_OK, "weft_mem_free");
+        check(weft_barrier(comm) == WEFT_OK, "barrier after the free");
+        weft_barrier(comm);     /* fails once rank 0's read broke the connection */
+        free(heap);
+        return;
+    }
+    unsigned char *buf = malloc(BIG);
+    check(weft_recv(&o, sizeof(o), WEFT_UINT8, 1, comm) == WEFT_OK, "receive the key");
+    tp_rmem_t *rm = NULL;
+    check(ep->ops->rkey_unpack(ep, &o.key, &rm) == WEFT_OK, "unpack the cached key");
+    if (rm) {
+        tp_rma_t x = { NULL };
+        weft_status_t st = ep->ops->get(ep, buf, rm, o.addr, BIG, &x);
+        check(wait_xfer(comm, ep, &x, st, 10) == WEFT_OK && same(buf, BIG, 5),
+              "read the region through the cached registration (every handle given back)");
+    }
+    check(weft_barrier(comm) == WEFT_OK, "barrier before rank 1 frees the region");
+    check(weft_barrier(comm) == WEFT_OK, "barrier after the free");
+    if (rm) {
+        tp_rma_t x = { NULL };
+        weft_status_t st = ep->ops->get(ep, buf, rm, o.addr, 4096, &x);
+        st = wait_xfer(comm, ep, &x, st, 5);
+        check(st == WEFT_ERR_INTERNAL && strstr(weft_last_error(), "remote access error") &&
+              strstr(weft_last_error(), "rank 1"),
+              "after weft_mem_free the cached registration is gone: the read fails");
+        printf("rank 0: read after the free: %s: %s\n", weft_status_str(st),
+               weft_last_error());
+        ep->ops->rkey_release(ep, rm);
+    }
+    free(buf);
+}
+
 /* a frame of the test: payload bytes i * 7 + k */
 static void left_frame(frame_hdr_t *h, unsigned char *pl, int k)
 {
@@ -442,8 +519,10 @@ int main(int argc, char **argv)
         stale_key(comm);
     else if (!strcmp(mode, "left"))
         left(&comm);
+    else if (!strcmp(mode, "regcache"))
+        regcache(comm);
     else {
-        printf("usage: test_rma basic|peer_exit|stale_key|left\n");
+        printf("usage: test_rma basic|peer_exit|stale_key|left|regcache\n");
         return 2;
     }
     /* after a lost peer too: destroy must still release everything (LeakSanitizer

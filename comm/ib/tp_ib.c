@@ -35,6 +35,7 @@
  */
 #define _GNU_SOURCE     /* sched_getcpu */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +107,21 @@ typedef struct ib_ctrl {
     ib_state_box_t tx_state;        /* source of our state writes */
 } ib_ctrl_t;
 
+/* A cached registration of a whole weft_mem_alloc region (ib_ctx_t.regs). */
+typedef struct ib_reg {
+    struct ib_reg *next;
+    uint32_t serial;                /* the region's (mem.h: never reused in a process) */
+    struct ibv_mr *mr;
+    int refs;                       /* handles out now (mem_reg, a transfer's buffer) */
+    int dead;                       /* weft freed the region: goes with the last handle */
+} ib_reg_t;
+
+/* A registration handed out: the cache's (reg) or one of its own (mr only). */
+typedef struct ib_mem {
+    struct ibv_mr *mr;
+    ib_reg_t *reg;
+} ib_mem_t;
+
 typedef struct ib_ctx {
     const ib_verbs_t *v;
     struct ibv_context *dev;
@@ -117,12 +133,15 @@ typedef struct ib_ctx {
     char devname[32];
     int lfd;
     struct ib_ep **pending;         /* [nranks] accepted and connected, not yet claimed */
+    pthread_mutex_t reg_lock;       /* regs: weft_mem_free may run on any thread */
+    ib_reg_t *regs;
+    int hooked;                     /* mem_free_hook_add took ib_region_freed */
 } ib_ctx_t;
 
 /* A posted get or put (tp_rma_t.req): done once its signaled completion is polled. */
 typedef struct ib_rma {
     struct ib_rma *next;
-    struct ibv_mr *mr;          /* the local buffer's registration, for this transfer */
+    ib_mem_t mem;               /* the local buffer's registration, for this transfer */
     uint32_t n;                 /* its WR's number on QP 0 */
     int done;
 } ib_rma_t;
@@ -294,6 +313,8 @@ static int ib_can_connect(const weft_comm_t *comm, const peer_info_t *self,
 
 static void ib_local_cleanup(weft_comm_t *comm);
 static void ep_free(struct ib_ep *e);
+static void ib_region_freed(void *ctx, const mem_region_t *r);
+static void reg_give(ib_ctx_t *c, ib_mem_t *m);
 
 static weft_status_t ib_local_setup(weft_comm_t *comm, tp_addr_t *self)
 {
@@ -316,6 +337,7 @@ static weft_status_t ib_local_setup(weft_comm_t *comm, tp_addr_t *self)
     c->v = v;
     c->lfd = -1;
     c->pending = pending;
+    pthread_mutex_init(&c->reg_lock, NULL);
     tp_set_ctx(comm, &tp_ib_ops, c);
     weft_status_t st = open_port(comm, c, !forced);
     if (st != WEFT_OK && !forced) {     /* auto: a machine without a device has no ib */
@@ -335,6 +357,12 @@ static weft_status_t ib_local_setup(weft_comm_t *comm, tp_addr_t *self)
         ib_local_cleanup(comm);
         return st;
     }
+    if (mem_free_hook_add(ib_region_freed, c) != 0) {
+        ib_local_cleanup(comm);
+        return weft_error(WEFT_ERR_NO_MEMORY, "ib: too many communicators keep registration "
+                          "caches (%d)", MEM_FREE_HOOKS);
+    }
+    c->hooked = 1;
     ib_addr_t a = { .magic = IB_ADDR_MAGIC, .lid = c->pattr.lid, .port = c->port, .sock = sa };
     memcpy(a.gid, c->gid.raw, sizeof(a.gid));
     snprintf(a.dev, sizeof(a.dev), "%s", c->devname);
@@ -349,9 +377,18 @@ static void ib_local_cleanup(weft_comm_t *comm)
     ib_ctx_t *c = tp_ctx(comm, &tp_ib_ops);
     if (c == NULL)
         return;
+    if (c->hooked)
+        mem_free_hook_remove(ib_region_freed, c);
     for (int i = 0; i < comm->nranks; i++)
         if (c->pending[i])
             ep_free(c->pending[i]);
+    while (c->regs) {   /* the endpoints, and with them every transfer, are gone */
+        ib_reg_t *g = c->regs;
+        c->regs = g->next;
+        c->v->dereg_mr(g->mr);
+        free(g);
+    }
+    pthread_mutex_destroy(&c->reg_lock);
     if (c->lfd >= 0)
         close(c->lfd);
     if (c->pd)
@@ -380,7 +417,7 @@ static void ep_free(struct ib_ep *e)
     while (e->rma) {
         ib_rma_t *t = e->rma;
         e->rma = t->next;
-        v->dereg_mr(t->mr);
+        reg_give(e->c, &t->mem);
         free(t);
     }
     for (int i = 0; i < e->nqp; i++)
@@ -924,8 +961,95 @@ static struct ibv_mr *reg_pages(ib_ctx_t *c, const void *ptr, size_t len, int ac
     return c->v->reg_mr(c->pd, (void *)lo, hi - lo, access);
 }
 
-/* Registered for the call and deregistered at its end (mem_dereg): weft keeps no
- * registration of memory it does not own, which free() could give back unnoticed. */
+/* ---- the registration cache ----
+ *
+ * Memory weft owns (weft_mem_alloc) is registered once, whole, and the registration kept
+ * for every later call on any part of it (refcounted), until weft_mem_free drops it
+ * (mem.h's free hook; a registration still in use goes with its last handle). Memory weft
+ * does not own is registered for the call (page-aligned) and deregistered at its end:
+ * free() could give it back unnoticed, and a cached registration would then pin, and let
+ * peers reach, whatever the allocator put there next. */
+
+static void reg_drop(ib_ctx_t *c, ib_reg_t *g)
+{
+    for (ib_reg_t **pp = &c->regs; *pp; pp = &(*pp)->next)
+        if (*pp == g) {
+            *pp = g->next;
+            break;
+        }
+    c->v->dereg_mr(g->mr);
+    free(g);
+}
+
+static void ib_region_freed(void *ctx, const mem_region_t *r)
+{
+    ib_ctx_t *c = ctx;
+    pthread_mutex_lock(&c->reg_lock);
+    for (ib_reg_t *g = c->regs; g; g = g->next)
+        if (g->serial == r->serial) {
+            if (g->refs == 0)
+                reg_drop(c, g);
+            else
+                g->dead = 1;
+            break;
+        }
+    pthread_mutex_unlock(&c->reg_lock);
+}
+
+/* A registration of [ptr, ptr + len) with every access: the cache's for weft's memory. */
+static weft_status_t reg_take(ib_ctx_t *c, const void *ptr, size_t len, ib_mem_t *m)
+{
+    const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                       IBV_ACCESS_REMOTE_WRITE;
+    mem_region_t r;
+    mem_lookup(ptr, &r);
+    m->reg = NULL;
+    if (r.fd < 0 || (uint64_t)(uintptr_t)ptr + len > r.base + r.size) {
+        if ((m->mr = reg_pages(c, ptr, len, access)) == NULL)
+            return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr of %zu bytes on %s: %m", len,
+                              c->devname);
+        return WEFT_OK;
+    }
+    pthread_mutex_lock(&c->reg_lock);
+    ib_reg_t *g = c->regs;
+    while (g && (g->serial != r.serial || g->dead))
+        g = g->next;
+    if (g == NULL && (g = calloc(1, sizeof(*g))) != NULL) {
+        g->serial = r.serial;
+        if ((g->mr = c->v->reg_mr(c->pd, (void *)(uintptr_t)r.base, r.size, access)) == NULL) {
+            free(g);
+            pthread_mutex_unlock(&c->reg_lock);
+            return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr of a %llu-byte weft_mem_alloc "
+                              "region on %s: %m", (unsigned long long)r.size, c->devname);
+        }
+        g->next = c->regs;
+        c->regs = g;
+    }
+    if (g)
+        g->refs++;
+    pthread_mutex_unlock(&c->reg_lock);
+    if (g == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
+    m->mr = g->mr;
+    m->reg = g;
+    return WEFT_OK;
+}
+
+static void reg_give(ib_ctx_t *c, ib_mem_t *m)
+{
+    if (m->reg == NULL) {
+        if (m->mr)
+            c->v->dereg_mr(m->mr);
+    } else {
+        pthread_mutex_lock(&c->reg_lock);
+        if (--m->reg->refs == 0 && m->reg->dead)
+            reg_drop(c, m->reg);
+        pthread_mutex_unlock(&c->reg_lock);
+    }
+    m->mr = NULL;
+    m->reg = NULL;
+}
+
 static weft_status_t ib_mem_reg(weft_comm_t *comm, const void *ptr, size_t len, mem_type_t mt,
                                 tp_mem_t **mem_p, tp_rkey_t *key)
 {
@@ -935,11 +1059,15 @@ static weft_status_t ib_mem_reg(weft_comm_t *comm, const void *ptr, size_t len, 
                           "is not built yet");
     if (c == NULL || c->pd == NULL)
         return weft_error(WEFT_ERR_INTERNAL, "ib: no device open to register with");
-    struct ibv_mr *mr = reg_pages(c, ptr, len, IBV_ACCESS_LOCAL_WRITE |
-                                  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
-    if (mr == NULL)
-        return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr of %zu bytes on %s: %m", len,
-                          c->devname);
+    ib_mem_t *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
+    weft_status_t st = reg_take(c, ptr, len, m);
+    if (st != WEFT_OK) {
+        free(m);
+        return st;
+    }
+    struct ibv_mr *mr = m->mr;
     ib_rkey_t k = { .magic = IB_RKEY_MAGIC, .rkey = mr->rkey, .base = (uintptr_t)mr->addr,
                     .len = mr->length };
     k.check = rkey_check(&k);
@@ -948,7 +1076,7 @@ static weft_status_t ib_mem_reg(weft_comm_t *comm, const void *ptr, size_t len, 
     memcpy(key->blob, &k, sizeof(k));
     key->len = sizeof(k);
     key->tp = (uint8_t)tp_slot(&tp_ib_ops);
-    *mem_p = (tp_mem_t *)mr;
+    *mem_p = (tp_mem_t *)m;
     return WEFT_OK;
 }
 
@@ -956,7 +1084,8 @@ static void ib_mem_dereg(weft_comm_t *comm, tp_mem_t *mem)
 {
     ib_ctx_t *c = tp_ctx(comm, &tp_ib_ops);
     if (mem && c)
-        c->v->dereg_mr((struct ibv_mr *)mem);
+        reg_give(c, (ib_mem_t *)mem);
+    free(mem);
 }
 
 static weft_status_t ib_rkey_unpack(tp_ep_t *ep, const tp_rkey_t *key, tp_rmem_t **rmem_p)
@@ -1001,19 +1130,18 @@ static weft_status_t rma_post(tp_ep_t *ep, enum ibv_wr_opcode op, void *local,
     ib_rma_t *t = calloc(1, sizeof(*t));
     if (t == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
-    t->mr = reg_pages(e->c, local, len, IBV_ACCESS_LOCAL_WRITE);
-    if (t->mr == NULL) {
+    weft_status_t st = reg_take(e->c, local, len, &t->mem);
+    if (st != WEFT_OK) {
         free(t);
-        return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr of %zu bytes: %m", len);
+        return st;
     }
-    weft_status_t st;
     uint64_t end = time_ns() + 1000000000ull;
     /* a full send queue drains as completions are polled */
-    while ((st = post(e, 0, op, local, t->mr->lkey, len, raddr, r->rkey, 0, WR_RMA, 1)) ==
+    while ((st = post(e, 0, op, local, t->mem.mr->lkey, len, raddr, r->rkey, 0, WR_RMA, 1)) ==
                WEFT_IN_PROGRESS && time_ns() < end && ep_poll(e) == WEFT_OK)
         ;
     if (st != WEFT_OK) {
-        e->c->v->dereg_mr(t->mr);
+        reg_give(e->c, &t->mem);
         free(t);
         return st == WEFT_IN_PROGRESS ? weft_error(WEFT_ERR_TIMEOUT, "ib: send queue to rank "
                                                    "%d stayed full", ep->peer) : st;
@@ -1046,7 +1174,7 @@ static void rma_free(ib_ep_t *e, ib_rma_t *t)
             *pp = t->next;
             break;
         }
-    e->c->v->dereg_mr(t->mr);
+    reg_give(e->c, &t->mem);
     free(t);
 }
 
