@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_ib.sh - the ib transport's knobs and setup refusals, on weft's verbs emulator: which
-# port WEFT_IB_HCA allows (NCCL's syntax), bad values refused at init naming the knob, a
+# port WEFT_IB_HCA allows (NCCL's syntax), the HCA the topology places a rank on, bad values refused at init naming the knob, a
 # missing verbs library or device named, ranks that disagree on WEFT_IB_QPS_PER_CONN, and
 # the INFO line naming the provider. Each case is a 2-rank test_rma basic job (a few
 # hundred ms) under timeout.
@@ -38,6 +38,15 @@ case_() {
 case_ "default port, provider named" ok "weftemu0 port 1 .* via weft verbs emulator" \
     WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET
 case_ "WEFT_IB_HCA=weftemu0:1" ok "passed" WEFT_IB_HCA=weftemu0:1
+# The HCA topo/ places each local rank on (WEFT_TOPO_FILE: one with mlx5_0), not the
+# verbs list's order (mlx5_1 first); WEFT_IB_HCA still has the last word
+TOPO=$PWD/tests/data/topologies/2socket-4gpu-1ib.xml
+case_ "the HCA the topology chooses, not the first listed" ok \
+    "mlx5_0 port 1 .*by the topology (host-bridge" WEFT_IBEMU_DEVICES=mlx5_1,mlx5_0 \
+    WEFT_TOPO_FILE="$TOPO" WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET
+case_ "WEFT_IB_HCA=mlx5_1 over the topology's choice" ok "mlx5_1 port 1 (InfiniBand, lid 1, gid index 0) via" \
+    WEFT_IBEMU_DEVICES=mlx5_1,mlx5_0 WEFT_TOPO_FILE="$TOPO" WEFT_IB_HCA=mlx5_1 \
+    WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET
 case_ "WEFT_IB_HCA=weft (a prefix)" ok "passed" WEFT_IB_HCA=weft
 case_ "WEFT_IB_HCA==weftemu0" ok "passed" WEFT_IB_HCA==weftemu0
 case_ "WEFT_IB_HCA=^mlx5 (all but)" ok "passed" WEFT_IB_HCA=^mlx5

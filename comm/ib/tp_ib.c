@@ -220,8 +220,82 @@ static int my_numa(void)
     return -1;
 }
 
-/* Opens the active port WEFT_IB_HCA allows that is nearest this process's cores (the
- * device's NUMA node, from sysfs), else the first; quiet: finding none is no error. */
+/* Opens dev's first active port that WEFT_IB_HCA allows (only `port`, when not 0) and
+ * has a usable GID, in place of the one c holds: 1 when it did. */
+static int open_device_port(weft_comm_t *comm, ib_ctx_t *c, struct ibv_device *dev,
+                            const topo_nic_filter_t *hca, int only)
+{
+    const ib_verbs_t *v = c->v;
+    const char *name = v->get_device_name(dev);
+    struct ibv_context *d = v->open_device(dev);
+    if (d == NULL)
+        return 0;
+    for (uint8_t port = 1; port <= 2; port++) {
+        struct ibv_port_attr pa;
+        union ibv_gid gid;
+        if ((only && port != only) || v->query_port(d, port, &pa) != 0 ||
+            pa.state != IBV_PORT_ACTIVE || !topo_nic_filter_allows_port(hca, name, port))
+            continue;
+        int gi = (int)comm->cfg.ib_gid_index;
+        if (gi < 0)
+            gi = pick_gid(v, d, port, &pa, &gid);
+        else if (v->query_gid(d, port, gi, &gid) != 0)
+            gi = -1;
+        if (gi < 0)
+            continue;
+        if (c->dev)
+            v->close_device(c->dev);
+        c->gid = gid;
+        c->dev = d;
+        c->port = port;
+        c->pattr = pa;
+        c->gid_index = gi;
+        snprintf(c->devname, sizeof(c->devname), "%s", name);
+        return 1;
+    }
+    v->close_device(d);
+    return 0;
+}
+
+/* The HCA topo/ places this process on (topo_nic_for_rank: nearest its GPU, else its
+ * cores; ties round-robin over the local ranks), into name (and its port), when there
+ * are several devices to choose from, the launcher says which local rank this is, and
+ * the topology (WEFT_TOPO_FILE's, else hwloc's view of this machine) knows the HCAs.
+ * Anything missing leaves name empty: the NUMA rule below then decides. */
+static void topo_hca(const weft_comm_t *comm, int ndev, char *name, size_t cap, int *port,
+                     char *why, size_t why_cap)
+{
+    name[0] = '\0';
+    launch_env_t env;
+    topo_t *t = NULL;
+    topo_nic_choice_t ch;
+    if (ndev < 2)
+        return;
+    if (env_detect(&env) != WEFT_OK || env.local_rank < 0 || env.local_size < 1 ||
+        env.local_rank >= env.local_size) {
+        weft_error_clear();
+        LOG_DEBUG(LOG_NET, "ib: no local rank from the launcher: HCA by NUMA node");
+        return;
+    }
+    if (topo_load(comm->cfg.topo_file[0] ? comm->cfg.topo_file : NULL, &t) != WEFT_OK ||
+        topo_nic_for_rank(t, env.local_rank, env.local_size, TOPO_NIC_IB, comm->cfg.ib_hca,
+                          &ch) != WEFT_OK || ch.nic < 0) {
+        LOG_DEBUG(LOG_NET, "ib: the topology chooses no HCA (%s): HCA by NUMA node",
+                  weft_last_error());
+        weft_error_clear();
+        topo_free(t);
+        return;
+    }
+    snprintf(name, cap, "%s", ch.name);
+    *port = ch.port;
+    snprintf(why, why_cap, ", nearest local rank %d of %d by the topology (%s, 1 of %d)",
+             env.local_rank, env.local_size, topo_dist_name(ch.dist), ch.tied);
+    topo_free(t);
+}
+
+/* Opens the active port WEFT_IB_HCA allows on the HCA the topology places this rank on
+ * (topo_hca), else on the one nearest this process's cores (the device's NUMA node, from
+ * sysfs), else the first; quiet: finding none is no error. */
 static weft_status_t open_port(weft_comm_t *comm, ib_ctx_t *c, int quiet)
 {
     weft_status_t (*err)(weft_status_t, const char *, ...) =
@@ -236,43 +310,27 @@ static weft_status_t open_port(weft_comm_t *comm, ib_ctx_t *c, int quiet)
             v->free_device_list(list);
         return err(WEFT_ERR_UNSUPPORTED, "ib: %s finds no RDMA device", v->provider);
     }
+    char pick[64], why[160] = "";
+    int pick_port = 0;
+    topo_hca(comm, n, pick, sizeof(pick), &pick_port, why, sizeof(why));
+    for (int i = 0; pick[0] && i < n && !c->dev; i++)
+        if (!strcmp(v->get_device_name(list[i]), pick))
+            open_device_port(comm, c, list[i], &hca, pick_port);
+    if (!c->dev)
+        why[0] = '\0';
     int here = my_numa(), near = 0;
-    for (int i = 0; i < n && !near; i++) {
+    for (int i = 0; i < n && !near && !why[0]; i++) {
         const char *name = v->get_device_name(list[i]);
         char path[128];
         snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/numa_node", name);
         int is_near = here >= 0 && read_int(path) == here;
         if (c->dev != NULL && !is_near)
             continue;           /* one is taken already, and this one is no nearer */
-        struct ibv_context *d = v->open_device(list[i]);
-        if (d == NULL)
-            continue;
-        for (uint8_t port = 1; port <= 2 && c->dev != d; port++) {
-            struct ibv_port_attr pa;
-            union ibv_gid gid;
-            if (v->query_port(d, port, &pa) != 0 || pa.state != IBV_PORT_ACTIVE ||
-                !topo_nic_filter_allows_port(&hca, name, port))
-                continue;
-            int gi = (int)comm->cfg.ib_gid_index;
-            if (gi < 0)
-                gi = pick_gid(v, d, port, &pa, &gid);
-            else if (v->query_gid(d, port, gi, &gid) != 0)
-                gi = -1;
-            if (gi < 0)
-                continue;
-            if (c->dev)
-                v->close_device(c->dev);
+        if (open_device_port(comm, c, list[i], &hca, 0))
             near = is_near;
-            c->gid = gid;
-            c->dev = d;
-            c->port = port;
-            c->pattr = pa;
-            c->gid_index = gi;
-            snprintf(c->devname, sizeof(c->devname), "%s", name);
-        }
-        if (c->dev != d)
-            v->close_device(d);
     }
+    if (near)
+        snprintf(why, sizeof(why), ", on this NUMA node");
     v->free_device_list(list);
     if (c->dev == NULL)
         return err(WEFT_ERR_UNSUPPORTED, "ib: no active port among %d device(s) of %s "
@@ -285,7 +343,7 @@ static weft_status_t open_port(weft_comm_t *comm, ib_ctx_t *c, int quiet)
     }
     LOG_INFO(LOG_NET, "ib: %s port %u (%s, lid %u, gid index %d%s) via %s", c->devname,
              c->port, c->pattr.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
-             c->pattr.lid, c->gid_index, near ? ", on this NUMA node" : "", v->provider);
+             c->pattr.lid, c->gid_index, why, v->provider);
     return WEFT_OK;
 }
 

@@ -3,7 +3,8 @@
  * of rdma-core when WEFT_IB_VERBS names it (a testing knob; docs/TRANSPORTS.md).
  *
  * It is weft's test double for an RDMA device, so it makes the checks hardware makes
- * that weft relies on. One emulated device (weftemu0, port 1, LID 1) whose "fabric" is a
+ * that weft relies on. One emulated device (weftemu0, port 1, LID 1; WEFT_IBEMU_DEVICES
+ * names up to 4, all on the same fabric, for the tests of HCA choice) whose "fabric" is a
  * shared-memory segment (/dev/shm/weft_ibemu.<uid>, or WEFT_IBEMU_FABRIC) holding the MR,
  * QP and CQ tables of every process that opened it, under one robust process-shared
  * mutex. A post_send does the whole transfer at once, under the lock: it checks the QP
@@ -83,9 +84,10 @@ typedef struct emu_fabric {
     emu_cq_t cq[EMU_CQS];
 } emu_fabric_t;
 
+#define EMU_DEVS 4
 typedef struct emu_dev {
-    struct ibv_device dev;
-    struct ibv_device *list[2];
+    struct ibv_device dev[EMU_DEVS];
+    struct ibv_device *list[EMU_DEVS + 1];
 } emu_dev_t;
 
 typedef struct emu_cq_h { struct ibv_cq cq; int idx; } emu_cq_h_t;
@@ -200,14 +202,24 @@ static struct ibv_device **emu_get_device_list(int *num)
         errno = ENODEV;
         return NULL;
     }
-    snprintf(edev.dev.name, sizeof(edev.dev.name), "weftemu0");
-    snprintf(edev.dev.dev_name, sizeof(edev.dev.dev_name), "uverbs0");
-    edev.dev.node_type = IBV_NODE_CA;
-    edev.dev.transport_type = IBV_TRANSPORT_IB;
-    edev.list[0] = &edev.dev;
-    edev.list[1] = NULL;
+    /* WEFT_IBEMU_DEVICES: names of the devices (comma-separated, at most 4), all on the
+     * one fabric; default one, weftemu0 */
+    const char *names = getenv("WEFT_IBEMU_DEVICES");
+    char buf[4 * IBV_SYSFS_NAME_MAX];
+    snprintf(buf, sizeof(buf), "%s", names && *names ? names : "weftemu0");
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < EMU_DEVS;
+         t = strtok_r(NULL, ",", &save), n++) {
+        struct ibv_device *d = &edev.dev[n];
+        snprintf(d->name, sizeof(d->name), "%s", t);
+        snprintf(d->dev_name, sizeof(d->dev_name), "uverbs%d", n);
+        d->node_type = IBV_NODE_CA;
+        d->transport_type = IBV_TRANSPORT_IB;
+        edev.list[n] = d;
+    }
+    edev.list[n] = NULL;
     if (num)
-        *num = 1;
+        *num = n;
     return edev.list;
 }
 
