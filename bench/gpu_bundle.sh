@@ -15,6 +15,9 @@
 #   NT_PREBUILT=$PWD/.dev/nt MPIRUN=mpiexec NCCL_LIB_DIR=<dir of libnccl.so.2> \
 #       bash bench/gpu_nccl_tests.sh
 #   LLMC_SRC=$PWD/.dev/peers/llm.c bash bench/gpu_train_vs_llmc.sh --no-build
+#   # sharded training on the GPU (issue 24 item 3), several ranks on the one GPU:
+#   for nr in 2 4; do TRAIN_BIN=build/bin/weft-train TOL=1e-3 MTOL=1e-3 NR=$nr \
+#       bash tests/test_train_gpu_emu.sh; done
 # (docs/GPU.md, "Measured on an H100", is a run made this way.)
 #
 # Environment: CUDA_HOME (default /usr/local/cuda), PEERS (default ../shared/peers).

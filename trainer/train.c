@@ -486,9 +486,9 @@ cleanup:;
     train_loader_free(&d.val_ld);
     train_tokens_free(&d.train);
     train_tokens_free(&d.val);
+    train_dist_destroy(&dist);   // first: a sharded device state is freed through g
     train_cuda_destroy(g);
     train_gpt2_destroy(m);
-    train_dist_destroy(&dist);
     if (st != WEFT_OK)
         weft_error_quiet(st, "%s", why);
     return st;
