@@ -64,6 +64,7 @@ extern const tp_ops_t tp_ib_ops;
 #define WR_DATA 2ull
 #define WR_RMA 3ull
 #define IB_RKEY_MAGIC 0x77696b31u   /* "wik1" */
+#define IB_ACCESS_ALL (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)
 
 /* The address blob: where to meet this rank, and its port. */
 typedef struct ib_addr {
@@ -1054,11 +1055,11 @@ static void ib_region_freed(void *ctx, const mem_region_t *r)
     pthread_mutex_unlock(&c->reg_lock);
 }
 
-/* A registration of [ptr, ptr + len) with every access: the cache's for weft's memory. */
-static weft_status_t reg_take(ib_ctx_t *c, const void *ptr, size_t len, ib_mem_t *m)
+/* A registration of [ptr, ptr + len): the cache's for weft's memory (every access), else
+ * its pages' own with `access`. */
+static weft_status_t reg_take(ib_ctx_t *c, const void *ptr, size_t len, int access,
+                              ib_mem_t *m)
 {
-    const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
-                       IBV_ACCESS_REMOTE_WRITE;
     mem_region_t r;
     mem_lookup(ptr, &r);
     m->reg = NULL;
@@ -1074,7 +1075,8 @@ static weft_status_t reg_take(ib_ctx_t *c, const void *ptr, size_t len, ib_mem_t
         g = g->next;
     if (g == NULL && (g = calloc(1, sizeof(*g))) != NULL) {
         g->serial = r.serial;
-        if ((g->mr = c->v->reg_mr(c->pd, (void *)(uintptr_t)r.base, r.size, access)) == NULL) {
+        if ((g->mr = c->v->reg_mr(c->pd, (void *)(uintptr_t)r.base, r.size, IB_ACCESS_ALL)) ==
+            NULL) {
             free(g);
             pthread_mutex_unlock(&c->reg_lock);
             return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr of a %llu-byte weft_mem_alloc "
@@ -1120,7 +1122,7 @@ static weft_status_t ib_mem_reg(weft_comm_t *comm, const void *ptr, size_t len, 
     ib_mem_t *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
-    weft_status_t st = reg_take(c, ptr, len, m);
+    weft_status_t st = reg_take(c, ptr, len, IB_ACCESS_ALL, m);
     if (st != WEFT_OK) {
         free(m);
         return st;
@@ -1188,7 +1190,7 @@ static weft_status_t rma_post(tp_ep_t *ep, enum ibv_wr_opcode op, void *local,
     ib_rma_t *t = calloc(1, sizeof(*t));
     if (t == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
-    weft_status_t st = reg_take(e->c, local, len, &t->mem);
+    weft_status_t st = reg_take(e->c, local, len, IBV_ACCESS_LOCAL_WRITE, &t->mem);
     if (st != WEFT_OK) {
         free(t);
         return st;
