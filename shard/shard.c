@@ -96,12 +96,18 @@ static weft_status_t host_to_bf16(void *ctx, uint16_t *dst, const float *src, si
     return WEFT_OK;
 }
 
+static inline float bf16_widen(uint16_t b)
+{
+    uint32_t w = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &w, 4);
+    return f;
+}
+
 static weft_status_t host_from_bf16(void *ctx, float *dst, const uint16_t *src, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t b = (uint32_t)src[i] << 16;
-        memcpy(&dst[i], &b, 4);
-    }
+    for (size_t i = 0; i < n; i++)
+        dst[i] = bf16_widen(src[i]);
     return WEFT_OK;
 }
 
@@ -109,12 +115,8 @@ static weft_status_t host_add(void *ctx, float *y, const void *x, size_t n, int 
 {
     if (bf16) {
         const uint16_t *b = x;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t w = (uint32_t)b[i] << 16;
-            float f;
-            memcpy(&f, &w, 4);
-            y[i] += f;
-        }
+        for (size_t i = 0; i < n; i++)
+            y[i] += bf16_widen(b[i]);
     } else {
         const float *f = x;
         for (size_t i = 0; i < n; i++)
