@@ -2,7 +2,7 @@
  * ucx_data.c - the UCX transport's frames (ucx_int.h says how a frame travels as two
  * tagged messages).
  *
- * send copies the frame into a slot of the endpoint's ring and posts both messages; it
+ * send copies the frame into a slot of the endpoint's ring and posts its message(s); it
  * returns WEFT_OK at once (the engine may reuse its buffer), and WEFT_IN_PROGRESS when
  * UCX_TX_SLOTS frames or WEFT_BUFFSIZE payload bytes are still on the wire to that peer:
  * like shm's ring, the bound is what a slow receiver can make a sender hold. recv_peek
@@ -16,8 +16,8 @@
  *
  * Invariants: a slot's buffers stay untouched until both its requests completed; a
  * header is handed out only after its receive completed with exactly sizeof(frame_hdr_t)
- * bytes; a payload receive is posted only after the engine checked its header, and at
- * most one per endpoint.
+ * bytes, or that plus the small payload its len announces; a payload receive is posted
+ * only after the engine checked its header, and at most one per endpoint.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -163,20 +163,29 @@ weft_status_t ucx_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
     if (used == UCX_TX_SLOTS || (used > 0 && e->tx_bytes + hdr->len > e->tx_max))
         return WEFT_IN_PROGRESS;
     ucx_tx_t *t = &e->tx[e->tx_head % UCX_TX_SLOTS];
-    if (hdr->len > t->cap) {
-        char *p = realloc(t->buf, hdr->len);
+    int small = hdr->len > 0 && hdr->len <= UCX_SMALL;
+    size_t need = hdr->len + (small ? sizeof(*hdr) : 0);
+    if (need > t->cap) {
+        char *p = realloc(t->buf, need);
         if (p == NULL)
             return weft_error(WEFT_ERR_NO_MEMORY, "ucx: out of memory");
         t->buf = p;
-        t->cap = hdr->len;
+        t->cap = need;
     }
     t->hdr = *hdr;
     t->len = hdr->len;
-    if (hdr->len)
-        memcpy(t->buf, payload, hdr->len);
-    ucs_status_t s = ucx_post_send(e, &t->hdr, sizeof(t->hdr), UCX_TAG_HDR, &t->req_hdr);
-    if (s >= 0 && hdr->len)
-        s = ucx_post_send(e, t->buf, hdr->len, UCX_TAG_PAYLOAD, &t->req_payload);
+    ucs_status_t s;
+    if (small) {            /* one message: header and payload */
+        memcpy(t->buf, hdr, sizeof(*hdr));
+        memcpy(t->buf + sizeof(*hdr), payload, hdr->len);
+        s = ucx_post_send(e, t->buf, need, UCX_TAG_HDR, &t->req_hdr);
+    } else {
+        if (hdr->len)
+            memcpy(t->buf, payload, hdr->len);
+        s = ucx_post_send(e, &t->hdr, sizeof(t->hdr), UCX_TAG_HDR, &t->req_hdr);
+        if (s >= 0 && hdr->len)
+            s = ucx_post_send(e, t->buf, hdr->len, UCX_TAG_PAYLOAD, &t->req_payload);
+    }
     e->tx_head++;           /* even on failure: the slot's requests are freed at close */
     __atomic_store_n(&e->frames_tx, e->frames_tx + 1, __ATOMIC_RELAXED);  /* abort reads it */
     e->tx_bytes += hdr->len;
@@ -185,27 +194,43 @@ weft_status_t ucx_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
 
 /* -- receives -- */
 
+/* A header's message arrived: the header alone, or a small frame whole (its payload then
+ * held here). length: its bytes, as a completed request reports them; 0 when it
+ * completed at the post, where UCX 1.13 leaves recv_info untouched (a message longer
+ * than the buffer fails with UCS_ERR_MESSAGE_TRUNCATED either way). */
+static weft_status_t hdr_arrived(ucx_ep_t *e, size_t length)
+{
+    const frame_hdr_t *h = &e->rx_in->hdr;
+    int small = h->len > 0 && h->len <= UCX_SMALL;
+    size_t want = sizeof(*h) + (small ? h->len : 0);
+    if (length != 0 && length != want)
+        return weft_error(WEFT_ERR_INTERNAL, "ucx: header from rank %d has %zu bytes, its "
+                          "payload length says %zu", e->base.peer, length, want);
+    e->rx_state = RX_ARRIVED;
+    if (small) {
+        e->pl_dst = e->rx_in->small;
+        e->pl_state = PL_DONE;
+    }
+    return WEFT_OK;
+}
+
 static weft_status_t hdr_post(ucx_ep_t *e)
 {
     ucp_tag_recv_info_t info;
     e->rx_state = RX_POSTED;
     e->pl_state = PL_NONE;
-    ucs_status_t s = ucx_post_recv(e, &e->rx_hdr, sizeof(e->rx_hdr), UCX_TAG_HDR,
-                               &e->rx_hdr_req, &info);
+    ucs_status_t s = ucx_post_recv(e, e->rx_in, sizeof(*e->rx_in), UCX_TAG_HDR,
+                                   &e->rx_hdr_req, &info);
     if (s < 0)
         return ucx_failed(e, s, "receive from");
-    if (s == UCS_OK) {
-        if (info.length != sizeof(e->rx_hdr))
-            return weft_error(WEFT_ERR_INTERNAL, "ucx: header from rank %d has %zu bytes",
-                              e->base.peer, info.length);
-        e->rx_state = RX_ARRIVED;
-    }
-    return WEFT_OK;
+    return s == UCS_OK ? hdr_arrived(e, 0) : WEFT_OK;
 }
 
 /* A posted receive: WEFT_IN_PROGRESS while it runs (or the peer's loss), else frees the
- * request and checks that want bytes arrived (what: "header" or "payload"). */
-static weft_status_t recv_end(ucx_ep_t *e, void **req, size_t want, const char *what)
+ * request and checks that want bytes arrived, or (length_p) says how many (what:
+ * "header" or "payload"). */
+static weft_status_t recv_end(ucx_ep_t *e, void **req, size_t want, size_t *length_p,
+                              const char *what)
 {
     ucp_tag_recv_info_t info;
     ucs_status_t s = ucp_tag_recv_request_test(*req, &info);
@@ -217,6 +242,10 @@ static weft_status_t recv_end(ucx_ep_t *e, void **req, size_t want, const char *
     *req = NULL;
     if (s != UCS_OK)
         return ucx_failed(e, s, "receive from");
+    if (length_p) {
+        *length_p = info.length;
+        return WEFT_OK;
+    }
     if (info.length != want)
         return weft_error(WEFT_ERR_INTERNAL, "ucx: %s from rank %d has %zu bytes, expected "
                           "%zu", what, e->base.peer, info.length, want);
@@ -230,11 +259,9 @@ static weft_status_t hdr_test(ucx_ep_t *e)
         return WEFT_OK;
     if (e->rx_hdr_req == NULL)      /* a failed post: rx_err says why */
         return e->rx_err < 0 ? e->rx_err : WEFT_IN_PROGRESS;
-    weft_status_t st = recv_end(e, &e->rx_hdr_req, sizeof(e->rx_hdr), "header");
-    if (st != WEFT_OK)
-        return st;
-    e->rx_state = RX_ARRIVED;
-    return WEFT_OK;
+    size_t length = 0;
+    weft_status_t st = recv_end(e, &e->rx_hdr_req, 0, &length, "header");
+    return st != WEFT_OK ? st : hdr_arrived(e, length);
 }
 
 weft_status_t ucx_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p, const void **payload_p)
@@ -243,19 +270,19 @@ weft_status_t ucx_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p, const void *
     weft_status_t st = hdr_test(e);
     if (st != WEFT_OK)
         return st;
-    if (e->rx_hdr.len > e->max_frame)
+    const frame_hdr_t *h = &e->rx_in->hdr;
+    if (h->len > e->max_frame)
         return weft_error(WEFT_ERR_INTERNAL, "ucx: frame from rank %d claims %u bytes "
-                          "(limit %zu)", ep->peer, e->rx_hdr.len, e->max_frame);
-    *hdr_p = &e->rx_hdr;
-    *payload_p = e->rx_hdr.len == 0 ? (const void *)&e->rx_hdr
-                 : e->pl_state == PL_DONE ? e->pl_dst : NULL;
+                          "(limit %zu)", ep->peer, h->len, e->max_frame);
+    *hdr_p = h;
+    *payload_p = h->len == 0 ? (const void *)h : e->pl_state == PL_DONE ? e->pl_dst : NULL;
     return WEFT_OK;
 }
 
 weft_status_t ucx_recv_payload(tp_ep_t *ep, void *dst, const void **payload_p)
 {
     ucx_ep_t *e = (ucx_ep_t *)ep;
-    size_t len = e->rx_hdr.len;
+    size_t len = e->rx_in->hdr.len;
     ucp_tag_recv_info_t info;
     ucs_status_t s;
     if (e->pl_state == PL_NONE) {
@@ -282,7 +309,7 @@ weft_status_t ucx_recv_payload(tp_ep_t *ep, void *dst, const void **payload_p)
         }
     }
     if (e->pl_state == PL_POSTED) {
-        weft_status_t st = recv_end(e, &e->rx_pl_req, len, "payload");
+        weft_status_t st = recv_end(e, &e->rx_pl_req, len, NULL, "payload");
         if (st != WEFT_OK)
             return st;
         e->pl_state = PL_DONE;
@@ -302,6 +329,8 @@ void ucx_recv_release(tp_ep_t *ep)
 
 weft_status_t ucx_rx_start(ucx_ep_t *e)
 {
+    if (e->rx_in == NULL && (e->rx_in = malloc(sizeof(*e->rx_in))) == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "ucx: out of memory");
     RETURN_IF_ERR(ucx_states_start(e));
     return hdr_post(e);
 }
@@ -327,4 +356,6 @@ void ucx_rx_stop(ucx_ep_t *e)
     ucx_cancel_recv(e, &e->st_rx_req);
     ucx_cancel_recv(e, &e->gone_req);
     free(e->rx_buf);
+    free(e->rx_in);
+    e->rx_in = NULL;
 }

@@ -2,11 +2,12 @@
  * ucx_int.h - what the UCX transport's files (tp_ucx.c: setup, liveness, teardown;
  * ucx_data.c: frames and peer states) share.
  *
- * A frame travels as two tagged messages on the peer's ucp_ep: its header, then (when
- * len > 0) its payload. The receiver keeps one header receive posted per peer; once the
- * engine has checked a header, the payload receive is posted straight at the engine's
- * destination (or at staging), so a large payload moves once (UCX's rendezvous: a cma
- * or RDMA read out of the sender's buffer). UCX matches messages of one tag from one
+ * A frame of up to UCX_SMALL payload bytes travels as one tagged message, header and
+ * payload together, into the receiver's header buffer. A larger one travels as two: its
+ * header, then its payload; once the engine has checked that header, the payload
+ * receive is posted straight at the engine's destination (or at staging), so a large
+ * payload moves once (UCX's rendezvous: a cma or RDMA read out of the sender's buffer).
+ * The receiver keeps one header receive (room for a small frame) posted per peer. UCX matches messages of one tag from one
  * endpoint in the order they were sent, so header k pairs with payload k. The worker is
  * the process's, shared by its communicators: tags carry the communicator's id.
  */
@@ -44,12 +45,21 @@ typedef struct ucx_ctx {
 
 /* A frame that send took: UCX reads header and payload from here until both complete. */
 #define UCX_TX_SLOTS 16
+/* payloads up to this many bytes go in the header's message (the same in every rank of
+ * a build: the receiver's header buffer has room for it) */
+#define UCX_SMALL 32768
 typedef struct ucx_tx {
     frame_hdr_t hdr;
     void *req_hdr, *req_payload;    /* NULL once complete */
-    char *buf;                      /* the payload's copy */
+    char *buf;                      /* the payload's copy (a small frame: header + payload) */
     size_t cap, len;
 } ucx_tx_t;
+
+/* The header receive's buffer: a header, and a small frame's payload behind it. */
+typedef struct ucx_rx_in {
+    frame_hdr_t hdr;
+    char small[UCX_SMALL];
+} ucx_rx_in_t;
 
 #define UCX_STATE_SLOTS 4           /* our states UCX may still hold */
 #define UCX_STATE_WAIT 8            /* the peer's, arrived ahead of its data */
@@ -83,7 +93,7 @@ typedef struct ucx_ep {
     size_t tx_bytes, tx_max;
 
     /* receives */
-    frame_hdr_t rx_hdr;
+    ucx_rx_in_t *rx_in;             /* the header receive's buffer (ucx_rx_start) */
     void *rx_hdr_req;
     int rx_state;                   /* RX_* */
     void *rx_pl_req;
