@@ -228,14 +228,14 @@ void fail_note(weft_comm_t *comm, weft_status_t st, int other, const call_desc_t
 /* posts the communicator's first failure to every peer */
 void fail_publish(weft_comm_t *comm, const comm_op_t *op, weft_status_t st);
 /* a lost peer p: fails with what p posted before it went, if anything, else st */
+weft_status_t fail_explain_lost(weft_comm_t *comm, const comm_op_t *op, int p,
+                                weft_status_t st);
 /* A one-sided transfer with rank p failed with st. PEER_LOST: as fail_explain_lost. Else
  * (ib: a remote access error) p may have left the call on a failure of its own and
  * released its registrations after posting FAILED: waits up to 100 ms for that post and
  * adopts it; without one st stands (a key that really is wrong). */
 weft_status_t fail_explain_rma(weft_comm_t *comm, const comm_op_t *op, int p,
                                weft_status_t st);
-weft_status_t fail_explain_lost(weft_comm_t *comm, const comm_op_t *op, int p,
-                                weft_status_t st);
 /* from idle waits: tells peers what op waits in, and fails it on their news */
 weft_status_t fail_probe(weft_comm_t *comm, comm_op_t *op);
 /* thread-safe: every peer will see this rank as gone */

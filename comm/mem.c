@@ -29,19 +29,26 @@ static uint32_t mem_serial;
 /* free hooks: their own lock, held while they run (a hook takes its transport's lock,
  * which may be held around mem_lookup: never under mem_lock) */
 static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct { mem_free_hook_t fn; void *ctx; } hooks[MEM_FREE_HOOKS];
-static int nhooks;
+typedef struct { mem_free_hook_t fn; void *ctx; } hook_t;
+static hook_t *hooks;
+static int nhooks, hooks_cap;
 
 int mem_free_hook_add(mem_free_hook_t fn, void *ctx)
 {
     pthread_mutex_lock(&hook_lock);
-    int ok = nhooks < MEM_FREE_HOOKS;
-    if (ok) {
-        hooks[nhooks].fn = fn;
-        hooks[nhooks++].ctx = ctx;
+    if (nhooks == hooks_cap) {
+        int cap = hooks_cap ? 2 * hooks_cap : 8;
+        hook_t *t = realloc(hooks, (size_t)cap * sizeof(*t));
+        if (t == NULL) {
+            pthread_mutex_unlock(&hook_lock);
+            return -1;
+        }
+        hooks = t;
+        hooks_cap = cap;
     }
+    hooks[nhooks++] = (hook_t){ fn, ctx };
     pthread_mutex_unlock(&hook_lock);
-    return ok ? 0 : -1;
+    return 0;
 }
 
 void mem_free_hook_remove(mem_free_hook_t fn, void *ctx)

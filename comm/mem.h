@@ -37,8 +37,7 @@ void mem_lookup(const void *ptr, mem_region_t *r);
 /* Called by weft_mem_free, before the pages go, with the region: a transport that keeps
  * registrations of weft_mem_alloc memory (ib's cache) drops them there. Hooks run one
  * free at a time, never while mem_lookup's lock is held; remove waits for a running one.
- * add returns -1 when MEM_FREE_HOOKS are taken. */
-#define MEM_FREE_HOOKS 64
+ * add returns -1 when out of memory. */
 typedef void (*mem_free_hook_t)(void *ctx, const mem_region_t *r);
 int mem_free_hook_add(mem_free_hook_t fn, void *ctx);
 void mem_free_hook_remove(mem_free_hook_t fn, void *ctx);

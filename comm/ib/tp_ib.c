@@ -262,9 +262,32 @@ static int open_device_port(weft_comm_t *comm, ib_ctx_t *c, struct ibv_device *d
  * cores; ties round-robin over the local ranks), into name (and its port), when there
  * are several devices to choose from, the launcher says which local rank this is, and
  * the topology (WEFT_TOPO_FILE's, else hwloc's view of this machine) knows the HCAs.
- * Anything missing leaves name empty: the NUMA rule below then decides. */
+ * Anything missing leaves name empty: the NUMA rule below then decides. Worked out once
+ * per process (hwloc's I/O discovery is slow; every communicator, split ones too, asks):
+ * the launcher's variables and the knobs it reads do not change. */
+static void topo_hca_once(const weft_comm_t *comm, int ndev, char *name, size_t cap,
+                          int *port, char *why, size_t why_cap);
+
 static void topo_hca(const weft_comm_t *comm, int ndev, char *name, size_t cap, int *port,
                      char *why, size_t why_cap)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static int done;
+    static char c_name[64], c_why[160];
+    static int c_port;
+    pthread_mutex_lock(&lock);
+    if (!done && ndev >= 2) {
+        topo_hca_once(comm, ndev, c_name, sizeof(c_name), &c_port, c_why, sizeof(c_why));
+        done = 1;
+    }
+    snprintf(name, cap, "%s", ndev >= 2 ? c_name : "");
+    snprintf(why, why_cap, "%s", ndev >= 2 ? c_why : "");
+    *port = c_port;
+    pthread_mutex_unlock(&lock);
+}
+
+static void topo_hca_once(const weft_comm_t *comm, int ndev, char *name, size_t cap,
+                          int *port, char *why, size_t why_cap)
 {
     name[0] = '\0';
     launch_env_t env;
@@ -418,8 +441,7 @@ static weft_status_t ib_local_setup(weft_comm_t *comm, tp_addr_t *self)
     }
     if (mem_free_hook_add(ib_region_freed, c) != 0) {
         ib_local_cleanup(comm);
-        return weft_error(WEFT_ERR_NO_MEMORY, "ib: too many communicators keep registration "
-                          "caches (%d)", MEM_FREE_HOOKS);
+        return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
     }
     c->hooked = 1;
     ib_addr_t a = { .magic = IB_ADDR_MAGIC, .lid = c->pattr.lid, .port = c->port, .sock = sa };
