@@ -113,13 +113,18 @@ trn() { timeout -k 5 60 "$W" -n "$NR" "$E" --data README.md --layers 2 --dim 32 
 for v in "none" "zero1" "grad_op" "full" "hybrid --shard-group 1" \
          "full --param-dtype bf16 --reduce-dtype bf16" "zero1 --accum 2"; do
     t=$(echo "$v" | sed 's/[^a-z0-9]/_/g')
+    # bf16 gathers: a gathered weight that lands on the other side of a bf16 rounding
+    # boundary (the emulated cuBLAS and the CPU's matmul sum in different orders) moves
+    # the model by ~3e-5 of its largest value over 6 steps (seen once in CI); 1e-4 there
+    mtol=$MTOL
+    case "$v" in *bf16*) mtol=$(python3 -c "print(max($MTOL, 1e-4))") ;; esac
     # shellcheck disable=SC2086
     if trn "${common[@]}" --shard $v --device cuda --json "$OUT/sg.$t.json" \
             --save-model "$OUT/sg.$t.bin" >"$OUT/sg.$t.log" 2>&1 &&
        trn "${common[@]}" --shard $v --device cpu --json "$OUT/sc.$t.json" \
             --save-model "$OUT/sc.$t.bin" >"$OUT/sc.$t.log" 2>&1; then
         if same_json "$OUT/sg.$t.json" "$OUT/sc.$t.json" >"$OUT/sj.$t.log" 2>&1 &&
-           same_model "$OUT/sg.$t.bin" "$OUT/sc.$t.bin" >>"$OUT/sj.$t.log" 2>&1 &&
+           MTOL=$mtol same_model "$OUT/sg.$t.bin" "$OUT/sc.$t.bin" >>"$OUT/sj.$t.log" 2>&1 &&
            grep -q "comm exposed" "$OUT/sg.$t.log"; then
             ok "$NR ranks, --shard $v on the device: the CPU's figures and model"
         else
