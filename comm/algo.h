@@ -137,6 +137,12 @@ void algo_ring_order(const sched_layout_t *l, int n, int *order);
 /* How many channels the ring (and chain) split a call into: a->nchannels, at most one per
  * element and FRAME_CHANNELS (algo_ring.c). */
 int ring_channels(const sched_args_t *a);
+/* The channels a call is offered (sched_args_t.nchannels): `want` (WEFT_NCHANNELS, or
+ * weft-sim's channels), but none below ALGO_CHANNEL_MIN bytes of the sliced buffer (a
+ * rank's block for reduce-scatter and all-gather, else the whole buffer), so small calls
+ * keep their one frame per hop. Shared arguments only: the tuner and weft-sim. */
+#define ALGO_CHANNEL_MIN (64 * 1024)
+int algo_channels(const sched_args_t *a, long want);
 
 /* Bytes one rank contributes: every count is per rank. */
 size_t algo_rank_bytes(const sched_args_t *a);

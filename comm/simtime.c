@@ -81,6 +81,7 @@ void simtime_cluster_default(simtime_cluster_t *c)
     c->copy_beta = c->m.gamma;          /* a copy streams like a reduction here */
     c->chunk = 0;
     c->staging = 4u << 20;              /* WEFT_BUFFSIZE's default */
+    c->channels = 1;                    /* WEFT_NCHANNELS' */
 }
 
 typedef enum { K_INT, K_BW, K_US, K_SIZE, K_BOOL } key_kind_t;
@@ -106,6 +107,7 @@ static const struct {
     { "cores", K_INT, "cores per host" },
     { "shm_copies", K_BOOL, "0 or 1: frames inside a host copied by the ranks' CPUs" },
     { "net_copies", K_BOOL, "0 or 1: frames between hosts copied by the CPUs (tcp)" },
+    { "channels", K_INT, "channels of the ring and chains (WEFT_NCHANNELS, 1-64)" },
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -182,6 +184,10 @@ weft_status_t simtime_cluster_set(simtime_cluster_t *c, const char *key, const c
     else if (!strcmp(key, "cores"))          c->cores = (int)iv;
     else if (!strcmp(key, "shm_copies"))     c->shm_copies = (int)iv;
     else if (!strcmp(key, "net_copies"))     c->net_copies = (int)iv;
+    else if (!strcmp(key, "channels") && iv > 64)          /* WEFT_NCHANNELS' bound */
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "cluster: channels = '%s': want %s",
+                                value, keys[k].what);
+    else if (!strcmp(key, "channels"))       c->channels = (int)iv;
     else                                     c->staging = sz;
     return WEFT_OK;
 }
@@ -278,6 +284,8 @@ void simtime_cluster_write(const simtime_cluster_t *c, FILE *f)
     if (c->cores)
         fprintf(f, "cores = %d\n", c->cores);
     fprintf(f, "shm_copies = %d\nnet_copies = %d\n", c->shm_copies, c->net_copies);
+    if (c->channels > 1)
+        fprintf(f, "channels = %d\n", c->channels);
 }
 
 size_t simtime_chunk(const simtime_cluster_t *c, const sched_args_t *args)
@@ -1039,6 +1047,7 @@ weft_status_t simtime_run(const simtime_cluster_t *c, const algo_t *al,
     sched_args_t a = *args;
     a.nranks = c->hosts * c->per_host;
     a.chunk = simtime_chunk(c, &a);
+    a.nchannels = algo_channels(&a, c->channels > 1 ? c->channels : 1);
     if (a.chunk == 0)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "weft-sim: a chunk of 0 bytes");
     ts_t t = { .c = c, .n = a.nranks, .chunk = a.chunk, .free_fr = -1, .free_wt = -1,

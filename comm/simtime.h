@@ -52,6 +52,8 @@ typedef struct simtime_cluster {
                                    the sender's compute resource and again on the
                                    receiver's (plus gamma when it reduces), no NIC ports;
                                    0: by NICs (RDMA) */
+    int channels;               /* WEFT_NCHANNELS (1-64): the ring's and chains' channels,
+                                   offered as the tuner offers them (algo_channels) */
 } simtime_cluster_t;
 
 /* This VM's defaults (algo_model_default's numbers), 1 host x 2 ranks, one NIC. */
@@ -59,7 +61,7 @@ void simtime_cluster_default(simtime_cluster_t *c);
 
 /* Sets one key (the model file's names: hosts, ranks_per_host, nics, intra_bw, intra_lat,
  * inter_bw, inter_lat, reduce_bw, copy_bw, intra_overhead, inter_overhead, chunk,
- * staging, cores, shm_copies, net_copies; bandwidths in GB/s, latencies and overheads in us, sizes with K/M/G) from its
+ * staging, cores, shm_copies, net_copies, channels; bandwidths in GB/s, latencies and overheads in us, sizes with K/M/G) from its
  * text. Unknown key or bad value: WEFT_ERR_INVALID_ARG, c unchanged. */
 weft_status_t simtime_cluster_set(simtime_cluster_t *c, const char *key, const char *value);
 

@@ -32,8 +32,9 @@
  *      rank counts (4-8K at 5 ranks) and past rhd's bound at many (2-4M at 64), and
  *      for reduce and broadcast at every larger size, the ring above; across hosts the
  *      same shape at larger sizes (test_algos' check_model_spots pins a few); and
- *      where ranks span hosts with as many on each, more than one, hier for all-reduce,
- *      reduce-scatter, all-gather and broadcast at almost every size past direct's (its
+ *      where ranks span hosts with more than one on some, hier for all-reduce,
+ *      broadcast and (up to the tree's sizes) reduce, and with as many on each host also
+ *      reduce-scatter and all-gather, at almost every size past direct's (its
  *      intra-host hops cost SHM, where the others' every hop costs NET);
  *   5. else (a knob governs every candidate and none wants this size: alltoall and
  *      barrier above WEFT_DIRECT_MAX) the cheapest of them: direct.
@@ -156,18 +157,6 @@ void tuner_cache_clear(weft_comm_t *comm)
     comm->ncache = 0;
 }
 
-/* WEFT_NCHANNELS, but no channel below TUNER_CHANNEL_MIN bytes of the sliced buffer
- * (a ring's per-rank block for reduce-scatter and all-gather, else the whole buffer), so
- * small calls keep their one frame per hop. Depends on shared arguments only. */
-#define TUNER_CHANNEL_MIN (64 * 1024)
-static int pick_channels(const weft_comm_t *comm, const sched_args_t *a)
-{
-    size_t bytes = a->count * weft_dtype_size(a->dtype);
-    size_t most = bytes / TUNER_CHANNEL_MIN;
-    long c = comm->cfg.nchannels;
-    return (int)(most < (size_t)c ? (most ? most : 1) : (size_t)c);
-}
-
 /* Everything but the chunk, which follows from the rest (configuration never changes
  * after init). */
 static int key_equal(const sched_args_t *x, const sched_args_t *y)
@@ -200,7 +189,7 @@ weft_status_t tuner_schedule(weft_comm_t *comm, comm_op_t *op)
     double cost;
     algo_model_default(&model);
     a->layout = comm->layout;
-    a->nchannels = pick_channels(comm, a);
+    a->nchannels = algo_channels(a, comm->cfg.nchannels);
     const algo_t *algo = algo_pick(&comm->cfg, &model, a, &cost);
     if (algo == NULL)
         return weft_error(WEFT_ERR_INTERNAL, "tuner: no algorithm runs %s on %d ranks",

@@ -135,52 +135,108 @@ static void fold(char *out, char *const *in, size_t off, size_t len, const sim_c
                     c->args.op, j == n - 1 ? n : 0);
 }
 
-/* hier's order (algo_hier.c): on each host g the ranks (g, l0), (g, l0+1), ... reduced
- * around the host, then the host partials from host h0 around the hosts. hr: host-major
- * ranks, H hosts of P. */
+/* hier's hosts: host g's ranks are hr[base[g] .. base[g] + cnt[g]) of the host-major
+ * order hr; core: the fewest any host holds. */
+typedef struct { int H, core, base[64], cnt[64]; const int *hr; } hosts_t;
+
+static void hier_hosts(const sched_layout_t *l, int n, const int *hr, hosts_t *x)
+{
+    x->H = l->nhosts;
+    x->hr = hr;
+    x->core = n;
+    memset(x->cnt, 0, sizeof(x->cnt));
+    for (int q = 0; q < n; q++)
+        x->cnt[l->rank_host[q]]++;
+    for (int g = 0, b = 0; g < x->H; b += x->cnt[g++]) {
+        x->base[g] = b;
+        x->core = x->cnt[g] < x->core ? x->cnt[g] : x->core;
+    }
+}
+
+/* out = host g's ranks reduced as hier reduces them: P positions from l0 around, position
+ * j's value being rank (g, j)'s data with its extras (g, j+P), (g, j+2P), ... folded in
+ * (P = the host's count: every rank a position). */
+static void hier_host(char *out, char *const *in, size_t off, size_t len, const sim_call_t *c,
+                      const hosts_t *x, int g, int P, int l0)
+{
+    size_t esz = weft_dtype_size(c->args.dtype);
+    char *v = malloc(len * esz + 1);
+    for (int i = 0; i < P; i++) {
+        int j = (l0 + i) % P;
+        memcpy(v, in[x->hr[x->base[g] + j]] + off, len * esz);
+        for (int e = j + P; e < x->cnt[g]; e += P)
+            kern_reduce(v, v, in[x->hr[x->base[g] + e]] + off, len, c->args.dtype,
+                        c->args.op, 0);
+        if (i)
+            kern_reduce(out, out, v, len, c->args.dtype, c->args.op, 0);
+        else
+            memcpy(out, v, len * esz);
+    }
+    free(v);
+}
+
+/* out = hier's reduction: each host's value (hier_host, P positions, host g's from
+ * l0[g]; P 0: all of the host's ranks), then the host values from host h0 around. */
 static void hier_fold(char *out, char *const *in, size_t off, size_t len, const sim_call_t *c,
-                      const int *hr, int H, int P, int h0, int l0)
+                      const hosts_t *x, int P, int h0, const int *l0)
 {
     size_t esz = weft_dtype_size(c->args.dtype);
     char *tmp = malloc(len * esz + 1);
-    for (int i = 0; i < H; i++) {
-        int g = (h0 + i) % H;
-        char *part = i ? tmp : out;
-        memcpy(part, in[hr[g * P + l0 % P]] + off, len * esz);
-        for (int j = 1; j < P; j++)
-            kern_reduce(part, part, in[hr[g * P + (l0 + j) % P]] + off, len, c->args.dtype,
-                        c->args.op, 0);
+    for (int i = 0; i < x->H; i++) {
+        int g = (h0 + i) % x->H;
+        hier_host(i ? tmp : out, in, off, len, c, x, g, P ? P : x->cnt[g], l0[g]);
         if (i)
             kern_reduce(out, out, tmp, len, c->args.dtype, c->args.op,
-                        i == H - 1 ? H * P : 0);
+                        i == x->H - 1 ? c->args.nranks : 0);
     }
     free(tmp);
 }
 
-/* ref[q] of hier's all-reduce (shard j of P, its sub-block t of H: from local rank j,
- * from host t) and reduce-scatter (rank (h, l)'s block: from local rank l+1, host h+1). */
+/* ref[q] of hier's all-reduce (shard j of the core's P, its sub-block t of H: from local
+ * rank j, from host t), reduce-scatter (rank (h, l)'s block: from local rank l+1, host
+ * h+1) and reduce (in H pieces: around each host from local rank head+1, the heads from
+ * host hroot+1, a host's head being its local rank lroot mod its count). */
 static void hier_reference(const sim_call_t *c, char *const *in, char **ref, const int *hr,
                            const sched_layout_t *l)
 {
-    int n = c->args.nranks, H = l->nhosts, P = l->per_host;
+    int n = c->args.nranks, l0[64];
+    hosts_t x;
+    hier_hosts(l, n, hr, &x);
+    int H = x.H, P = x.core;
     size_t cnt = c->args.count, esz = weft_dtype_size(c->args.dtype);
+    if (c->args.coll == COLL_REDUCE) {
+        int hroot = l->rank_host[c->args.root], lroot = 0;
+        while (hr[x.base[hroot] + lroot] != c->args.root)
+            lroot++;
+        for (int g = 0; g < H; g++)
+            l0[g] = (lroot % x.cnt[g] + 1) % x.cnt[g];
+        for (int t = 0; t < H; t++) {
+            size_t o, len;
+            sched_block(cnt, H, t, &o, &len);
+            hier_fold(ref[c->args.root] + o * esz, in, o * esz, len, c, &x, 0, hroot + 1, l0);
+        }
+        return;
+    }
     for (int q = 0; q < n; q++) {
         if (c->args.coll == COLL_ALLREDUCE) {
             for (int j = 0; j < P; j++) {
                 size_t so, sl, o, len;
                 sched_block(cnt, P, j, &so, &sl);
+                for (int g = 0; g < H; g++)
+                    l0[g] = j;
                 for (int t = 0; t < H; t++) {
                     sched_block(sl, H, t, &o, &len);
-                    hier_fold(ref[q] + (so + o) * esz, in, (so + o) * esz, len, c, hr, H, P,
-                              t, j);
+                    hier_fold(ref[q] + (so + o) * esz, in, (so + o) * esz, len, c, &x, P, t,
+                              l0);
                 }
             }
         } else {
             int i = 0;
             while (hr[i] != q)
                 i++;
-            hier_fold(ref[q], in, (size_t)q * cnt * esz, cnt, c, hr, H, P, i / P + 1,
-                      i % P + 1);
+            for (int g = 0; g < H; g++)
+                l0[g] = (i % P + 1) % P;
+            hier_fold(ref[q], in, (size_t)q * cnt * esz, cnt, c, &x, P, i / P + 1, l0);
         }
     }
 }
@@ -307,8 +363,7 @@ static void reference(const sim_call_t *c, char *const *in, char **ref)
     for (int q = 0; q < n; q++)
         ident[q] = q;
     const int *order = strcmp(c->algo->name, "ring") ? ident : ring;
-    if (!strcmp(c->algo->name, "hier") &&
-        (c->args.coll == COLL_ALLREDUCE || c->args.coll == COLL_REDUCE_SCATTER)) {
+    if (!strcmp(c->algo->name, "hier") && is_reduction(c->args.coll)) {
         hier_reference(c, in, ref, ring, &l);   /* the ring order is hier's host-major */
         return;
     }
@@ -580,9 +635,7 @@ static const char *table_pick(const weft_config_t *cfg, const sched_args_t *a)
     if ((a->coll == COLL_ALLREDUCE || (pow2 && !rooted)) && bytes <= (1u << 20) &&
         algo_rhd_def.cost(a, &m) < best_cost)
         best = "rhd", best_cost = algo_rhd_def.cost(a, &m);
-    const sched_layout_t *l = &a->layout;       /* across hosts, several on each */
-    if (l->rank_host && l->nhosts > 1 && l->per_host > 1 && l->uniform &&
-        a->coll != COLL_REDUCE && algo_hier_def.cost(a, &m) < best_cost)
+    if (algo_hier_def.supports(a) && algo_hier_def.cost(a, &m) < best_cost)
         best = "hier", best_cost = algo_hier_def.cost(a, &m);
     if (bytes <= cfg->direct_max && algo_direct_def.cost(a, &m) <= best_cost)
         best = "direct";
@@ -645,7 +698,8 @@ static void check_hier_spots(void)
         { COLL_ALLGATHER, 16, 4, 1 << 20, "hier" },
         { COLL_BROADCAST, 8, 2, 1 << 20, "hier" },
         { COLL_BROADCAST, 64, 8, 1 << 20, "tree" },
-        { COLL_REDUCE, 8, 2, 1 << 20, "tree" },         /* hier has no reduce */
+        { COLL_REDUCE, 8, 2, 65536, "hier" },
+        { COLL_REDUCE, 8, 2, 1 << 20, "tree" },     /* a third of the tree's hops cross */
     };
     weft_config_t cfg;
     algo_model_t m;
@@ -823,39 +877,50 @@ static void check_layout(void)
 }
 
 /* Multi-host layouts (host ids in rank order): host-contiguous, round robin, mixed, and
- * hosts with unequal rank counts (hier declines those: checked, and the ring runs them). */
+ * hosts with unequal rank counts. hier: 2 where hier runs every collective it has, 1
+ * where only all-reduce, broadcast and reduce (unequal hosts), 0 where none (one rank on
+ * every host). */
 static const struct { int n; uint64_t id[16]; int hier; } HOSTS[] = {
-    { 4, { 1, 1, 2, 2 }, 1 },
-    { 6, { 1, 2, 1, 2, 1, 2 }, 1 },
-    { 6, { 1, 2, 3, 1, 2, 3 }, 1 },
-    { 8, { 1, 1, 1, 1, 2, 2, 2, 2 }, 1 },
-    { 9, { 3, 1, 1, 2, 3, 2, 1, 3, 2 }, 1 },
-    { 5, { 1, 1, 1, 2, 2 }, 0 },
-    { 5, { 1, 2, 1, 2, 1 }, 0 },
+    { 4, { 1, 1, 2, 2 }, 2 },
+    { 6, { 1, 2, 1, 2, 1, 2 }, 2 },
+    { 6, { 1, 2, 3, 1, 2, 3 }, 2 },
+    { 8, { 1, 1, 1, 1, 2, 2, 2, 2 }, 2 },
+    { 9, { 3, 1, 1, 2, 3, 2, 1, 3, 2 }, 2 },
+    { 5, { 1, 1, 1, 2, 2 }, 1 },
+    { 5, { 1, 2, 1, 2, 1 }, 1 },
+    { 4, { 1, 1, 1, 2 }, 1 },                   /* a core of one rank, two extras on it */
+    { 7, { 2, 1, 2, 2, 1, 2, 1 }, 1 },
     { 3, { 1, 2, 3 }, 0 },
-    { 16, { 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4 }, 1 },
+    { 16, { 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4 }, 2 },
 };
 
-/* Whether hier runs a layout (and only a multi-host, uniform one with a map). */
+/* Which collectives hier runs on a layout (only multi-host ones with a map). */
 static void check_hier_supports(void)
 {
     for (size_t i = 0; i <= WEFT_ARRAY_LEN(HOSTS); i++) {
         int n = i < WEFT_ARRAY_LEN(HOSTS) ? HOSTS[i].n : 8, map[64], order[64];
+        int want = i < WEFT_ARRAY_LEN(HOSTS) ? HOSTS[i].hier : 0;
         sim_call_t c = { .algo = &algo_hier_def };
         c.host_id = i < WEFT_ARRAY_LEN(HOSTS) ? HOSTS[i].id : NULL;   /* last: one host */
         c.args.nranks = n;
-        c.args.coll = COLL_ALLREDUCE;
         call_layout(&c, &c.args.layout, map, order);
-        int want = i < WEFT_ARRAY_LEN(HOSTS) && HOSTS[i].hier;
-        int got = algo_hier_def.supports(&c.args);
-        c.args.layout.rank_host = NULL;     /* no map: declines */
-        int ok = got == want && !algo_hier_def.supports(&c.args);
-        c.args.layout.rank_host = map;
-        c.args.coll = COLL_REDUCE;          /* not hierarchical */
-        ok &= !algo_hier_def.supports(&c.args);
+        int ok = 1;
+        for (int coll = COLL_ALLREDUCE; coll < COLL_NUM; coll++) {
+            c.args.coll = coll;
+            int all = coll == COLL_REDUCE_SCATTER || coll == COLL_ALLGATHER;
+            int some = coll == COLL_ALLREDUCE || coll == COLL_BROADCAST || coll == COLL_REDUCE;
+            int got = algo_hier_def.supports(&c.args);
+            c.args.layout.rank_host = NULL;     /* no map: declines */
+            ok &= got == ((all && want == 2) || (some && want >= 1)) &&
+                  !algo_hier_def.supports(&c.args);
+            c.args.layout.rank_host = c.host_id ? map : NULL;
+            if (!ok && T.failed++ < 20)
+                fprintf(stderr, "FAIL hier supports %s on layout %zu: %d, want %d\n",
+                        coll_name(coll), i, got, want);
+            if (!ok)
+                break;
+        }
         T.passed += ok;
-        if (!ok && T.failed++ < 20)
-            fprintf(stderr, "FAIL hier supports layout %zu: %d, want %d\n", i, got, want);
     }
 }
 

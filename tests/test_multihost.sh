@@ -13,11 +13,12 @@
 # WEFT_TRANSPORT unset (auto).
 #
 # Layouts: 2 hosts x 2 ranks (ranks 0,1 on a, 2,3 on b), 3 hosts x 1 rank, 2 hosts x 3
-# ranks (round robin: rank r on host r % 2). Across hosts the tuner picks the
-# hierarchical algorithm (comm/algo_hier.c) where it runs a call and no knob reserves the
-# size, so the first two layouts with several ranks per host run it; the last layout runs
-# the matrix once more with WEFT_ALGO=hier (every size), checked the same way and by the
-# tuner's log. In each:
+# ranks (round robin: rank r on host r % 2), and hosts of unequal counts (ranks 0,1,3 on
+# a, 2,4 on b; matrix only). Across hosts the tuner picks the hierarchical algorithm
+# (comm/algo_hier.c) where it runs a call and no knob reserves the size, so the layouts
+# with several ranks per host run it; the last two run the matrix with WEFT_ALGO=hier
+# (every size; on unequal hosts hier runs all-reduce, broadcast and reduce, the usual
+# choice the rest), checked the same way and by the tuner's log. In each:
 #   1. test_coll runs the collective matrix and passes on every rank: every collective x
 #      dtype x op x in-place, at counts up to 1M, with --quick (MATRIX_ARGS), as the suite
 #      runs it from 3 ranks: a few combinations at the large counts. MATRIX_ARGS= runs
@@ -119,15 +120,28 @@ ip netns exec "${NS}a" unshare --uts true 2>"$D/net.err" ||
 
 # layout H P [rr]: the job's shape for what follows: H hosts of P ranks, rank r on host
 # r / P (block) or, with rr, r % H (round robin); sets L (its name), N (ranks).
+# layout_map HOST...: rank r on the r-th host letter given (hosts may hold unequal
+# counts; L_PER is then the fewest).
 layout() {
-    L_HOSTS=$1 L_PER=$2 L_RR=${3:-} N=$(($1 * $2))
+    L_HOSTS=$1 L_PER=$2 L_RR=${3:-} N=$(($1 * $2)) L_MAP=()
     L=${1}x$2${3:+/$3}
 }
+layout_map() {
+    L_MAP=("$@") N=$# L_RR= L="hosts $*"
+    L_PER=$(printf '%s\n' "$@" | sort | uniq -c | sort -n | awk 'NR == 1 { print $1 }')
+}
 host_of() {    # R: rank R's host letter
-    if [ -n "$L_RR" ]; then echo "${HOSTS[$1 % L_HOSTS]}"; else echo "${HOSTS[$1 / L_PER]}"; fi
+    if [ ${#L_MAP[@]} -gt 0 ]; then echo "${L_MAP[$1]}"
+    elif [ -n "$L_RR" ]; then echo "${HOSTS[$1 % L_HOSTS]}"; else echo "${HOSTS[$1 / L_PER]}"; fi
 }
 local_of() {   # R: rank R's rank among its host's
-    if [ -n "$L_RR" ]; then echo $(($1 / L_HOSTS)); else echo $(($1 % L_PER)); fi
+    if [ ${#L_MAP[@]} -gt 0 ]; then
+        printf '%s\n' "${L_MAP[@]:0:$1}" | grep -cx "${L_MAP[$1]}"
+    elif [ -n "$L_RR" ]; then echo $(($1 / L_HOSTS)); else echo $(($1 % L_PER)); fi
+}
+local_size() { # R: ranks on rank R's host
+    if [ ${#L_MAP[@]} -gt 0 ]; then printf '%s\n' "${L_MAP[@]}" | grep -cx "${L_MAP[$1]}"
+    else echo "$L_PER"; fi
 }
 
 # launch NAME PORT PROG ARGS...: starts every rank of the layout in its host (under
@@ -142,7 +156,7 @@ launch() {
         h=$(host_of $r)
         (
             env -u WEFT_TRANSPORT WEFT_RANK=$r WEFT_WORLD_SIZE=$N WEFT_LOCAL_RANK=$(local_of $r) \
-                WEFT_LOCAL_SIZE=$L_PER WEFT_ADDR=$SUBNET.1:$port WEFT_SECRET=$secret \
+                WEFT_LOCAL_SIZE=$(local_size $r) WEFT_ADDR=$SUBNET.1:$port WEFT_SECRET=$secret \
                 WEFT_SPIN=0 timeout -k 5 "$RANK_TIMEOUT" \
                 ip netns exec "$NS$h" unshare --uts \
                 sh -c 'hostname "$0" && exec "$@"' "$NS$h" "$@" >"$D/$name.$r" 2>&1 </dev/null
@@ -177,7 +191,7 @@ bytes() {
 # under WEFT_ALGO=ALGO, and the tuner's log (WEFT_DEBUG=DEBUG, TUNE) must show every rank
 # building ALGO's schedules (the calls it does not support run the usual choice).
 matrix() {
-    local algo=${2:-} name=coll.${L//\//_}${2:+.$2} r rc tx rx bad="" t0 stx=0 srx=0 ttx=0 \
+    local algo=${2:-} name=coll.${L//[\/ ]/_}${2:+.$2} r rc tx rx bad="" t0 stx=0 srx=0 ttx=0 \
         trx=0 seen="" level=INFO subsys=NET
     [ -n "$algo" ] && level=DEBUG subsys=NET,TUNE
     t0=$(date +%s.%N)
@@ -252,6 +266,8 @@ layout 2 3 rr
 matrix 29505
 kill_case 29506 3
 matrix 29507 hier
+layout_map a a b a b
+matrix 29508 hier
 
 echo "test_multihost.sh: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

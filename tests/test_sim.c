@@ -13,6 +13,8 @@
  *     is the NIC's bandwidth within 3%;
  *   - every registered algorithm and collective it runs, in place or not, 2-8 ranks on
  *     one or two hosts, replays to the end;
+ *   - channels: a 2-channel ring is two rings (twice the steps, sooner at 256K), none
+ *     below 64K of the buffer, every collective replays on 3 channels across hosts;
  *   - the staging bound holds a sender until its receiver drains the link;
  *   - the layouts (host, rank on the host, ...) are algo_layout's for every rank;
  *   - bad input: unknown keys, bad values, a bad model file (file:line in the message,
@@ -180,6 +182,46 @@ static void cpu_moved(void)
           simtime_cluster_set(&c, "net_copies", "yes") == WEFT_ERR_INVALID_ARG &&
           simtime_cluster_set(&c, "cores", "0") == WEFT_ERR_INVALID_ARG &&
           !memcmp(&before, &c, sizeof(c)), "shm_copies 2, net_copies yes, cores 0 refused");
+}
+
+/* Channels (WEFT_NCHANNELS): the replay runs the ring's channels as the engine gets them
+ * (the tuner's rule, algo_channels: none below 64K of the buffer). A 4-rank ring
+ * all-reduce of 256K on 2 channels is two rings of half the blocks: twice the steps, and
+ * sooner (each hop's frame is half as long, so the pipeline fills sooner); 4 channels
+ * offered at 64K give one. Every collective the ring runs replays on 3 channels across 2
+ * hosts x 3 ranks. channels 0 and 65 are refused. */
+static void channels(void)
+{
+    simtime_cluster_t c;
+    simtime_cluster_default(&c);
+    c.per_host = 4;
+    sched_args_t a = call(COLL_ALLREDUCE, 65536, 4);
+    simtime_result_t one, two, small1, small4;
+    CHECK(simtime_run(&c, &algo_ring_def, &a, 1, 0, &one) == WEFT_OK, "1 channel");
+    CHECK(simtime_cluster_set(&c, "channels", "2") == WEFT_OK, "channels = 2");
+    CHECK(simtime_run(&c, &algo_ring_def, &a, 1, 0, &two) == WEFT_OK, "2 channels");
+    CHECK(two.steps == 2 * one.steps && two.seconds < one.seconds, "2 channels: %lld steps "
+          "(1: %lld), %.4g us (1: %.4g)", two.steps, one.steps, two.seconds * 1e6,
+          one.seconds * 1e6);
+    a = call(COLL_ALLREDUCE, 16384, 4);
+    CHECK(simtime_cluster_set(&c, "channels", "4") == WEFT_OK, "channels = 4");
+    CHECK(simtime_run(&c, &algo_ring_def, &a, 1, 0, &small4) == WEFT_OK, "64K, 4 channels");
+    c.channels = 1;
+    CHECK(simtime_run(&c, &algo_ring_def, &a, 1, 0, &small1) == WEFT_OK, "64K, 1 channel");
+    CHECK(small4.steps == small1.steps && small4.seconds == small1.seconds,
+          "64K offered 4 channels runs one: %lld steps, %lld", small4.steps, small1.steps);
+    c.hosts = 2;
+    c.per_host = 3;
+    c.channels = 3;
+    for (int coll = COLL_ALLREDUCE; coll < COLL_NUM; coll++) {
+        sched_args_t b = call(coll, 1 << 20, 6);
+        if (algo_ring_def.supports(&b))
+            run(&c, &algo_ring_def, coll, 4 << 20, WEFT_OK);
+    }
+    simtime_cluster_t before = c;
+    CHECK(simtime_cluster_set(&c, "channels", "0") == WEFT_ERR_INVALID_ARG &&
+          simtime_cluster_set(&c, "channels", "65") == WEFT_ERR_INVALID_ARG &&
+          !memcmp(&before, &c, sizeof(c)), "channels 0 and 65 refused");
 }
 
 static void hosts(void)
@@ -432,6 +474,7 @@ int main(int argc, char **argv)
     verbose = argc > 1 && !strcmp(argv[1], "-v");
     closed_forms();
     cpu_moved();
+    channels();
     hosts();
     every_algorithm();
     layouts();

@@ -56,6 +56,9 @@ expect "broadcast with a root" 0 "# Algorithm: ring" -- --hosts 1 \
 
 expect "bad: --hosts 0" 2 "hosts = '0'" -- --hosts 0
 expect "bad: --intra-bw abc" 2 "intra_bw = 'abc'" -- --intra-bw abc
+expect "bad: --channels 65" 2 "channels = '65'" -- --channels 65
+expect "--channels 2 in the header and the model" 0 "^channels = 2$" -- --channels 2 \
+    --write-model - -b 1M -e 1M --algo ring
 expect "bad: one rank" 2 "1 ranks" -- --hosts 1 --ranks-per-host 1
 expect "bad: missing model file" 2 "cannot open model file" -- --model "$D/nope"
 printf 'hosts = 2\nlatency = 3\n' > "$D/bad"

@@ -70,6 +70,7 @@ static void usage(FILE *f)
         "                       shm transport does (1), or by links of their own [shm_copies]\n"
         "  --net-copies 0|1     frames between hosts moved by the CPUs at both ends, as tcp\n"
         "                       does (1), or by NICs [net_copies]\n"
+        "  --channels N         WEFT_NCHANNELS: rings (chains) over slices, 1-64 [channels]\n"
         "  --model FILE         key = value lines, '#' comments (docs/SCALE.md)\n"
         "  --write-model FILE   write the resulting model file ('-': stdout) and go on\n"
         "call (nccl-tests' flags):\n"
@@ -99,7 +100,7 @@ static int bad(const char *fmt, const char *arg)
 static const char *const cluster_flags[] = {
     "hosts", "ranks-per-host", "nics", "intra-bw", "intra-lat", "inter-bw", "inter-lat",
     "reduce-bw", "copy-bw", "intra-overhead", "inter-overhead", "chunk", "staging",
-    "cores", "shm-copies", "net-copies",
+    "cores", "shm-copies", "net-copies", "channels",
 };
 #define NCLUSTER (int)(sizeof(cluster_flags) / sizeof(cluster_flags[0]))
 
@@ -124,8 +125,8 @@ static void print_cluster(const simtime_cluster_t *c)
            c->m.alpha[ALGO_LINK_SHM] * 1e6, c->overhead[ALGO_LINK_SHM] * 1e6,
            1e-9 / c->m.beta[ALGO_LINK_NET], c->m.alpha[ALGO_LINK_NET] * 1e6,
            c->overhead[ALGO_LINK_NET] * 1e6);
-    printf("#   reduce %.4g GB/s, copy %.4g GB/s; staging %zu bytes per link\n",
-           1e-9 / c->m.gamma, 1e-9 / c->copy_beta, c->staging);
+    printf("#   reduce %.4g GB/s, copy %.4g GB/s; staging %zu bytes per link; %d channel(s)\n",
+           1e-9 / c->m.gamma, 1e-9 / c->copy_beta, c->staging, c->channels);
 }
 
 /* One algorithm's table; returns 0, 1 when a replay failed, or -1 when it runs none of
