@@ -2,8 +2,9 @@
 # sim_calibrate.sh - measures this machine's parameters for weft-sim with weft's own perf
 # tools and writes them as a model file (docs/SCALE.md describes the keys).
 #
-#   bench/sim_calibrate.sh [-o FILE] [-n ITERS] [--big BYTES] [--no-net]
+#   bench/sim_calibrate.sh [-o FILE] [-n ITERS] [-r ROUNDS] [--big BYTES] [--no-net]
 #
+# Every figure is the median over ROUNDS launches (default 5): weft's launches differ.
 #   intra_lat  sendrecv_perf, 2 ranks on shm, 8 B: the time of one hop
 #   shm_copies 1: weft's shm transport moves a frame with the ranks' own CPUs (the sender
 #              copies it into the ring, the receiver copies or reduces it out)
@@ -25,39 +26,44 @@ cd "$(dirname "$0")/.."
 . bench/sim_lib.sh
 trap sim_cleanup EXIT
 
-OUT=bench/sim_model.txt ITERS=20 BIG=64M NET=1
+OUT=bench/sim_model.txt ITERS=20 BIG=64M NET=1 ROUNDS=5
 while [ $# -gt 0 ]; do
     case $1 in
     -o) OUT=$2; shift 2 ;;
     -n) ITERS=$2; shift 2 ;;
+    -r) ROUNDS=$2; shift 2 ;;
     --big) BIG=$2; shift 2 ;;
     --no-net) NET=; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) sim_die "unknown argument '$1' (--help)" ;;
     esac
 done
 [[ $ITERS =~ ^[1-9][0-9]*$ ]] || sim_die "-n $ITERS: want a count of 1 or more"
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || sim_die "-r $ROUNDS: want a count of 1 or more"
 sim_need bin/weftrun bin/sendrecv_perf bin/all_reduce_perf bin/weft-sim
 BIGB=$(numfmt --from=iec "$BIG" 2>/dev/null) || sim_die "--big $BIG: not a size"
 [ "$BIGB" -ge 4096 ] || sim_die "--big $BIG: want 4K or more"
 ARGS=(-n "$ITERS" -w 2 -c 1)
 
-# us(size, table): the time, or fail saying which measurement had none
+# us(size, medians): the time, or fail saying which measurement had none
 us() {
     local t
-    t=$(sim_time "$1" < "$2")
+    t=$(sim_pair "$1" < "$2")
     [ -n "$t" ] && [ "$t" != N/A ] || sim_die "no $1-byte row in $(basename "$2")"
     echo "$t"
 }
 
 echo "sim_calibrate.sh: shm, 2 ranks" >&2
-sim_shm 2 sendrecv_perf -b 8 -e 8 "${ARGS[@]}" > "$SIM_TMP/sr_lat"
-sim_shm 2 sendrecv_perf -b "$BIGB" -e "$BIGB" "${ARGS[@]}" > "$SIM_TMP/sr_bw"
-WEFT_ALGO=direct sim_shm 2 all_reduce_perf -b "$BIGB" -e "$BIGB" "${ARGS[@]}" > "$SIM_TMP/ar"
+sim_median "$ROUNDS" "$SIM_TMP/t" sim_shm 2 sendrecv_perf -b 8 -e 8 "${ARGS[@]}" > "$SIM_TMP/sr_lat"
+sim_median "$ROUNDS" "$SIM_TMP/sr_tables" sim_shm 2 sendrecv_perf -b "$BIGB" -e "$BIGB" \
+    "${ARGS[@]}" > "$SIM_TMP/sr_bw"
+WEFT_ALGO=direct sim_median "$ROUNDS" "$SIM_TMP/t" sim_shm 2 all_reduce_perf -b "$BIGB" \
+    -e "$BIGB" "${ARGS[@]}" > "$SIM_TMP/ar"
 lat=$(us 8 "$SIM_TMP/sr_lat")
 sr=$(us "$BIGB" "$SIM_TMP/sr_bw")
 ar=$(us "$BIGB" "$SIM_TMP/ar")
-copy=$(sed -n 's/^# Host copy bandwidth : \([0-9.]*\) GB.*/\1/p' "$SIM_TMP/sr_bw")
+copy=$(sed -n 's/^# Host copy bandwidth : \([0-9.]*\) GB.*/\1/p' "$SIM_TMP/sr_tables" | sort -g |
+       awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }')
 [ -n "$copy" ] || copy=$(awk -v s="$BIGB" -v t="$sr" 'BEGIN { print s / t / 1e3 }')
 intra_bw=$(awk -v s="$BIGB" -v t="$sr" 'BEGIN { printf "%.4g", s / t / 1e3 }')
 # (the tools' "Host copy bandwidth" line, $copy, is a lone memcpy: kept as a comment)
@@ -68,7 +74,7 @@ cores=$(nproc)
 
 {
     echo "# weft-sim model of $(hostname) measured by bench/sim_calibrate.sh on $(date -u +%F)"
-    echo "# (-n $ITERS, --big $BIG; shm: sendrecv $lat us at 8 B, $sr us and all-reduce(direct) $ar us at $BIGB B;"
+    echo "# (-n $ITERS, -r $ROUNDS, --big $BIG; shm medians: sendrecv $lat us at 8 B, $sr us and all-reduce(direct) $ar us at $BIGB B;"
     echo "#  a lone memcpy: $copy GB/s)"
     echo "hosts = 1"
     echo "ranks_per_host = 2"
@@ -82,12 +88,14 @@ cores=$(nproc)
 
 if [ -n "$NET" ] && [ "$(id -u)" = 0 ]; then
     echo "sim_calibrate.sh: 2 namespace hosts x 1 rank" >&2
-    sim_net 1 sendrecv_perf -b 8 -e 8 "${ARGS[@]}" > "$SIM_TMP/net_lat"
-    sim_net 1 sendrecv_perf -b "$BIGB" -e "$BIGB" "${ARGS[@]}" > "$SIM_TMP/net_bw"
+    sim_median "$ROUNDS" "$SIM_TMP/t" sim_net 1 sendrecv_perf -b 8 -e 8 "${ARGS[@]}" \
+        > "$SIM_TMP/net_lat"
+    sim_median "$ROUNDS" "$SIM_TMP/t" sim_net 1 sendrecv_perf -b "$BIGB" -e "$BIGB" \
+        "${ARGS[@]}" > "$SIM_TMP/net_bw"
     nlat=$(us 8 "$SIM_TMP/net_lat")
     nt=$(us "$BIGB" "$SIM_TMP/net_bw")
     {
-        echo "# namespace hosts (tcp over a veth): sendrecv $nlat us at 8 B, $nt us at $BIGB B"
+        echo "# namespace hosts (tcp over a veth, WEFT_SPIN=0): median sendrecv $nlat us at 8 B, $nt us at $BIGB B"
         echo "nics = 1"
         echo "inter_lat = $nlat"
         echo "net_copies = 1"

@@ -4,8 +4,9 @@
 # measured time (all_reduce_perf, out of place), the predicted one (weft-sim with the
 # model file) and the error in %; last, how many rows are within 15%.
 #
-#   bench/sim_check.sh [-m MODEL] [-n ITERS] [-b MIN] [-e MAX] [-a ALGO] [--no-net]
+#   bench/sim_check.sh [-m MODEL] [-n ITERS] [-r ROUNDS] [-b MIN] [-e MAX] [-a ALGO] [--no-net]
 #
+# The measured time is the median over ROUNDS launches (default 5).
 # MODEL: bench/sim_calibrate.sh's output (default bench/sim_model.txt). ALGO (default
 # ring) is forced on both sides (WEFT_ALGO, --algo), so both time the same schedules.
 # The machine must be quiet and have a core per rank for the numbers to mean anything
@@ -17,28 +18,30 @@ cd "$(dirname "$0")/.."
 . bench/sim_lib.sh
 trap sim_cleanup EXIT
 
-MODEL=bench/sim_model.txt ITERS=20 MIN=1M MAX=64M ALGO=ring NET=1
+MODEL=bench/sim_model.txt ITERS=20 MIN=1M MAX=64M ALGO=ring NET=1 ROUNDS=5
 TOL=${SIM_CHECK_TOL:-15}
 while [ $# -gt 0 ]; do
     case $1 in
     -m) MODEL=$2; shift 2 ;;
     -n) ITERS=$2; shift 2 ;;
+    -r) ROUNDS=$2; shift 2 ;;
     -b) MIN=$2; shift 2 ;;
     -e) MAX=$2; shift 2 ;;
     -a) ALGO=$2; shift 2 ;;
     --no-net) NET=; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) sim_die "unknown argument '$1' (--help)" ;;
     esac
 done
 [ -r "$MODEL" ] || sim_die "no model file $MODEL (bench/sim_calibrate.sh writes one)"
 [[ $ITERS =~ ^[1-9][0-9]*$ ]] || sim_die "-n $ITERS: want a count of 1 or more"
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || sim_die "-r $ROUNDS: want a count of 1 or more"
 sim_need bin/weftrun bin/all_reduce_perf bin/weft-sim
 SIZES=(-b "$MIN" -e "$MAX" -f 2)
 
 printf "%-10s %12s %12s %12s %8s\n" "# config" "size(B)" "measured(us)" "predicted(us)" "error%"
 within=0 total=0
-compare() {     # config hosts per measured-table [weft-sim flags...]
+compare() {     # config hosts per measured "size time" lines [weft-sim flags...]
     local cfg=$1 hosts=$2 per=$3 table=$4
     shift 4
     "$B/bin/weft-sim" --model "$MODEL" --hosts "$hosts" --ranks-per-host "$per" "$@" \
@@ -56,16 +59,18 @@ compare() {     # config hosts per measured-table [weft-sim flags...]
             'BEGIN { e = (p - t) / t * 100; exit !(e >= -tol && e <= tol) }'; then
             within=$((within + 1))
         fi
-    done < <(sim_rows < "$table")
+    done < "$table"
 }
 
 for n in 2 4 8; do
-    WEFT_ALGO=$ALGO sim_shm "$n" all_reduce_perf "${SIZES[@]}" -n "$ITERS" -w 2 -c 1 > "$SIM_TMP/m" ||
+    WEFT_ALGO=$ALGO sim_median "$ROUNDS" "$SIM_TMP/t" sim_shm "$n" all_reduce_perf "${SIZES[@]}" \
+        -n "$ITERS" -w 2 -c 1 > "$SIM_TMP/m" ||
         sim_die "all_reduce_perf on $n ranks failed"
     compare "shm:$n" 1 "$n" "$SIM_TMP/m"
 done
 if [ -n "$NET" ]; then
-    WEFT_ALGO=$ALGO sim_net 2 all_reduce_perf "${SIZES[@]}" -n "$ITERS" -w 2 -c 1 > "$SIM_TMP/m" ||
+    WEFT_ALGO=$ALGO sim_median "$ROUNDS" "$SIM_TMP/t" sim_net 2 all_reduce_perf "${SIZES[@]}" \
+        -n "$ITERS" -w 2 -c 1 > "$SIM_TMP/m" ||
         sim_die "all_reduce_perf on 2x2 namespace hosts failed"
     # the namespace "hosts" share this machine's cpus: each has half of them
     cores=$(( $(nproc) / 2 )); [ "$cores" -ge 1 ] || cores=1

@@ -32,7 +32,11 @@ sim_shm() {
 }
 
 # sim_net PER TOOL ARGS...: the tool on 2 namespace hosts x PER ranks (rank r on host
-# r / PER); rank 0's table on stdout, the others' output in $SIM_TMP.
+# r / PER); rank 0's table on stdout, the others' output in $SIM_TMP. The ranks do not
+# spin (WEFT_SPIN=0 unless set): the two "hosts" share this machine's cores, and weft's
+# automatic setting weighs only one host's ranks against them, so with 2 ranks per host
+# on 2 cores every rank would spin and each wait for the next time slice (an 8-byte
+# all-reduce on 2 x 2: about 1.3 ms spinning, 28 us not).
 sim_net() {
     local per=$1 n=$(($1 * 2)) r ns addr=10.77.0.1 port=$((20000 + RANDOM % 20000)) rc=0
     shift
@@ -49,6 +53,7 @@ sim_net() {
         [ $r -ge "$per" ] && ns=weftB
         env -u WEFT_TRANSPORT WEFT_RANK=$r WEFT_WORLD_SIZE=$n WEFT_LOCAL_RANK=$((r % per)) \
             WEFT_LOCAL_SIZE=$per WEFT_ADDR=$addr:$port WEFT_SECRET=$secret \
+            WEFT_SPIN=${WEFT_SPIN:-0} \
             timeout -k 5 "$SIM_RANK_TIMEOUT" ip netns exec "$ns" unshare --uts \
             sh -c 'hostname "$0" && exec "$@"' "$ns" "$B/bin/$@" \
             > "$SIM_TMP/net.$r" 2>&1 < /dev/null &
@@ -71,4 +76,27 @@ sim_time() {
 # sim_rows < table: "size time" for every out-of-place row.
 sim_rows() {
     awk '$1 ~ /^[0-9]+$/ && $6 != "N/A" { print $1, $6 }'
+}
+
+# sim_median R TABLES CMD...: runs CMD (a perf tool; its table on stdout) R times, one
+# after the other, appending each table to the file TABLES, and prints "size time" for
+# every out-of-place row: the median of the R times. Launches of weft differ (issue 20:
+# some run large sizes several times slower), so one launch is not a measurement.
+sim_median() {
+    local r=$1 tables=$2 i
+    shift 2
+    : >"$tables"
+    for ((i = 0; i < r; i++)); do
+        "$@" >>"$tables" || return 1
+    done
+    sim_rows <"$tables" | sort -k1,1n -k2,2g | awk '
+        function flush() { if (n) print s, (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
+        $1 != s { flush(); s = $1; n = 0 }
+        { v[++n] = $2 }
+        END { flush() }'
+}
+
+# sim_pair SIZE < "size time" lines: the time of SIZE.
+sim_pair() {
+    awk -v s="$1" '$1 == s { print $2; exit }'
 }
