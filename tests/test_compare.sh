@@ -10,6 +10,7 @@
 # with UCX, a tiny `--transports ucx` run must show weft over UCX beside Open MPI's pml ucx
 # and weft's own shm (the extra column); else it is skipped with a note. Every run is
 # bounded by `timeout`. BUILD: the build directory whose tools run (default build).
+# Last, bench/crossover.sh on a tiny shm sweep, and its refusals.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 B=${BUILD:-build}
@@ -90,6 +91,27 @@ elif compare --transports ucx -b 8 -e 64K --iters 2 --warmup 1 --small-iters 20 
 else
     bad "--transports ucx failed" "$OUT/ucx.log"
 fi
+
+# 5. bench/crossover.sh on 2 shm ranks: a row per size with each forced algorithm's time,
+# the tuner's pick by name; hier, which runs nothing on one host, shows "-" (the tuner's
+# log says another algorithm ran), never the other's time. Bad options exit 2.
+xo=$OUT/xover.md
+if BUILD=$B timeout -k 5 120 bash bench/crossover.sh -n 2 --net "" -a "direct ring hier" -b 8 \
+        -e 4K -f 8 -r 1 -o "$xo" >"$OUT/xover.log" 2>&1; then
+    if grep -q "^| size | direct | ring | hier | fastest | tuner's pick | tuner / fastest |$" "$xo" &&
+       [ "$(grep -cE '^\| [0-9]+ \| [0-9.]+ \| [0-9.]+ \| - \| (direct|ring) \| [a-z]+ \([0-9.]+\) \| [0-9.]+ \|$' "$xo")" = 4 ] &&
+       grep -q "^tuner's pick the fastest at [0-9] of 4 sizes" "$xo"
+    then ok "crossover.sh: 4 sizes, direct and ring timed, hier '-' on one host, the tuner's pick"
+    else bad "crossover.sh: the table is not as expected" "$xo"; fi
+else
+    bad "crossover.sh failed" "$OUT/xover.log"
+fi
+for args in "-c nosuch" "-r 0" "--bogus"; do
+    BUILD=$B timeout 20 bash bench/crossover.sh $args --net "" >"$OUT/xbad.log" 2>&1
+    rc=$?
+    if [ $rc = 2 ]; then ok "crossover.sh $args: exit 2 ($(head -n 1 "$OUT/xbad.log"))"
+    else bad "crossover.sh $args: exit $rc, want 2" "$OUT/xbad.log"; fi
+done
 
 echo "test_compare: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]
