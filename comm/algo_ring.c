@@ -199,16 +199,17 @@ static void chain_reduce(const sched_args_t *a, const ring_t *g, size_t esz, siz
     }
 }
 
-/* Channels: a call's elements (all-reduce, broadcast, reduce) or every rank's block
- * (reduce-scatter, all-gather) split into nchannels slices, one ring (or chain) each,
- * odd channels running the ring the other way round, so with more than 2 ranks both
- * directions of every link carry data; at most one channel per element. */
+/* The tuner's offer (algo.h). */
 int algo_channels(const sched_args_t *a, long want)
 {
     size_t most = a->count * weft_dtype_size(a->dtype) / ALGO_CHANNEL_MIN;
     return (int)(most < (size_t)want ? (most ? most : 1) : (size_t)want);
 }
 
+/* Channels: a call's elements (all-reduce, broadcast, reduce) or every rank's block
+ * (reduce-scatter, all-gather) split into nchannels slices, one ring (or chain) each,
+ * odd channels running the ring the other way round, so with more than 2 ranks both
+ * directions of every link carry data; at most one channel per element. */
 int ring_channels(const sched_args_t *a)
 {
     int c = a->nchannels > 1 ? a->nchannels : 1;
