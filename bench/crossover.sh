@@ -78,8 +78,6 @@ one() {
     done >>"$SIM_TMP/rows"
 }
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-
 report() {
     local layout=$1 algos=$2 rows=$SIM_TMP/rows size a t best bt pick pt within=0 fastest=0 nsz=0
     local head="size" line
@@ -93,7 +91,7 @@ report() {
         line="$size" best=- bt=
         for a in $algos; do
             # only launches where the tuner's log shows the named algorithm ran this size
-            t=$(awk -v a="$a" -v s="$size" '$1 == a && $2 == s && $4 == a { print $3 }' "$rows" | median)
+            t=$(awk -v a="$a" -v s="$size" '$1 == a && $2 == s && $4 == a { print $3 }' "$rows" | sim_med)
             line="$line | ${t:--}"
             if [ -n "$t" ] && { [ -z "$bt" ] || awk -v x="$t" -v y="$bt" 'BEGIN { exit !(x < y) }'; }; then
                 best=$a bt=$t
@@ -101,7 +99,7 @@ report() {
         done
         pick=$(awk -v s="$size" '$1 == "auto" && $2 == s { print $4 }' "$rows" | sort | uniq -c |
                sort -rn | awk 'NR == 1 { print $2 }')
-        pt=$(awk -v s="$size" '$1 == "auto" && $2 == s { print $3 }' "$rows" | median)
+        pt=$(awk -v s="$size" '$1 == "auto" && $2 == s { print $3 }' "$rows" | sim_med)
         local ratio=-
         [ -n "$bt" ] && [ -n "$pt" ] && ratio=$(awk -v p="$pt" -v b="$bt" 'BEGIN { printf "%.2f", p / b }')
         say "| $line | $best | ${pick:-?} ($pt) | $ratio |"

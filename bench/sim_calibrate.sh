@@ -62,8 +62,7 @@ WEFT_ALGO=direct sim_median "$ROUNDS" "$SIM_TMP/t" sim_shm 2 all_reduce_perf -b 
 lat=$(us 8 "$SIM_TMP/sr_lat")
 sr=$(us "$BIGB" "$SIM_TMP/sr_bw")
 ar=$(us "$BIGB" "$SIM_TMP/ar")
-copy=$(sed -n 's/^# Host copy bandwidth : \([0-9.]*\) GB.*/\1/p' "$SIM_TMP/sr_tables" | sort -g |
-       awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }')
+copy=$(sed -n 's/^# Host copy bandwidth : \([0-9.]*\) GB.*/\1/p' "$SIM_TMP/sr_tables" | sim_med)
 [ -n "$copy" ] || copy=$(awk -v s="$BIGB" -v t="$sr" 'BEGIN { print s / t / 1e3 }')
 intra_bw=$(awk -v s="$BIGB" -v t="$sr" 'BEGIN { printf "%.4g", s / t / 1e3 }')
 # (the tools' "Host copy bandwidth" line, $copy, is a lone memcpy: kept as a comment)

@@ -89,11 +89,16 @@ sim_median() {
     for ((i = 0; i < r; i++)); do
         "$@" >>"$tables" || return 1
     done
-    sim_rows <"$tables" | sort -k1,1n -k2,2g | awk '
-        function flush() { if (n) print s, (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
-        $1 != s { flush(); s = $1; n = 0 }
-        { v[++n] = $2 }
-        END { flush() }'
+    local size
+    for size in $(sim_rows <"$tables" | awk '{ print $1 }' | sort -n -u); do
+        echo "$size $(sim_rows <"$tables" | awk -v s="$size" '$1 == s { print $2 }' | sim_med)"
+    done
+}
+
+# sim_med < numbers, one per line: their median (the mean of the middle two for an even
+# count); nothing for none.
+sim_med() {
+    sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
 # sim_pair SIZE < "size time" lines: the time of SIZE.

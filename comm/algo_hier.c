@@ -348,40 +348,46 @@ static weft_status_t hier_reduce(const sched_args_t *a, const hier_t *x, sched_t
     return WEFT_OK;
 }
 
-/* Ranks held by the host that holds the fewest (the core's size). */
-static int fewest(const sched_layout_t *l, int nranks)
+/* cnt[g] = the ranks host g holds; returns the fewest any host holds (the core's size),
+ * at least 1. */
+static int host_counts(const sched_layout_t *l, int nranks, int *cnt)
 {
-    if (l->uniform)
-        return l->per_host;
-    int *cnt = calloc((size_t)l->nhosts, sizeof(int)), least = l->per_host;
-    if (cnt == NULL)
-        return 1;       /* the model's input only (build counts again) */
+    int least = l->per_host;
+    for (int g = 0; g < l->nhosts; g++)
+        cnt[g] = 0;
     for (int r = 0; r < nranks; r++)
         cnt[l->rank_host[r]]++;
     for (int g = 0; g < l->nhosts; g++)
         least = cnt[g] < least ? cnt[g] : least;
-    free(cnt);
     return least > 0 ? least : 1;
+}
+
+/* The core's size for the model: per_host where every host holds as many. */
+static int fewest(const sched_layout_t *l, int nranks)
+{
+    if (l->uniform)
+        return l->per_host;
+    int *cnt = malloc((size_t)l->nhosts * sizeof(int));
+    if (cnt == NULL)
+        return 1;       /* the model's input only (build counts again) */
+    int least = host_counts(l, nranks, cnt);
+    free(cnt);
+    return least;
 }
 
 static weft_status_t hier_build(const sched_args_t *a, sched_t *s)
 {
     const sched_layout_t *ly = &a->layout;
-    hier_t x = { .H = ly->nhosts, .P = ly->per_host, .esz = weft_dtype_size(a->dtype) };
+    hier_t x = { .H = ly->nhosts, .esz = weft_dtype_size(a->dtype) };
     x.hr = malloc((size_t)(a->nranks + 2 * x.H) * sizeof(int));
     if (x.hr == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "hier: out of memory");
     x.base = x.hr + a->nranks;
     x.cnt = x.base + x.H;
     algo_ring_order(ly, a->nranks, x.hr);       /* host-major, hosts in the layout's order */
-    for (int g = 0; g < x.H; g++)
-        x.cnt[g] = 0;
-    for (int r = 0; r < a->nranks; r++)
-        x.cnt[ly->rank_host[r]]++;
-    for (int g = 0, b = 0; g < x.H; b += x.cnt[g++]) {
+    x.P = host_counts(ly, a->nranks, x.cnt);
+    for (int g = 0, b = 0; g < x.H; b += x.cnt[g++])
         x.base[g] = b;
-        x.P = x.cnt[g] < x.P ? x.cnt[g] : x.P;
-    }
     for (int i = 0; i < a->nranks; i++)
         if (x.hr[i] == a->rank)
             x.h = ly->rank_host[a->rank], x.l = i - x.base[ly->rank_host[a->rank]];

@@ -113,5 +113,24 @@ for args in "-c nosuch" "-r 0" "--bogus"; do
     else bad "crossover.sh $args: exit $rc, want 2" "$OUT/xbad.log"; fi
 done
 
+# 6. sim_lib.sh's medians (bench/sim_calibrate.sh, sim_check.sh): three launches of a
+# fake tool whose 8 B row reads 30, 10, 20 us and whose 64 B row 5, 7, 9 give 20 and 7;
+# sim_med of an even count is the mean of the middle two.
+fake=$OUT/fake_tool
+cat >"$fake" <<'FAKE'
+#!/bin/sh
+n=$(cat "$1" 2>/dev/null || echo 0); echo $((n + 1)) >"$1"
+set -- 30 10 20; shift $((n % 3)); a=${1:-30}
+set -- 5 7 9; shift $((n % 3)); b=${1:-5}
+echo "# a comment row"
+echo "           8   2 float sum -1 $a 0.00 0.00 0 $a 0.00 0.00 0"
+echo "          64  16 float sum -1 $b 0.00 0.00 0 $b 0.00 0.00 0"
+FAKE
+chmod +x "$fake"
+got=$(cd "$OUT" && . "$OLDPWD/bench/sim_lib.sh" && sim_median 3 "$OUT/tables" "$fake" "$OUT/n" |
+      tr '\n' ' '; printf '1\n4\n2\n3\n' | sim_med; rm -rf "$SIM_TMP")
+if [ "$got" = "8 20 64 7 2.5" ]; then ok "sim_median: per-size medians of 3 launches; sim_med of 4 values"
+else bad "sim_median/sim_med gave '$got', want '8 20 64 7 2.5'"; fi
+
 echo "test_compare: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]
