@@ -72,7 +72,8 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) \
             $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/probe_*.c))
 # weft's verbs emulator, for the ib transport's tests (rule below)
 IBEMU    := $(BUILD)/lib/libweft_ibemu.so
-TOOLS    := $(BUILD)/bin/weftrun $(BUILD)/bin/weft-topo $(BUILD)/bin/weft-sim
+TOOLS    := $(BUILD)/bin/weftrun $(BUILD)/bin/weft-topo $(BUILD)/bin/weft-sim \
+            $(BUILD)/bin/core_rtt
 # The trainer: kernels/nn/ (model kernels), shard/ (FSDP/ZeRO units over weft's
 # collectives) and trainer/ go into libweft_train.a, which needs OpenBLAS (libweft itself
 # does not); trainer/weft_train_cli.c is weft-train.
@@ -230,6 +231,11 @@ $(BUILD)/bin/weft-topo: $(BUILD)/obj/topo/weft_topo_cli.o $(LIBA)
 $(BUILD)/bin/weft-sim: $(BUILD)/obj/tools/weft_sim_cli.o $(BUILD)/obj/bench/perf_colls.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS)
+
+# core_rtt: a cache line's round trip between two cores (bench/core_rtt.c; no libweft)
+$(BUILD)/bin/core_rtt: $(BUILD)/obj/bench/core_rtt.o
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDSAN)
 
 PERF_DRIVER := bench/perf_common.c bench/perf_colls.c
 PERF_OBJ    := $(PERF_DRIVER:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/bench/perf_weft.o

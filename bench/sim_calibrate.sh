@@ -4,7 +4,8 @@
 #
 #   bench/sim_calibrate.sh [-o FILE] [-n ITERS] [-r ROUNDS] [--big BYTES] [--no-net]
 #
-# Every figure is the median over ROUNDS launches (default 5): weft's launches differ.
+# Every figure is the median over ROUNDS launches (default 5): weft's launches differ. A
+# launch during which the cores did not share a cache is repeated (bench/sim_lib.sh).
 #   intra_lat  sendrecv_perf, 2 ranks on shm, 8 B: the time of one hop
 #   shm_copies 1: weft's shm transport moves a frame with the ranks' own CPUs (the sender
 #              copies it into the ring, the receiver copies or reduces it out)
@@ -34,7 +35,7 @@ while [ $# -gt 0 ]; do
     -r) ROUNDS=$2; shift 2 ;;
     --big) BIG=$2; shift 2 ;;
     --no-net) NET=; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) sim_die "unknown argument '$1' (--help)" ;;
     esac
 done
@@ -103,6 +104,7 @@ if [ -n "$NET" ] && [ "$(id -u)" = 0 ]; then
 else
     echo "# inter-host keys: weft's defaults (not measured: --no-net or not root)" >> "$SIM_TMP/model"
 fi
+echo "# $(sim_far_note)" >> "$SIM_TMP/model"
 # weft-sim reads it back (a bad value fails here, not later)
 "$B/bin/weft-sim" --model "$SIM_TMP/model" -b 8 -e 8 > /dev/null ||
     sim_die "weft-sim refuses the model it measured: $SIM_TMP/model"

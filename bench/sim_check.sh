@@ -6,7 +6,8 @@
 #
 #   bench/sim_check.sh [-m MODEL] [-n ITERS] [-r ROUNDS] [-b MIN] [-e MAX] [-a ALGO] [--no-net]
 #
-# The measured time is the median over ROUNDS launches (default 5).
+# The measured time is the median over ROUNDS launches (default 5); a launch during which
+# the cores did not share a cache is repeated (bench/sim_lib.sh, sim_near; SIM_RTT=0: not).
 # MODEL: bench/sim_calibrate.sh's output (default bench/sim_model.txt). ALGO (default
 # ring) is forced on both sides (WEFT_ALGO, --algo), so both time the same schedules.
 # The machine must be quiet and have a core per rank for the numbers to mean anything
@@ -29,7 +30,7 @@ while [ $# -gt 0 ]; do
     -e) MAX=$2; shift 2 ;;
     -a) ALGO=$2; shift 2 ;;
     --no-net) NET=; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) sim_die "unknown argument '$1' (--help)" ;;
     esac
 done
@@ -77,4 +78,5 @@ if [ -n "$NET" ]; then
     compare "net:2x2" 2 2 "$SIM_TMP/m" --cores "$cores"
 fi
 echo "# within ${TOL}%: $within of $total rows (* marks the others)"
+echo "# $(sim_far_note)"
 [ "$within" = "$total" ] && [ "$total" -gt 0 ]

@@ -78,16 +78,69 @@ sim_rows() {
     awk '$1 ~ /^[0-9]+$/ && $6 != "N/A" { print $1, $6 }'
 }
 
+# The placement of the moment. Where two cores share no last-level cache (two sockets,
+# two CCDs, or, on a VM, vCPUs the host has put there for a while), a cache line takes
+# several times as long between them, and weft's shm ring, which passes every byte from
+# one rank's cache to the other's, runs 3-6x slower (docs/PERF.md, "Launch-to-launch slow
+# mode"). sim_median therefore brackets each launch with core_rtt and repeats a launch
+# when either reading is far above the lowest seen (SIM_RTT_SLACK x it, + 20 ns), at most
+# SIM_FAR_TRIES times in all per launch; SIM_RTT=0 turns this off. The counts are in
+# SIM_FAR_REPEATED (launches repeated) and SIM_FAR_KEPT (kept although far: the tries ran
+# out), the lowest reading in SIM_RTT_LOW (ns), for the callers to print.
+SIM_RTT=${SIM_RTT:-1}
+SIM_RTT_SLACK=${SIM_RTT_SLACK:-1.5}
+SIM_FAR_TRIES=${SIM_FAR_TRIES:-10}
+SIM_RTT_LOW=
+SIM_FAR_REPEATED=0
+SIM_FAR_KEPT=0
+
+# sim_near: 0 when a core_rtt reading now is near the lowest seen (the first call takes 5
+# readings 0.2 s apart to find it), 1 when not, 0 as well when it cannot be measured.
+sim_near() {
+    [ "$SIM_RTT" = 1 ] && [ -x "$B/bin/core_rtt" ] || return 0
+    local i t n=1
+    [ -z "$SIM_RTT_LOW" ] && n=5
+    for ((i = 0; i < n; i++)); do
+        [ $i -gt 0 ] && sleep 0.2
+        t=$("$B/bin/core_rtt" -q -r 3 -n 5000 2>/dev/null) || return 0
+        if [ -z "$SIM_RTT_LOW" ] || [ "$t" -lt "$SIM_RTT_LOW" ]; then SIM_RTT_LOW=$t; fi
+    done
+    awk -v t="$t" -v low="$SIM_RTT_LOW" -v k="$SIM_RTT_SLACK" 'BEGIN { exit !(t <= low * k + 20) }'
+}
+
+# sim_far_note: one line on what the placement checks did (for the callers' outputs).
+sim_far_note() {
+    if [ "$SIM_RTT" != 1 ] || [ ! -x "$B/bin/core_rtt" ] || [ -z "$SIM_RTT_LOW" ]; then
+        echo "placement not checked (SIM_RTT=0 or no $B/bin/core_rtt)"
+    else
+        echo "cores' round trip at its lowest $SIM_RTT_LOW ns; launches repeated for a far" \
+             "placement: $SIM_FAR_REPEATED; kept far (tries ran out): $SIM_FAR_KEPT"
+    fi
+}
+
 # sim_median R TABLES CMD...: runs CMD (a perf tool; its table on stdout) R times, one
 # after the other, appending each table to the file TABLES, and prints "size time" for
 # every out-of-place row: the median of the R times. Launches of weft differ (issue 20:
-# some run large sizes several times slower), so one launch is not a measurement.
+# some run large sizes several times slower), so one launch is not a measurement; a
+# launch that ran while the cores were far apart is repeated (sim_near above).
 sim_median() {
-    local r=$1 tables=$2 i
+    local r=$1 tables=$2 i try
     shift 2
     : >"$tables"
     for ((i = 0; i < r; i++)); do
-        "$@" >>"$tables" || return 1
+        for ((try = 1; ; try++)); do
+            local near=1
+            sim_near || near=
+            "$@" >"$SIM_TMP/launch" || return 1
+            sim_near || near=
+            if [ -n "$near" ]; then break; fi
+            if [ "$try" -ge "$SIM_FAR_TRIES" ]; then
+                SIM_FAR_KEPT=$((SIM_FAR_KEPT + 1))
+                break
+            fi
+            SIM_FAR_REPEATED=$((SIM_FAR_REPEATED + 1))
+        done
+        cat "$SIM_TMP/launch" >>"$tables"
     done
     local size
     for size in $(sim_rows <"$tables" | awk '{ print $1 }' | sort -n -u); do

@@ -10,7 +10,8 @@
 # with UCX, a tiny `--transports ucx` run must show weft over UCX beside Open MPI's pml ucx
 # and weft's own shm (the extra column); else it is skipped with a note. Every run is
 # bounded by `timeout`. BUILD: the build directory whose tools run (default build).
-# Last, bench/crossover.sh on a tiny shm sweep, and its refusals.
+# Then bench/crossover.sh on a tiny shm sweep, and its refusals; sim_lib.sh's medians and
+# its repeat of launches run while the cores were far apart; core_rtt and its refusals.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 B=${BUILD:-build}
@@ -127,10 +128,63 @@ echo "           8   2 float sum -1 $a 0.00 0.00 0 $a 0.00 0.00 0"
 echo "          64  16 float sum -1 $b 0.00 0.00 0 $b 0.00 0.00 0"
 FAKE
 chmod +x "$fake"
-got=$(cd "$OUT" && . "$OLDPWD/bench/sim_lib.sh" && sim_median 3 "$OUT/tables" "$fake" "$OUT/n" |
+got=$(cd "$OUT" && SIM_RTT=0 && . "$OLDPWD/bench/sim_lib.sh" && sim_median 3 "$OUT/tables" "$fake" "$OUT/n" |
       tr '\n' ' '; printf '1\n4\n2\n3\n' | sim_med; rm -rf "$SIM_TMP")
 if [ "$got" = "8 20 64 7 2.5" ]; then ok "sim_median: per-size medians of 3 launches; sim_med of 4 values"
 else bad "sim_median/sim_med gave '$got', want '8 20 64 7 2.5'"; fi
+
+# 7. sim_median repeats a launch that ran while the cores were far apart: a fake core_rtt
+# reads 80 ns five times (the lowest; the fifth is the reading before launch 1), then 80
+# after launch 1, 80/400 around launch 2 (repeated), 80/80 around its repeat and launch 3. The fake tool's second launch (10 us,
+# 7 us) must be left out: medians of 30, 20, 30 and 5, 9, 5. With SIM_FAR_TRIES=1 the far
+# launch is kept and counted.
+mkdir -p "$OUT/fakeb/bin"
+cat >"$OUT/fakeb/bin/core_rtt" <<'FAKE'
+#!/bin/sh
+n=$(cat "$FAKE_RTT_N" 2>/dev/null || echo 0); echo $((n + 1)) >"$FAKE_RTT_N"
+set -- 80 80 80 80 80 80 80 400 80 80 80 80; shift $((n < 11 ? n : 11)); echo "$1"
+FAKE
+chmod +x "$OUT/fakeb/bin/core_rtt"
+for tries in 10 1; do
+    rm -f "$OUT/n" "$OUT/rn"
+    # (not in a pipeline: sim_median's counters must reach the echo)
+    got=$(cd "$OUT" && BUILD=$OUT/fakeb SIM_FAR_TRIES=$tries && export FAKE_RTT_N=$OUT/rn &&
+          . "$OLDPWD/bench/sim_lib.sh" && sim_median 3 "$OUT/tables" "$fake" "$OUT/n" \
+          >"$OUT/med" && tr '\n' ' ' <"$OUT/med" &&
+          echo "$SIM_FAR_REPEATED $SIM_FAR_KEPT $SIM_RTT_LOW"; rm -rf "$SIM_TMP")
+    want="8 30 64 5 1 0 80"
+    [ $tries = 1 ] && want="8 20 64 7 0 1 80"
+    if [ "$got" = "$want" ]; then ok "sim_median, SIM_FAR_TRIES=$tries: far launch handled ($got)"
+    else bad "sim_median, SIM_FAR_TRIES=$tries: gave '$got', want '$want'"; fi
+done
+
+# 8. core_rtt: a round trip in ns between two cpus, and its refusals.
+rtt=$B/bin/core_rtt
+if [ "$(nproc)" -ge 2 ]; then
+    v=$(timeout -k 5 30 "$rtt" -q -r 3 -n 2000)
+    if [[ $v =~ ^[0-9]+$ ]] && [ "$v" -gt 0 ]; then ok "core_rtt -q: $v ns"
+    else bad "core_rtt -q printed '$v'"; fi
+    line=$(timeout -k 5 30 "$rtt" -r 1 -n 1000)
+    if [[ $line == "core_rtt: cpus "*" ns per round trip"* ]]; then ok "core_rtt: '$line'"
+    else bad "core_rtt printed '$line'"; fi
+    timeout -k 5 30 taskset -c 0 "$rtt" >"$OUT/rtt1.log" 2>&1
+    rc=$?
+    if [ $rc = 1 ] && grep -q "one cpu only" "$OUT/rtt1.log"; then ok "core_rtt on one cpu: exit 1"
+    else bad "core_rtt on one cpu: exit $rc" "$OUT/rtt1.log"; fi
+else
+    echo "ok - core_rtt runs skipped: one cpu here"
+fi
+for args in "-c 0,0" "-c 0" "-c 0,x" "-n 0" "-r 1001" "extra"; do
+    # shellcheck disable=SC2086
+    timeout -k 5 30 "$rtt" $args >"$OUT/rttbad.log" 2>&1
+    rc=$?
+    if [ $rc = 2 ] && grep -q "core_rtt" "$OUT/rttbad.log"; then ok "core_rtt $args: exit 2"
+    else bad "core_rtt $args: exit $rc, want 2" "$OUT/rttbad.log"; fi
+done
+timeout -k 5 30 "$rtt" -c 0,1000 >"$OUT/rttbad.log" 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q "cpu 1000 is not one" "$OUT/rttbad.log"; then ok "core_rtt -c 0,1000: exit 1"
+else bad "core_rtt -c 0,1000: exit $rc, want 1" "$OUT/rttbad.log"; fi
 
 echo "test_compare: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]
