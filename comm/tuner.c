@@ -42,10 +42,11 @@
  * choice for choice; the model decides everywhere else.
  * Frames: WEFT_CHUNK, else 128K on shm and 512K on tcp, never above a quarter of the
  * staging buffer (a frame and a wrap must always fit).
- * Streaming stores: in a call whose larger buffer is WEFT_NT_MIN (32M) or more, the steps
+ * Streaming stores: in a call whose larger buffer is WEFT_NT_MIN (4M) or more, the steps
  * that write the caller's buffers use non-temporal stores (kern_copy_nt, kern_reduce_nt):
- * such a buffer does not stay in the caches anyway, and those stores cost no read of the
- * line. Plain stores stay where the data is read again soon: output a later step waits
+ * those stores cost no read of the line and leave the caches to the ring (from 4M they
+ * were 1.1-1.9x faster at 2 and 4 ranks on shm; at 1-2M they lost up to 17% at 4 ranks:
+ * docs/PERF.md). Plain stores stay where the data is read again soon: output a later step waits
  * for, output forwarded by a send that heads its queue (a chain's middle rank forwards
  * each frame as it lands), and a reduction in place (the engine checks: its lines were
  * just read). A ring's forwarding send queues behind the previous block's send, a whole

@@ -193,7 +193,7 @@ static const cfg_knob_t knobs[] = {
       "registrations) when every rank's "
       "buffers are weft_mem_alloc memory (from twice the size when any rank's call is in "
       "place); 0 = never", SIZE(reg_min), NULL },
-    { "WEFT_NT_MIN", "32M", "smallest call (its larger buffer, bytes) whose writes into the "
+    { "WEFT_NT_MIN", "4M", "smallest call (its larger buffer, bytes) whose writes into the "
       "caller's buffers use non-temporal stores, which skip the cache; 0 = never",
       SIZE(nt_min), NULL },
     { "WEFT_SPIN", "auto", "idle polls before a waiting rank yields its core; auto = 2000, "
