@@ -196,6 +196,11 @@ static const cfg_knob_t knobs[] = {
     { "WEFT_NT_MIN", "4M", "smallest call (its larger buffer, bytes) whose writes into the "
       "caller's buffers use non-temporal stores, which skip the cache; 0 = never",
       SIZE(nt_min), NULL },
+    { "WEFT_SHM_NT", "auto", "how a rank copies frames of 64K and more into a peer's shm "
+      "ring: auto = plain stores, and non-temporal ones while those move the bytes in more "
+      "than 3.5 times as fast (the two ranks' cores share no cache then, and plain stores "
+      "wait on the peer's cache line by line: docs/PERF.md); 0 = always plain; 1 = always "
+      "non-temporal", LNG(shm_nt), "auto|0|1" },
     { "WEFT_SPIN", "auto", "idle polls before a waiting rank yields its core; auto = 2000, "
       "or 0 when a host has more ranks than cores", LNG(spin), NULL },
     { "WEFT_ROOT_CHECK", "1", "1: broadcast and reduce spend one extra hop (none with 2 ranks) so "

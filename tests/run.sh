@@ -306,6 +306,10 @@ else
         "$WEFTRUN" -n 2 "$B/tests/test_coll"
     run "test_coll -n 3 shm streaming stores" env -u WEFT_TRANSPORT WEFT_NT_MIN=1 \
         WEFT_ALGO=ring "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
+    # WEFT_SHM_NT=1: every frame of 64K or more goes into the peer's ring with streaming
+    # stores (auto does so only while they are much faster: test_shm_copy)
+    run "test_coll -n 3 shm WEFT_SHM_NT=1" env -u WEFT_TRANSPORT WEFT_SHM_NT=1 \
+        WEFT_ALGO=ring "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
     # Registered buffers (weft_mem_alloc): single copy through mappings, and the probe
     # that finds out whether every rank's buffers are registered.
     run "test_reg.sh" bash tests/test_reg.sh "$B"

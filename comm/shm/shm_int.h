@@ -5,6 +5,7 @@
 #ifndef WEFT_SHM_INT_H
 #define WEFT_SHM_INT_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "comm_int.h"
@@ -16,6 +17,22 @@ typedef struct shm_rma shm_rma_t;
 
 /* tp_shm.c: the endpoint's */
 shm_rma_t *shm_ep_rma(const tp_ep_t *ep);
+
+/* tp_shm.c: how a sender copies large frames into a peer's ring (WEFT_SHM_NT; the top of
+ * tp_shm.c says why). */
+typedef struct shm_copy {
+    long mode;              /* WEFT_SHM_NT: -1 auto, 0 plain, 1 streaming */
+    int nt;                 /* auto: streaming stores now */
+    uint32_t frames;        /* timed frames so far */
+    double rate[2];         /* bytes/ns, running average: [0] plain, [1] streaming */
+} shm_copy_t;
+/* 1: copy the next frame of `bytes` with streaming stores */
+int shm_copy_next(shm_copy_t *c, size_t bytes);
+/* records how fast a timed frame went in (only frames shm_copy_timed says are timed);
+ * returns 1 when the choice changed */
+int shm_copy_note(shm_copy_t *c, int nt, double rate);
+/* whether a frame of `bytes` is timed: auto mode and large enough */
+int shm_copy_timed(const shm_copy_t *c, size_t bytes);
 
 /* shm_rma.c */
 /* len bytes at the peer's raddr into dst with process_vm_readv, whole or an error:

@@ -17,6 +17,20 @@
  * Frames are 64-byte aligned and never wrap: when one does not fit before the end, a
  * WRAP marker (a stamped line too) sends the reader back to offset 0.
  *
+ * How a sender copies a frame of COPY_TIMED_MIN bytes or more into the ring (WEFT_SHM_NT,
+ * auto by default): with plain stores, each line is first fetched for ownership from the
+ * consumer's cache, where the consumer's last read left it. Where the two cores share a
+ * last-level cache that costs little; where they do not (two sockets, two CCDs, or a VM
+ * whose host moved its vCPUs apart for a while) it costs a slow round trip per line, and
+ * streaming stores, which fetch nothing, are several times faster (docs/PERF.md: 2.4-2.9
+ * against 18-20 GB/s). With a shared cache streaming is the worse choice end to end (the
+ * consumer then reads the frame from memory, not the cache), even where a frame alone
+ * goes in up to 2.4x faster streamed (6-7 against 12-17 GB/s per frame, mixed with plain). So the sender times
+ * its copies: a running average of each way's rate, a few frames copied the other way to
+ * keep both current (COPY_PROBE_PLAIN, COPY_PROBE_NT), and streaming stores while they
+ * are more than COPY_NT_GAIN times as fast. The choice is the sender's alone: the bytes
+ * are the same.
+ *
  * Large messages can skip the ring: the single-copy algorithms read straight from the
  * peer's buffer (shm_rma.c: process_vm_readv, or a mapping of weft_mem_alloc memory),
  * one copy instead of two, when the kernel lets this process read the peer's memory
@@ -47,6 +61,7 @@
 #include "log.h"
 #include "status.h"
 #include "util.h"
+#include "reduce.h"
 
 #define SHM_MAGIC  0x4d485354464557ull   /* "WEFTSHM" */
 #define WRAP_MAGIC 0x50415257u           /* "WRAP" */
@@ -56,6 +71,16 @@
                                    line, between the header and the stamp */
 #define INLINE_MAX      (STAMP_OFF - INLINE_OFF)
 #define PREFETCH_BYTES  2112    /* a received frame's payload lines fetched ahead: 32 */
+#define COPY_TIMED_MIN  (64u << 10)     /* frames whose copy-in is timed (auto WEFT_SHM_NT) */
+#define COPY_PROBE_PLAIN 128            /* with plain stores, one timed frame in this many
+                                           streams (1 in 32 cost 3-5% at 16-64 MB), and
+                                           with streaming stores one in */
+#define COPY_PROBE_NT   64              /* this many is plain (a slow one while the cores
+                                           share no cache: 6-7x a streamed one) */
+#define COPY_NT_GAIN    3.5             /* streaming only while this many times as fast:
+                                           with a shared cache it was up to 2.4x per frame
+                                           here (and the worse choice end to end), without
+                                           one 6-8x */
 _Static_assert(sizeof(frame_hdr_t) <= INLINE_OFF, "the frame header leaves room for the "
                "inline payload and the stamp");
 
@@ -132,6 +157,7 @@ typedef struct shm_ep {
     size_t peer_map_bytes;
     pid_t peer_pid;
     shm_rma_t *rma;                 /* one-sided access to the peer (shm_rma.c) */
+    shm_copy_t copy;                /* how large frames go into the peer's ring */
 } shm_ep_t;
 
 shm_rma_t *shm_ep_rma(const tp_ep_t *ep)
@@ -285,6 +311,7 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     shm_ep_t *e = calloc(1, sizeof(*e));
     if (e == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
+    e->copy.mode = comm->cfg.shm_nt;
     weft_status_t st = map_peer(a.name, &e->peer_map, &e->peer_map_bytes);
     if (st != WEFT_OK) {
         free(e);
@@ -367,6 +394,48 @@ static int frame_waiting(const shm_ep_t *e)
     return stamp_load(e->rx_data) == (head ^ e->rx_key);
 }
 
+int shm_copy_timed(const shm_copy_t *c, size_t bytes)
+{
+    return c->mode < 0 && bytes >= COPY_TIMED_MIN;
+}
+
+int shm_copy_next(shm_copy_t *c, size_t bytes)
+{
+    if (c->mode >= 0 || bytes < COPY_TIMED_MIN)
+        return c->mode == 1 && bytes >= COPY_TIMED_MIN;
+    int nt = c->nt;
+    if (++c->frames % (nt ? COPY_PROBE_NT : COPY_PROBE_PLAIN) == 0)
+        nt = !nt;
+    return nt;
+}
+
+int shm_copy_note(shm_copy_t *c, int nt, double rate)
+{
+    double *avg = &c->rate[nt != 0];
+    *avg = *avg > 0 ? 0.75 * *avg + 0.25 * rate : rate;
+    int want = c->rate[0] > 0 && c->rate[1] > COPY_NT_GAIN * c->rate[0];
+    if (want == c->nt)
+        return 0;
+    c->nt = want;
+    return 1;
+}
+
+/* Copies a frame's payload into the ring: plain or streaming stores (see the top; the
+ * streaming copy ends with a store fence, so the stamp stored after it comes later). */
+static void copy_in(shm_ep_t *e, void *dst, const void *src, size_t n)
+{
+    int nt = shm_copy_next(&e->copy, n), timed = shm_copy_timed(&e->copy, n);
+    uint64_t t0 = timed ? time_ns() : 0;
+    if (nt)
+        kern_copy_nt(dst, src, n);
+    else
+        memcpy(dst, src, n);
+    if (timed && shm_copy_note(&e->copy, nt, (double)n / (double)(time_ns() - t0 + 1)))
+        LOG_INFO(LOG_SHM, "shm: frames to rank %d now with %s stores (plain %.1f GB/s, "
+                 "streaming %.1f GB/s)", e->base.peer, e->copy.nt ? "streaming" : "plain",
+                 e->copy.rate[0], e->copy.rate[1]);
+}
+
 static weft_status_t shm_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
 {
     shm_ep_t *e = (shm_ep_t *)ep;
@@ -386,7 +455,7 @@ static weft_status_t shm_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *p
         pos = 0;
     }
     if (hdr->len)
-        memcpy(e->tx_data + pos + payload_off(hdr->len), payload, hdr->len);
+        copy_in(e, e->tx_data + pos + payload_off(hdr->len), payload, hdr->len);
     memcpy(e->tx_data + pos, hdr, sizeof(*hdr));
     stamp_store(e->tx_data + pos, tail ^ e->tx_key);
     e->tx_tail = tail + total;
