@@ -7,12 +7,15 @@
  * 6-19 GB/s and streaming 12-17 while the two cores share a cache; plain 2.4-2.9 and
  * streaming 18-20 while they do not: docs/PERF.md), so each case is exact and quick; the
  * copies themselves are checked by test_coll with WEFT_SHM_NT=0 and 1 (tests/run.sh).
- * The last line printed is "test_shm_copy: N passed, N failed"; exit status is nonzero on
- * any failure.
+ * Also WEFT_SHM_NT's parsing: auto (the default), 0, 1, and a bad value refused by name
+ * with nothing changed. The last line printed is "test_shm_copy: N passed, N failed"; exit
+ * status is nonzero on any failure.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "shm/shm_int.h"
 
 #define FRAME (128u << 10)
@@ -56,8 +59,42 @@ static shm_copy_t mode(long m)
     return c;
 }
 
+/* WEFT_SHM_NT as cfg_load reads it */
+static void test_config(void)
+{
+    static const struct { const char *v; long want; } good[] = {
+        { NULL, -1 }, { "auto", -1 }, { "0", 0 }, { "1", 1 },
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        if (good[i].v)
+            setenv("WEFT_SHM_NT", good[i].v, 1);
+        else
+            unsetenv("WEFT_SHM_NT");
+        weft_config_t cfg;
+        CHECK(cfg_load(&cfg) == WEFT_OK && cfg.shm_nt == good[i].want,
+              "WEFT_SHM_NT=%s: got %ld, want %ld", good[i].v ? good[i].v : "(unset)",
+              cfg.shm_nt, good[i].want);
+    }
+    static const char *const bad[] = { "2", "-1", "yes", "1x" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("WEFT_SHM_NT", bad[i], 1);
+        weft_config_t cfg;
+        memset(&cfg, 0x5a, sizeof(cfg));
+        weft_config_t keep = cfg;
+        CHECK(cfg_load(&cfg) == WEFT_ERR_INVALID_ARG, "WEFT_SHM_NT=%s accepted", bad[i]);
+        CHECK(!memcmp(&cfg, &keep, sizeof(cfg)), "WEFT_SHM_NT=%s: config written", bad[i]);
+        CHECK(strstr(weft_last_error(), "WEFT_SHM_NT=") &&
+              strstr(weft_last_error(), "is not valid"), "WEFT_SHM_NT=%s: message '%s'",
+              bad[i], weft_last_error());
+    }
+    unsetenv("WEFT_SHM_NT");
+}
+
 int main(void)
 {
+    setenv("WEFT_DEBUG", "NONE", 0);    /* the refusals are checked, not read from the log */
+    test_config();
+
     /* fixed modes: nothing timed, the same way every frame */
     shm_copy_t c = mode(0);
     run_t r = send_frames(&c, 100, 2.5, 19);
