@@ -25,11 +25,11 @@
  * streaming stores, which fetch nothing, are several times faster (docs/PERF.md: 2.4-2.9
  * against 18-20 GB/s). With a shared cache streaming is the worse choice end to end (the
  * consumer then reads the frame from memory, not the cache), even where a frame alone
- * goes in up to 2.4x faster streamed (6-7 against 12-17 GB/s per frame, mixed with plain). So the sender times
- * its copies: a running average of each way's rate, a few frames copied the other way to
- * keep both current (COPY_PROBE_PLAIN, COPY_PROBE_NT), and streaming stores while they
- * are more than COPY_NT_GAIN times as fast. The choice is the sender's alone: the bytes
- * are the same.
+ * goes in up to 2.4x faster streamed (6-7 against 12-17 GB/s per frame, mixed with
+ * plain). So the sender times its copies: a running average of each way's rate, a few
+ * frames copied the other way to keep both current (COPY_PROBE_PLAIN, COPY_PROBE_NT), and
+ * streaming stores while they are more than COPY_NT_GAIN times as fast. The choice is the
+ * sender's alone: the bytes are the same.
  *
  * Large messages can skip the ring: the single-copy algorithms read straight from the
  * peer's buffer (shm_rma.c: process_vm_readv, or a mapping of weft_mem_alloc memory),
