@@ -118,8 +118,17 @@ for v in "none" "zero1" "grad_op" "full" "hybrid --shard-group 1" \
     # the model by ~3e-5 of its largest value over 6 steps, depending on the data (the
     # runs train on README.md: an edit of it took the gap from under 1e-5 to 3.1e-5,
     # the same in every run); 1e-4 there
+    # On a GPU with more than 2 ranks, bf16 reductions round differently on the two devices:
+    # the CPU's ring rounds each partial sum to bf16 (N-1 times), the GPU's kernel sums all
+    # N inputs in fp32 and rounds once. A gradient whose sum is within that rounding of zero
+    # then gets the other sign, and AdamW's first step moves its weight by lr the other way:
+    # 2 lr apart. Measured on an H200 (4 ranks): 1.98e-3 at lr 1e-3; on the CPU alone, 4
+    # ranks with --reduce-dtype bf16 against fp32 differ by the same 1.99e-3. There 2.5 lr.
     mtol=$MTOL
     case "$v" in *bf16*) mtol=$(python3 -c "print(max($MTOL, 1e-4))") ;; esac
+    case "$v" in *"--reduce-dtype bf16"*)
+        [ -n "${TRAIN_BIN:-}" ] && [ "$NR" -gt 2 ] && mtol=$(python3 -c "print(max($mtol, 2.5e-3))") ;;
+    esac
     # shellcheck disable=SC2086
     if trn "${common[@]}" --shard $v --device cuda --json "$OUT/sg.$t.json" \
             --save-model "$OUT/sg.$t.bin" >"$OUT/sg.$t.log" 2>&1 &&
