@@ -9,8 +9,9 @@
  * accumulation and zeroing of gradients, loss scaling, clipping and AdamW's segments) is
  * compared with the CPU model by test_train_gpu's own checks. The .cu kernels themselves
  * are not: the element-wise and row kernels here are plain loops written afresh (the
- * layout ones, softmax, bias, sums) or the CPU kernels (layernorm, encoder, GELU,
- * cross-entropy, AdamW) — those run for real only on a GPU (build/tests/test_train_gpu).
+ * layout ones, softmax, the fused attention, bias, sums) or the CPU kernels (layernorm,
+ * encoder, GELU, cross-entropy, AdamW) — those run for real only on a GPU
+ * (build/tests/test_train_gpu).
  * cublasGemmEx is column-major cblas_sgemm; CUBLAS_COMPUTE_32F_FAST_16BF rounds both
  * operands to bf16 first, as the Tensor Cores do. "Device" memory is host memory; streams
  * are synchronous, so events are always complete. weft_cuda.h's stream calls, which
@@ -209,10 +210,19 @@ void kcu_encoder_forward(float *out, const int *inp, const float *wte, const flo
     kern_encoder_forward(out, inp, wte, wpe, B, T, C);
 }
 
-void kcu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
-                          int T, int C, cudaStream_t s)
+/* from the token index alone (not the inputs), so a wrong index shows in the gradients */
+void kcu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
+                          int ntok, int B, int T, int C, cudaStream_t s)
 {
-    kern_encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+    int BT = B * T;
+    const int *order = tokens, *starts = tokens + BT, *toks = tokens + 2 * (size_t)BT + 1;
+    for (int u = 0; u < ntok; u++)
+        for (int k = starts[u]; k < starts[u + 1]; k++)
+            for (int c = 0; c < C; c++)
+                dwte[(size_t)toks[u] * C + c] += dout[(size_t)order[k] * C + c];
+    for (int bt = 0; bt < BT; bt++)
+        for (int c = 0; c < C; c++)
+            dwpe[(size_t)(bt % T) * C + c] += dout[(size_t)bt * C + c];
 }
 
 void kcu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
@@ -221,11 +231,26 @@ void kcu_layernorm_forward(float *out, float *mean, float *rstd, const float *in
     kern_layernorm_forward(out, mean, rstd, inp, w, b, N, C);
 }
 
+/* The column sums' partial rows in the caller's scratch, as nn_cuda.cu writes them
+ * (col_groups: G rows of `width` floats): poisoned with NaN, so a scratch that overlaps
+ * anything still in use shows in the tests' figures. */
+static void scratch_poison(float *scratch, size_t scratch_floats, int N, size_t width)
+{
+    size_t g = scratch_floats / width, want = ((size_t)N + 7) / 8;
+    g = g > 32 ? 32 : g;
+    g = g > want ? want : g;
+    g = g < 1 ? 1 : g;
+    for (size_t i = 0; i < g * width; i++)
+        scratch[i] = NAN;
+}
+
 void kcu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, const float *mean,
-                            const float *rstd, int N, int C, cudaStream_t s)
+                            const float *rstd, int N, int C, float *scratch,
+                            size_t scratch_floats, cudaStream_t s)
 {
     kern_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    scratch_poison(scratch, scratch_floats, N, 2 * (size_t)C);
 }
 
 void kcu_add_bias(float *out, const float *bias, int N, int OC, cudaStream_t s)
@@ -235,7 +260,8 @@ void kcu_add_bias(float *out, const float *bias, int N, int OC, cudaStream_t s)
             out[(size_t)r * OC + o] += bias[o];
 }
 
-void kcu_bias_backward(float *dbias, const float *dout, int N, int OC, cudaStream_t s)
+void kcu_bias_backward(float *dbias, const float *dout, int N, int OC, float *scratch,
+                       size_t scratch_floats, cudaStream_t s)
 {
     for (int o = 0; o < OC; o++) {
         double acc = 0.0;
@@ -243,6 +269,7 @@ void kcu_bias_backward(float *dbias, const float *dout, int N, int OC, cudaStrea
             acc += dout[(size_t)r * OC + o];
         dbias[o] += (float)acc;
     }
+    scratch_poison(scratch, scratch_floats, N, (size_t)OC);
 }
 
 void kcu_gelu_forward(float *out, const float *inp, size_t n, cudaStream_t s)
@@ -340,6 +367,104 @@ void kcu_softmax_causal_backward(float *datt, const float *att, float scale, int
     }
 }
 
+/* one value rounded to bf16, as the fused attention's tensor-core operands are */
+static float bfr(float x)
+{
+    uint16_t h;
+    kern_to_bf16(&h, &x, 1);
+    uint32_t u = (uint32_t)h << 16;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+int kcu_attention_fits(int C, int NH)
+{
+    if (NH <= 0 || C % NH)
+        return 0;
+    int hs = C / NH;
+    return hs == 16 || hs == 32 || hs == 64 || hs == 128;
+}
+
+/* the fused attention's arithmetic as loops: q, k, v, P (and in the backward dout, dS)
+ * rounded to bf16 where the kernels hand them to tensor cores; softmax and sums in fp32 */
+void kcu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
+                           int NH, cudaStream_t s)
+{
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs), *sc = malloc((size_t)T * sizeof(float));
+    for (int b = 0; b < B && sc; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const float *q = qkv + ((size_t)b * T + i) * 3 * C + h * hs;
+                float mx = -INFINITY, l = 0.0f;
+                for (int j = 0; j <= i; j++) {
+                    const float *k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    float d = 0.0f;
+                    for (int x = 0; x < hs; x++)
+                        d += bfr(q[x]) * bfr(k[x]);
+                    sc[j] = d * scale;
+                    mx = fmaxf(mx, sc[j]);
+                }
+                float *o = out + ((size_t)b * T + i) * C + h * hs;
+                for (int x = 0; x < hs; x++)
+                    o[x] = 0.0f;
+                for (int j = 0; j <= i; j++) {
+                    const float *v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
+                    float p = expf(sc[j] - mx);
+                    l += p;
+                    for (int x = 0; x < hs; x++)
+                        o[x] += bfr(p) * bfr(v[x]);
+                }
+                for (int x = 0; x < hs; x++)
+                    o[x] /= l;
+                lse[((size_t)b * NH + h) * T + i] = mx + logf(l);
+            }
+    free(sc);
+}
+
+void kcu_attention_backward(float *dqkv, float *dsum, const float *dout, const float *qkv,
+                            const float *out, const float *lse, int B, int T, int C, int NH,
+                            cudaStream_t s)
+{
+    int hs = C / NH;
+    size_t C3 = 3 * (size_t)C;
+    float scale = 1.0f / sqrtf((float)hs);
+    memset(dqkv, 0, (size_t)B * T * C3 * sizeof(float));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            float *ds = dsum + ((size_t)b * NH + h) * T;
+            const float *ls = lse + ((size_t)b * NH + h) * T;
+            for (int i = 0; i < T; i++) {
+                const float *x = dout + ((size_t)b * T + i) * C + h * hs;
+                const float *y = out + ((size_t)b * T + i) * C + h * hs;
+                ds[i] = 0.0f;
+                for (int d = 0; d < hs; d++)
+                    ds[i] += x[d] * y[d];
+            }
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j <= i; j++) {
+                    const float *q = qkv + ((size_t)b * T + i) * C3 + h * hs;
+                    const float *k = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
+                    const float *v = k + C;
+                    const float *dy = dout + ((size_t)b * T + i) * C + h * hs;
+                    float *dq = dqkv + ((size_t)b * T + i) * C3 + h * hs;
+                    float *dk = dqkv + ((size_t)b * T + j) * C3 + C + h * hs;
+                    float *dv = dk + C;
+                    float sij = 0.0f, dp = 0.0f;
+                    for (int d = 0; d < hs; d++) {
+                        sij += bfr(q[d]) * bfr(k[d]);
+                        dp += bfr(dy[d]) * bfr(v[d]);
+                    }
+                    float p = expf(sij * scale - ls[i]), dsij = bfr(p * (dp - ds[i]));
+                    for (int d = 0; d < hs; d++) {
+                        dq[d] += dsij * bfr(k[d]) * scale;
+                        dk[d] += dsij * bfr(q[d]) * scale;
+                        dv[d] += bfr(p) * bfr(dy[d]);
+                    }
+                }
+        }
+}
+
 void kcu_crossentropy_forward(float *losses, float *lse, const float *logits,
                               const int *targets, int N, int V, cudaStream_t s)
 {
@@ -358,9 +483,15 @@ void kcu_adamw(float *p, float *m, float *v, const float *g, size_t n, float lr,
     kern_adamw(p, m, v, g, n, lr, b1, b2, eps, wd, t);
 }
 
-void kcu_sumsq(double *out, const float *x, size_t n, cudaStream_t s)
+void kcu_sumsq(double *out, const float *x, size_t n, double *scratch,
+               size_t scratch_doubles, cudaStream_t s)
 {
     *out += kern_sumsq(x, n);
+    size_t g = (n + 256 * 64 - 1) / (256 * 64);   // the partials nn_cuda.cu writes
+    g = g > 8192 ? 8192 : g;
+    g = g > scratch_doubles ? scratch_doubles : g;
+    for (size_t i = 0; i < (g ? g : 1); i++)
+        scratch[i] = NAN;
 }
 
 void kcu_scale(float *x, float a, size_t n, cudaStream_t s)

@@ -8,12 +8,15 @@
  * With a GPU: from the same parameters and batches, 10 steps (forward, backward, clip,
  * AdamW) on the CPU and the GPU: fp32 losses within 1e-4 relative at every step, every
  * gradient tensor of step 1 within 1e-3 of its largest value, the padded wte rows' gradient
- * zero; --dtype bf16 on the GPU within 2e-2 of the CPU's fp32 losses; the GPU path's
+ * zero; --dtype bf16 (with the fused attention) on the GPU within 2e-2 of the CPU's fp32
+ * losses, and a second bf16 run ending on the same bits; the fused attention alone
+ * (train_cuda_attention_run) against a double-precision reference at every head size over
+ * several 64-row tiles, a ragged last one included, bit-equal on a rerun; the GPU path's
  * refusals (backward without a forward, a token out of range, a batch over the prepared
  * one); shard/'s device table (train_cuda_shard_mem): bf16 conversions, the sums, the
  * norm, scaling and AdamW on device buffers equal to the CPU kernels', and a sharded
  * device model refusing the whole-state calls. Without a GPU these print "no CUDA device
- * visible: skipped".
+ * visible: skipped"; WEFT_TRAIN_ATTN's choice and refusals are checked either way.
  *
  * Invariants: exits non-zero when anything failed; ends NAME ": N passed, N
  * failed"; runs weft-train from $BUILD (default build) relative to the repository root.
@@ -58,7 +61,7 @@ static void test_layout(void)
     // 1*7*36 = 252 -> 256 and 1*4*7*7 = 196 -> 208: each region 16-float aligned
     check(train_cuda_extra_floats(&odd, 1, 7) == 7 * 256 + 208, "odd sizes aligned: %zu",
           train_cuda_extra_floats(&odd, 1, 7));
-    size_t want = (4 * np + nacts + nscratch + extra) * 4 + 2ull * B * T * 4 + 64;
+    size_t want = (4 * np + nacts + nscratch + extra) * 4 + (5ull * B * T + 1) * 4 + 64;
     check(train_cuda_bytes(&c, B, T) == want, "device bytes %zu, want %zu",
           train_cuda_bytes(&c, B, T), want);
 
@@ -125,16 +128,6 @@ static void test_no_device(void)
     if (train_cuda_built() && m) {   // argument checks come first
         st = train_cuda_create(&g, m, 2, 17, 0);
         check(st == WEFT_ERR_INVALID_ARG && g == NULL, "T over maxT refused: %d", st);
-        // a configuration only: the refusal comes before any parameter is read
-        train_gpt2_t *wide = calloc(1, sizeof(*wide));
-        if (wide)
-            wide->cfg = (train_gpt2_cfg_t){ .max_seq_len = 2, .vocab_size = 10,
-                                            .padded_vocab_size = 128, .num_layers = 1,
-                                            .num_heads = 4, .channels = 6400 };
-        st = wide ? train_cuda_create(&g, wide, 1, 2, 0) : WEFT_ERR_NO_MEMORY;
-        check(st == WEFT_ERR_UNSUPPORTED && strstr(weft_last_error(), "channels 6400") &&
-              g == NULL, "C over 6144 refused: %d", st);
-        free(wide);
     }
     train_gpt2_destroy(m);
     int found, rc = run_cli("--device cuda --steps 0", why_want, &found);
@@ -142,6 +135,153 @@ static void test_no_device(void)
           found);
     rc = run_cli("--device tpu --steps 0", "--device needs a valid value", &found);
     check(rc == 2 && found, "weft-train --device tpu: exit %d", rc);
+}
+
+/* WEFT_TRAIN_ATTN's choice (host logic: no device needed) */
+static void test_attention_choice(void)
+{
+    train_gpt2_cfg_t c16 = { .max_seq_len = 64, .vocab_size = 300, .padded_vocab_size = 384,
+                             .num_layers = 1, .num_heads = 4, .channels = 64 };
+    train_gpt2_cfg_t c8 = c16;
+    c8.channels = 32;   // heads of 8: no fused kernel
+    int f = -1;
+    unsetenv("WEFT_TRAIN_ATTN");
+    check(train_cuda_attention(&c16, 1, &f) == WEFT_OK && f == 1, "auto, bf16, hs 16: fused");
+    check(train_cuda_attention(&c16, 0, &f) == WEFT_OK && f == 0, "auto, fp32: products");
+    check(train_cuda_attention(&c8, 1, &f) == WEFT_OK && f == 0, "auto, hs 8: products");
+    setenv("WEFT_TRAIN_ATTN", "matmul", 1);
+    check(train_cuda_attention(&c16, 1, &f) == WEFT_OK && f == 0, "matmul: products");
+    setenv("WEFT_TRAIN_ATTN", "flash", 1);
+    check(train_cuda_attention(&c16, 1, &f) == WEFT_OK && f == 1, "flash: fused");
+    check(train_cuda_attention(&c16, 0, &f) == WEFT_ERR_INVALID_ARG &&
+          strstr(weft_last_error(), "--dtype bf16"), "flash with fp32 refused: %s",
+          weft_last_error());
+    check(train_cuda_attention(&c8, 1, &f) == WEFT_ERR_INVALID_ARG &&
+          strstr(weft_last_error(), "32 / 4"), "flash with heads of 8 refused: %s",
+          weft_last_error());
+    setenv("WEFT_TRAIN_ATTN", "fast", 1);
+    check(train_cuda_attention(&c16, 1, &f) == WEFT_ERR_INVALID_ARG &&
+          strstr(weft_last_error(), "WEFT_TRAIN_ATTN=fast"), "a bad value refused: %s",
+          weft_last_error());
+    unsetenv("WEFT_TRAIN_ATTN");
+    float x = 0.0f;
+    check(train_cuda_attention_run(&x, &x, &x, &x, 1, 4, 48, 4) == WEFT_ERR_INVALID_ARG,
+          "no fused kernel for heads of 12");
+}
+
+/* causal attention in double from the same qkv and dout: out (b, t, c), dqkv (b, t, 3c) */
+static void attention_ref(const float *qkv, const float *dout, double *out, double *dqkv,
+                          int nb, int nt, int nc, int nh)
+{
+    int hs = nc / nh;
+    size_t c3 = 3 * (size_t)nc;
+    double sc = 1.0 / sqrt((double)hs), *p = malloc((size_t)nt * sizeof(double));
+    if (!p)
+        return;
+    memset(dqkv, 0, (size_t)nb * nt * c3 * sizeof(double));
+    for (int b = 0; b < nb; b++)
+        for (int h = 0; h < nh; h++)
+            for (int i = 0; i < nt; i++) {
+                const float *q = qkv + ((size_t)b * nt + i) * c3 + h * hs;
+                double mx = -INFINITY, sum = 0.0, dsum = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    const float *k = qkv + ((size_t)b * nt + j) * c3 + nc + h * hs;
+                    double d = 0.0;
+                    for (int x = 0; x < hs; x++)
+                        d += (double)q[x] * k[x];
+                    p[j] = d * sc;
+                    mx = fmax(mx, p[j]);
+                }
+                for (int j = 0; j <= i; j++)
+                    sum += (p[j] = exp(p[j] - mx));
+                double *o = out + ((size_t)b * nt + i) * nc + h * hs;
+                const float *dy = dout + ((size_t)b * nt + i) * nc + h * hs;
+                for (int x = 0; x < hs; x++) {
+                    o[x] = 0.0;
+                    for (int j = 0; j <= i; j++)
+                        o[x] += p[j] / sum * qkv[((size_t)b * nt + j) * c3 + 2 * nc + h * hs + x];
+                    dsum += o[x] * dy[x];
+                }
+                for (int j = 0; j <= i; j++) {
+                    const float *k = qkv + ((size_t)b * nt + j) * c3 + nc + h * hs;
+                    double pj = p[j] / sum, dp = 0.0;
+                    for (int x = 0; x < hs; x++)
+                        dp += (double)dy[x] * k[nc + x];
+                    double ds = pj * (dp - dsum) * sc;
+                    double *dq = dqkv + ((size_t)b * nt + i) * c3 + h * hs;
+                    double *dk = dqkv + ((size_t)b * nt + j) * c3 + nc + h * hs;
+                    for (int x = 0; x < hs; x++) {
+                        dq[x] += ds * k[x];
+                        dk[x] += ds * q[x];
+                        dk[nc + x] += pj * dy[x];
+                    }
+                }
+            }
+    free(p);
+}
+
+/* the fused attention (bf16 products) against attention_ref: out and each of dq, dk, dv
+ * within 2e-2 of its largest value, over several tiles of 64 with a ragged last one, for
+ * every head size; two runs give the same bits (the backward has no atomics) */
+static void test_attention(void)
+{
+    static const int cases[][4] = { { 2, 200, 128, 2 }, { 1, 70, 64, 4 }, { 2, 130, 64, 2 },
+                                    { 1, 96, 256, 2 } };
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int nb = cases[ci][0], nt = cases[ci][1], nc = cases[ci][2], nh = cases[ci][3];
+        size_t n1 = (size_t)nb * nt * nc, n3 = 3 * n1;
+        float *qkv = malloc(n3 * 4), *dout = malloc(n1 * 4), *out = malloc(n1 * 4),
+              *dqkv = malloc(n3 * 4), *out2 = malloc(n1 * 4), *dqkv2 = malloc(n3 * 4);
+        double *ro = malloc(n1 * 8), *rd = malloc(n3 * 8);
+        if (!qkv || !dout || !out || !dqkv || !out2 || !dqkv2 || !ro || !rd) {
+            check(0, "out of memory");
+            goto next;
+        }
+        unsigned r = 12345u + (unsigned)ci;
+        for (size_t i = 0; i < n3; i++) {
+            r = r * 1664525u + 1013904223u;
+            qkv[i] = (float)((r >> 8) / 16777216.0 * 2.0 - 1.0);
+        }
+        for (size_t i = 0; i < n1; i++) {
+            r = r * 1664525u + 1013904223u;
+            dout[i] = (float)((r >> 8) / 16777216.0 * 2.0 - 1.0);
+        }
+        weft_status_t st = train_cuda_attention_run(qkv, dout, out, dqkv, nb, nt, nc, nh);
+        check(st == WEFT_OK, "fused attention B %d T %d C %d NH %d: %s", nb, nt, nc, nh,
+              weft_last_error());
+        if (st != WEFT_OK)
+            goto next;
+        attention_ref(qkv, dout, ro, rd, nb, nt, nc, nh);
+        double worst[4] = { 0 }, big[4] = { 1e-30, 1e-30, 1e-30, 1e-30 };
+        for (size_t i = 0; i < n1; i++) {
+            worst[0] = fmax(worst[0], fabs(out[i] - ro[i]));
+            big[0] = fmax(big[0], fabs(ro[i]));
+        }
+        for (size_t i = 0; i < n3; i++) {
+            int part = 1 + (int)((i % (3 * (size_t)nc)) / nc);   // 1 dq, 2 dk, 3 dv
+            worst[part] = fmax(worst[part], fabs(dqkv[i] - rd[i]));
+            big[part] = fmax(big[part], fabs(rd[i]));
+        }
+        static const char *what[4] = { "out", "dq", "dk", "dv" };
+        for (int k = 0; k < 4; k++)
+            check(worst[k] <= 2e-2 * big[k], "fused attention T %d hs %d: %s off by %.3g of "
+                  "%.3g", nt, nc / nh, what[k], worst[k], big[k]);
+        printf(NAME ": fused attention B %d T %d hs %d: out, dq, dk, dv within %.1e %.1e %.1e "
+               "%.1e of their largest\n", nb, nt, nc / nh, worst[0] / big[0],
+               worst[1] / big[1], worst[2] / big[2], worst[3] / big[3]);
+        check(train_cuda_attention_run(qkv, dout, out2, dqkv2, nb, nt, nc, nh) == WEFT_OK &&
+              !memcmp(out, out2, n1 * 4) && !memcmp(dqkv, dqkv2, n3 * 4),
+              "fused attention T %d hs %d: a second run gives the same bits", nt, nc / nh);
+next:
+        free(qkv);
+        free(dout);
+        free(out);
+        free(dqkv);
+        free(out2);
+        free(dqkv2);
+        free(ro);
+        free(rd);
+    }
 }
 
 /* ---- with a GPU ---- */
@@ -254,28 +394,41 @@ static void test_gpu(void)
     train_cuda_destroy(g);
     g = NULL;
 
-    // bf16 products on the GPU against the CPU's fp32 losses, from the same start
-    memcpy(m->params_mem, p0, bytes);
-    free(m->m_mem);
-    free(m->v_mem);
-    m->m_mem = m->v_mem = NULL;
-    check(train_cuda_create(&g, m, B, T, 1) == WEFT_OK, "create bf16: %s", weft_last_error());
-    for (int s = 1; g && s <= STEPS; s++) {
-        float lg, ng;
-        fill_tokens(x, y, s);
-        check(train_cuda_zero_grad(g) == WEFT_OK && train_cuda_forward(g, x, y, B, T, &lg) ==
-              WEFT_OK && train_cuda_backward(g, 1.0f) == WEFT_OK &&
-              train_cuda_clip_grad(g, 1.0f, &ng) == WEFT_OK &&
-              train_cuda_update(g, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s) == WEFT_OK,
-              "bf16 step %d: %s", s, weft_last_error());
-        double rel = fabs(lg - cpu_loss[s - 1]) / fabs(cpu_loss[s - 1]);
-        check(rel <= 2e-2, "step %d bf16 loss: gpu %.6f cpu fp32 %.6f (rel %.2e)", s, lg,
-              cpu_loss[s - 1], rel);
-    }
-    // the device state comes back into the host model
-    if (g) {
-        check(train_cuda_download(g, m, 0) == WEFT_OK && m->m_mem && m->v_mem, "download");
-        check(memcmp(m->params_mem, p0, bytes) != 0, "parameters moved");
+    // bf16 products (and the fused attention) on the GPU against the CPU's fp32 losses,
+    // from the same start; twice: the second run ends on the same bits (no step kernel
+    // sums in a run-dependent order)
+    for (int run = 0; run < 2; run++) {
+        memcpy(m->params_mem, p0, bytes);
+        free(m->m_mem);
+        free(m->v_mem);
+        m->m_mem = m->v_mem = NULL;
+        check(train_cuda_create(&g, m, B, T, 1) == WEFT_OK, "create bf16: %s",
+              weft_last_error());
+        for (int s = 1; g && s <= STEPS; s++) {
+            float lg, ng;
+            fill_tokens(x, y, s);
+            check(train_cuda_zero_grad(g) == WEFT_OK && train_cuda_forward(g, x, y, B, T,
+                  &lg) == WEFT_OK && train_cuda_backward(g, 1.0f) == WEFT_OK &&
+                  train_cuda_clip_grad(g, 1.0f, &ng) == WEFT_OK &&
+                  train_cuda_update(g, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s) == WEFT_OK,
+                  "bf16 step %d: %s", s, weft_last_error());
+            double rel = fabs(lg - cpu_loss[s - 1]) / fabs(cpu_loss[s - 1]);
+            check(rel <= 2e-2, "step %d bf16 loss: gpu %.6f cpu fp32 %.6f (rel %.2e)", s, lg,
+                  cpu_loss[s - 1], rel);
+        }
+        // the device state comes back into the host model
+        if (g) {
+            check(train_cuda_download(g, m, 0) == WEFT_OK && m->m_mem && m->v_mem,
+                  "download");
+            check(memcmp(m->params_mem, p0, bytes) != 0, "parameters moved");
+            if (run == 0)
+                memcpy(gcpu, m->params_mem, bytes);
+            else
+                check(memcmp(gcpu, m->params_mem, bytes) == 0, "bf16: a second run of %d "
+                      "steps ends on the same parameters, bit for bit", STEPS);
+        }
+        train_cuda_destroy(g);
+        g = NULL;
     }
 out:
     train_cuda_destroy(g);
@@ -390,6 +543,8 @@ out:
 int main(void)
 {
     test_layout();
+    if (train_cuda_built())
+        test_attention_choice();
     const char *name = NULL;
     if (train_cuda_probe(&name) != WEFT_OK) {
         char why[512];
@@ -400,6 +555,7 @@ int main(void)
     } else {
         printf(NAME ": device %s\n", name);
         test_gpu();
+        test_attention();
         test_shard_mem();
     }
     printf(NAME ": %d passed, %d failed\n", R.passed, R.failed);

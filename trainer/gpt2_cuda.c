@@ -4,7 +4,9 @@
  * The step is gpt2.c's, op for op, with kernels/nn/cuda/ for everything but the matmuls
  * and cuBLAS for those (and for attention's two batched products per direction: S = q k^T
  * into the layer's att, softmax in place, y = P v; backward dP = dy v^T, dv = P^T dy,
- * dS in place, dq = dS k, dk = dS^T q). All work is queued on one stream; the host waits
+ * dS in place, dq = dS k, dk = dS^T q); with --dtype bf16 and heads of 16-128 channels
+ * attention is kcu_attention_* instead (no (T, T) matrix; WEFT_TRAIN_ATTN chooses:
+ * train_cuda_attention). All work is queued on one stream; the host waits
  * only where it needs a number (the loss, the gradient norm) or a copy. The tied wte
  * gradient gets the head's and the encoder's contributions, as on the CPU; the padded
  * rows [V, Vp) get none.
@@ -45,7 +47,8 @@ size_t train_cuda_bytes(const train_gpt2_cfg_t *c, int B, int T)
     size_t np = train_param_sizes(sizes, c);
     train_gpt2_act_split(c, B, T, &nacts, &nscratch);
     size_t floats = 4 * np + nacts + nscratch + train_cuda_extra_floats(c, B, T);
-    return floats * sizeof(float) + 2 * (size_t)B * T * sizeof(int) + 64;
+    // + inputs, targets and the token index (kcu_encoder_backward): 5 B*T + 1 ints
+    return floats * sizeof(float) + (5 * (size_t)B * T + 1) * sizeof(int) + 64;
 }
 
 #ifndef WEFT_TRAIN_CUDA
@@ -63,6 +66,18 @@ static weft_status_t not_built(void)
 }
 
 weft_status_t train_cuda_probe(const char **name_p)
+{
+    return not_built();
+}
+
+weft_status_t train_cuda_attention(const train_gpt2_cfg_t *c, int bf16, int *flash)
+{
+    *flash = 0;
+    return not_built();
+}
+
+weft_status_t train_cuda_attention_run(const float *qkv, const float *dout, float *out,
+                                       float *dqkv, int B, int T, int C, int NH)
 {
     return not_built();
 }
@@ -92,6 +107,29 @@ const shard_mem_t *train_cuda_shard_mem(train_cuda_t *g)
 
 void train_cuda_destroy(train_cuda_t *g)
 {
+}
+
+/* The encoder backward's token index of the BT inputs (kcu_encoder_backward's layout:
+ * order | starts | toks) into g->h_index, by a counting sort: stable, so each token's
+ * positions ascend; g->ntok distinct tokens. Inputs are checked to be in [0, V). */
+static void tokens_index(train_cuda_t *g, const int *inputs, int BT)
+{
+    int V = g->cfg.vocab_size, *cnt = g->h_count, *order = g->h_index;
+    int *starts = order + BT, *toks = starts + BT + 1, nu = 0;
+    memset(cnt, 0, ((size_t)V + 1) * sizeof(int));
+    for (int i = 0; i < BT; i++)
+        cnt[inputs[i] + 1]++;
+    for (int v = 0; v < V; v++) {
+        if (cnt[v + 1]) {
+            starts[nu] = cnt[v];
+            toks[nu++] = v;
+        }
+        cnt[v + 1] += cnt[v];   // now cnt[v] is token v's first slot
+    }
+    starts[nu] = BT;
+    for (int i = 0; i < BT; i++)
+        order[cnt[inputs[i]]++] = i;
+    g->ntok = nu;
 }
 
 weft_status_t train_cuda_forward(train_cuda_t *g, const int *inputs, const int *targets,
@@ -215,6 +253,7 @@ struct train_cuda {
     train_gpt2_cfg_t cfg;
     size_t num_params;
     int B, T, bf16;
+    int flash;                  // attention by kcu_attention_* (train_cuda_attention)
     cudaStream_t s;
     cublasHandle_t blas;
     float *params, *grads, *m, *v;    // (num_params) each, block-major
@@ -223,6 +262,8 @@ struct train_cuda {
     train_scratch_t scratch;
     float *q, *k, *v_, *dq, *dk, *dv, *yh, *dP;   // attention scratch (extra_floats)
     int *inputs, *targets;            // (B, T) on the device
+    int *tokens, ntok;                // the inputs' token index (tokens_index), 3BT+1 ints
+    int *h_index, *h_count;           // host: the index as built, counts per token (V+1)
     float *loss_sum;                  // (1)
     double *sumsq;                    // (1)
     int last_B, last_T, have_targets, have_moments;
@@ -279,6 +320,58 @@ static cublasComputeType_t compute_type(const train_cuda_t *g)
     return g->bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
 }
 
+weft_status_t train_cuda_attention(const train_gpt2_cfg_t *c, int bf16, int *flash)
+{
+    const char *v = getenv("WEFT_TRAIN_ATTN");
+    int fits = kcu_attention_fits(c->channels, c->num_heads);
+    *flash = 0;
+    if (!v || !*v || !strcmp(v, "auto")) {
+        *flash = bf16 && fits;
+        return WEFT_OK;
+    }
+    if (!strcmp(v, "matmul"))
+        return WEFT_OK;
+    if (strcmp(v, "flash"))
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "WEFT_TRAIN_ATTN=%s: auto, flash or "
+                                "matmul", v);
+    if (!bf16 || !fits)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "WEFT_TRAIN_ATTN=flash needs --dtype "
+                                "bf16 and a head size (channels / heads) of 16, 32, 64 or "
+                                "128 (here %s, %d / %d)", bf16 ? "bf16" : "fp32",
+                                c->channels, c->num_heads);
+    *flash = 1;
+    return WEFT_OK;
+}
+
+weft_status_t train_cuda_attention_run(const float *qkv, const float *dout, float *out,
+                                       float *dqkv, int B, int T, int C, int NH)
+{
+    if (B <= 0 || T <= 0 || !kcu_attention_fits(C, NH))
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "fused attention: B %d, T %d, C %d, "
+                                "NH %d: no such kernel", B, T, C, NH);
+    RETURN_IF_ERR(train_cuda_probe(NULL));
+    size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, nr = (size_t)B * NH * T;
+    float *d = NULL;
+    CU(cudaMalloc((void **)&d, (2 * n3 + 2 * n1 + 2 * nr) * sizeof(float)), "alloc");
+    float *dq = d, *dd = d + n3, *dout_d = dd + n3, *out_d = dout_d + n1, *lse = out_d + n1,
+          *dsum = lse + nr;
+    cudaError_t e = cudaMemcpy(dq, qkv, n3 * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(dout_d, dout, n1 * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) {
+        kcu_attention_forward(out_d, lse, dq, B, T, C, NH, 0);
+        kcu_attention_backward(dd, dsum, dout_d, dq, out_d, lse, B, T, C, NH, 0);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess)
+        e = cudaMemcpy(out, out_d, n1 * sizeof(float), cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(dqkv, dd, n3 * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    CU(e, "fused attention");
+    return WEFT_OK;
+}
+
 /* column-major C (m, n) = alpha op(A) op(B) + beta C, every operand fp32 in memory */
 static weft_status_t gemm(train_cuda_t *g, int ta, int tb, int m, int n, int k,
                           const float *A, int lda, const float *B, int ldb, float beta,
@@ -305,6 +398,16 @@ static weft_status_t gemm_batched(train_cuda_t *g, int ta, int tb, int m, int n,
     return WEFT_OK;
 }
 
+/* Scratch for the fixed-order sums of the parameter gradients (layernorm, biases, the
+ * norm): the attention regions q .. yh (7 of B*T*C floats, in order from q, 64-byte
+ * aligned), free outside the attention calls; always >= 4C floats (B*T >= 1), so the
+ * kernels get their one row. */
+static float *sums_scratch(const train_cuda_t *g, size_t *floats)
+{
+    *floats = 7 * align16((size_t)g->B * g->T * g->cfg.channels);
+    return g->q;
+}
+
 /* out (N, OC) = inp (N, C) . W (OC, C)^T + bias */
 static weft_status_t mm_forward(train_cuda_t *g, float *out, const float *inp, const float *w,
                                 const float *bias, int N, int C, int OC)
@@ -322,17 +425,25 @@ static weft_status_t mm_backward(train_cuda_t *g, float *dinp, float *dw, float 
 {
     RETURN_IF_ERR(gemm(g, 0, 0, C, N, OC, w, C, dout, OC, 0.0f, dinp, C));
     RETURN_IF_ERR(gemm(g, 0, 1, C, OC, N, inp, C, dout, OC, 1.0f, dw, C));
-    if (dbias)
-        kcu_bias_backward(dbias, dout, N, OC, g->s);
+    if (dbias) {
+        size_t nf;
+        float *sc = sums_scratch(g, &nf);
+        kcu_bias_backward(dbias, dout, N, OC, sc, nf, g->s);
+    }
     return WEFT_OK;
 }
 
-/* causal self-attention of one layer: qkv (B, T, 3C) -> out (B, T, C), att (B, NH, T, T) */
+/* causal self-attention of one layer: qkv (B, T, 3C) -> out (B, T, C), att (B, NH, T, T);
+ * with g->flash no (T, T) matrix: att's first B*NH*T floats hold the rows' log-sum-exp */
 static weft_status_t attention_forward(train_cuda_t *g, float *out, float *att,
                                        const float *qkv, int B, int T)
 {
     int C = g->cfg.channels, NH = g->cfg.num_heads, hs = C / NH;
     long long sh = (long long)T * hs, st = (long long)T * T;
+    if (g->flash) {
+        kcu_attention_forward(out, att, qkv, B, T, C, NH, g->s);
+        return WEFT_OK;
+    }
     kcu_qkv_split(g->q, g->k, g->v_, qkv, B, T, C, NH, g->s);
     // S (T, T) = q k^T per head, into att; then P = softmax(S / sqrt(hs)) in place
     RETURN_IF_ERR(gemm_batched(g, 1, 0, T, T, hs, g->k, hs, sh, g->q, hs, sh, att, T, st,
@@ -346,10 +457,15 @@ static weft_status_t attention_forward(train_cuda_t *g, float *out, float *att,
 }
 
 static weft_status_t attention_backward(train_cuda_t *g, float *dqkv, const float *dout,
-                                        const float *qkv, const float *att, int B, int T)
+                                        const float *qkv, const float *out,
+                                        const float *att, int B, int T)
 {
     int C = g->cfg.channels, NH = g->cfg.num_heads, hs = C / NH;
     long long sh = (long long)T * hs, st = (long long)T * T;
+    if (g->flash) {   // g->dP (B*NH*T*T floats) is scratch enough for the row sums
+        kcu_attention_backward(dqkv, g->dP, dout, qkv, out, att, B, T, C, NH, g->s);
+        return WEFT_OK;
+    }
     kcu_qkv_split(g->q, g->k, g->v_, qkv, B, T, C, NH, g->s);
     kcu_heads_permute(g->yh, dout, B, T, C, NH, 0, g->s);   // dy, head-major
     RETURN_IF_ERR(gemm_batched(g, 1, 0, T, T, hs, g->v_, hs, sh, g->yh, hs, sh, g->dP, T, st,
@@ -392,6 +508,29 @@ static weft_status_t block_forward(train_cuda_t *g, const train_block_t *p, int 
     return WEFT_OK;
 }
 
+/* The encoder backward's token index of the BT inputs (kcu_encoder_backward's layout:
+ * order | starts | toks) into g->h_index, by a counting sort: stable, so each token's
+ * positions ascend; g->ntok distinct tokens. Inputs are checked to be in [0, V). */
+static void tokens_index(train_cuda_t *g, const int *inputs, int BT)
+{
+    int V = g->cfg.vocab_size, *cnt = g->h_count, *order = g->h_index;
+    int *starts = order + BT, *toks = starts + BT + 1, nu = 0;
+    memset(cnt, 0, ((size_t)V + 1) * sizeof(int));
+    for (int i = 0; i < BT; i++)
+        cnt[inputs[i] + 1]++;
+    for (int v = 0; v < V; v++) {
+        if (cnt[v + 1]) {
+            starts[nu] = cnt[v];
+            toks[nu++] = v;
+        }
+        cnt[v + 1] += cnt[v];   // now cnt[v] is token v's first slot
+    }
+    starts[nu] = BT;
+    for (int i = 0; i < BT; i++)
+        order[cnt[inputs[i]]++] = i;
+    g->ntok = nu;
+}
+
 weft_status_t train_cuda_forward(train_cuda_t *g, const int *inputs, const int *targets,
                                  int B, int T, float *loss_p)
 {
@@ -413,9 +552,13 @@ weft_status_t train_cuda_forward(train_cuda_t *g, const int *inputs, const int *
     g->have_targets = 0;
     CU(cudaMemcpyAsync(g->inputs, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice,
                        g->s), "copy inputs");
-    if (targets)
+    if (targets) {   // a backward may follow: the encoder's token index goes along
         CU(cudaMemcpyAsync(g->targets, targets, (size_t)BT * sizeof(int),
                            cudaMemcpyHostToDevice, g->s), "copy targets");
+        tokens_index(g, inputs, BT);
+        CU(cudaMemcpyAsync(g->tokens, g->h_index, (3 * (size_t)BT + 1) * sizeof(int),
+                           cudaMemcpyHostToDevice, g->s), "copy the token index");
+    }
     RETURN_IF_ERR(train_unit_params(h, g->params, c, TRAIN_UNIT_EMB, 0, &u));
     train_emb_carve(&emb, u, c);
     kcu_encoder_forward(a->encoded, g->inputs, emb.wte, emb.wpe, B, T, C, g->s);
@@ -481,6 +624,8 @@ static weft_status_t block_backward(train_cuda_t *g, const train_block_t *p,
     float *att = a->att + (size_t)l * B * NH * T * T;
     float *residual2 = a->residual2 + l * btc, *ln2 = a->ln2 + l * btc;
     float *fch = a->fch + l * btc * 4, *fch_gelu = a->fch_gelu + l * btc * 4;
+    size_t nf;
+    float *sc = sums_scratch(g, &nf);
 
     RETURN_IF_ERR(mm_backward(g, s->dfch, gr->fcprojw, gr->fcprojb, s->dresidual, fch_gelu,
                               p->fcprojw, BT, 4 * C, C));
@@ -489,15 +634,15 @@ static weft_status_t block_backward(train_cuda_t *g, const train_block_t *p,
                               4 * C));
     kcu_layernorm_backward(s->dresidual, gr->ln2w, gr->ln2b, s->dln, residual2, p->ln2w,
                            a->ln2_mean + (size_t)l * BT, a->ln2_rstd + (size_t)l * BT, BT, C,
-                           g->s);
+                           sc, nf, g->s);
     RETURN_IF_ERR(mm_backward(g, s->dln, gr->attprojw, gr->attprojb, s->dresidual, atty,
                               p->attprojw, BT, C, C));
-    RETURN_IF_ERR(attention_backward(g, s->dqkv, s->dln, qkv, att, B, T));
+    RETURN_IF_ERR(attention_backward(g, s->dqkv, s->dln, qkv, atty, att, B, T));
     RETURN_IF_ERR(mm_backward(g, s->dln, gr->qkvw, gr->qkvb, s->dqkv, ln1, p->qkvw, BT, C,
                               3 * C));
     kcu_layernorm_backward(s->dresidual, gr->ln1w, gr->ln1b, s->dln, residual, p->ln1w,
                            a->ln1_mean + (size_t)l * BT, a->ln1_rstd + (size_t)l * BT, BT, C,
-                           g->s);
+                           sc, nf, g->s);
     return WEFT_OK;
 }
 
@@ -534,8 +679,10 @@ weft_status_t train_cuda_backward(train_cuda_t *g, float loss_scale)
     RETURN_IF_ERR(train_unit_grads(h, g->grads, c, TRAIN_UNIT_LNF(L), &gu));
     train_lnf_carve(&lnf, u, c);
     train_lnf_carve(&glnf, gu, c);
+    size_t nf;
+    float *sc = sums_scratch(g, &nf);
     kcu_layernorm_backward(s->dresidual, glnf.lnfw, glnf.lnfb, s->dln, res_last, lnf.lnfw,
-                           a->lnf_mean, a->lnf_rstd, BT, C, g->s);
+                           a->lnf_mean, a->lnf_rstd, BT, C, sc, nf, g->s);
     RETURN_IF_ERR(train_unit_grads_done(h, TRAIN_UNIT_LNF(L)));
     RETURN_IF_ERR(train_unit_params_done(h, TRAIN_UNIT_LNF(L), 1));
     for (int l = L - 1; l >= 0; l--) {
@@ -549,7 +696,8 @@ weft_status_t train_cuda_backward(train_cuda_t *g, float loss_scale)
         RETURN_IF_ERR(train_unit_params_done(h, TRAIN_UNIT_BLOCK(l), 1));
     }
     // the tied wte: its gradient from the head and from the encoder, reduced once
-    kcu_encoder_backward(gemb.wte, gemb.wpe, s->dresidual, g->inputs, B, T, C, g->s);
+    kcu_encoder_backward(gemb.wte, gemb.wpe, s->dresidual, g->tokens, g->ntok, B, T, C,
+                         g->s);
     RETURN_IF_ERR(train_unit_grads_done(h, TRAIN_UNIT_EMB));
     RETURN_IF_ERR(train_unit_params_done(h, TRAIN_UNIT_EMB, 1));
     CU(cudaGetLastError(), "backward kernels");
@@ -561,7 +709,9 @@ weft_status_t train_cuda_clip_grad(train_cuda_t *g, float clip, float *norm_p)
     RETURN_IF_ERR(own_state(g, "clip_grad"));
     double ss = 0.0;
     CU(cudaMemsetAsync(g->sumsq, 0, sizeof(double), g->s), "zero norm");
-    kcu_sumsq(g->sumsq, g->grads, g->num_params, g->s);
+    size_t nf;
+    float *sc = sums_scratch(g, &nf);
+    kcu_sumsq(g->sumsq, g->grads, g->num_params, (double *)sc, nf / 2, g->s);
     CU(cudaMemcpyAsync(&ss, g->sumsq, sizeof(double), cudaMemcpyDeviceToHost, g->s),
        "copy norm");
     CU(cudaStreamSynchronize(g->s), "gradient norm");
@@ -639,6 +789,8 @@ void train_cuda_destroy(train_cuda_t *g)
     for (int i = 0; i < g->nev; i++)
         cudaEventDestroy(g->ev[i]);
     free(g->ev);
+    free(g->h_index);
+    free(g->h_count);
     if (g->cs)
         cudaStreamDestroy(g->cs);
     if (g->s)
@@ -675,8 +827,12 @@ static weft_status_t create(train_cuda_t *g, const train_gpt2_t *m, int B, int T
     train_gpt2_act_split(c, B, T, &nacts, &nscratch);
     size_t extra = train_cuda_extra_floats(c, B, T), btc = align16((size_t)B * T * c->channels);
     size_t nf = nacts + nscratch + extra + 16;   // + loss sum, norm (aligned)
-    CU(cudaMalloc((void **)&g->acts_mem, nf * sizeof(float) + 2 * (size_t)B * T * sizeof(int)),
-       "activations");
+    CU(cudaMalloc((void **)&g->acts_mem, nf * sizeof(float) +
+                  (5 * (size_t)B * T + 1) * sizeof(int)), "activations");
+    g->h_index = malloc((3 * (size_t)B * T + 1) * sizeof(int));
+    g->h_count = malloc(((size_t)c->vocab_size + 1) * sizeof(int));
+    if (!g->h_index || !g->h_count)
+        return weft_error_quiet(WEFT_ERR_NO_MEMORY, "--device cuda: out of memory");
     g->scratch_mem = g->acts_mem + nacts;
     train_gpt2_act_carve(&g->acts, &g->scratch, g->acts_mem, g->scratch_mem, c, B, T);
     float *x = g->scratch_mem + nscratch;
@@ -689,6 +845,7 @@ static weft_status_t create(train_cuda_t *g, const train_gpt2_t *m, int B, int T
     g->loss_sum = x + 2;
     g->inputs = (int *)(x + 16);
     g->targets = g->inputs + (size_t)B * T;
+    g->tokens = g->targets + (size_t)B * T;
     if (!own)
         return WEFT_OK;
     CU(cudaMemcpy(g->params, m->params_mem, bytes, cudaMemcpyHostToDevice), "upload params");
@@ -711,9 +868,6 @@ static weft_status_t create_model(train_cuda_t **g_p, const train_gpt2_t *m, int
     if (B <= 0 || T <= 0 || T > m->cfg.max_seq_len)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "batch %d x %d invalid (sequence "
                                 "length must be 1..%d)", B, T, m->cfg.max_seq_len);
-    if (m->cfg.channels > 6144)   // layernorm backward keeps 2C floats in 48 KB of shared memory
-        return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "--device cuda: channels %d > 6144 "
-                                "(layernorm backward's shared memory)", m->cfg.channels);
     RETURN_IF_ERR(train_cuda_probe(NULL));
     RETURN_IF_ERR(cublas_ready());
     train_cuda_t *g = calloc(1, sizeof(*g));
@@ -724,7 +878,12 @@ static weft_status_t create_model(train_cuda_t **g_p, const train_gpt2_t *m, int
     g->B = B;
     g->T = T;
     g->bf16 = bf16 ? 1 : 0;
-    weft_status_t st = create(g, m, B, T, own, dev);
+    weft_status_t st = train_cuda_attention(&m->cfg, g->bf16, &g->flash);
+    if (st != WEFT_OK) {
+        free(g);
+        return st;
+    }
+    st = create(g, m, B, T, own, dev);
     if (st != WEFT_OK) {
         train_cuda_destroy(g);
         return st;
@@ -837,8 +996,10 @@ static weft_status_t dm_sumsq(void *ctx, const float *const *x, const size_t *n,
     train_cuda_t *g = ctx;
     double ss = 0.0;
     CU(cudaMemsetAsync(g->sumsq, 0, sizeof(double), g->s), "shard: zero norm");
+    size_t nf;
+    float *sc = sums_scratch(g, &nf);
     for (int k = 0; k < count; k++)
-        kcu_sumsq(g->sumsq, x[k], n[k], g->s);
+        kcu_sumsq(g->sumsq, x[k], n[k], (double *)sc, nf / 2, g->s);
     CU(cudaMemcpyAsync(&ss, g->sumsq, sizeof(double), cudaMemcpyDeviceToHost, g->s),
        "shard: copy norm");
     CU(cudaStreamSynchronize(g->s), "shard: gradient norm");

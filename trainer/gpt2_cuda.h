@@ -31,6 +31,17 @@ int train_cuda_built(void);
 /* WEFT_OK when a CUDA device is visible (*name_p, if not NULL, gets its name, static);
  * else WEFT_ERR_UNSUPPORTED saying why (not built, no device, driver error). */
 weft_status_t train_cuda_probe(const char **name_p);
+/* How the model at cfg computes attention: *flash = 1 for kcu_attention_* (bf16 products,
+ * no (T, T) matrices), 0 for cuBLAS products and a materialised softmax. WEFT_TRAIN_ATTN:
+ * auto (default: flash with --dtype bf16 where the head size C/NH is 16, 32, 64 or 128),
+ * flash (an error where it does not apply), matmul. WEFT_ERR_INVALID_ARG for a bad value;
+ * WEFT_ERR_UNSUPPORTED in a build without CUDA. */
+weft_status_t train_cuda_attention(const train_gpt2_cfg_t *cfg, int bf16, int *flash);
+/* For tests: the fused attention's forward and backward on host arrays (through device
+ * buffers, on the default stream): out (B, T, C) and dqkv (B, T, 3C) from qkv (B, T, 3C)
+ * and dout (B, T, C). WEFT_ERR_INVALID_ARG where no kernel fits (kcu_attention_fits). */
+weft_status_t train_cuda_attention_run(const float *qkv, const float *dout, float *out,
+                                       float *dqkv, int B, int T, int C, int NH);
 /* floats of device scratch beyond the CPU split, for attention at (B, T): q, k, v, their
  * gradients, one head-major y (7 regions of B*T*C) and one layer's dP (B*NH*T*T), each
  * rounded up to 16 floats. */

@@ -139,9 +139,12 @@ static void print_header(FILE *out, const train_gpt2_t *m, const train_opts_t *o
             o->clip, o->shuffle ? "shuffled" : "in-order", o->bf16 ? "bf16" : "fp32",
             o->threads, (unsigned long long)o->seed);
     const char *gpu = NULL;
-    if (o->device == TRAIN_DEVICE_CUDA && train_cuda_probe(&gpu) == WEFT_OK)
-        fprintf(out, "weft-train: device cuda (%s), matmuls cuBLAS %s\n", gpu,
-                o->bf16 ? "bf16 products, fp32 sums and master weights" : "fp32");
+    int flash = 0;
+    if (o->device == TRAIN_DEVICE_CUDA && train_cuda_probe(&gpu) == WEFT_OK &&
+        train_cuda_attention(c, o->bf16, &flash) == WEFT_OK)
+        fprintf(out, "weft-train: device cuda (%s), matmuls cuBLAS %s, attention %s\n", gpu,
+                o->bf16 ? "bf16 products, fp32 sums and master weights" : "fp32",
+                flash ? "fused (bf16, no T x T matrices)" : "cuBLAS products and softmax");
     if (dist->world)
         fprintf(out, "weft-train: %d ranks (%s), --shard %s (group %d), prefetch %d, params "
                 "%s, reduce %s, global batch %d\n", dist->nranks,

@@ -4,10 +4,10 @@
  * Each kernel computes the function of its CPU twin in kernels/nn/ (the reference): row
  * reductions (layernorm, softmax, cross-entropy) give one warp or one block a row and
  * reduce with warp shuffles; element-wise ops are grid-stride loops. Parameter gradients
- * of per-row ops (layernorm weight/bias, bias columns) are summed per block in registers
- * or shared memory first and then added with one atomicAdd per block and channel, so the
- * atomics stay few; the encoder's scatter into dwte uses atomics per element, as rows of
- * the same token may meet. fp32 throughout: the mixed precision of --dtype bf16 lives in
+ * of per-row ops (layernorm weight/bias, bias columns) are column sums in a fixed order:
+ * per block of rows into the caller's scratch, then the blocks' sums in order (col_sums),
+ * so they come out the same bits every run; the encoder's dwte takes each token's rows
+ * in position order from a token index the host builds (no atomics anywhere in a step). fp32 throughout: the mixed precision of --dtype bf16 lives in
  * the cuBLAS calls (trainer/gpt2_cuda.c).
  *
  * Invariants: no kernel allocates; every launcher only queues work on its stream; shapes
@@ -68,15 +68,30 @@ static __global__ void encoder_fwd(float *out, const int *inp, const float *wte,
     }
 }
 
-static __global__ void encoder_bwd(float *dwte, float *dwpe, const float *dout,
-                                   const int *inp, int T, int C, size_t n)
+/* dwte rows of the tokens present: a block per token, its positions in ascending order */
+static __global__ void encoder_bwd_wte(float *dwte, const float *dout, const int *csr, int BT,
+                                       int C)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+    const int *order = csr, *starts = csr + BT, *toks = csr + 2 * (size_t)BT + 1;
+    int u = blockIdx.x, s0 = starts[u], s1 = starts[u + 1];
+    float *row = dwte + (size_t)toks[u] * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int k = s0; k < s1; k++)
+            acc += dout[(size_t)order[k] * C + c];
+        row[c] += acc;
+    }
+}
+
+/* dwpe (T, C): each element sums its B rows in order */
+static __global__ void encoder_bwd_wpe(float *dwpe, const float *dout, int B, size_t TC)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < TC;
          i += (size_t)gridDim.x * blockDim.x) {
-        size_t bt = i / C;
-        int c = (int)(i % C), t = (int)(bt % T);
-        atomicAdd(&dwte[(size_t)inp[bt] * C + c], dout[i]);
-        atomicAdd(&dwpe[(size_t)t * C + c], dout[i]);
+        float acc = 0.0f;
+        for (int b = 0; b < B; b++)
+            acc += dout[b * TC + i];
+        dwpe[i] += acc;
     }
 }
 
@@ -88,10 +103,13 @@ extern "C" void kcu_encoder_forward(float *out, const int *inp, const float *wte
 }
 
 extern "C" void kcu_encoder_backward(float *dwte, float *dwpe, const float *dout,
-                                     const int *inp, int B, int T, int C, cudaStream_t s)
+                                     const int *tokens, int ntok, int B, int T, int C,
+                                     cudaStream_t s)
 {
-    size_t n = (size_t)B * T * C;
-    encoder_bwd<<<grid_for(n, 256), 256, 0, s>>>(dwte, dwpe, dout, inp, T, C, n);
+    size_t tc = (size_t)T * C;
+    if (ntok > 0)
+        encoder_bwd_wte<<<ntok, 256, 0, s>>>(dwte, dout, tokens, B * T, C);
+    encoder_bwd_wpe<<<grid_for(tc, 256), 256, 0, s>>>(dwpe, dout, B, tc);
 }
 
 /* ---- layernorm: a warp per row, two passes as the CPU (mean, then centred variance) */
@@ -123,41 +141,88 @@ static __global__ void layernorm_fwd(float *out, float *mean, float *rstd, const
     }
 }
 
-/* Each block takes rows blockIdx.x, + gridDim.x, ... one warp at a time; dweight/dbias
- * partial sums live in shared memory (2C floats) and go out with one atomic each. */
-static __global__ void layernorm_bwd(float *dinp, float *dw, float *db, const float *dout,
-                                     const float *inp, const float *w, const float *mean,
-                                     const float *rstd, int N, int C)
+/* dinp of layernorm: a warp per row (the row's two sums, then its gradient) */
+static __global__ void layernorm_bwd(float *dinp, const float *dout, const float *inp,
+                                     const float *w, const float *mean, const float *rstd,
+                                     int N, int C)
 {
-    extern __shared__ float sh[];   // dw (C), db (C)
-    float *sdw = sh, *sdb = sh + C;
-    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x)
-        sh[c] = 0.0f;
-    __syncthreads();
-    int nw = blockDim.x / WARP, lane = threadIdx.x % WARP;
-    for (int row = blockIdx.x * nw + threadIdx.x / WARP; row < N; row += gridDim.x * nw) {
-        const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
-        float *dx = dinp + (size_t)row * C;
-        float m = mean[row], s = rstd[row], a = 0.0f, bb = 0.0f;
-        for (int c = lane; c < C; c += WARP) {
-            float norm = (x[c] - m) * s, dn = w[c] * dy[c];
-            a += dn;
-            bb += dn * norm;
+    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    if (row >= N)
+        return;
+    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C;
+    float m = mean[row], s = rstd[row], a = 0.0f, bb = 0.0f;
+    for (int c = lane; c < C; c += WARP) {
+        float norm = (x[c] - m) * s, dn = w[c] * dy[c];
+        a += dn;
+        bb += dn * norm;
+    }
+    a = warp_sum(a) / C;
+    bb = warp_sum(bb) / C;
+    for (int c = lane; c < C; c += WARP) {
+        float norm = (x[c] - m) * s, dn = w[c] * dy[c];
+        dx[c] += (dn - a - norm * bb) * s;
+    }
+}
+
+/* Column sums in a fixed order, for the parameter gradients of per-row ops: blockDim (32,
+ * 8), a column per threadIdx.x; block row blockIdx.y takes rows blockIdx.y*8 + threadIdx.y,
+ * + gridDim.y*8, ...; its 8 partial sums are added in order and written to part[blockIdx.y]
+ * (row stride `stride`), and col_sums_add adds the gridDim.y partials in order. With
+ * norm (layernorm): part holds sum(norm * dout) in [0, C) and sum(dout) in [C, 2C). */
+static __global__ void col_sums(float *part, size_t stride, const float *dout, int N, int C,
+                                const float *inp, const float *mean, const float *rstd)
+{
+    __shared__ float sw[8][WARP + 1], sb[8][WARP + 1];
+    int c = blockIdx.x * WARP + threadIdx.x;
+    float aw = 0.0f, ab = 0.0f;
+    if (c < C)
+        for (int r = blockIdx.y * 8 + threadIdx.y; r < N; r += gridDim.y * 8) {
+            float dy = dout[(size_t)r * C + c];
+            ab += dy;
+            if (inp)
+                aw += (inp[(size_t)r * C + c] - mean[r]) * rstd[r] * dy;
         }
-        a = warp_sum(a) / C;
-        bb = warp_sum(bb) / C;
-        for (int c = lane; c < C; c += WARP) {
-            float norm = (x[c] - m) * s, dn = w[c] * dy[c];
-            atomicAdd(&sdb[c], dy[c]);
-            atomicAdd(&sdw[c], norm * dy[c]);
-            dx[c] += (dn - a - norm * bb) * s;
+    sw[threadIdx.y][threadIdx.x] = aw;
+    sb[threadIdx.y][threadIdx.x] = ab;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int y = 1; y < 8; y++) {
+            aw += sw[y][threadIdx.x];
+            ab += sb[y][threadIdx.x];
+        }
+        float *p = part + blockIdx.y * stride;
+        if (inp) {
+            p[c] = aw;
+            p[C + c] = ab;
+        } else {
+            p[c] = ab;
         }
     }
-    __syncthreads();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        atomicAdd(&dw[c], sdw[c]);
-        atomicAdd(&db[c], sdb[c]);
-    }
+}
+
+/* y[c] += part[0][c] + part[1][c] + ... (G rows of stride floats), in that order */
+static __global__ void col_sums_add(float *y, const float *part, int G, size_t stride, int n)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n)
+        return;
+    float s = 0.0f;
+    for (int g = 0; g < G; g++)
+        s += part[g * stride + c];
+    y[c] += s;
+}
+
+/* block rows of col_sums: enough blocks to fill the GPU, at most 32, each partial row of
+ * `width` floats fitting the scratch, at least one (the callers' scratch holds one) */
+static int col_groups(int N, int C, size_t width, size_t scratch_floats)
+{
+    int g = (int)(scratch_floats / width), want = (int)((N + 7) / 8);
+    if (g > 32)
+        g = 32;
+    if (g > want)
+        g = want;
+    return g < 1 ? 1 : g;
 }
 
 extern "C" void kcu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
@@ -172,12 +237,17 @@ extern "C" void kcu_layernorm_forward(float *out, float *mean, float *rstd, cons
 extern "C" void kcu_layernorm_backward(float *dinp, float *dweight, float *dbias,
                                        const float *dout, const float *inp,
                                        const float *weight, const float *mean,
-                                       const float *rstd, int N, int C, cudaStream_t s)
+                                       const float *rstd, int N, int C, float *scratch,
+                                       size_t scratch_floats, cudaStream_t s)
 {
-    int threads = 512, nw = threads / WARP;
-    int blocks = (N + nw * 8 - 1) / (nw * 8);   // ~8 rows per warp: few atomics per channel
-    layernorm_bwd<<<blocks, threads, 2 * (size_t)C * sizeof(float), s>>>(
-        dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    int rows_per_block = 8;
+    layernorm_bwd<<<(N + rows_per_block - 1) / rows_per_block, rows_per_block * WARP, 0, s>>>(
+        dinp, dout, inp, weight, mean, rstd, N, C);
+    int G = col_groups(N, C, 2 * (size_t)C, scratch_floats);
+    col_sums<<<dim3((C + WARP - 1) / WARP, G), dim3(WARP, 8), 0, s>>>(
+        scratch, 2 * (size_t)C, dout, N, C, inp, mean, rstd);
+    col_sums_add<<<(C + 255) / 256, 256, 0, s>>>(dweight, scratch, G, 2 * (size_t)C, C);
+    col_sums_add<<<(C + 255) / 256, 256, 0, s>>>(dbias, scratch + C, G, 2 * (size_t)C, C);
 }
 
 /* ---- bias ---- */
@@ -189,24 +259,6 @@ static __global__ void add_bias(float *out, const float *bias, int OC, size_t n)
         out[i] += bias[i % OC];
 }
 
-/* blockDim (32, 8): a column per threadIdx.x, rows strided over threadIdx.y and blocks in y */
-static __global__ void bias_bwd(float *dbias, const float *dout, int N, int OC)
-{
-    __shared__ float sh[8][WARP];
-    int col = blockIdx.x * WARP + threadIdx.x;
-    float acc = 0.0f;
-    if (col < OC)
-        for (int r = blockIdx.y * 8 + threadIdx.y; r < N; r += gridDim.y * 8)
-            acc += dout[(size_t)r * OC + col];
-    sh[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && col < OC) {
-        for (int y = 1; y < 8; y++)
-            acc += sh[y][threadIdx.x];
-        atomicAdd(&dbias[col], acc);
-    }
-}
-
 extern "C" void kcu_add_bias(float *out, const float *bias, int N, int OC, cudaStream_t s)
 {
     size_t n = (size_t)N * OC;
@@ -214,11 +266,12 @@ extern "C" void kcu_add_bias(float *out, const float *bias, int N, int OC, cudaS
 }
 
 extern "C" void kcu_bias_backward(float *dbias, const float *dout, int N, int OC,
-                                  cudaStream_t s)
+                                  float *scratch, size_t scratch_floats, cudaStream_t s)
 {
-    int gy = (N + 255) / 256;   // ~256 rows per block
-    dim3 grid((OC + WARP - 1) / WARP, gy > 1024 ? 1024 : gy), block(WARP, 8);
-    bias_bwd<<<grid, block, 0, s>>>(dbias, dout, N, OC);
+    int G = col_groups(N, OC, (size_t)OC, scratch_floats);
+    col_sums<<<dim3((OC + WARP - 1) / WARP, G), dim3(WARP, 8), 0, s>>>(
+        scratch, (size_t)OC, dout, N, OC, NULL, NULL, NULL);
+    col_sums_add<<<(OC + 255) / 256, 256, 0, s>>>(dbias, scratch, G, (size_t)OC, OC);
 }
 
 /* ---- GELU (tanh approximation) and the residual ---- */
@@ -472,7 +525,7 @@ extern "C" void kcu_adamw(float *params, float *m, float *v, const float *grads,
                                            bc1, sqrtf(bc2));
 }
 
-static __global__ void sumsq(double *out, const float *x, size_t n)
+static __global__ void sumsq(double *part, const float *x, size_t n)
 {
     __shared__ float sh[WARP];
     float acc = 0.0f;   // per thread a few thousand terms at most: float is enough here
@@ -481,7 +534,25 @@ static __global__ void sumsq(double *out, const float *x, size_t n)
         acc += x[i] * x[i];
     acc = block_reduce(acc, sh, 0);
     if (threadIdx.x == 0)
-        atomicAdd(out, (double)acc);
+        part[blockIdx.x] = acc;
+}
+
+/* *out += the G partial sums, in a fixed order (a strided pass, then a fixed tree) */
+static __global__ void sumsq_add(double *out, const double *part, int G)
+{
+    __shared__ double sh[256];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < G; i += blockDim.x)
+        acc += part[i];
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w)
+            sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        *out += sh[0];
 }
 
 static __global__ void scale(float *x, float c, size_t n)
@@ -502,10 +573,15 @@ static __global__ void sum_kernel(float *out, const float *x, int n)
         *out = r;
 }
 
-extern "C" void kcu_sumsq(double *out, const float *x, size_t n, cudaStream_t s)
+extern "C" void kcu_sumsq(double *out, const float *x, size_t n, double *scratch,
+                          size_t scratch_doubles, cudaStream_t s)
 {
     size_t g = (n + 256 * 64 - 1) / (256 * 64);   // ~64 elements per thread
-    sumsq<<<(unsigned)(g > 8192 ? 8192 : (g ? g : 1)), 256, 0, s>>>(out, x, n);
+    g = g > 8192 ? 8192 : g;
+    g = g > scratch_doubles ? scratch_doubles : g;
+    g = g ? g : 1;
+    sumsq<<<(unsigned)g, 256, 0, s>>>(scratch, x, n);
+    sumsq_add<<<1, 256, 0, s>>>(out, scratch, (int)g);
 }
 
 extern "C" void kcu_scale(float *x, float a, size_t n, cudaStream_t s)

@@ -22,20 +22,27 @@ extern "C" {
 
 void kcu_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
                          int B, int T, int C, cudaStream_t s);
-/* accumulates into dwte, dwpe (atomics: order of the sums is not fixed) */
-void kcu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
-                          int B, int T, int C, cudaStream_t s);
+/* accumulates into dwte, dwpe, in a fixed order. tokens (device, 3*B*T + 1 ints) indexes
+ * the batch's B*T inputs by token: order[B*T] (positions sorted by token, ascending
+ * within one), starts[B*T + 1] (token u's positions are order[starts[u] .. starts[u+1])),
+ * toks[B*T] (the ntok distinct tokens, ascending); trainer/gpt2_cuda.c builds it. */
+void kcu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tokens,
+                          int ntok, int B, int T, int C, cudaStream_t s);
 void kcu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, int N, int C,
                            cudaStream_t s);
-/* dinp accumulates; dweight, dbias accumulate */
+/* dinp accumulates; dweight, dbias accumulate, summed in a fixed order through scratch
+ * (device, scratch_floats >= 2C; up to 64C used) */
 void kcu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, const float *mean,
-                            const float *rstd, int N, int C, cudaStream_t s);
+                            const float *rstd, int N, int C, float *scratch,
+                            size_t scratch_floats, cudaStream_t s);
 /* out (N, OC) += bias (OC) broadcast over rows */
 void kcu_add_bias(float *out, const float *bias, int N, int OC, cudaStream_t s);
-/* dbias (OC) += column sums of dout (N, OC) */
-void kcu_bias_backward(float *dbias, const float *dout, int N, int OC, cudaStream_t s);
+/* dbias (OC) += column sums of dout (N, OC), in a fixed order through scratch (device,
+ * scratch_floats >= OC; up to 32 OC used) */
+void kcu_bias_backward(float *dbias, const float *dout, int N, int OC, float *scratch,
+                       size_t scratch_floats, cudaStream_t s);
 void kcu_gelu_forward(float *out, const float *inp, size_t n, cudaStream_t s);
 /* dinp may alias dout */
 void kcu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
@@ -56,6 +63,18 @@ void kcu_softmax_causal(float *att, float scale, int rows, int T, cudaStream_t s
 /* datt (rows, T, T) in place: att * (datt - rowsum(att * datt)) * scale, causal */
 void kcu_softmax_causal_backward(float *datt, const float *att, float scale, int rows,
                                  int T, cudaStream_t s);
+/* Causal self-attention without the (T, T) matrices (attn_cuda.cu; --dtype bf16: bf16
+ * products, fp32 softmax and sums), for heads of C / NH = 16, 32, 64 or 128 channels
+ * (kcu_attention_fits). Forward: out (B, T, C) and lse (B, NH, T), the log of each row's
+ * softmax denominator, from qkv (B, T, 3C). Backward: dqkv (B, T, 3C) overwritten from
+ * dout (B, T, C) and the forward's qkv, out, lse; dsum (B, NH, T) is scratch. The
+ * backward's sums have a fixed order (no atomics). */
+int kcu_attention_fits(int C, int NH);
+void kcu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
+                           int NH, cudaStream_t s);
+void kcu_attention_backward(float *dqkv, float *dsum, const float *dout, const float *qkv,
+                            const float *out, const float *lse, int B, int T, int C, int NH,
+                            cudaStream_t s);
 /* losses (N), lse (N) from logits (N, V) */
 void kcu_crossentropy_forward(float *losses, float *lse, const float *logits,
                               const int *targets, int N, int V, cudaStream_t s);
@@ -66,8 +85,10 @@ void kcu_crossentropy_backward(float *dlogits, const float *logits, const float 
 /* kern_adamw's update (torch.optim.AdamW), element-wise */
 void kcu_adamw(float *params, float *m, float *v, const float *grads, size_t n, float lr,
                float beta1, float beta2, float eps, float wd, int t, cudaStream_t s);
-/* *out (one double, device) += sum of x^2 */
-void kcu_sumsq(double *out, const float *x, size_t n, cudaStream_t s);
+/* *out (one double, device) += sum of x^2, in a fixed order through scratch (device,
+ * scratch_doubles >= 1; up to 8192 used) */
+void kcu_sumsq(double *out, const float *x, size_t n, double *scratch,
+               size_t scratch_doubles, cudaStream_t s);
 /* x *= a */
 void kcu_scale(float *x, float a, size_t n, cudaStream_t s);
 /* out (one float, device) = sum of x (n floats) */
