@@ -175,6 +175,25 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             const void *beta, void *C, cudaDataType ctype, int ldc,
                             cublasComputeType_t ct, cublasGemmAlgo_t algo)
 {
+    if (at == CUDA_R_16BF && bt == CUDA_R_16BF && ctype == CUDA_R_32F &&
+        ct == CUBLAS_COMPUTE_32F) {   // bf16 operands: widened, then the fp32 product
+        int ra = ta == CUBLAS_OP_N ? m : k, ca = ta == CUBLAS_OP_N ? k : m;
+        int rb = tb == CUBLAS_OP_N ? k : n, cb = tb == CUBLAS_OP_N ? n : k;
+        size_t na = (size_t)lda * (ca - 1) + ra, nb = (size_t)ldb * (cb - 1) + rb;
+        float *a = malloc(na * sizeof(float)), *b = malloc(nb * sizeof(float));
+        if (!a || !b) {
+            free(a);
+            free(b);
+            return CUBLAS_STATUS_ALLOC_FAILED;
+        }
+        kcu_from_bf16(a, A, na, NULL);
+        kcu_from_bf16(b, B, nb, NULL);
+        cublasStatus_t st = gemm1(ta, tb, m, n, k, *(const float *)alpha, a, lda, b, ldb,
+                                  *(const float *)beta, C, ldc, CUBLAS_COMPUTE_32F);
+        free(a);
+        free(b);
+        return st;
+    }
     if (at != CUDA_R_32F || bt != CUDA_R_32F || ctype != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     return gemm1(ta, tb, m, n, k, *(const float *)alpha, A, lda, B, ldb, *(const float *)beta,
@@ -466,15 +485,23 @@ void kcu_attention_backward(float *dqkv, float *dsum, const float *dout, const f
 }
 
 void kcu_crossentropy_forward(float *losses, float *lse, const float *logits,
-                              const int *targets, int N, int V, cudaStream_t s)
+                              const int *targets, int N, int V, int ld, cudaStream_t s)
 {
-    kern_crossentropy_forward(losses, lse, logits, targets, N, V);
+    for (int r = 0; r < N; r++)
+        kern_crossentropy_forward(losses + r, lse + r, logits + (size_t)r * ld, targets + r, 1,
+                                  V);
 }
 
 void kcu_crossentropy_backward(float *dlogits, const float *logits, const float *lse,
-                               const int *targets, float dloss, int N, int V, cudaStream_t s)
+                               const int *targets, float dloss, int N, int V, int ld,
+                               cudaStream_t s)
 {
-    kern_crossentropy_backward(dlogits, logits, lse, targets, dloss, N, V);
+    for (int r = 0; r < N; r++) {
+        kern_crossentropy_backward(dlogits + (size_t)r * ld, logits + (size_t)r * ld, lse + r,
+                                   targets + r, dloss, 1, V);
+        for (int j = V; j < ld; j++)
+            dlogits[(size_t)r * ld + j] = 0.0f;
+    }
 }
 
 void kcu_adamw(float *p, float *m, float *v, const float *g, size_t n, float lr, float b1,

@@ -440,6 +440,53 @@ out:
     train_gpt2_destroy(m);
 }
 
+/* --dtype bf16's products on bf16 copies of the operands, in passes of rows where the
+ * copies do not fit at once: a vocabulary of 3000 makes the head's backward (dlogits,
+ * B*T x 3072) take ~26 passes, dW summed over them; one step's loss and gradients against
+ * the CPU's fp32 */
+static void test_bf16_passes(void)
+{
+    train_gpt2_t *m = tiny_model(1, C, NH, MAXT, 3000, 11);
+    train_cuda_t *g = NULL;
+    size_t bytes = m ? m->num_params * sizeof(float) : 0;
+    float *gcpu = malloc(bytes ? bytes : 1), *ggpu = malloc(bytes ? bytes : 1), lg = 0.0f;
+    int *x = malloc(B * T * sizeof(int)), *y = malloc(B * T * sizeof(int));
+    if (!m || !gcpu || !ggpu || !x || !y || train_gpt2_prepare(m, B, T) != WEFT_OK) {
+        check(0, "bf16 passes: setup");
+        goto out;
+    }
+    for (int i = 0; i < B * T; i++) {
+        x[i] = (int)((unsigned)(i * 131 + 7) % 3000);
+        y[i] = (int)((unsigned)(i * 37 + 11) % 3000);
+    }
+    train_gpt2_zero_grad(m);
+    check(train_gpt2_forward(m, x, y, B, T) == WEFT_OK && train_gpt2_backward(m, 1.0f) ==
+          WEFT_OK, "bf16 passes: cpu step");
+    memcpy(gcpu, m->grads_mem, bytes);
+    check(train_cuda_create(&g, m, B, T, 1) == WEFT_OK, "bf16 passes: create: %s",
+          weft_last_error());
+    if (!g)
+        goto out;
+    check(train_cuda_zero_grad(g) == WEFT_OK && train_cuda_forward(g, x, y, B, T, &lg) ==
+          WEFT_OK && train_cuda_backward(g, 1.0f) == WEFT_OK, "bf16 passes: gpu step: %s",
+          weft_last_error());
+    double rel = fabs(lg - m->mean_loss) / fabs(m->mean_loss);
+    check(rel <= 2e-2, "bf16 passes: loss gpu %.6f cpu %.6f (rel %.2e)", lg, m->mean_loss,
+          rel);
+    float *keep = m->grads_mem;
+    m->grads_mem = ggpu;
+    check(train_cuda_download(g, m, 1) == WEFT_OK, "bf16 passes: download");
+    m->grads_mem = keep;
+    compare_grads(m, ggpu, gcpu, 3e-2);
+out:
+    train_cuda_destroy(g);
+    free(gcpu);
+    free(ggpu);
+    free(x);
+    free(y);
+    train_gpt2_destroy(m);
+}
+
 /* shard/'s device table against the CPU kernels, on device buffers it allocates */
 static void test_shard_mem(void)
 {
@@ -556,6 +603,7 @@ int main(void)
         printf(NAME ": device %s\n", name);
         test_gpu();
         test_attention();
+        test_bf16_passes();
         test_shard_mem();
     }
     printf(NAME ": %d passed, %d failed\n", R.passed, R.failed);

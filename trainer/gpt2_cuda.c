@@ -384,6 +384,18 @@ static weft_status_t gemm(train_cuda_t *g, int ta, int tb, int m, int n, int k,
     return WEFT_OK;
 }
 
+/* the same with bf16 operands (fp32 product and sums): --dtype bf16's linear layers */
+static weft_status_t gemm16(train_cuda_t *g, int ta, int tb, int m, int n, int k,
+                            const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                            float *C, int ldc)
+{
+    const float one = 1.0f;
+    BLAS(cublas.gemm(g->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, C,
+                      CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), "bf16 gemm");
+    return WEFT_OK;
+}
+
 static weft_status_t gemm_batched(train_cuda_t *g, int ta, int tb, int m, int n, int k,
                                   const float *A, int lda, long long sa, const float *B,
                                   int ldb, long long sb, float *C, int ldc, long long sc,
@@ -408,11 +420,46 @@ static float *sums_scratch(const train_cuda_t *g, size_t *floats)
     return g->q;
 }
 
+static size_t align64(size_t n)
+{
+    return (n + 63) / 64 * 64;
+}
+
+/* --dtype bf16: the linear layers' operands are converted to bf16 (kcu_to_bf16) into the
+ * attention regions q .. yh, free outside the attention calls (14 B*T*C bf16 values), and
+ * multiplied as bf16 (gemm16): cuBLAS's bf16 kernels, where fp32 operands in FAST_16BF
+ * mode ran TF32 ones. The weight (`fixed` values) goes first, then `rows` rows of
+ * `per_row` values at a time: the number of rows per pass, or 0 where not even one fits
+ * (then the fp32 operands go to cuBLAS as before). */
+static int bf16_rows(const train_cuda_t *g, size_t fixed, size_t per_row, int rows,
+                     uint16_t **b16)
+{
+    size_t cap = 14 * align16((size_t)g->B * g->T * g->cfg.channels);
+    *b16 = (uint16_t *)g->q;
+    if (!g->bf16 || align64(fixed) + 128 + per_row > cap)
+        return 0;
+    size_t r = (cap - align64(fixed) - 128) / per_row;
+    return r >= (size_t)rows ? rows : (int)r;
+}
+
 /* out (N, OC) = inp (N, C) . W (OC, C)^T + bias */
 static weft_status_t mm_forward(train_cuda_t *g, float *out, const float *inp, const float *w,
                                 const float *bias, int N, int C, int OC)
 {
-    RETURN_IF_ERR(gemm(g, 1, 0, OC, N, C, w, C, inp, C, 0.0f, out, OC));
+    uint16_t *b16;
+    int R = bf16_rows(g, (size_t)OC * C, (size_t)C, N, &b16);
+    if (R > 0) {
+        uint16_t *w16 = b16, *x16 = b16 + align64((size_t)OC * C);
+        kcu_to_bf16(w16, w, (size_t)OC * C, g->s);
+        for (int n0 = 0; n0 < N; n0 += R) {
+            int r = N - n0 < R ? N - n0 : R;
+            kcu_to_bf16(x16, inp + (size_t)n0 * C, (size_t)r * C, g->s);
+            RETURN_IF_ERR(gemm16(g, 1, 0, OC, r, C, w16, C, x16, C, 0.0f,
+                                 out + (size_t)n0 * OC, OC));
+        }
+    } else {
+        RETURN_IF_ERR(gemm(g, 1, 0, OC, N, C, w, C, inp, C, 0.0f, out, OC));
+    }
     if (bias)
         kcu_add_bias(out, bias, N, OC, g->s);
     return WEFT_OK;
@@ -423,8 +470,24 @@ static weft_status_t mm_backward(train_cuda_t *g, float *dinp, float *dw, float 
                                  const float *dout, const float *inp, const float *w,
                                  int N, int C, int OC)
 {
-    RETURN_IF_ERR(gemm(g, 0, 0, C, N, OC, w, C, dout, OC, 0.0f, dinp, C));
-    RETURN_IF_ERR(gemm(g, 0, 1, C, OC, N, inp, C, dout, OC, 1.0f, dw, C));
+    uint16_t *b16;
+    int R = bf16_rows(g, (size_t)OC * C, (size_t)OC + C + 128, N, &b16);
+    if (R > 0) {   // by passes of R rows: dinp's rows, and dW's sum over rows in order
+        uint16_t *w16 = b16, *d16 = b16 + align64((size_t)OC * C);
+        uint16_t *x16 = d16 + align64((size_t)R * OC);
+        kcu_to_bf16(w16, w, (size_t)OC * C, g->s);
+        for (int n0 = 0; n0 < N; n0 += R) {
+            int r = N - n0 < R ? N - n0 : R;
+            kcu_to_bf16(d16, dout + (size_t)n0 * OC, (size_t)r * OC, g->s);
+            kcu_to_bf16(x16, inp + (size_t)n0 * C, (size_t)r * C, g->s);
+            RETURN_IF_ERR(gemm16(g, 0, 0, C, r, OC, w16, C, d16, OC, 0.0f,
+                                 dinp + (size_t)n0 * C, C));
+            RETURN_IF_ERR(gemm16(g, 0, 1, C, OC, r, x16, C, d16, OC, 1.0f, dw, C));
+        }
+    } else {
+        RETURN_IF_ERR(gemm(g, 0, 0, C, N, OC, w, C, dout, OC, 0.0f, dinp, C));
+        RETURN_IF_ERR(gemm(g, 0, 1, C, OC, N, inp, C, dout, OC, 1.0f, dw, C));
+    }
     if (dbias) {
         size_t nf;
         float *sc = sums_scratch(g, &nf);
@@ -538,7 +601,8 @@ weft_status_t train_cuda_forward(train_cuda_t *g, const int *inputs, const int *
     if (B > g->B || T > g->T || B <= 0 || T <= 0)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "forward: batch %d x %d exceeds "
                                 "the prepared %d x %d", B, T, g->B, g->T);
-    int V = c->vocab_size, L = c->num_layers, C = c->channels, BT = B * T;
+    int V = c->vocab_size, Vp = c->padded_vocab_size, L = c->num_layers, C = c->channels;
+    int BT = B * T;
     RETURN_IF_ERR(train_check_tokens(inputs, targets, BT, V));
     train_acts_t *a = &g->acts;
     size_t btc = (size_t)BT * C;
@@ -574,7 +638,9 @@ weft_status_t train_cuda_forward(train_cuda_t *g, const int *inputs, const int *
     train_lnf_carve(&lnf, u, c);
     kcu_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, lnf.lnfw, lnf.lnfb, BT,
                           C, g->s);
-    RETURN_IF_ERR(mm_forward(g, a->logits, a->lnf, emb.wte, NULL, BT, C, V));
+    // the head over all Vp rows of wte (the padded ones are zero): logits rows of Vp, a
+    // multiple of 128, so cuBLAS gets aligned leading dimensions (V = 50257 is odd)
+    RETURN_IF_ERR(mm_forward(g, a->logits, a->lnf, emb.wte, NULL, BT, C, Vp));
     if (!targets) {   // no backward follows: the head and the final norm are done
         RETURN_IF_ERR(train_unit_params_done(h, TRAIN_UNIT_LNF(L), 0));
         RETURN_IF_ERR(train_unit_params_done(h, TRAIN_UNIT_EMB, 0));
@@ -584,7 +650,7 @@ weft_status_t train_cuda_forward(train_cuda_t *g, const int *inputs, const int *
     *loss_p = -1.0f;
     if (targets) {
         float sum;
-        kcu_crossentropy_forward(a->losses, a->lse, a->logits, g->targets, BT, V, g->s);
+        kcu_crossentropy_forward(a->losses, a->lse, a->logits, g->targets, BT, V, Vp, g->s);
         kcu_sum(g->loss_sum, a->losses, BT, g->s);
         CU(cudaMemcpyAsync(&sum, g->loss_sum, sizeof(float), cudaMemcpyDeviceToHost, g->s),
            "copy loss");
@@ -654,7 +720,7 @@ weft_status_t train_cuda_backward(train_cuda_t *g, float loss_scale)
     g->have_targets = 0;   // logits are about to hold dlogits
     const train_gpt2_cfg_t *c = &g->cfg;
     int B = g->last_B, T = g->last_T, BT = B * T;
-    int V = c->vocab_size, L = c->num_layers, C = c->channels;
+    int V = c->vocab_size, Vp = c->padded_vocab_size, L = c->num_layers, C = c->channels;
     train_acts_t *a = &g->acts;
     train_scratch_t *s = &g->scratch;
     size_t btc = (size_t)BT * C;
@@ -670,9 +736,9 @@ weft_status_t train_cuda_backward(train_cuda_t *g, float loss_scale)
     train_emb_carve(&emb, u, c);
     train_emb_carve(&gemb, gu, c);
     kcu_crossentropy_backward(a->logits, a->logits, a->lse, g->targets,
-                              loss_scale / (float)BT, BT, V, g->s);
+                              loss_scale / (float)BT, BT, V, Vp, g->s);
     RETURN_IF_ERR(mm_backward(g, s->dln, gemb.wte, NULL, a->logits, a->lnf, emb.wte, BT, C,
-                              V));
+                              Vp));
     CU(cudaMemsetAsync(s->dresidual, 0, btc * sizeof(float), g->s), "zero dresidual");
     const float *res_last = a->residual3 + (L - 1) * btc;
     RETURN_IF_ERR(train_unit_params(h, g->params, c, TRAIN_UNIT_LNF(L), 1, &u));

@@ -292,12 +292,13 @@ enum { NUM_ACTS = 20, NUM_SCRATCH = 5 };
 static void act_sizes(size_t sizes[NUM_ACTS], size_t ssizes[NUM_SCRATCH],
                       const train_gpt2_cfg_t *c, int B, int T)
 {
-    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size;
+    // logits: (B, T, V) on the CPU, rows of Vp on the GPU (aligned for cuBLAS): room for Vp
+    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T;
     size_t a[NUM_ACTS] = {
         BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * C, L * BT * C,
         L * B * NH * T * T, L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * C,
-        L * BT * 4 * C, L * BT * C, BT * C, BT, BT, BT * V, BT, BT,
+        L * BT * 4 * C, L * BT * C, BT * C, BT, BT, BT * Vp, BT, BT,
     };
     size_t sc[NUM_SCRATCH] = { BT * C, BT * C, BT * 3 * C, BT * 4 * C, (size_t)T * T };
     memcpy(sizes, a, sizeof(a));

@@ -115,7 +115,8 @@ typedef struct {
     float *lnf;        // (B, T, C)
     float *lnf_mean;   // (B, T)
     float *lnf_rstd;   // (B, T)
-    float *logits;     // (B, T, V)  becomes dlogits in backward
+    float *logits;     // (B, T, V)  becomes dlogits in backward (room for (B, T, Vp):
+                       // the GPU path's rows are Vp long)
     float *lse;        // (B, T)
     float *losses;     // (B, T)
 } train_acts_t;

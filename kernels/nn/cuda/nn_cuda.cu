@@ -454,10 +454,10 @@ extern "C" void kcu_softmax_causal_backward(float *datt, const float *att, float
 /* ---- fused softmax + cross-entropy of the head: a block per row of V ---- */
 
 static __global__ void xent_fwd(float *losses, float *lse, const float *logits,
-                                const int *targets, int V)
+                                const int *targets, int V, int ld)
 {
     __shared__ float sh[WARP];
-    const float *x = logits + (size_t)blockIdx.x * V;
+    const float *x = logits + (size_t)blockIdx.x * ld;
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < V; j += blockDim.x)
         mx = fmaxf(mx, x[j]);
@@ -474,28 +474,29 @@ static __global__ void xent_fwd(float *losses, float *lse, const float *logits,
 }
 
 static __global__ void xent_bwd(float *dlogits, const float *logits, const float *lse,
-                                const int *targets, float dloss, int V)
+                                const int *targets, float dloss, int V, int ld)
 {
-    size_t base = (size_t)blockIdx.x * V;
+    size_t base = (size_t)blockIdx.x * ld;
     float l = lse[blockIdx.x];
     int tgt = targets[blockIdx.x];
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float p = expf(logits[base + j] - l);
-        dlogits[base + j] = (p - (j == tgt ? 1.0f : 0.0f)) * dloss;
+    for (int j = threadIdx.x; j < ld; j += blockDim.x) {
+        float p = j < V ? expf(logits[base + j] - l) : 0.0f;
+        dlogits[base + j] = j < V ? (p - (j == tgt ? 1.0f : 0.0f)) * dloss : 0.0f;
     }
 }
 
 extern "C" void kcu_crossentropy_forward(float *losses, float *lse, const float *logits,
-                                         const int *targets, int N, int V, cudaStream_t s)
+                                         const int *targets, int N, int V, int ld,
+                                         cudaStream_t s)
 {
-    xent_fwd<<<N, 512, 0, s>>>(losses, lse, logits, targets, V);
+    xent_fwd<<<N, 512, 0, s>>>(losses, lse, logits, targets, V, ld);
 }
 
 extern "C" void kcu_crossentropy_backward(float *dlogits, const float *logits,
                                           const float *lse, const int *targets, float dloss,
-                                          int N, int V, cudaStream_t s)
+                                          int N, int V, int ld, cudaStream_t s)
 {
-    xent_bwd<<<N, 512, 0, s>>>(dlogits, logits, lse, targets, dloss, V);
+    xent_bwd<<<N, 512, 0, s>>>(dlogits, logits, lse, targets, dloss, V, ld);
 }
 
 /* ---- the optimizer and the gradient norm ---- */

@@ -75,12 +75,13 @@ void kcu_attention_forward(float *out, float *lse, const float *qkv, int B, int 
 void kcu_attention_backward(float *dqkv, float *dsum, const float *dout, const float *qkv,
                             const float *out, const float *lse, int B, int T, int C, int NH,
                             cudaStream_t s);
-/* losses (N), lse (N) from logits (N, V) */
+/* losses (N), lse (N) from the first V columns of logits (N rows of ld >= V floats) */
 void kcu_crossentropy_forward(float *losses, float *lse, const float *logits,
-                              const int *targets, int N, int V, cudaStream_t s);
-/* dlogits = (softmax - onehot) * dloss; dlogits may alias logits */
+                              const int *targets, int N, int V, int ld, cudaStream_t s);
+/* dlogits = (softmax - onehot) * dloss in the first V columns, 0 in [V, ld); dlogits may
+ * alias logits */
 void kcu_crossentropy_backward(float *dlogits, const float *logits, const float *lse,
-                               const int *targets, float dloss, int N, int V,
+                               const int *targets, float dloss, int N, int V, int ld,
                                cudaStream_t s);
 /* kern_adamw's update (torch.optim.AdamW), element-wise */
 void kcu_adamw(float *params, float *m, float *v, const float *grads, size_t n, float lr,
