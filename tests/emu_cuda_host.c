@@ -250,6 +250,27 @@ void kcu_layernorm_forward(float *out, float *mean, float *rstd, const float *in
     kern_layernorm_forward(out, mean, rstd, inp, w, b, N, C);
 }
 
+void kcu_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp,
+                                const float *w, const float *b, int N, int C, cudaStream_t s)
+{
+    float *t = malloc((size_t)N * C * sizeof(float));
+    if (!t)
+        abort();
+    kern_layernorm_forward(t, mean, rstd, inp, w, b, N, C);
+    kern_to_bf16(out, t, (size_t)N * C);
+    free(t);
+}
+
+void kcu_gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, cudaStream_t s)
+{
+    float *t = malloc(n * sizeof(float));
+    if (!t)
+        abort();
+    kern_gelu_forward(t, inp, n);
+    kern_to_bf16(out, t, n);
+    free(t);
+}
+
 /* The column sums' partial rows in the caller's scratch, as nn_cuda.cu writes them
  * (col_groups: G rows of `width` floats): poisoned with NaN, so a scratch that overlaps
  * anything still in use shows in the tests' figures. */

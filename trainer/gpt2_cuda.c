@@ -254,6 +254,7 @@ struct train_cuda {
     size_t num_params;
     int B, T, bf16;
     int flash;                  // attention by kcu_attention_* (train_cuda_attention)
+    int act16;                  // ln1, ln2, lnf, fch_gelu written as bf16 (act16_fits)
     cudaStream_t s;
     cublasHandle_t blas;
     float *params, *grads, *m, *v;    // (num_params) each, block-major
@@ -442,18 +443,26 @@ static int bf16_rows(const train_cuda_t *g, size_t fixed, size_t per_row, int ro
     return r >= (size_t)rows ? rows : (int)r;
 }
 
-/* out (N, OC) = inp (N, C) . W (OC, C)^T + bias */
-static weft_status_t mm_forward(train_cuda_t *g, float *out, const float *inp, const float *w,
-                                const float *bias, int N, int C, int OC)
+/* out (N, OC) = inp (N, C) . W (OC, C)^T + bias. in16: inp holds bf16 values (a
+ * layernorm's or GELU's output written so, g->act16), which go to cuBLAS as they are. */
+static weft_status_t mm_forward(train_cuda_t *g, float *out, const float *inp, int in16,
+                                const float *w, const float *bias, int N, int C, int OC)
 {
     uint16_t *b16;
-    int R = bf16_rows(g, (size_t)OC * C, (size_t)C, N, &b16);
+    int R = bf16_rows(g, (size_t)OC * C, in16 ? 1 : (size_t)C, N, &b16);
+    if (in16 && R < 1)   // g->act16 was set knowing the weights' copies fit
+        return weft_error_quiet(WEFT_ERR_INTERNAL, "bf16 product: no room for the weights");
     if (R > 0) {
         uint16_t *w16 = b16, *x16 = b16 + align64((size_t)OC * C);
         kcu_to_bf16(w16, w, (size_t)OC * C, g->s);
+        if (in16)
+            R = N;
         for (int n0 = 0; n0 < N; n0 += R) {
             int r = N - n0 < R ? N - n0 : R;
-            kcu_to_bf16(x16, inp + (size_t)n0 * C, (size_t)r * C, g->s);
+            if (in16)
+                x16 = (uint16_t *)inp + (size_t)n0 * C;
+            else
+                kcu_to_bf16(x16, inp + (size_t)n0 * C, (size_t)r * C, g->s);
             RETURN_IF_ERR(gemm16(g, 1, 0, OC, r, C, w16, C, x16, C, 0.0f,
                                  out + (size_t)n0 * OC, OC));
         }
@@ -465,13 +474,16 @@ static weft_status_t mm_forward(train_cuda_t *g, float *out, const float *inp, c
     return WEFT_OK;
 }
 
-/* dinp (N, C) = dout . W;  dW (OC, C) += dout^T . inp;  dbias += column sums of dout */
+/* dinp (N, C) = dout . W;  dW (OC, C) += dout^T . inp;  dbias += column sums of dout;
+ * in16 as in mm_forward */
 static weft_status_t mm_backward(train_cuda_t *g, float *dinp, float *dw, float *dbias,
-                                 const float *dout, const float *inp, const float *w,
-                                 int N, int C, int OC)
+                                 const float *dout, const float *inp, int in16,
+                                 const float *w, int N, int C, int OC)
 {
     uint16_t *b16;
-    int R = bf16_rows(g, (size_t)OC * C, (size_t)OC + C + 128, N, &b16);
+    int R = bf16_rows(g, (size_t)OC * C, (size_t)OC + (in16 ? 0 : C) + 128, N, &b16);
+    if (in16 && R < 1)
+        return weft_error_quiet(WEFT_ERR_INTERNAL, "bf16 product: no room for the operands");
     if (R > 0) {   // by passes of R rows: dinp's rows, and dW's sum over rows in order
         uint16_t *w16 = b16, *d16 = b16 + align64((size_t)OC * C);
         uint16_t *x16 = d16 + align64((size_t)R * OC);
@@ -479,7 +491,10 @@ static weft_status_t mm_backward(train_cuda_t *g, float *dinp, float *dw, float 
         for (int n0 = 0; n0 < N; n0 += R) {
             int r = N - n0 < R ? N - n0 : R;
             kcu_to_bf16(d16, dout + (size_t)n0 * OC, (size_t)r * OC, g->s);
-            kcu_to_bf16(x16, inp + (size_t)n0 * C, (size_t)r * C, g->s);
+            if (in16)
+                x16 = (uint16_t *)inp + (size_t)n0 * C;
+            else
+                kcu_to_bf16(x16, inp + (size_t)n0 * C, (size_t)r * C, g->s);
             RETURN_IF_ERR(gemm16(g, 0, 0, C, r, OC, w16, C, d16, OC, 0.0f,
                                  dinp + (size_t)n0 * C, C));
             RETURN_IF_ERR(gemm16(g, 0, 1, C, OC, r, x16, C, d16, OC, 1.0f, dw, C));
@@ -544,6 +559,30 @@ static weft_status_t attention_backward(train_cuda_t *g, float *dqkv, const floa
     return WEFT_OK;
 }
 
+/* --dtype bf16: the activations that only feed products (ln1, ln2, lnf, fch_gelu) can be
+ * written as bf16 (g->act16) when every product on them gets its bf16 weight copy, and in
+ * the backward one row of dout, into the scratch (bf16_rows) */
+static int act16_fits(const train_cuda_t *g)
+{
+    size_t C = (size_t)g->cfg.channels, Vp = (size_t)g->cfg.padded_vocab_size;
+    const size_t shape[][2] = { { 3 * C, C }, { 4 * C, C }, { C, 4 * C }, { Vp, C } };
+    uint16_t *b16;
+    for (size_t i = 0; g->bf16 && i < sizeof(shape) / sizeof(shape[0]); i++)
+        if (bf16_rows(g, shape[i][0] * shape[i][1], shape[i][0] + 128, 1, &b16) < 1)
+            return 0;
+    return g->bf16;
+}
+
+/* a layernorm whose output only feeds products: bf16 with g->act16 */
+static void layernorm_out(train_cuda_t *g, float *out, float *mean, float *rstd,
+                          const float *inp, const float *w, const float *b, int N, int C)
+{
+    if (g->act16)
+        kcu_layernorm_forward_bf16((uint16_t *)out, mean, rstd, inp, w, b, N, C, g->s);
+    else
+        kcu_layernorm_forward(out, mean, rstd, inp, w, b, N, C, g->s);
+}
+
 static weft_status_t block_forward(train_cuda_t *g, const train_block_t *p, int l,
                                    const float *residual, int B, int T)
 {
@@ -556,17 +595,21 @@ static weft_status_t block_forward(train_cuda_t *g, const train_block_t *p, int 
     float *fch = a->fch + l * btc * 4, *fch_gelu = a->fch_gelu + l * btc * 4;
     float *residual3 = a->residual3 + l * btc;
 
-    kcu_layernorm_forward(ln1, a->ln1_mean + (size_t)l * BT, a->ln1_rstd + (size_t)l * BT,
-                          residual, p->ln1w, p->ln1b, BT, C, g->s);
-    RETURN_IF_ERR(mm_forward(g, qkv, ln1, p->qkvw, p->qkvb, BT, C, 3 * C));
+    layernorm_out(g, ln1, a->ln1_mean + (size_t)l * BT, a->ln1_rstd + (size_t)l * BT,
+                  residual, p->ln1w, p->ln1b, BT, C);
+    RETURN_IF_ERR(mm_forward(g, qkv, ln1, g->act16, p->qkvw, p->qkvb, BT, C, 3 * C));
     RETURN_IF_ERR(attention_forward(g, atty, att, qkv, B, T));
-    RETURN_IF_ERR(mm_forward(g, residual2, atty, p->attprojw, p->attprojb, BT, C, C));
+    RETURN_IF_ERR(mm_forward(g, residual2, atty, 0, p->attprojw, p->attprojb, BT, C, C));
     kcu_residual_forward(residual2, residual, residual2, btc, g->s);
-    kcu_layernorm_forward(ln2, a->ln2_mean + (size_t)l * BT, a->ln2_rstd + (size_t)l * BT,
-                          residual2, p->ln2w, p->ln2b, BT, C, g->s);
-    RETURN_IF_ERR(mm_forward(g, fch, ln2, p->fcw, p->fcb, BT, C, 4 * C));
-    kcu_gelu_forward(fch_gelu, fch, btc * 4, g->s);
-    RETURN_IF_ERR(mm_forward(g, residual3, fch_gelu, p->fcprojw, p->fcprojb, BT, 4 * C, C));
+    layernorm_out(g, ln2, a->ln2_mean + (size_t)l * BT, a->ln2_rstd + (size_t)l * BT,
+                  residual2, p->ln2w, p->ln2b, BT, C);
+    RETURN_IF_ERR(mm_forward(g, fch, ln2, g->act16, p->fcw, p->fcb, BT, C, 4 * C));
+    if (g->act16)
+        kcu_gelu_forward_bf16((uint16_t *)fch_gelu, fch, btc * 4, g->s);
+    else
+        kcu_gelu_forward(fch_gelu, fch, btc * 4, g->s);
+    RETURN_IF_ERR(mm_forward(g, residual3, fch_gelu, g->act16, p->fcprojw, p->fcprojb, BT,
+                             4 * C, C));
     kcu_residual_forward(residual3, residual2, residual3, btc, g->s);
     return WEFT_OK;
 }
@@ -636,11 +679,10 @@ weft_status_t train_cuda_forward(train_cuda_t *g, const int *inputs, const int *
     }
     RETURN_IF_ERR(train_unit_params(h, g->params, c, TRAIN_UNIT_LNF(L), 0, &u));
     train_lnf_carve(&lnf, u, c);
-    kcu_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, lnf.lnfw, lnf.lnfb, BT,
-                          C, g->s);
+    layernorm_out(g, a->lnf, a->lnf_mean, a->lnf_rstd, residual, lnf.lnfw, lnf.lnfb, BT, C);
     // the head over all Vp rows of wte (the padded ones are zero): logits rows of Vp, a
     // multiple of 128, so cuBLAS gets aligned leading dimensions (V = 50257 is odd)
-    RETURN_IF_ERR(mm_forward(g, a->logits, a->lnf, emb.wte, NULL, BT, C, Vp));
+    RETURN_IF_ERR(mm_forward(g, a->logits, a->lnf, g->act16, emb.wte, NULL, BT, C, Vp));
     if (!targets) {   // no backward follows: the head and the final norm are done
         RETURN_IF_ERR(train_unit_params_done(h, TRAIN_UNIT_LNF(L), 0));
         RETURN_IF_ERR(train_unit_params_done(h, TRAIN_UNIT_EMB, 0));
@@ -694,18 +736,18 @@ static weft_status_t block_backward(train_cuda_t *g, const train_block_t *p,
     float *sc = sums_scratch(g, &nf);
 
     RETURN_IF_ERR(mm_backward(g, s->dfch, gr->fcprojw, gr->fcprojb, s->dresidual, fch_gelu,
-                              p->fcprojw, BT, 4 * C, C));
+                              g->act16, p->fcprojw, BT, 4 * C, C));
     kcu_gelu_backward(s->dfch, fch, s->dfch, btc * 4, g->s);
-    RETURN_IF_ERR(mm_backward(g, s->dln, gr->fcw, gr->fcb, s->dfch, ln2, p->fcw, BT, C,
-                              4 * C));
+    RETURN_IF_ERR(mm_backward(g, s->dln, gr->fcw, gr->fcb, s->dfch, ln2, g->act16, p->fcw, BT,
+                              C, 4 * C));
     kcu_layernorm_backward(s->dresidual, gr->ln2w, gr->ln2b, s->dln, residual2, p->ln2w,
                            a->ln2_mean + (size_t)l * BT, a->ln2_rstd + (size_t)l * BT, BT, C,
                            sc, nf, g->s);
-    RETURN_IF_ERR(mm_backward(g, s->dln, gr->attprojw, gr->attprojb, s->dresidual, atty,
+    RETURN_IF_ERR(mm_backward(g, s->dln, gr->attprojw, gr->attprojb, s->dresidual, atty, 0,
                               p->attprojw, BT, C, C));
     RETURN_IF_ERR(attention_backward(g, s->dqkv, s->dln, qkv, atty, att, B, T));
-    RETURN_IF_ERR(mm_backward(g, s->dln, gr->qkvw, gr->qkvb, s->dqkv, ln1, p->qkvw, BT, C,
-                              3 * C));
+    RETURN_IF_ERR(mm_backward(g, s->dln, gr->qkvw, gr->qkvb, s->dqkv, ln1, g->act16, p->qkvw,
+                              BT, C, 3 * C));
     kcu_layernorm_backward(s->dresidual, gr->ln1w, gr->ln1b, s->dln, residual, p->ln1w,
                            a->ln1_mean + (size_t)l * BT, a->ln1_rstd + (size_t)l * BT, BT, C,
                            sc, nf, g->s);
@@ -737,8 +779,8 @@ weft_status_t train_cuda_backward(train_cuda_t *g, float loss_scale)
     train_emb_carve(&gemb, gu, c);
     kcu_crossentropy_backward(a->logits, a->logits, a->lse, g->targets,
                               loss_scale / (float)BT, BT, V, Vp, g->s);
-    RETURN_IF_ERR(mm_backward(g, s->dln, gemb.wte, NULL, a->logits, a->lnf, emb.wte, BT, C,
-                              Vp));
+    RETURN_IF_ERR(mm_backward(g, s->dln, gemb.wte, NULL, a->logits, a->lnf, g->act16, emb.wte,
+                              BT, C, Vp));
     CU(cudaMemsetAsync(s->dresidual, 0, btc * sizeof(float), g->s), "zero dresidual");
     const float *res_last = a->residual3 + (L - 1) * btc;
     RETURN_IF_ERR(train_unit_params(h, g->params, c, TRAIN_UNIT_LNF(L), 1, &u));
@@ -944,6 +986,7 @@ static weft_status_t create_model(train_cuda_t **g_p, const train_gpt2_t *m, int
     g->B = B;
     g->T = T;
     g->bf16 = bf16 ? 1 : 0;
+    g->act16 = act16_fits(g);
     weft_status_t st = train_cuda_attention(&m->cfg, g->bf16, &g->flash);
     if (st != WEFT_OK) {
         free(g);

@@ -49,6 +49,31 @@ static __device__ float block_reduce(float x, float *sh, int is_max)
     return is_max ? warp_max(x) : warp_sum(x);
 }
 
+/* kern_to_bf16's rounding (nearest even; NaN stays NaN, quieted) */
+static __device__ __forceinline__ uint16_t to_bf16_rne(float x)
+{
+    uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)   // NaN: stays NaN, quieted
+        return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static __device__ __forceinline__ float from_bf16(uint16_t b)
+{
+    return __uint_as_float((uint32_t)b << 16);
+}
+
+/* an output element as fp32, or rounded to bf16 */
+static __device__ __forceinline__ void put(float *o, size_t i, float x)
+{
+    o[i] = x;
+}
+
+static __device__ __forceinline__ void put(uint16_t *o, size_t i, float x)
+{
+    o[i] = to_bf16_rne(x);
+}
+
 static unsigned grid_for(size_t n, int threads)
 {
     size_t g = (n + threads - 1) / threads;
@@ -114,7 +139,8 @@ extern "C" void kcu_encoder_backward(float *dwte, float *dwpe, const float *dout
 
 /* ---- layernorm: a warp per row, two passes as the CPU (mean, then centred variance) */
 
-static __global__ void layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
+template <typename OutT>
+static __global__ void layernorm_fwd(OutT *out, float *mean, float *rstd, const float *inp,
                                      const float *w, const float *b, int N, int C)
 {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP, lane = threadIdx.x % WARP;
@@ -132,9 +158,9 @@ static __global__ void layernorm_fwd(float *out, float *mean, float *rstd, const
     }
     var = warp_sum(var) / C;
     float s = 1.0f / sqrtf(var + 1e-5f);
-    float *o = out + (size_t)row * C;
+    OutT *o = out + (size_t)row * C;
     for (int c = lane; c < C; c += WARP)
-        o[c] = (x[c] - m) * s * w[c] + b[c];
+        put(o, c, (x[c] - m) * s * w[c] + b[c]);
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = s;
@@ -234,6 +260,15 @@ extern "C" void kcu_layernorm_forward(float *out, float *mean, float *rstd, cons
         out, mean, rstd, inp, weight, bias, N, C);
 }
 
+extern "C" void kcu_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd,
+                                           const float *inp, const float *weight,
+                                           const float *bias, int N, int C, cudaStream_t s)
+{
+    int rows_per_block = 8;
+    layernorm_fwd<<<(N + rows_per_block - 1) / rows_per_block, rows_per_block * WARP, 0, s>>>(
+        out, mean, rstd, inp, weight, bias, N, C);
+}
+
 extern "C" void kcu_layernorm_backward(float *dinp, float *dweight, float *dbias,
                                        const float *dout, const float *inp,
                                        const float *weight, const float *mean,
@@ -278,12 +313,13 @@ extern "C" void kcu_bias_backward(float *dbias, const float *dout, int N, int OC
 
 #define GELU_S 0.7978845608028654f
 
-static __global__ void gelu_fwd(float *out, const float *inp, size_t n)
+template <typename OutT>
+static __global__ void gelu_fwd(OutT *out, const float *inp, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
+        put(out, i, 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x))));
     }
 }
 
@@ -309,6 +345,12 @@ static __global__ void residual_fwd(float *out, const float *a, const float *b, 
 }
 
 extern "C" void kcu_gelu_forward(float *out, const float *inp, size_t n, cudaStream_t s)
+{
+    gelu_fwd<<<grid_for(n, 256), 256, 0, s>>>(out, inp, n);
+}
+
+extern "C" void kcu_gelu_forward_bf16(uint16_t *out, const float *inp, size_t n,
+                                      cudaStream_t s)
 {
     gelu_fwd<<<grid_for(n, 256), 256, 0, s>>>(out, inp, n);
 }
@@ -597,18 +639,6 @@ extern "C" void kcu_sum(float *out, const float *x, int n, cudaStream_t s)
 
 /* ---- shard/'s conversions and sums ---- */
 
-static __device__ __forceinline__ uint16_t to_bf16_rne(float x)
-{
-    uint32_t u = __float_as_uint(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u)   // NaN: stays NaN, quieted
-        return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-static __device__ __forceinline__ float from_bf16(uint16_t b)
-{
-    return __uint_as_float((uint32_t)b << 16);
-}
 
 static __global__ void to_bf16_kernel(uint16_t *out, const float *x, size_t n)
 {

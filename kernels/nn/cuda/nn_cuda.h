@@ -31,6 +31,10 @@ void kcu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int
 void kcu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, int N, int C,
                            cudaStream_t s);
+/* the same with out rounded to bf16 (kern_to_bf16's rounding): a product's operand */
+void kcu_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp,
+                                const float *weight, const float *bias, int N, int C,
+                                cudaStream_t s);
 /* dinp accumulates; dweight, dbias accumulate, summed in a fixed order through scratch
  * (device, scratch_floats >= 2C; up to 64C used) */
 void kcu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -44,6 +48,7 @@ void kcu_add_bias(float *out, const float *bias, int N, int OC, cudaStream_t s);
 void kcu_bias_backward(float *dbias, const float *dout, int N, int OC, float *scratch,
                        size_t scratch_floats, cudaStream_t s);
 void kcu_gelu_forward(float *out, const float *inp, size_t n, cudaStream_t s);
+void kcu_gelu_forward_bf16(uint16_t *out, const float *inp, size_t n, cudaStream_t s);
 /* dinp may alias dout */
 void kcu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
                        cudaStream_t s);
