@@ -136,6 +136,12 @@ $(BUILD)/tests/test_train_gpu_emu: $(BUILD)/obj/emu/test_train_gpu.o $(BUILD)/ob
     $(BUILD)/obj/emu/emu_cuda_host.o $(TRAIN_LIB) $(BUILD)/lib/libweft.a
 	@mkdir -p $(dir $@)
 	$(CC) $(EMU_LINK) -o $@ $^ -lopenblas -ldl $(LDLIBS)
+# gpt2_cuda.c's half for builds without CUDA (make CUDA=0) compiles in every build, so a
+# change that breaks it shows here and not first on a machine without nvcc
+TEST_BIN += $(BUILD)/obj/nocuda/gpt2_cuda.o
+$(BUILD)/obj/nocuda/gpt2_cuda.o: trainer/gpt2_cuda.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itrainer -Ishard -Ikernels/nn -MMD -MP -c $< -o $@
 # weft-train over the same emulation, for tests/test_train_gpu_emu.sh (--device cuda end
 # to end: the step, val, checkpoints and resume, the saved model)
 TEST_BIN += $(BUILD)/tests/probe_train_emu

@@ -109,29 +109,6 @@ void train_cuda_destroy(train_cuda_t *g)
 {
 }
 
-/* The encoder backward's token index of the BT inputs (kcu_encoder_backward's layout:
- * order | starts | toks) into g->h_index, by a counting sort: stable, so each token's
- * positions ascend; g->ntok distinct tokens. Inputs are checked to be in [0, V). */
-static void tokens_index(train_cuda_t *g, const int *inputs, int BT)
-{
-    int V = g->cfg.vocab_size, *cnt = g->h_count, *order = g->h_index;
-    int *starts = order + BT, *toks = starts + BT + 1, nu = 0;
-    memset(cnt, 0, ((size_t)V + 1) * sizeof(int));
-    for (int i = 0; i < BT; i++)
-        cnt[inputs[i] + 1]++;
-    for (int v = 0; v < V; v++) {
-        if (cnt[v + 1]) {
-            starts[nu] = cnt[v];
-            toks[nu++] = v;
-        }
-        cnt[v + 1] += cnt[v];   // now cnt[v] is token v's first slot
-    }
-    starts[nu] = BT;
-    for (int i = 0; i < BT; i++)
-        order[cnt[inputs[i]]++] = i;
-    g->ntok = nu;
-}
-
 weft_status_t train_cuda_forward(train_cuda_t *g, const int *inputs, const int *targets,
                                  int B, int T, float *loss_p)
 {
