@@ -7,8 +7,10 @@
  * of per-row ops (layernorm weight/bias, bias columns) are column sums in a fixed order:
  * per block of rows into the caller's scratch, then the blocks' sums in order (col_sums),
  * so they come out the same bits every run; the encoder's dwte takes each token's rows
- * in position order from a token index the host builds (no atomics anywhere in a step). fp32 throughout: the mixed precision of --dtype bf16 lives in
- * the cuBLAS calls (trainer/gpt2_cuda.c).
+ * in position order from a token index the host builds (no atomics anywhere in a step).
+ * fp32 throughout, but for the bf16 outputs of layernorm and GELU (the _bf16 launchers)
+ * and the conversions: the rest of --dtype bf16 lives in the cuBLAS calls and the fused
+ * attention (trainer/gpt2_cuda.c, attn_cuda.cu).
  *
  * Invariants: no kernel allocates; every launcher only queues work on its stream; shapes
  * are the callers' (validated on the host before any launch).
