@@ -9,7 +9,8 @@
  * AdamW) on the CPU and the GPU: fp32 losses within 1e-4 relative at every step, every
  * gradient tensor of step 1 within 1e-3 of its largest value, the padded wte rows' gradient
  * zero; --dtype bf16 (with the fused attention) on the GPU within 2e-2 of the CPU's fp32
- * losses, and a second bf16 run ending on the same bits; the fused attention alone
+ * losses, a second bf16 run ending on the same bits, and a third with the unfused
+ * attention (WEFT_TRAIN_ATTN=matmul) within 2e-2 as well; the fused attention alone
  * (train_cuda_attention_run) against a double-precision reference at every head size over
  * several 64-row tiles, a ragged last one included, bit-equal on a rerun; the GPU path's
  * refusals (backward without a forward, a token out of range, a batch over the prepared
@@ -396,14 +397,19 @@ static void test_gpu(void)
 
     // bf16 products (and the fused attention) on the GPU against the CPU's fp32 losses,
     // from the same start; twice: the second run ends on the same bits (no step kernel
-    // sums in a run-dependent order)
-    for (int run = 0; run < 2; run++) {
+    // sums in a run-dependent order); a third time with the unfused attention
+    // (WEFT_TRAIN_ATTN=matmul: cuBLAS products on the attention scratch, which the linear
+    // layers' bf16 copies share outside the attention calls)
+    for (int run = 0; run < 3; run++) {
         memcpy(m->params_mem, p0, bytes);
         free(m->m_mem);
         free(m->v_mem);
         m->m_mem = m->v_mem = NULL;
-        check(train_cuda_create(&g, m, B, T, 1) == WEFT_OK, "create bf16: %s",
+        if (run == 2)
+            setenv("WEFT_TRAIN_ATTN", "matmul", 1);
+        check(train_cuda_create(&g, m, B, T, 1) == WEFT_OK, "create bf16 (run %d): %s", run,
               weft_last_error());
+        unsetenv("WEFT_TRAIN_ATTN");
         for (int s = 1; g && s <= STEPS; s++) {
             float lg, ng;
             fill_tokens(x, y, s);
@@ -413,8 +419,8 @@ static void test_gpu(void)
                   train_cuda_update(g, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s) == WEFT_OK,
                   "bf16 step %d: %s", s, weft_last_error());
             double rel = fabs(lg - cpu_loss[s - 1]) / fabs(cpu_loss[s - 1]);
-            check(rel <= 2e-2, "step %d bf16 loss: gpu %.6f cpu fp32 %.6f (rel %.2e)", s, lg,
-                  cpu_loss[s - 1], rel);
+            check(rel <= 2e-2, "run %d step %d bf16 loss: gpu %.6f cpu fp32 %.6f (rel %.2e)",
+                  run, s, lg, cpu_loss[s - 1], rel);
         }
         // the device state comes back into the host model
         if (g) {
@@ -423,7 +429,7 @@ static void test_gpu(void)
             check(memcmp(m->params_mem, p0, bytes) != 0, "parameters moved");
             if (run == 0)
                 memcpy(gcpu, m->params_mem, bytes);
-            else
+            else if (run == 1)
                 check(memcmp(gcpu, m->params_mem, bytes) == 0, "bf16: a second run of %d "
                       "steps ends on the same parameters, bit for bit", STEPS);
         }
