@@ -243,7 +243,7 @@ static __global__ void col_sums_add(float *y, const float *part, int G, size_t s
 
 /* block rows of col_sums: enough blocks to fill the GPU, at most 32, each partial row of
  * `width` floats fitting the scratch, at least one (the callers' scratch holds one) */
-static int col_groups(int N, int C, size_t width, size_t scratch_floats)
+static int col_groups(int N, size_t width, size_t scratch_floats)
 {
     int g = (int)(scratch_floats / width), want = (int)((N + 7) / 8);
     if (g > 32)
@@ -280,7 +280,7 @@ extern "C" void kcu_layernorm_backward(float *dinp, float *dweight, float *dbias
     int rows_per_block = 8;
     layernorm_bwd<<<(N + rows_per_block - 1) / rows_per_block, rows_per_block * WARP, 0, s>>>(
         dinp, dout, inp, weight, mean, rstd, N, C);
-    int G = col_groups(N, C, 2 * (size_t)C, scratch_floats);
+    int G = col_groups(N, 2 * (size_t)C, scratch_floats);
     col_sums<<<dim3((C + WARP - 1) / WARP, G), dim3(WARP, 8), 0, s>>>(
         scratch, 2 * (size_t)C, dout, N, C, inp, mean, rstd);
     col_sums_add<<<(C + 255) / 256, 256, 0, s>>>(dweight, scratch, G, 2 * (size_t)C, C);
@@ -305,7 +305,7 @@ extern "C" void kcu_add_bias(float *out, const float *bias, int N, int OC, cudaS
 extern "C" void kcu_bias_backward(float *dbias, const float *dout, int N, int OC,
                                   float *scratch, size_t scratch_floats, cudaStream_t s)
 {
-    int G = col_groups(N, OC, (size_t)OC, scratch_floats);
+    int G = col_groups(N, (size_t)OC, scratch_floats);
     col_sums<<<dim3((OC + WARP - 1) / WARP, G), dim3(WARP, 8), 0, s>>>(
         scratch, (size_t)OC, dout, N, OC, NULL, NULL, NULL);
     col_sums_add<<<(OC + 255) / 256, 256, 0, s>>>(dbias, scratch, G, (size_t)OC, OC);
