@@ -64,6 +64,9 @@ for ((i = 1; i <= TRIALS; i++)); do
     else
         fail=$((fail + 1))
         printf 'FAIL trial %2d: %-9s n=%d victim %d: %s\n' "$i" "$mode" "$n" "$victim" "$why"
+        # every rank's verdict and weftrun's lines first (the flight-recorder dumps that
+        # follow a failure can push them out of the tail), then the tail
+        grep -E '^(ok|FAIL)|weftrun' "$out" | sed 's/^/     | /'
         sed 's/^/     | /' "$out" | tail -n 20
     fi
 done
