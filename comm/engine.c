@@ -223,9 +223,19 @@ static weft_status_t progress_recv(weft_comm_t *comm, comm_op_t *op, int i, int 
     tp_ep_t *ep = comm->eps[st->peer];
     const sched_args_t *a = &op->args;
     size_t esz = weft_dtype_size(a->dtype);
+    /* a plain receive into host memory that may be written now (in place: once the
+     * bytes it overwrites are sent) can be posted to the peer (transport.h) */
+    int postable = ep->ops->recv_post && st->kind == STEP_RECV && st->len > 0 &&
+                   (st->dst_buf == BUF_TMP ||
+                    (st->dst_buf == BUF_RECV && op->recv_mt == MEM_HOST) ||
+                    (st->dst_buf == BUF_SEND && op->send_mt == MEM_HOST)) &&
+                   (st->stream < 0 || comm->st[st->stream].done == st->len);
     while (!(ss->done == st->len && ss->frames > 0)) {
         const frame_hdr_t *h;
         const void *payload;
+        if (postable && ss->done < st->len)
+            ep->ops->recv_post(ep, engine_buf(comm, op, st->dst_buf) + st->dst_off + ss->done,
+                               st->len - ss->done);
         weft_status_t rc = ep->ops->recv_peek(ep, &h, &payload);
         if (rc != WEFT_OK)
             return rc;
@@ -422,17 +432,26 @@ static void finish_head(weft_comm_t *comm, weft_status_t st)
     comm_op_t *op = comm->q_head;
     if (st < 0 && st != WEFT_ERR_ABORTED && comm_is_aborted(comm))   /* our own echo */
         st = weft_error(WEFT_ERR_ABORTED, "rank %d: communicator aborted", comm->rank);
-    rma_end(comm);      /* the op's transfers, keys and registrations, if any */
-    comm->q_head = op->next;
-    if (comm->q_head == NULL)
-        comm->q_tail = NULL;
-    op->next = NULL;
     if (st < 0 && comm->error == WEFT_OK) {
         /* frames of a failed op may be in flight: the comm is done, and says so */
         snprintf(comm->error_msg, sizeof(comm->error_msg), "%s", weft_last_error());
         __atomic_store_n(&comm->error, st, __ATOMIC_RELEASE);
         fail_publish(comm, op, st);
     }
+    /* Only then are the buffers peers may still reach taken back: a peer's read or write
+     * that then fails (ib: a remote access error, which breaks the connection both ways)
+     * finds the reason already posted, where before the post could no longer get through
+     * (test_faults.sh ib single copy: a survivor reported "remote access error" instead
+     * of the lost rank in about 1 trial in 50). */
+    rma_end(comm);      /* the op's transfers, keys and registrations, if any */
+    if (st < 0)         /* receive buffers posted to peers (transport.h, recv_post) */
+        for (int p = 0; p < comm->nranks; p++)
+            if (comm->eps[p] && comm->eps[p]->ops->recv_post)
+                comm->eps[p]->ops->recv_post(comm->eps[p], NULL, 0);
+    comm->q_head = op->next;
+    if (comm->q_head == NULL)
+        comm->q_tail = NULL;
+    op->next = NULL;
     fr_finished(&comm->flight, op->fr_id, st);
     if (st < 0 && op->error_msg)
         snprintf(op->error_msg, sizeof(((weft_request_t *)0)->error_msg), "%s",

@@ -139,6 +139,14 @@ typedef struct tp_ops {
     weft_status_t (*recv_peek)(tp_ep_t *ep, const frame_hdr_t **hdr_p, const void **payload_p);
     weft_status_t (*recv_payload)(tp_ep_t *ep, void *dst, const void **payload_p);
     void (*recv_release)(tp_ep_t *ep);
+    /* optional (ib): the engine's next frames from this peer are a plain receive into
+     * [dst, dst + room) that may be written now. The transport may post that buffer to
+     * the peer, which then writes the payloads straight into it: recv_peek hands such a
+     * frame with a NULL payload, and recv_payload the pointer into dst where it landed.
+     * Called before each recv_peek of such a step, so it must be cheap when nothing
+     * changed. dst NULL: the call failed; withdraw what was posted, so that nothing
+     * lands in the caller's memory after it returns. NULL where absent. */
+    void (*recv_post)(tp_ep_t *ep, void *dst, size_t room);
     /* WEFT_OK once every frame sent on ep is complete, needing nothing more of this
      * process (the peer has it, or can take it without this rank's progress); else
      * WEFT_IN_PROGRESS, <0 on failure. The engine calls it before an operation ends, so

@@ -158,6 +158,11 @@ static const cfg_knob_t knobs[] = {
       LNG(ib_timeout), NULL },
     { "WEFT_IB_RETRY_CNT", "7", "ib QP transport retries before a peer is lost (0-7)",
       LNG(ib_retry_cnt), "0|1|2|3|4|5|6|7" },
+    { "WEFT_IB_ZCOPY", "reg", "which receive buffers an ib rank posts to its peer, which then "
+      "RDMA-writes the data straight into them instead of into the receive ring (no copy "
+      "out of it): reg = weft_mem_alloc memory (registered once, cached), all = any host "
+      "buffer (its pages registered for the receive), 0 = none", STR(ib_zcopy),
+      "reg|all|0" },
     { "WEFT_BUFFSIZE", "4M", "bytes of staging per connection and direction (shm ring size)",
       SIZE(buffsize), NULL },
     { "WEFT_SOCKET_BUFFSIZE", "0", "SO_SNDBUF and SO_RCVBUF of each tcp data connection "

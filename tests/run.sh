@@ -220,6 +220,19 @@ else
         # a rank that left after its part: its frames are read before it counts as lost
         run "test_rma left ib" "${IBENV[@]}" WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
             "$B/tests/test_rma" left
+        # posted receive buffers (WEFT_IB_ZCOPY): frames written straight into them where
+        # the setting covers the memory, never past a post, not after a withdrawal
+        for z in reg all 0; do
+            run "test_rma zcopy ib WEFT_IB_ZCOPY=$z" "${IBENV[@]}" WEFT_IB_ZCOPY=$z \
+                WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 "$B/tests/test_rma" zcopy
+        done
+        # and under the engine, every buffer posted (the default posts weft_mem_alloc
+        # memory only, which test_coll does not use)
+        run "test_coll -n 2 ib WEFT_IB_ZCOPY=all" "${IBENV[@]}" WEFT_IB_ZCOPY=all \
+            "$WEFTRUN" -n 2 "$B/tests/test_coll"
+        run "test_coll -n 4 ib WEFT_IB_ZCOPY=all 3 QPs small frames" "${IBENV[@]}" \
+            WEFT_IB_ZCOPY=all WEFT_IB_QPS_PER_CONN=3 WEFT_CHUNK=4096 WEFT_BUFFSIZE=64K \
+            "$WEFTRUN" -n 4 "$B/tests/test_coll" --quick
         # the knobs (WEFT_IB_HCA's syntax, refused values) and setup refusals
         run "test_ib.sh" bash tests/test_ib.sh "$B"
     else
@@ -389,6 +402,8 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
         run "test_fail abort -n 3 ib" "${IBENV[@]}" "$WEFTRUN" -n 3 "$B/tests/test_fail" abort
         run "test_fail mismatch count -n 3 ib" "${IBENV[@]}" "$WEFTRUN" -n 3 \
             "$B/tests/test_fail" mismatch count
+        run "test_fail mismatch count -n 3 ib WEFT_IB_ZCOPY=all" "${IBENV[@]}" \
+            WEFT_IB_ZCOPY=all "$WEFTRUN" -n 3 "$B/tests/test_fail" mismatch count
         # a slot-size mismatch (rank 1's WEFT_BUFFSIZE is smaller): the sender refuses the
         # frame naming both sides, never overruns; rank 1 is told the mismatch (both ignore
         # weftrun's SIGTERM, which follows rank 0's exit, for its grace period, so that a
@@ -405,6 +420,10 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
         # peer killed mid-read is reported like any other loss (151 of 151 trials passed
         # on 2026-11-26, where 1-3 in 40 hung before the emulator's lock fix)
         run "test_faults.sh ib single copy" "${IBENV[@]}" WEFT_CMA_MIN=1 \
+            bash tests/test_faults.sh "$B" ib 8
+        # and with every receive buffer posted: a peer killed while frames are written
+        # into posted buffers, and the survivors' withdrawn posts
+        run "test_faults.sh ib WEFT_IB_ZCOPY=all" "${IBENV[@]}" WEFT_IB_ZCOPY=all \
             bash tests/test_faults.sh "$B" ib 8
     fi
     # The same kills while the ranks read each other's registered buffers in place.

@@ -60,6 +60,7 @@ case_ "WEFT_IB_QPS_PER_CONN=4" ok "passed" WEFT_IB_QPS_PER_CONN=4
 case_ "WEFT_IB_QPS_PER_CONN=5 refused" fail "WEFT_IB_QPS_PER_CONN='5' is not valid" \
     WEFT_IB_QPS_PER_CONN=5
 case_ "WEFT_IB_TIMEOUT=0 refused" fail "WEFT_IB_TIMEOUT=0 must be in" WEFT_IB_TIMEOUT=0
+case_ "WEFT_IB_ZCOPY=yes refused" fail "WEFT_IB_ZCOPY='yes' is not valid" WEFT_IB_ZCOPY=yes
 case_ "WEFT_IB_GID_INDEX=1 (no such GID)" fail "no active port" WEFT_IB_GID_INDEX=1
 case_ "WEFT_IB_VERBS without a table" fail "WEFT_IB_VERBS=/nonexistent.so" \
     WEFT_IB_VERBS=/nonexistent.so

@@ -33,6 +33,18 @@
  *            credit write to the departed peer said "lost"); frames 2 and 3 are then
  *            delivered whole, and only after them is rank 1 reported lost (PEER_LOST
  *            naming it, within 5 s, from the next recv_peek or check_alive).
+ * zcopy      (ib) posted receive buffers (transport.h recv_post; WEFT_IB_ZCOPY, whose
+ *            value the test reads): rank 0 posts a buffer, tells rank 1 by a frame, and
+ *            rank 1 sends; the frames must land in place (recv_peek says no payload,
+ *            recv_payload points into the buffer, the bytes are rank 1's, a guard after
+ *            the post untouched) where the setting covers that memory (reg: weft_mem_alloc
+ *            memory; all: malloc'd too; 0: none), and come through the ring otherwise. A
+ *            frame larger than what is left of a post comes through the ring and ends
+ *            it (never written past it), and the next post serves again; a post withdrawn
+ *            before the sender looked is not used; with all, a post withdrawn after the
+ *            sender adopted it (its pages deregistered) fails the sender's next write into
+ *            it: rank 1 gets WEFT_ERR_PEER_LOST saying rank 0 withdrew the buffer, and
+ *            nothing lands in the memory.
  * Every wait is bounded, and alarm() ends a stuck rank. Exit 0 when every check passed.
  */
 #define _GNU_SOURCE
@@ -496,6 +508,196 @@ static void left(weft_comm_t **comm_p)
     printf("rank 0: after the frames: %s: %s\n", weft_status_str(a), weft_last_error());
 }
 
+/* ---- zcopy: frames below the engine, raw ---- */
+
+#define ZF (64u << 10)          /* payload of one data frame */
+
+static weft_status_t raw_send(weft_comm_t *comm, tp_ep_t *ep, uint32_t k, size_t len,
+                              unsigned seed)
+{
+    static unsigned char pl[ZF];
+    frame_hdr_t h = { .magic = FRAME_MAGIC, .version = FRAME_VERSION, .coll = COLL_SEND,
+                      .frame = k, .len = (uint32_t)len, .src_rank = (uint32_t)rank };
+    fill(pl, len, seed);
+    weft_status_t st;
+    double t0 = now_s();
+    while ((st = ep->ops->send(ep, &h, pl)) == WEFT_IN_PROGRESS && now_s() - t0 < 5)
+        progress_all(comm);
+    return st;
+}
+
+/* The next frame, as the engine takes it: recv_post (when post is set) before each
+ * peek, the payload asked for at dst when it is not in hand; *in_place says whether it
+ * came without a payload (landed in a posted buffer). Checks frame number k and seed. */
+static weft_status_t raw_recv(weft_comm_t *comm, tp_ep_t *ep, uint32_t k, size_t len,
+                              unsigned seed, unsigned char *post, size_t room,
+                              unsigned char *dst, int *in_place, const void **where)
+{
+    const frame_hdr_t *h = NULL;
+    const void *payload = NULL;
+    weft_status_t st;
+    double t0 = now_s();
+    do {
+        if (post)
+            ep->ops->recv_post(ep, post, room);
+        progress_all(comm);
+        st = ep->ops->recv_peek(ep, &h, &payload);
+    } while (st == WEFT_IN_PROGRESS && now_s() - t0 < 5);
+    if (st != WEFT_OK)
+        return st;
+    *in_place = payload == NULL;
+    if (payload == NULL)
+        st = ep->ops->recv_payload(ep, dst, &payload);
+    char msg[160];
+    snprintf(msg, sizeof(msg), "frame %u: %u bytes of seed %u (%s)", k, h->len, seed,
+             weft_status_str(st));
+    check(st == WEFT_OK && h->frame == k && h->len == len && same(payload, len, seed), msg);
+    if (where)
+        *where = payload;
+    ep->ops->recv_release(ep);
+    return st;
+}
+
+/* Rank 0 tells rank 1 to send n frames of len bytes. */
+static void go(weft_comm_t *comm, tp_ep_t *ep, uint32_t n, uint32_t len)
+{
+    frame_hdr_t h = { .magic = FRAME_MAGIC, .version = FRAME_VERSION, .coll = COLL_SEND,
+                      .frame = n, .len = sizeof(len) };
+    weft_status_t st;
+    double t0 = now_s();
+    while ((st = ep->ops->send(ep, &h, &len)) == WEFT_IN_PROGRESS && now_s() - t0 < 5)
+        progress_all(comm);
+    check(st == WEFT_OK, "tell rank 1 to go");
+}
+
+static void zcopy(weft_comm_t *comm)
+{
+    tp_ep_t *ep = comm->eps[1 - rank];
+    if (strcmp(ep->ops->name, "ib") != 0 || ep->ops->recv_post == NULL) {
+        printf("rank %d: zcopy is for ib (%s posts no receive buffers)\n", rank, ep->ops->name);
+        return;
+    }
+    const char *z = getenv("WEFT_IB_ZCOPY");
+    int all = z && !strcmp(z, "all"), none = z && !strcmp(z, "0");
+    int in_place = 0;
+    const void *where = NULL;
+    uint32_t k = 1;             /* data frames rank 1 -> 0, and "go" frames 0 -> 1 */
+    if (rank == 1) {
+        /* each round: wait for "go" (its frame number says how many frames to send) */
+        for (int round = 0; round < (none ? 2 : all ? 7 : 5); round++) {
+            unsigned char go[ZF];
+            const frame_hdr_t *h = NULL;
+            const void *payload = NULL;
+            weft_status_t st;
+            double t0 = now_s();
+            while ((st = ep->ops->recv_peek(ep, &h, &payload)) == WEFT_IN_PROGRESS &&
+                   now_s() - t0 < 5)
+                progress_all(comm);
+            check(st == WEFT_OK, "rank 0 says go");
+            if (st != WEFT_OK)
+                return;
+            if (payload == NULL && ep->ops->recv_payload(ep, go, &payload) != WEFT_OK)
+                return;
+            uint32_t nframes = h->frame, len = h->len ? ((const uint32_t *)payload)[0] : ZF;
+            ep->ops->recv_release(ep);
+            for (uint32_t i = 0; i < nframes; i++, k++) {
+                st = raw_send(comm, ep, k, len, k);
+                if (round == 6) {       /* all: the write into a withdrawn post */
+                    for (t0 = now_s(); st == WEFT_OK && now_s() - t0 < 5; usleep(1000))
+                        st = ep->ops->check_alive(ep);
+                    check(st == WEFT_ERR_PEER_LOST && strstr(weft_last_error(), "rank 0") &&
+                          strstr(weft_last_error(), "withdrew"), "a write into a post rank 0 "
+                          "withdrew fails: PEER_LOST, saying rank 0 withdrew its buffer");
+                    printf("rank 1: %s: %s\n", weft_status_str(st), weft_last_error());
+                    return;
+                }
+                check(st == WEFT_OK, "send a data frame");
+            }
+        }
+        return;
+    }
+    size_t cap = 4 * ZF, guard = 4096;
+    unsigned char *reg = NULL, *heap = malloc(cap + guard);
+    check(weft_mem_alloc((void **)&reg, cap + guard) == WEFT_OK && heap, "allocate");
+    if (!reg || !heap)
+        return;
+    struct { unsigned char *buf; const char *name; int postable; } mem[2] = {
+        { reg, "weft_mem_alloc", !none }, { heap, "malloc'd", all },
+    };
+    for (int m = 0; m < 2; m++) {
+        unsigned char *b = mem[m].buf;
+        memset(b, 0xee, cap + guard);
+        /* two frames into a post of two */
+        ep->ops->recv_post(ep, b, 2 * ZF);
+        go(comm, ep, 2, ZF);
+        char msg[200];
+        for (int i = 0; i < 2; i++, k++) {
+            raw_recv(comm, ep, k, ZF, k, b + i * ZF, 2 * ZF - i * ZF, b + i * ZF, &in_place,
+                     &where);
+            snprintf(msg, sizeof(msg), "%s memory, frame %d of 2: %s (want %s)", mem[m].name,
+                     i + 1, in_place ? "in place" : "through the ring",
+                     mem[m].postable ? "in place" : "ring");
+            check(in_place == mem[m].postable &&
+                  (!in_place || where == (const void *)(b + i * ZF)), msg);
+        }
+        int untouched = 1;
+        for (size_t i = 2 * ZF; i < cap + guard; i++)
+            untouched &= b[i] == 0xee;
+        snprintf(msg, sizeof(msg), "%s memory: nothing written past the post", mem[m].name);
+        check(untouched, msg);
+    }
+    if (none) {
+        free(heap);
+        weft_mem_free(reg);
+        return;
+    }
+    /* a frame larger than what is left of the post: through the ring, never past it */
+    memset(reg, 0xee, cap + guard);
+    ep->ops->recv_post(ep, reg, ZF / 2);
+    go(comm, ep, 1, ZF);
+    raw_recv(comm, ep, k, ZF, k, reg, ZF / 2, reg, &in_place, &where);
+    k++;
+    int untouched = 1;
+    for (size_t i = 0; i < cap + guard; i++)
+        untouched &= reg[i] == 0xee;
+    check(!in_place && untouched, "a frame larger than the post comes through the ring, "
+          "and nothing is written into the post");
+    /* that ended the post: the next one serves */
+    ep->ops->recv_post(ep, reg, ZF);
+    go(comm, ep, 1, ZF);
+    raw_recv(comm, ep, k, ZF, k, reg, ZF, reg, &in_place, &where);
+    k++;
+    check(in_place && where == (const void *)reg, "after it, a new post serves");
+    /* withdrawn before the sender looked: not used */
+    memset(reg, 0xee, cap + guard);
+    ep->ops->recv_post(ep, reg, ZF);
+    ep->ops->recv_post(ep, NULL, 0);
+    go(comm, ep, 1, ZF);
+    raw_recv(comm, ep, k, ZF, k, NULL, 0, reg + ZF, &in_place, &where);
+    k++;
+    untouched = 1;
+    for (size_t i = 0; i < cap + guard; i++)
+        untouched &= reg[i] == 0xee;
+    check(!in_place && untouched, "a post withdrawn before the sender looked is not used");
+    if (all) {
+        /* withdrawn after the sender adopted it: its next write fails there */
+        memset(heap, 0xee, cap + guard);
+        ep->ops->recv_post(ep, heap, 2 * ZF);
+        go(comm, ep, 1, ZF);
+        raw_recv(comm, ep, k, ZF, k, heap, 2 * ZF, heap, &in_place, &where);
+        check(in_place, "the first frame of the post lands in place");
+        ep->ops->recv_post(ep, NULL, 0);    /* as a failed call does */
+        go(comm, ep, 1, ZF);        /* rank 1 goes on to the second frame */
+        usleep(300000);
+        untouched = 1;
+        for (size_t i = ZF; i < cap + guard; i++)
+            untouched &= heap[i] == 0xee;
+        check(untouched, "nothing lands in a withdrawn post");
+    }
+    free(heap);
+    weft_mem_free(reg);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "basic";
@@ -521,8 +723,10 @@ int main(int argc, char **argv)
         left(&comm);
     else if (!strcmp(mode, "regcache"))
         regcache(comm);
+    else if (!strcmp(mode, "zcopy"))
+        zcopy(comm);
     else {
-        printf("usage: test_rma basic|peer_exit|stale_key|left|regcache\n");
+        printf("usage: test_rma basic|peer_exit|stale_key|left|regcache|zcopy\n");
         return 2;
     }
     /* after a lost peer too: destroy must still release everything (LeakSanitizer

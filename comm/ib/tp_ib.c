@@ -23,6 +23,22 @@
  * staging slot of frame k is reused only at frame k + IB_SLOTS, which the credit says the
  * peer has received (so the HCA has read it).
  *
+ * Posted receive buffers (zero copy, WEFT_IB_ZCOPY). When the engine's next frames from
+ * a peer are a plain receive into host memory (transport.h, recv_post), the receiver may
+ * post that buffer: it RDMA-writes {first frame, address, rkey, size} into the sender's
+ * FIFO box in the control block. A sender about to send exactly that frame adopts the
+ * post and RDMA-writes the payloads of that frame and the next ones straight into the
+ * buffer, one after the other, each followed on the same QP by the header alone, as a
+ * write-with-immediate into the ring slot whose immediate carries IB_IMM_ZC; the
+ * receiver hands the engine the payload where it landed, and copies nothing. A frame
+ * that does not fit what is left of the post goes through the ring (where the engine
+ * finds the mismatch): a post is never overrun. A post the sender did not see in time
+ * is stale once its first frame arrives through the ring. One post per direction at a
+ * time: it ends when its bytes have arrived or its first frame came through the ring;
+ * a call that fails withdraws it (a revoking box, and the registration dropped: a late
+ * write then fails at the sender as a remote access error, reported as the receiver
+ * having left the call).
+ *
  * Peer states travel as RDMA writes into the peer's control block ({seq, state, seq}),
  * the latest winning. A lost peer is an error completion: RETRY_EXC_ERR after the QP's
  * timeout and retries (WEFT_IB_TIMEOUT, WEFT_IB_RETRY_CNT); check_alive and peer_state
@@ -63,6 +79,10 @@ extern const tp_ops_t tp_ib_ops;
 #define WR_PROBE 1ull               /* wr_id kinds (low bits) */
 #define WR_DATA 2ull
 #define WR_RMA 3ull
+#define WR_FIFO 4ull                /* a receive buffer posted into the peer's FIFO box */
+#define WR_ZC 5ull                  /* a payload written into the peer's posted buffer */
+#define IB_IMM_ZC 0x80000000u       /* immediate: the payload went to the posted buffer */
+#define IB_IMM_SEQ 0x7fffffffu      /* immediate: the frame's number (mod 2^31) */
 #define IB_RKEY_MAGIC 0x77696b31u   /* "wik1" */
 #define IB_ACCESS_ALL (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)
 
@@ -99,6 +119,17 @@ typedef struct ib_state_box {
     uint64_t seq2;
 } ib_state_box_t;
 
+/* A receive buffer the peer posted: frames from `first` on may be written into
+ * [addr, addr + len) in order. Valid when seq == seq2; len 0 revokes. */
+typedef struct ib_fifo_box {
+    uint64_t seq;
+    uint64_t first;
+    uint64_t addr;
+    uint64_t len;
+    uint32_t rkey, pad;
+    uint64_t seq2;
+} ib_fifo_box_t;
+
 /* Registered per endpoint: the peer writes rx_*, this rank's RDMA writes read tx_*. */
 typedef struct ib_ctrl {
     volatile uint64_t rx_credits;   /* slots the peer has released (written by the peer) */
@@ -106,6 +137,8 @@ typedef struct ib_ctrl {
     ib_state_box_t rx_state;        /* the peer's latest state (written by the peer) */
     uint64_t tx_credits;            /* source of our credit writes */
     ib_state_box_t tx_state;        /* source of our state writes */
+    ib_fifo_box_t rx_fifo;          /* the peer's posted receive buffer (written by it) */
+    ib_fifo_box_t tx_fifo[2];       /* sources of our posts, used in turn */
 } ib_ctrl_t;
 
 /* A cached registration of a whole weft_mem_alloc region (ib_ctx_t.regs). */
@@ -137,6 +170,7 @@ typedef struct ib_ctx {
     pthread_mutex_t reg_lock;       /* regs: weft_mem_free may run on any thread */
     ib_reg_t *regs;
     int hooked;                     /* mem_free_hook_add took ib_region_freed */
+    int zcopy;                      /* WEFT_IB_ZCOPY: 0 none, 1 weft_mem_alloc memory, 2 all */
 } ib_ctx_t;
 
 /* A posted get or put (tp_rma_t.req): done once its signaled completion is polled. */
@@ -164,7 +198,21 @@ typedef struct ib_ep {
     uint64_t tx_seq;                    /* frames sent */
     uint64_t rx_seq;                    /* frames delivered (released) */
     uint64_t credits_sent;              /* rx_seq as last written to the peer */
-    uint8_t arrived[IB_SLOTS];
+    uint8_t arrived[IB_SLOTS];          /* 1: in the ring; 2: payload in the posted buffer */
+    /* the receive buffer this rank posted to the peer (zero copy; see the top) */
+    int post_live;
+    uint64_t post_first;                /* its first frame */
+    char *post_addr;
+    size_t post_len, post_used;         /* bytes; of which landed and delivered */
+    ib_mem_t post_mem;
+    uint64_t post_seq;                  /* posts made (the FIFO box's seq) */
+    uint32_t post_wr[2];                /* QP 0 WR that last wrote from tx_fifo[i] */
+    /* the buffer the peer posted to this rank, once adopted */
+    uint64_t fifo_seen;                 /* the last box seq looked at */
+    int tx_post_active;
+    uint64_t tx_post_addr, tx_post_len, tx_post_used;
+    uint32_t tx_post_rkey;
+    uint64_t zc_rx, zc_tx;              /* frames that went by posted buffers */
     uint64_t state_seq, state_seen;
     int state_dirty;                    /* a state waits for send-queue room */
     tp_state_t st_rx;
@@ -397,6 +445,9 @@ static void ib_local_cleanup(weft_comm_t *comm);
 static void ep_free(struct ib_ep *e);
 static void ib_region_freed(void *ctx, const mem_region_t *r);
 static void reg_give(ib_ctx_t *c, ib_mem_t *m);
+static int in_region(const void *ptr, size_t len, mem_region_t *r);
+static weft_status_t reg_take(ib_ctx_t *c, const void *ptr, size_t len, int access,
+                              ib_mem_t *m);
 
 static weft_status_t ib_local_setup(weft_comm_t *comm, tp_addr_t *self)
 {
@@ -418,6 +469,7 @@ static weft_status_t ib_local_setup(weft_comm_t *comm, tp_addr_t *self)
     }
     c->v = v;
     c->lfd = -1;
+    c->zcopy = !strcmp(comm->cfg.ib_zcopy, "all") ? 2 : !strcmp(comm->cfg.ib_zcopy, "0") ? 0 : 1;
     c->pending = pending;
     pthread_mutex_init(&c->reg_lock, NULL);
     tp_set_ctx(comm, &tp_ib_ops, c);
@@ -495,6 +547,8 @@ static weft_status_t ib_post_connect(weft_comm_t *comm)
 static void ep_free(struct ib_ep *e)
 {
     const ib_verbs_t *v = e->c->v;
+    if (e->post_live)
+        reg_give(e->c, &e->post_mem);
     while (e->rma) {
         ib_rma_t *t = e->rma;
         e->rma = t->next;
@@ -726,6 +780,11 @@ static weft_status_t wc_error(ib_ep_t *e, const struct ibv_wc *wc)
         e->quiet ? weft_error_quiet : weft_error;
     const char *s = e->c->v->wc_status_str(wc->status);
     int peer = e->base.peer;
+    /* a payload for a buffer the peer posted and then withdrew: its call failed (the
+     * engine then looks for the reason it posted) */
+    if ((wc->wr_id & 0xff) == WR_ZC && wc->status == IBV_WC_REM_ACCESS_ERR)
+        return err(WEFT_ERR_PEER_LOST, "ib: rank %d withdrew the receive buffer it had "
+                   "posted (its call failed): %s (QP %u)", peer, s, wc->qp_num);
     switch (wc->status) {
     case IBV_WC_WR_FLUSH_ERR:
         if (e->aborted)
@@ -777,15 +836,16 @@ static weft_status_t ep_poll(ib_ep_t *e)
             if (q < 0)
                 continue;
             if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-                uint32_t d = wc[i].imm_data - (uint32_t)e->rx_seq;
-                if (d >= IB_SLOTS || e->arrived[wc[i].imm_data % IB_SLOTS]) {
+                uint32_t fr = wc[i].imm_data & IB_IMM_SEQ;
+                uint32_t d = (fr - (uint32_t)e->rx_seq) & IB_IMM_SEQ;
+                if (d >= IB_SLOTS || e->arrived[fr % IB_SLOTS]) {
                     if (e->err == WEFT_OK)
                         e->err = weft_error(WEFT_ERR_INTERNAL, "ib: frame %u from rank %d "
-                                            "is outside the window at %llu", wc[i].imm_data,
+                                            "is outside the window at %llu", fr,
                                             e->base.peer, (unsigned long long)e->rx_seq);
                     continue;
                 }
-                e->arrived[wc[i].imm_data % IB_SLOTS] = 1;
+                e->arrived[fr % IB_SLOTS] = wc[i].imm_data & IB_IMM_ZC ? 2 : 1;
                 if (e->err == WEFT_OK)
                     e->err = post_recvs(e, q, 1);
             } else {
@@ -860,6 +920,28 @@ static weft_status_t post_pending(ib_ep_t *e)
 
 /* ---- data ---- */
 
+/* A receive buffer the peer posted, adopted when it starts at the frame about to be
+ * sent; any other post is stale (its first frame went through the ring) or revoked. */
+static void fifo_check(ib_ep_t *e)
+{
+    volatile ib_fifo_box_t *b = &e->ctrl->rx_fifo;
+    uint64_t s2 = b->seq2;          /* a seqlock, as the state box (ib_peer_state) */
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    ib_fifo_box_t copy;
+    memcpy(&copy, (const void *)b, sizeof(copy));
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (b->seq != s2 || copy.seq2 != s2 || s2 == e->fifo_seen)
+        return;
+    e->fifo_seen = s2;
+    if (copy.first != e->tx_seq || copy.len == 0)
+        return;
+    e->tx_post_active = 1;
+    e->tx_post_addr = copy.addr;
+    e->tx_post_len = copy.len;
+    e->tx_post_rkey = copy.rkey;
+    e->tx_post_used = 0;
+}
+
 static weft_status_t ib_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
 {
     ib_ep_t *e = (ib_ep_t *)ep;
@@ -875,17 +957,41 @@ static weft_status_t ib_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *pa
     size_t slot = e->tx_seq % IB_SLOTS;
     char *src = e->stage + slot * e->slot_bytes;
     int q = (int)(e->tx_seq % (uint64_t)e->nqp);
-    if (e->sq_posted[q] - e->sq_retired[q] >= IB_SQ_DEPTH - 1)
+    if (!e->tx_post_active)
+        fifo_check(e);
+    /* into the peer's posted buffer while the frames fit what is left of it; the first
+     * one that does not (or an empty one) goes through the ring and ends the post on both
+     * sides (the peer's engine finds the mismatch) */
+    int zc = e->tx_post_active && hdr->len > 0 &&
+             hdr->len <= e->tx_post_len - e->tx_post_used;
+    if (!zc)
+        e->tx_post_active = 0;
+    if (e->sq_posted[q] - e->sq_retired[q] >= (uint32_t)(IB_SQ_DEPTH - 1 - zc))
         return WEFT_IN_PROGRESS;
     memcpy(src, hdr, sizeof(*hdr));
     if (hdr->len)
         memcpy(src + sizeof(*hdr), payload, hdr->len);
-    weft_status_t st = post(e, q, IBV_WR_RDMA_WRITE_WITH_IMM, src, e->stage_mr->lkey, bytes,
-                            e->peer.ring_addr + slot * e->peer.slot_bytes, e->peer.ring_rkey,
-                            (uint32_t)e->tx_seq, WR_DATA, 0);
+    weft_status_t st;
+    if (zc) {
+        /* the payload, then on the same QP (in order) the header that announces it */
+        st = post(e, q, IBV_WR_RDMA_WRITE, src + sizeof(*hdr), e->stage_mr->lkey, hdr->len,
+                  e->tx_post_addr + e->tx_post_used, e->tx_post_rkey, 0, WR_ZC, 0);
+        if (st != WEFT_OK)
+            return st;
+        bytes = sizeof(*hdr);
+    }
+    uint32_t imm = ((uint32_t)e->tx_seq & IB_IMM_SEQ) | (zc ? IB_IMM_ZC : 0);
+    st = post(e, q, IBV_WR_RDMA_WRITE_WITH_IMM, src, e->stage_mr->lkey, bytes,
+              e->peer.ring_addr + slot * e->peer.slot_bytes, e->peer.ring_rkey, imm, WR_DATA, 0);
     if (st != WEFT_OK)
-        return st;
+        return st;      /* (a payload written already is written again on the retry) */
     e->tx_seq++;
+    if (zc) {
+        e->zc_tx++;
+        e->tx_post_used += hdr->len;
+        if (e->tx_post_used == e->tx_post_len)
+            e->tx_post_active = 0;
+    }
     return WEFT_OK;
 }
 
@@ -901,25 +1007,121 @@ static weft_status_t ib_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p, const 
         return weft_error(WEFT_ERR_INTERNAL, "ib: frame from rank %d claims %u bytes (slot "
                           "%zu)", ep->peer, h->len, e->slot_bytes - sizeof(*h));
     *hdr_p = h;
-    *payload_p = h + 1;
+    /* a payload in the posted buffer: the engine asks for it after checking the header */
+    *payload_p = e->arrived[slot] == 2 ? NULL : h + 1;
     return WEFT_OK;
 }
 
-/* The payload is always in the ring already (recv_peek returned it). */
+/* The payload is in the ring, or (zero copy) where it landed in the posted buffer: at
+ * the engine's dst when both ends agree on the frames. */
 static weft_status_t ib_recv_payload(tp_ep_t *ep, void *dst, const void **payload_p)
 {
     ib_ep_t *e = (ib_ep_t *)ep;
-    *payload_p = e->ring + (e->rx_seq % IB_SLOTS) * e->slot_bytes + sizeof(frame_hdr_t);
+    size_t slot = e->rx_seq % IB_SLOTS;
+    const frame_hdr_t *h = (const frame_hdr_t *)(e->ring + slot * e->slot_bytes);
+    if (e->arrived[slot] != 2) {
+        *payload_p = h + 1;
+        return WEFT_OK;
+    }
+    if (!e->post_live || e->rx_seq < e->post_first || h->len > e->post_len - e->post_used)
+        return weft_error(WEFT_ERR_INTERNAL, "ib: rank %d wrote %u bytes of frame %llu into "
+                          "a receive buffer this rank has not posted for it", ep->peer,
+                          h->len, (unsigned long long)e->rx_seq);
+    *payload_p = e->post_addr + e->post_used;
     return WEFT_OK;
+}
+
+/* The posted buffer is done with: its bytes arrived, or its first frame came through
+ * the ring (so the peer will never write into it). */
+static void post_end(ib_ep_t *e)
+{
+    reg_give(e->c, &e->post_mem);
+    e->post_live = 0;
 }
 
 static void ib_recv_release(tp_ep_t *ep)
 {
     ib_ep_t *e = (ib_ep_t *)ep;
-    e->arrived[e->rx_seq % IB_SLOTS] = 0;
+    size_t slot = e->rx_seq % IB_SLOTS;
+    int zc = e->arrived[slot] == 2;
+    uint32_t len = ((const frame_hdr_t *)(e->ring + slot * e->slot_bytes))->len;
+    if (e->post_live) {
+        if (zc) {
+            e->zc_rx++;
+            e->post_used += len;
+            if (e->post_used == e->post_len)
+                post_end(e);
+        } else {
+            post_end(e);    /* not seen in time, or the peer stopped using it */
+        }
+    }
+    e->arrived[slot] = 0;
     e->rx_seq++;
     if (e->err == WEFT_OK)
         post_pending(e);    /* the credit; later (ep_poll) when the queue is full */
+}
+
+/* Writes box {first, addr, len, rkey} into the peer's FIFO from the next free source
+ * (its last write retired); WEFT_IN_PROGRESS when neither is free or the queue is full. */
+static weft_status_t fifo_post(ib_ep_t *e, uint64_t first, const void *addr, size_t len,
+                               uint32_t rkey)
+{
+    int i = (int)(e->post_seq % 2);
+    if (e->post_wr[i] && (int32_t)(e->sq_retired[0] - e->post_wr[i]) < 0)
+        return WEFT_IN_PROGRESS;
+    ib_fifo_box_t *b = &e->ctrl->tx_fifo[i];
+    uint64_t seq = e->post_seq + 1;
+    *b = (ib_fifo_box_t){ .seq = seq, .first = first, .addr = (uintptr_t)addr, .len = len,
+                          .rkey = rkey, .seq2 = seq };
+    weft_status_t st = post(e, 0, IBV_WR_RDMA_WRITE, b, e->ctrl_mr->lkey, sizeof(*b),
+                            e->peer.ctrl_addr + offsetof(ib_ctrl_t, rx_fifo), e->peer.ctrl_rkey,
+                            0, WR_FIFO, 1);
+    if (st != WEFT_OK)
+        return st;
+    e->post_seq = seq;
+    e->post_wr[i] = e->sq_posted[0];
+    return WEFT_OK;
+}
+
+/* Posts [dst, dst + room) for the frames from the next one on (see the top), when
+ * WEFT_IB_ZCOPY allows it for that memory, nothing is posted yet, and the next frame
+ * has not arrived already; dst NULL withdraws a live post. Best effort: a buffer not
+ * posted is received through the ring. */
+static void ib_recv_post(tp_ep_t *ep, void *dst, size_t room)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    if (dst == NULL) {
+        if (e->post_live) {
+            if (e->err == WEFT_OK)
+                fifo_post(e, 0, NULL, 0, 0);    /* revoke, for a sender yet to look */
+            post_end(e);
+        }
+        return;
+    }
+    if (e->post_live || e->c->zcopy == 0 || e->err != WEFT_OK || room == 0 ||
+        ep_poll(e) != WEFT_OK || e->arrived[e->rx_seq % IB_SLOTS])
+        return;
+    mem_region_t r;
+    if (e->c->zcopy == 1 && !in_region(dst, room, &r))
+        return;                 /* weft_mem_alloc memory only: its registration is cached */
+    if (reg_take(e->c, dst, room, IB_ACCESS_ALL, &e->post_mem) != WEFT_OK) {
+        LOG_DEBUG(LOG_NET, "ib: receive buffer for rank %d not posted: %s", ep->peer,
+                  weft_last_error());
+        weft_error_clear();
+        return;
+    }
+    weft_status_t st = fifo_post(e, e->rx_seq, dst, room, e->post_mem.mr->rkey);
+    if (st != WEFT_OK) {
+        reg_give(e->c, &e->post_mem);
+        if (st < 0 && e->err == WEFT_OK)
+            e->err = st;
+        return;
+    }
+    e->post_live = 1;
+    e->post_first = e->rx_seq;
+    e->post_addr = dst;
+    e->post_len = room;
+    e->post_used = 0;
 }
 
 /* Keeps one zero-byte signaled write in flight: a peer that is gone fails it. While the
@@ -993,6 +1195,12 @@ static void ib_abort(tp_ep_t *ep)
 static void ib_close(tp_ep_t *ep)
 {
     ib_ep_t *e = (ib_ep_t *)ep;
+    if (e->c->zcopy)
+        LOG_INFO(LOG_NET, "ib: rank %d: frames by posted buffers (WEFT_IB_ZCOPY=%s): "
+                 "%llu of %llu from rank %d, %llu of %llu to it", e->rank,
+                 e->c->zcopy == 2 ? "all" : "reg",
+                 (unsigned long long)e->zc_rx, (unsigned long long)e->rx_seq, ep->peer,
+                 (unsigned long long)e->zc_tx, (unsigned long long)e->tx_seq);
     /* what was posted must reach the peer before the QP goes: wait (1 s at most) for a
      * signaled write behind it */
     e->quiet = 1;
@@ -1031,6 +1239,13 @@ static uint32_t rkey_check(const ib_rkey_t *k)
     for (size_t i = 0; i < offsetof(ib_rkey_t, check); i++)
         h = (h ^ p[i]) * 16777619u;
     return h;
+}
+
+/* Whether [ptr, ptr+len) lies in one weft_mem_alloc region (*r), which the cache serves. */
+static int in_region(const void *ptr, size_t len, mem_region_t *r)
+{
+    mem_lookup(ptr, r);
+    return r->fd >= 0 && (uint64_t)(uintptr_t)ptr + len <= r->base + r->size;
 }
 
 /* Registers the pages holding [ptr, ptr+len). */
@@ -1083,9 +1298,8 @@ static weft_status_t reg_take(ib_ctx_t *c, const void *ptr, size_t len, int acce
                               ib_mem_t *m)
 {
     mem_region_t r;
-    mem_lookup(ptr, &r);
     m->reg = NULL;
-    if (r.fd < 0 || (uint64_t)(uintptr_t)ptr + len > r.base + r.size) {
+    if (!in_region(ptr, len, &r)) {
         if ((m->mr = reg_pages(c, ptr, len, access)) == NULL)
             return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr of %zu bytes on %s: %m", len,
                               c->devname);
@@ -1308,6 +1522,7 @@ const tp_ops_t tp_ib_ops = {
     .recv_peek = ib_recv_peek,
     .recv_payload = ib_recv_payload,
     .recv_release = ib_recv_release,
+    .recv_post = ib_recv_post,
     .flush = NULL,                  /* the HCA moves what was posted (close waits for it) */
     .check_alive = ib_check_alive,
     .post_state = ib_post_state,
