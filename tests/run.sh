@@ -226,8 +226,13 @@ else
             run "test_rma zcopy ib WEFT_IB_ZCOPY=$z" "${IBENV[@]}" WEFT_IB_ZCOPY=$z \
                 WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 "$B/tests/test_rma" zcopy
         done
-        # and under the engine, every buffer posted (the default posts weft_mem_alloc
-        # memory only, which test_coll does not use)
+        # and under the engine: the default posts weft_mem_alloc memory (test_coll --reg:
+        # every rank's, or the even ranks' only, whose receives alone are posted)
+        run "test_coll -n 2 ib --reg all" "${IBENV[@]}" "$WEFTRUN" -n 2 \
+            "$B/tests/test_coll" --reg all
+        run "test_coll -n 3 ib --reg even" "${IBENV[@]}" "$WEFTRUN" -n 3 \
+            "$B/tests/test_coll" --quick --reg even
+        # and every buffer posted
         run "test_coll -n 2 ib WEFT_IB_ZCOPY=all" "${IBENV[@]}" WEFT_IB_ZCOPY=all \
             "$WEFTRUN" -n 2 "$B/tests/test_coll"
         run "test_coll -n 4 ib WEFT_IB_ZCOPY=all 3 QPs small frames" "${IBENV[@]}" \
