@@ -80,11 +80,21 @@ typedef struct algo {
  * ring (docs/PERF.md, issue 20). */
 #define ALGO_CMA_ALLGATHER_MIN (32u << 10)
 #define ALGO_CMA_ALLGATHER_MIN_ASYNC (256u << 10)
+/* The figures above are an Intel Xeon host's, where a 256K process_vm_readv ran near a
+ * copy's speed. On an AMD EPYC host (2026-11-26) it ran at 14 GB/s against 50 GB/s for a
+ * cached memcpy (3.2-4.5x slower from 64K to 4M), and the single copy lost to direct and
+ * the ring from 32K to 512K per rank: out of place 8.3 -> 4.8 us at 32K per rank, 27.6 ->
+ * 20.5 at 128K, in place 1.3-1.8x (docs/PERF.md). Where any rank's host reads that much
+ * slower than it copies (tp_ops_t.get_cost, agreed at connect), all-gather keeps the
+ * ring and direct unless WEFT_CMA_MIN says otherwise. */
+#define ALGO_CMA_SLOW_RATIO 2.5
 static inline size_t algo_cma_allgather_min(const weft_config_t *cfg, const sched_args_t *a)
 {
     if (a->coll != COLL_ALLGATHER || !a->layout.cma || cfg->cma_min || a->layout.cma_min)
         return 0;
-    return a->layout.cma_blocks ? ALGO_CMA_ALLGATHER_MIN : ALGO_CMA_ALLGATHER_MIN_ASYNC;
+    if (a->layout.cma_blocks)
+        return a->layout.cma_slow ? 0 : ALGO_CMA_ALLGATHER_MIN;
+    return ALGO_CMA_ALLGATHER_MIN_ASYNC;
 }
 
 /* The window of an algorithm no knob governs (the ring takes what the others leave). */

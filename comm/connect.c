@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "comm_int.h"
+#include "algo.h"
 #include "auth.h"
 #include "check.h"
 #include "log.h"
@@ -148,6 +149,17 @@ static size_t local_cma_min(const weft_comm_t *comm)
     return m;
 }
 
+/* 1 when some peer's transport reads one-sidedly more than ALGO_CMA_SLOW_RATIO times
+ * slower than it copies on this host (tp_ops_t.get_cost); *ratio the largest known. */
+static int local_slow(const weft_comm_t *comm, double *ratio)
+{
+    *ratio = 0;
+    for (int p = 0; p < comm->nranks; p++)
+        if (p != comm->rank && comm->eps[p] && comm->eps[p]->ops->get_cost)
+            *ratio = WEFT_MAX(*ratio, comm->eps[p]->ops->get_cost());
+    return *ratio > ALGO_CMA_SLOW_RATIO;
+}
+
 /* 1 when every peer's endpoint reads one-sidedly in blocking calls (shm). */
 static int local_blocks(const weft_comm_t *comm)
 {
@@ -195,10 +207,12 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
     }
     /* barrier, which also agrees on what every rank can do: nobody drops names before
      * everyone has connected, and single copy is used only if all ranks have it */
+    double ratio = 0;
     connect_agree_t mine = { st == WEFT_OK, st == WEFT_OK && local_rma(comm),
                              (int)(local_cma_min(comm) >> 10),
-                             st == WEFT_OK && local_blocks(comm) };
-    int all_ok = 1, cma = 1, cma_min_k = mine.cma_min_k, blocks = 1;
+                             st == WEFT_OK && local_blocks(comm),
+                             st == WEFT_OK && local_slow(comm, &ratio) };
+    int all_ok = 1, cma = 1, cma_min_k = mine.cma_min_k, blocks = 1, slow = 0;
     connect_agree_t *all = malloc((size_t)comm->nranks * sizeof(*all));
     if (all == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "connect: out of memory");
@@ -207,6 +221,7 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
         all_ok &= all[p].ok;
         cma &= all[p].rma;
         blocks &= all[p].blocks;
+        slow |= all[p].slow;
         cma_min_k = all[p].cma_min_k && cma_min_k ? WEFT_MAX(cma_min_k, all[p].cma_min_k) : 0;
     }
     free(all);
@@ -218,6 +233,13 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
     comm->cma_all = cma && comm->nranks > 1;
     comm->cma_min_default = comm->cma_all ? (size_t)cma_min_k << 10 : 0;
     comm->cma_blocks = comm->cma_all && blocks;
+    comm->cma_slow = comm->cma_blocks && slow;
+    if (comm->cma_blocks)
+        LOG_INFO(LOG_TUNE, "single-copy reads: %.1fx a copy's time here (256K; 0: not "
+                 "measured)%s: all-gather %s", ratio, slow && !mine.slow ?
+                 ", more on another rank" : "", comm->cma_slow ?
+                 "keeps the ring and direct by default (over 2.5x)" :
+                 "reads by single copy from 32K per rank by default");
     RETURN_IF_ERR(tuner_setup(comm));
     if (comm->cfg.spin < 0)     /* spinning only helps when every rank has a core */
         comm->cfg.spin = comm->local_size > sysconf(_SC_NPROCESSORS_ONLN) ? 0 : 2000;

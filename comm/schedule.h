@@ -128,6 +128,8 @@ typedef struct sched_layout {
                            (tp_ops_t.cma_min; 0: none): cma's window when WEFT_CMA_MIN
                            is unset */
     int cma_blocks;     /* with cma: every rank's one-sided reads block (shm; connect.c) */
+    int cma_slow;       /* with cma_blocks: on some rank's host they run more than
+                           ALGO_CMA_SLOW_RATIO times slower than a copy (connect.c) */
     int uniform;        /* every host has per_host ranks */
     const int *rank_host;   /* [nranks] each rank's host (0..nhosts-1, as `host`), shared
                                and read-only, owned by whoever made the layout (the

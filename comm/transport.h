@@ -119,6 +119,11 @@ typedef struct tp_ops {
      * one 64K-512K read instead of four took an all-gather from 0.9x to 1.0-1.05x Open
      * MPI on shm, 2 ranks: docs/PERF.md) */
     int get_blocks;
+    /* optional: how many times longer a one-sided read of 256K from a peer takes on this
+     * host than a plain copy of it (measured once per process; <= 0: unknown). Where it
+     * is above ALGO_CMA_SLOW_RATIO on any rank, all-gather does not default to single
+     * copy (algo.h: algo_cma_allgather_min) */
+    double (*get_cost)(void);
 
     /* -- setup -- */
     /* whether this rank reaches peer with it; self and peer carry the addresses */

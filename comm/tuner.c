@@ -145,6 +145,7 @@ weft_status_t tuner_setup(weft_comm_t *comm)
     comm->layout.rank_host = comm->rank_host;   /* freed at weft_comm_destroy */
     comm->layout.cma_min = comm->cma_min_default;
     comm->layout.cma_blocks = comm->cma_blocks;
+    comm->layout.cma_slow = comm->cma_slow;
     free(host_id);
     return WEFT_OK;
 }

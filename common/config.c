@@ -190,7 +190,8 @@ static const cfg_knob_t knobs[] = {
       SIZE(direct_max), NULL },
     { "WEFT_CMA_MIN", "0", "smallest per-rank message the tuner moves by single-copy reads "
       "(one-sided gets) when every peer has them, for every collective; 0 = the defaults: "
-      "all-gather from 32K on shm (256K elsewhere), and everything from 256K where ucx serves every peer within "
+      "all-gather from 32K on shm (unless one-sided reads take over 2.5x a copy's time "
+      "there, measured at init: then never; 256K elsewhere), and everything from 256K where ucx serves every peer within "
       "one host (on shm the ring is faster for the others, see docs/PERF.md)",
       SIZE(cma_min), NULL },
     { "WEFT_REG_MIN", "64M", "smallest per-rank message (every peer with one-sided reads) that "

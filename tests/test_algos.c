@@ -608,8 +608,10 @@ static const char *table_pick(const weft_config_t *cfg, const sched_args_t *a)
     if (a->reg == SCHED_REG_ALL)
         return "cma";
     size_t ag_cma = cma && a->coll == COLL_ALLGATHER && !cfg->cma_min && !a->layout.cma_min
-                        ? (a->layout.cma_blocks ? 32u << 10 : 256u << 10)
-                        : 0;    /* all-gather: single copy from 32K (shm), else 256K */
+                        ? (a->layout.cma_blocks ? (a->layout.cma_slow ? 0 : 32u << 10)
+                                                : 256u << 10)
+                        : 0;    /* all-gather: single copy from 32K (shm, unless its reads
+                                   are slow there: never), else 256K */
     if (bytes <= cfg->direct_max && algo_few_ranks(a) && !(ag_cma && bytes >= ag_cma))
         return "direct";
     if (a->reg == SCHED_REG_ASK && cma && a->coll != COLL_BROADCAST && cfg->reg_min &&
@@ -728,10 +730,10 @@ static void check_hier_spots(void)
 
 static void check_tuner(void)
 {
-    weft_config_t cfgs[4];
+    weft_config_t cfgs[5];      /* 4: the defaults again, on a host whose reads are slow */
     algo_model_t m;
     algo_model_default(&m);
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
         cfg_defaults(&cfgs[k]);
     cfgs[1].cma_min = 1 << 20;
     cfgs[2].direct_max = 0;
@@ -739,7 +741,7 @@ static void check_tuner(void)
     cfgs[3].direct_max = 1 << 20;
     cfgs[3].cma_min = 256 << 10;
     int map[64];                /* with a map: hosts of ranks in blocks of per_host */
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
         for (int n = 1; n <= 64; n++)
             for (int hosts = 1; hosts <= 4; hosts++)
                 for (int withmap = 0; withmap < 2; withmap++)
@@ -754,6 +756,8 @@ static void check_tuner(void)
                                 continue;
                             a.layout = (sched_layout_t){ .nhosts = hosts, .cma = hosts == 1,
                                                          .cma_blocks = hosts == 1 && withmap,
+                                                         .cma_slow = hosts == 1 && withmap &&
+                                                                     k == 4,
                                                          .per_host = per,
                                                          .uniform = n % hosts == 0,
                                                          .cma_min = hosts == 1 && k == 2 ?

@@ -10,6 +10,7 @@
 # with UCX, a tiny `--transports ucx` run must show weft over UCX beside Open MPI's pml ucx
 # and weft's own shm (the extra column); else it is skipped with a note. Every run is
 # bounded by `timeout`. BUILD: the build directory whose tools run (default build).
+# A launch in a far placement (a fake core_rtt) is repeated and counted in the setup.
 # Then bench/crossover.sh on a tiny shm sweep, and its refusals; sim_lib.sh's medians and
 # its repeat of launches run while the cores were far apart; core_rtt and its refusals.
 set -u
@@ -23,8 +24,9 @@ trap 'rm -rf "$OUT"' EXIT
 ok()  { PASS=$((PASS + 1)); echo "ok - $1"; }
 bad() { FAIL=$((FAIL + 1)); echo "FAIL - $1"; [ -n "${2:-}" ] && tail -n 15 "$2" | sed 's/^/   | /'; }
 
+# (--placement off: a far placement here must not make the runs repeat; 2b turns it on)
 compare() { timeout -k 5 120 /usr/bin/python3 bench/compare --build "$B" --colls allreduce \
-                --reps 1 --peers ompi --transports shm "$@"; }
+                --reps 1 --peers ompi --transports shm --placement off "$@"; }
 
 # 1. The split sweep: 8..1K with 50 calls per size, 2K..8K with 2.
 if compare -b 8 -e 8K --iters 2 --warmup 1 --small-iters 50 --small-max 1K \
@@ -63,6 +65,32 @@ if compare -b 8 -e 256 --iters 3 --warmup 1 --small-iters 0 --out "$OUT/one" >"$
    grep -q "Timed calls per size: 3 at 8-256 (after 1 warmup calls)\." "$OUT/one/compare-shm.md"
 then ok "--small-iters 0 runs one sweep"
 else bad "--small-iters 0" "$OUT/one.log"; fi
+
+# 2b. Placement: with a fake core_rtt reading 80 ns five times (the lowest; the fifth is
+# the reading before weft's launch), 80 after it, then 80/400 around Open MPI's launch
+# (repeated) and 80/80 around its repeat, the setup says one Open MPI launch was repeated
+# and none of weft's; --placement off says it did not check.
+cat >"$OUT/fake_rtt" <<'FAKE'
+#!/bin/sh
+n=$(cat "$FAKE_RTT_N" 2>/dev/null || echo 0); echo $((n + 1)) >"$FAKE_RTT_N"
+set -- 80 80 80 80 80 80 80 400 80 80; shift $((n < 9 ? n : 9)); echo "$1"
+FAKE
+chmod +x "$OUT/fake_rtt"
+if command -v mpirun.openmpi >/dev/null; then
+    if FAKE_RTT_N=$OUT/rtt_n COMPARE_CORE_RTT=$OUT/fake_rtt compare -b 8 -e 64 --iters 3 \
+            --warmup 1 --small-iters 0 --placement repeat --out "$OUT/place" \
+            >"$OUT/place.log" 2>&1 &&
+       grep -q "Placement: every launch bracketed by .core_rtt. (cores' round trip at its lowest 80 ns) .*launches repeated: Open MPI 1; kept although far (10 tries ran out): none\." "$OUT/place/compare-shm.md"
+    then ok "a launch in a far placement is repeated, and counted in the setup"
+    else bad "placement: no line saying one Open MPI launch was repeated" "$OUT/place/compare-shm.md"; fi
+else
+    echo "ok - placement repeat skipped: no mpirun.openmpi"
+fi
+if compare -b 8 -e 64 --iters 3 --warmup 1 --small-iters 0 --placement off \
+        --out "$OUT/noplace" >"$OUT/noplace.log" 2>&1 &&
+   grep -q "Placement: not checked" "$OUT/noplace/compare-shm.md"
+then ok "--placement off: the setup says placement was not checked"
+else bad "--placement off" "$OUT/noplace.log"; fi
 
 # 3. Refusals: a clear message, non-zero, and no table written.
 for args in "--small-iters -1" "--small-max 12Q" "--iters 0"; do

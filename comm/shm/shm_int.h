@@ -38,6 +38,8 @@ int shm_copy_timed(const shm_copy_t *c, size_t bytes);
 /* len bytes at the peer's raddr into dst with process_vm_readv, whole or an error:
  * WEFT_ERR_PEER_LOST when the process is gone, WEFT_ERR_SYSTEM otherwise (errno set) */
 weft_status_t shm_cma_read(pid_t pid, void *dst, uint64_t raddr, size_t len);
+/* a 256K process_vm_readv's time over a memcpy's here, once per process (tp_ops_t.get_cost) */
+double shm_cma_cost(void);
 /* the state of an endpoint to rank peer (process pid); cma_ok: process_vm_readv on it
  * works (the connect probe). NULL when out of memory. */
 shm_rma_t *shm_rma_create(int peer, pid_t pid, int cma_ok);

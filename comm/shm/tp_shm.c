@@ -574,6 +574,7 @@ const tp_ops_t tp_shm_ops = {
     .preference = 20,               /* within a host, before tcp */
     .chunk = 128 * 1024,            /* frames that stay in the caches (docs/PERF.md) */
     .get_blocks = 1,                /* process_vm_readv / _writev, or a mapping: done at once */
+    .get_cost = shm_cma_cost,
     /* setup */
     .can_connect = shm_can_connect,
     .local_setup = shm_local_setup,
