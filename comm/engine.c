@@ -233,10 +233,10 @@ static weft_status_t progress_recv(weft_comm_t *comm, comm_op_t *op, int i, int 
     while (!(ss->done == st->len && ss->frames > 0)) {
         const frame_hdr_t *h;
         const void *payload;
-        if (postable && ss->done < st->len)
+        weft_status_t rc = ep->ops->recv_peek(ep, &h, &payload);
+        if (rc == WEFT_IN_PROGRESS && postable && ss->done < st->len)  /* about to wait */
             ep->ops->recv_post(ep, engine_buf(comm, op, st->dst_buf) + st->dst_off + ss->done,
                                st->len - ss->done);
-        weft_status_t rc = ep->ops->recv_peek(ep, &h, &payload);
         if (rc != WEFT_OK)
             return rc;
         RETURN_IF_ERR(check_header(comm, op, i, h));

@@ -148,9 +148,10 @@ typedef struct tp_ops {
      * [dst, dst + room) that may be written now. The transport may post that buffer to
      * the peer, which then writes the payloads straight into it: recv_peek hands such a
      * frame with a NULL payload, and recv_payload the pointer into dst where it landed.
-     * Called before each recv_peek of such a step, so it must be cheap when nothing
-     * changed. dst NULL: the call failed; withdraw what was posted, so that nothing
-     * lands in the caller's memory after it returns. NULL where absent. */
+     * Called when recv_peek found no frame for such a step (the engine is about to wait;
+     * a frame already here needs no post), so it must be cheap when nothing changed. dst
+     * NULL: the call failed; withdraw what was posted, so that nothing lands in the
+     * caller's memory after it returns. NULL where absent. */
     void (*recv_post)(tp_ep_t *ep, void *dst, size_t room);
     /* WEFT_OK once every frame sent on ep is complete, needing nothing more of this
      * process (the peer has it, or can take it without this rank's progress); else

@@ -526,9 +526,10 @@ static weft_status_t raw_send(weft_comm_t *comm, tp_ep_t *ep, uint32_t k, size_t
     return st;
 }
 
-/* The next frame, as the engine takes it: recv_post (when post is set) before each
- * peek, the payload asked for at dst when it is not in hand; *in_place says whether it
- * came without a payload (landed in a posted buffer). Checks frame number k and seed. */
+/* The next frame, as the engine takes it: recv_post (when post is set) after each peek
+ * that finds none, the payload asked for at dst when it is not in hand; *in_place says
+ * whether it came without a payload (landed in a posted buffer). Checks frame number k
+ * and seed. */
 static weft_status_t raw_recv(weft_comm_t *comm, tp_ep_t *ep, uint32_t k, size_t len,
                               unsigned seed, unsigned char *post, size_t room,
                               unsigned char *dst, int *in_place, const void **where)
@@ -538,10 +539,10 @@ static weft_status_t raw_recv(weft_comm_t *comm, tp_ep_t *ep, uint32_t k, size_t
     weft_status_t st;
     double t0 = now_s();
     do {
-        if (post)
-            ep->ops->recv_post(ep, post, room);
         progress_all(comm);
         st = ep->ops->recv_peek(ep, &h, &payload);
+        if (st == WEFT_IN_PROGRESS && post)
+            ep->ops->recv_post(ep, post, room);
     } while (st == WEFT_IN_PROGRESS && now_s() - t0 < 5);
     if (st != WEFT_OK)
         return st;
