@@ -84,9 +84,9 @@ typedef struct algo {
  * copy's speed. On an AMD EPYC host (2026-11-26) it ran at 14 GB/s against 50 GB/s for a
  * cached memcpy (3.2-4.5x slower from 64K to 4M), and the single copy lost to direct and
  * the ring out of place from 32K to 256K per rank (8.3 -> 4.8 us at 32K per rank, 27.6 ->
- * 20.5 at 128K), in place up to 2M per rank (1.3-2x; docs/PERF.md). Where any rank's host reads that much
- * slower than it copies (tp_ops_t.get_cost, agreed at connect), all-gather keeps the
- * ring and direct unless WEFT_CMA_MIN says otherwise. */
+ * 20.5 at 128K), in place up to 2M per rank (1.3-2x; docs/PERF.md). Where any rank's
+ * host reads that much slower than it copies (tp_ops_t.get_cost, agreed at connect),
+ * all-gather keeps the ring and direct unless WEFT_CMA_MIN says otherwise. */
 #define ALGO_CMA_SLOW_RATIO 2.5
 static inline size_t algo_cma_allgather_min(const weft_config_t *cfg, const sched_args_t *a)
 {
