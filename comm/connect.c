@@ -91,7 +91,7 @@ static weft_status_t connect_peer(weft_comm_t *comm, int p, unsigned *used)
     RETURN_IF_ERR(t->connect(comm, p, &comm->eps[p]));
     comm->eps[p]->ops = t;
     comm->eps[p]->peer = p;
-    comm->eps[p]->bytes_tx = comm->eps[p]->bytes_rx = 0;
+    comm->eps[p]->bytes_tx = comm->eps[p]->bytes_rx = comm->eps[p]->frames_kept = 0;
     *used |= 1u << tp_slot(t);
     return WEFT_OK;
 }

@@ -126,6 +126,13 @@ static void fill_header(const weft_comm_t *comm, const comm_op_t *op, int peer,
     h->src_rank = (uint32_t)comm->rank;
 }
 
+/* Whether the op's buffer `buf` is host memory (the scratch always is). */
+static int buf_on_host(const comm_op_t *op, int buf)
+{
+    return buf == BUF_TMP || (buf == BUF_RECV && op->recv_mt == MEM_HOST) ||
+           (buf == BUF_SEND && op->send_mt == MEM_HOST);
+}
+
 /* Pushes frames of send step i until done, blocked, or the stream source runs dry. */
 static weft_status_t progress_send(weft_comm_t *comm, comm_op_t *op, int i, int *moved)
 {
@@ -134,6 +141,11 @@ static weft_status_t progress_send(weft_comm_t *comm, comm_op_t *op, int i, int 
     step_state_t *ss = &comm->st[i];
     tp_ep_t *ep = comm->eps[st->peer];
     const char *src = engine_buf(comm, op, st->src_buf) + st->src_off;
+    /* bytes no step writes until the call ends (and its flush): the transport may read
+     * them where they are (transport.h, send_kept) */
+    weft_status_t (*send)(tp_ep_t *, const frame_hdr_t *, const void *) =
+        st->keep && ep->ops->send_kept && buf_on_host(op, st->src_buf) ? ep->ops->send_kept
+                                                                       : ep->ops->send;
     for (;;) {
         size_t avail = st->stream >= 0 ? comm->st[st->stream].done : st->len;
         if (ss->done == st->len && ss->frames > 0)
@@ -143,7 +155,7 @@ static weft_status_t progress_send(weft_comm_t *comm, comm_op_t *op, int i, int 
             return WEFT_IN_PROGRESS;             /* waiting for the stream source */
         frame_hdr_t h;
         fill_header(comm, op, st->peer, st->channel, n, &h);
-        weft_status_t rc = ep->ops->send(ep, &h, src + ss->done);
+        weft_status_t rc = send(ep, &h, src + ss->done);
         if (rc == WEFT_IN_PROGRESS) {
             ss->inflight = 1;
             ss->inflight_len = n;
@@ -226,9 +238,7 @@ static weft_status_t progress_recv(weft_comm_t *comm, comm_op_t *op, int i, int 
     /* a plain receive into host memory that may be written now (in place: once the
      * bytes it overwrites are sent) can be posted to the peer (transport.h) */
     int postable = ep->ops->recv_post && st->kind == STEP_RECV && st->len > 0 &&
-                   (st->dst_buf == BUF_TMP ||
-                    (st->dst_buf == BUF_RECV && op->recv_mt == MEM_HOST) ||
-                    (st->dst_buf == BUF_SEND && op->send_mt == MEM_HOST)) &&
+                   buf_on_host(op, st->dst_buf) &&
                    (st->stream < 0 || comm->st[st->stream].done == st->len);
     while (!(ss->done == st->len && ss->frames > 0)) {
         const frame_hdr_t *h;

@@ -270,6 +270,73 @@ weft_status_t sched_finish(sched_t *s, int nranks)
     return st;
 }
 
+/* The buffer a step's bytes live in, as far as aliasing goes: SEND and RECV are one
+ * when the call is in place; -1 for the metadata buffers (written before any step). */
+static int buf_class(int buf, int inplace)
+{
+    switch (buf) {
+    case BUF_SEND: return inplace ? BUF_RECV : BUF_SEND;
+    case BUF_RECV: return BUF_RECV;
+    case BUF_TMP:  return BUF_TMP;
+    default:       return -1;
+    }
+}
+
+/* Whether step w may write bytes that SEND step s reads. RGET_REDUCE also stages its
+ * chunks in TMP (engine_rma.c), anywhere in it. */
+static int may_clobber(const sched_step_t *w, const sched_step_t *s, int inplace)
+{
+    int cls = buf_class(s->src_buf, inplace);
+    if (w->kind == STEP_RGET_REDUCE && cls == BUF_TMP)
+        return 1;
+    if (w->kind == STEP_SEND || w->len == 0 || buf_class(w->dst_buf, inplace) != cls)
+        return 0;
+    if (w->dst_buf != s->src_buf)
+        return 1;   /* SEND and RECV of an in-place call: offsets do not compare */
+    return w->dst_off < s->src_off + s->len && s->src_off < w->dst_off + w->len;
+}
+
+void sched_mark_keep(sched_t *s, int inplace)
+{
+    int n = s->nsteps;
+    for (int i = 0; i < n; i++)
+        s->steps[i].keep = 0;
+    if (n <= 0 || n > SCHED_KEEP_MAX)
+        return;
+    size_t un = (size_t)n;
+    uint8_t *anc = malloc(un);
+    int *stack = malloc(un * sizeof(int));
+    for (int i = 0; anc && stack && i < n; i++) {
+        sched_step_t *st = &s->steps[i];
+        if (st->kind != STEP_SEND || st->len == 0 || buf_class(st->src_buf, inplace) < 0)
+            continue;
+        /* the steps that finish before this one starts (or, a stream source, before it
+         * sends the bytes they produce): every step below `lo`, and those marked */
+        memset(anc, 0, un);
+        int sp = 0, lo = 0;
+        stack[sp++] = i;
+        anc[i] = 1;
+        while (sp > 0) {
+            const sched_step_t *x = &s->steps[stack[--sp]];
+            if (x->after_all && stack[sp] > lo)
+                lo = stack[sp];
+            int next[2] = { x->dep, x->stream };
+            for (int k = 0; k < 2; k++)
+                if (next[k] >= 0 && !anc[next[k]]) {
+                    anc[next[k]] = 1;
+                    stack[sp++] = next[k];
+                }
+        }
+        int keep = 1;
+        for (int w = lo; w < n && keep; w++)
+            if (!anc[w] && may_clobber(&s->steps[w], st, inplace))
+                keep = 0;
+        st->keep = (uint8_t)keep;
+    }
+    free(anc);
+    free(stack);
+}
+
 void sched_free(sched_t *s)
 {
     free(s->steps);
@@ -291,9 +358,10 @@ void sched_dump(const sched_t *s, int rank)
             s->nsteps, s->chunk, s->tmp_bytes);
     for (int i = 0; i < s->nsteps; i++) {
         const sched_step_t *st = &s->steps[i];
-        fprintf(stderr, "  %3d %-11s peer %2d dst %s+%zu src %s+%zu len %zu dep %d stream %d%s%s%s\n",
+        fprintf(stderr, "  %3d %-11s peer %2d dst %s+%zu src %s+%zu len %zu dep %d stream %d%s%s%s%s\n",
                 i, kinds[st->kind], st->peer, bufs[st->dst_buf], st->dst_off, bufs[st->src_buf],
                 st->src_off, st->len, st->dep, st->stream, st->final ? " final" : "",
-                st->after_all ? " after_all" : "", st->swap ? " swap" : "");
+                st->after_all ? " after_all" : "", st->swap ? " swap" : "",
+                st->keep ? " keep" : "");
     }
 }

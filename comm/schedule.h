@@ -92,6 +92,9 @@ typedef struct sched_step {
     int32_t stream;
     int32_t nslots;     /* FOLD */
     uint8_t rbuf;       /* RGET*: BUF_SEND or BUF_RECV of the peer */
+    uint8_t keep;       /* SEND: no step writes its source bytes while the call runs, so a
+                           transport may still read them after send returned, until the
+                           call's flush (tp_ops_t.send_kept; set by sched_mark_keep) */
     size_t dst_off, src_off, len, slot_stride;   /* bytes */
     size_t roff;        /* RGET*: offset in the peer's buffer */
 } sched_step_t;
@@ -162,6 +165,13 @@ typedef struct sched_args {
 void sched_init(sched_t *s, const char *algo, size_t chunk);
 int sched_add(sched_t *s, sched_step_t step);
 weft_status_t sched_finish(sched_t *s, int nranks);
+/* Sets `keep` on the SEND steps whose source bytes (SEND, RECV or TMP) only steps that
+ * finish before them write: their dependencies, stream sources and, through after_all,
+ * everything earlier, transitively. inplace: the call's SEND and RECV are one buffer,
+ * and then any write to either counts as a write to both. Conservative: a schedule of
+ * more than SCHED_KEEP_MAX steps, or no memory, leaves every flag 0. */
+#define SCHED_KEEP_MAX 1024
+void sched_mark_keep(sched_t *s, int inplace);
 void sched_free(sched_t *s);
 void sched_dump(const sched_t *s, int rank);   /* to stderr, for debugging */
 

@@ -10,6 +10,9 @@
  * a link holding `staging` bytes takes no more until its receiver drains it, so a
  * schedule that would deadlock on a real staging ring deadlocks here too.
  *
+ * With check_keep, the bytes of every frame a `keep` send step sent (schedule.h) must be
+ * unchanged when the call ends, where a transport may still be reading them.
+ *
  * Invariants: a step runs with the engine's semantics (engine.c: progress_send,
  * progress_recv, run_local, run_rget) and the engine's kernels; a frame is checked
  * against the receiving step (room, whole elements) before its payload is touched.
@@ -31,6 +34,15 @@ typedef struct sim_frame {
                                    size_t: data[] stays 8-byte aligned for the kernels) */
     char data[];
 } sim_frame_t;
+
+/* A frame of a `keep` send (check_keep): its source and the bytes it had when sent. */
+typedef struct sim_kept {
+    struct sim_kept *next;
+    int rank, step;
+    const char *src;
+    size_t off, len;
+    char data[];
+} sim_kept_t;
 
 typedef struct sim_link {
     sim_frame_t *head, *tail;
@@ -57,6 +69,8 @@ typedef struct sim {
     sim_rank_t *r;      /* [n] */
     sim_link_t *link;   /* [n * n], link[from * n + to] */
     int *rank_host;     /* [n] each rank's host (what every layout points to), or NULL */
+    int check_keep;
+    sim_kept_t *kept;
 } sim_t;
 
 static char *buf_at(sim_rank_t *r, int buf, size_t off, size_t len)
@@ -162,8 +176,20 @@ static weft_status_t run_send(sim_t *sim, int rank, int i, int *moved)
         f->next = NULL;
         f->len = len;
         f->channel = st->channel;
+        const char *src = buf_at(r, st->src_buf, st->src_off + r->done[i], len);
         if (len)
-            memcpy(f->data, buf_at(r, st->src_buf, st->src_off + r->done[i], len), len);
+            memcpy(f->data, src, len);
+        if (len && st->keep && sim->check_keep) {
+            sim_kept_t *k = malloc(sizeof(*k) + len);
+            if (k == NULL) {
+                free(f);
+                return weft_error(WEFT_ERR_NO_MEMORY, "simexec: out of memory");
+            }
+            *k = (sim_kept_t){ .next = sim->kept, .rank = rank, .step = i, .src = src,
+                               .off = st->src_off + r->done[i], .len = len };
+            memcpy(k->data, src, len);
+            sim->kept = k;
+        }
         if (l->tail)
             l->tail->next = f;
         else
@@ -330,6 +356,14 @@ static weft_status_t run_all(sim_t *sim)
         if (sim->link[k].head)
             return weft_error(WEFT_ERR_INTERNAL, "simexec: rank %d sent rank %d frames no "
                               "step received", k / sim->n, k % sim->n);
+    /* a transport may read a kept frame's bytes until the call ends: they must not have
+     * changed since it was sent */
+    for (const sim_kept_t *k = sim->kept; k; k = k->next)
+        if (memcmp(k->src, k->data, k->len) != 0)
+            return weft_error(WEFT_ERR_INTERNAL, "simexec: %s on %d ranks: rank %d step %d "
+                              "is marked keep, but its source bytes at %zu (%zu) changed "
+                              "before the call ended", sim->r[k->rank].s.algo, sim->n,
+                              k->rank, k->step, k->off, k->len);
     return WEFT_OK;
 }
 
@@ -343,7 +377,7 @@ static void share_meta(sim_t *sim)
 
 weft_status_t simexec_run(const sim_call_t *c, const void *const *send, void *const *recv)
 {
-    sim_t sim = { .n = c->args.nranks, .staging = c->staging };
+    sim_t sim = { .n = c->args.nranks, .staging = c->staging, .check_keep = c->check_keep };
     weft_status_t st = WEFT_OK;
     sim.r = calloc((size_t)sim.n, sizeof(*sim.r));
     sim.link = calloc((size_t)sim.n * (size_t)sim.n, sizeof(*sim.link));
@@ -363,6 +397,11 @@ weft_status_t simexec_run(const sim_call_t *c, const void *const *send, void *co
             sim.link[k].head = f->next;
             free(f);
         }
+    while (sim.kept) {
+        sim_kept_t *k = sim.kept;
+        sim.kept = k->next;
+        free(k);
+    }
     for (int q = 0; sim.r && q < sim.n; q++)
         rank_free(&sim.r[q]);
     free(sim.r);

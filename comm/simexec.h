@@ -24,12 +24,15 @@ typedef struct sim_call {
     int root_check;             /* WEFT_ROOT_CHECK */
     size_t staging;             /* bytes a link holds before its sender waits (the shm
                                    ring's WEFT_BUFFSIZE); 0: unbounded */
+    int check_keep;             /* fail a call where a `keep` send's source bytes changed
+                                   before the call ended (simexec.c); copies each such
+                                   frame, so for tests */
 } sim_call_t;
 
 /* Runs the call on ranks 0..args.nranks-1 with rank r's buffers send[r], recv[r] (as
  * the API takes them: in place is the same pointer, or the API's offset). Returns
  * WEFT_OK once every rank's schedule completed and every frame sent was received; else
- * an error that names the rank and step: a frame a step has no room for
+ * an error (with check_keep, also a kept frame whose source changed) that names the rank and step: a frame a step has no room for
  * (WEFT_ERR_MISMATCH), a deadlock or frames left over (WEFT_ERR_INTERNAL). */
 weft_status_t simexec_run(const sim_call_t *c, const void *const *send, void *const *recv);
 

@@ -68,6 +68,8 @@ typedef struct tp_ep {
      * and received, and bytes it read single-copy (rget, rptr) into rx; reported by
      * transport at weft_comm_destroy (WEFT_DEBUG=INFO, NET) */
     uint64_t bytes_tx, bytes_rx;
+    uint64_t frames_kept;       /* counted by the transport: frames send_kept sent without
+                                   copying their payload */
 } tp_ep_t;
 
 #define TP_MAX 4               /* transports in the registry, at most */
@@ -144,6 +146,14 @@ typedef struct tp_ops {
     weft_status_t (*recv_peek)(tp_ep_t *ep, const frame_hdr_t **hdr_p, const void **payload_p);
     weft_status_t (*recv_payload)(tp_ep_t *ep, void *dst, const void **payload_p);
     void (*recv_release)(tp_ep_t *ep);
+    /* optional (ib): send, where the payload stays as it is until this endpoint's flush
+     * returns WEFT_OK: the transport may read it where it lies, later, instead of copying
+     * it before it returns (counting such frames in frames_kept). The engine uses it for
+     * the steps a schedule marks `keep` (schedule.h: no step writes those bytes while the
+     * call runs) on host memory; a transport with it has flush. A failed call does not
+     * flush: a transport reads no byte that could then be unmapped (ib reads through a
+     * registration, which pins its pages). NULL where absent: send. */
+    weft_status_t (*send_kept)(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload);
     /* optional (ib): the engine's next frames from this peer are a plain receive into
      * [dst, dst + room) that may be written now. The transport may post that buffer to
      * the peer, which then writes the payloads straight into it: recv_peek hands such a

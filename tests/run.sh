@@ -226,6 +226,12 @@ else
             run "test_rma zcopy ib WEFT_IB_ZCOPY=$z" "${IBENV[@]}" WEFT_IB_ZCOPY=$z \
                 WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 "$B/tests/test_rma" zcopy
         done
+        # payloads read where they lie (send_kept): weft_mem_alloc memory unless
+        # WEFT_IB_ZCOPY=0, below the engine and from an all-gather's keep flags
+        for z in reg 0; do
+            run "test_rma kept ib WEFT_IB_ZCOPY=$z" "${IBENV[@]}" WEFT_IB_ZCOPY=$z \
+                WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 "$B/tests/test_rma" kept
+        done
         # and under the engine: the default posts weft_mem_alloc memory (test_coll --reg:
         # every rank's, or the even ranks' only, whose receives alone are posted)
         run "test_coll -n 2 ib --reg all" "${IBENV[@]}" "$WEFTRUN" -n 2 \

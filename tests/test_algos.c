@@ -562,7 +562,7 @@ static void run_counts(sim_call_t *c, int p2p)
 static void run_algo(const algo_t *al, int n, const uint64_t *host_id)
 {
     sim_call_t c = { .algo = al, .cma = !host_id, .root_check = 1, .staging = STAGING,
-                     .host_id = host_id };
+                     .host_id = host_id, .check_keep = 1 };
     int map[64], order[64];
     c.args.nranks = n;
     c.args.chunk = CHUNK;
@@ -785,6 +785,57 @@ static void check_tuner(void)
                         }
 }
 
+/* sched_mark_keep where the answer is known (simexec's check_keep only sees flags that
+ * are wrongly set, not ones wrongly left off): rank 0's sends, and how many may keep. */
+static void keep_count(const char *name, int coll, int n, int inplace, int *sends, int *keeps)
+{
+    sched_args_t a = { .coll = coll, .rank = 0, .nranks = n, .count = 4096, .root = -1,
+                       .dtype = WEFT_FLOAT32, .op = WEFT_SUM, .inplace = inplace,
+                       .chunk = CHUNK, .reg = SCHED_REG_NONE, .nchannels = 1 };
+    a.layout = (sched_layout_t){ .nhosts = 1, .per_host = n, .uniform = 1 };
+    sched_t s;
+    *sends = *keeps = -1;
+    if (algo_build(algo_find(name), &a, 0, &s) != WEFT_OK)
+        return;
+    *sends = *keeps = 0;
+    for (int i = 0; i < s.nsteps; i++)
+        if (s.steps[i].kind == STEP_SEND) {
+            (*sends)++;
+            *keeps += s.steps[i].keep;
+        }
+    sched_free(&s);
+}
+
+static void check_keep_flags(void)
+{
+    static const struct { const char *algo; int coll, n, inplace, sends, keeps; } K[] = {
+        /* out of place: nothing writes the input, nor a result after it is sent */
+        { "ring", COLL_ALLREDUCE, 2, 0, 2, 2 },
+        { "direct", COLL_ALLGATHER, 3, 0, 2, 2 },
+        { "ring", COLL_ALLGATHER, 4, 0, 3, 3 },
+        /* 4 ranks: the input and the final blocks keep; the reduce-scatter's partial sums
+         * are sent from the output, where the all-gather later lands the final ones */
+        { "ring", COLL_ALLREDUCE, 4, 0, 6, 3 },
+        /* in place, 2 ranks: the reduce-scatter sends the half that the all-gather then
+         * receives into; this rank's reduced half stays */
+        { "ring", COLL_ALLREDUCE, 2, 1, 2, 1 },
+        /* in place: the forwarded blocks keep; the first send reads the input, which is
+         * the output's own block, and any write to the output counts against it */
+        { "ring", COLL_ALLGATHER, 4, 1, 3, 2 },
+    };
+    for (size_t k = 0; k < WEFT_ARRAY_LEN(K); k++) {
+        int sends, keeps;
+        keep_count(K[k].algo, K[k].coll, K[k].n, K[k].inplace, &sends, &keeps);
+        if (sends == K[k].sends && keeps == K[k].keeps) {
+            T.passed++;
+        } else if (T.failed++ < 20) {
+            fprintf(stderr, "FAIL keep flags: %s %s on %d ranks%s: %d sends, %d kept (want "
+                    "%d, %d)\n", K[k].algo, coll_name(K[k].coll), K[k].n,
+                    K[k].inplace ? " in place" : "", sends, keeps, K[k].sends, K[k].keeps);
+        }
+    }
+}
+
 /* The double binary tree's links at 2-64 ranks, for an all-reduce and rooted at each
  * root: each tree is one tree (children name their parent back, one top, every rank
  * reached from it), the root on top of both when rooted, and a rank interior in one tree
@@ -938,6 +989,7 @@ int main(int argc, char **argv)
     check_tuner();
     check_model_spots();
     check_tree_links();
+    check_keep_flags();
     for (size_t i = 0; i < WEFT_ARRAY_LEN(RANKS); i++) {
         for (int k = 0; algo_registry[k]; k++)
             run_algo(algo_registry[k], RANKS[i], NULL);

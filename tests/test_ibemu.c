@@ -6,7 +6,8 @@
  *
  * The parent's QPs A1, A2 are connected to the child's B1, B2 (the child owns a 4 KB
  * registered buffer and posts one receive on B1). Checked: a post on a QP in RESET is
- * refused; RDMA_WRITE lands in the child's memory; WRITE_WITH_IMM consumes the child's
+ * refused; a WR with more pieces than the QP's max_send_sge is refused; an RDMA_WRITE
+ * that gathers two pieces lands in the child's memory, in order; WRITE_WITH_IMM consumes the child's
  * receive and completes there with the immediate; RDMA_READ reads the child's memory;
  * unsignaled WRs hold the send queue until a signaled completion is polled (ENOMEM
  * before); a WRITE_WITH_IMM with no receive posted fails with RNR retry exceeded and
@@ -63,7 +64,7 @@ static void open_side(side_t *s, int sq)
     for (int i = 0; i < 2 && s->cq; i++) {
         struct ibv_qp_init_attr ia = { .send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
                                        .cap = { .max_send_wr = (uint32_t)sq, .max_recv_wr = 4,
-                                                .max_send_sge = 1, .max_recv_sge = 1 } };
+                                                .max_send_sge = 2, .max_recv_sge = 1 } };
         s->qp[i] = v->create_qp(s->pd, &ia);
     }
     if (!s->qp[0] || !s->qp[1]) {
@@ -159,7 +160,7 @@ static int child(int rfd, int wfd)
     struct ibv_wc wc;
     int verdict = 0;
     if (strcmp(buf, "hello") != 0)
-        verdict |= 1;       /* the write did not land */
+        verdict |= 1;       /* the gathered write did not land, or out of order */
     if (next_wc(s.cq, &wc) != IBV_WC_SUCCESS || wc.wr_id != 77 ||
         wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || wc.imm_data != 0xabcd1234 ||
         !(wc.wc_flags & IBV_WC_WITH_IMM) || wc.byte_len != 6)
@@ -214,11 +215,21 @@ int main(int argc, char **argv)
     check(ok, "the child's QPs reach RTR");
     struct ibv_wc wc;
 
-    /* the data paths */
+    /* the data paths; the first write gathers two pieces (the QPs take two) */
+    strcpy(buf, "hel");
+    strcpy(buf + 200, "lo");
+    struct ibv_sge g[3] = { { (uintptr_t)buf, 3, mr->lkey }, { (uintptr_t)(buf + 200), 3,
+                            mr->lkey }, { (uintptr_t)buf, 1, mr->lkey } };
+    struct ibv_send_wr gw = { .wr_id = 2, .sg_list = g, .num_sge = 3,
+                              .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
+                              .wr.rdma = { peer.addr, peer.rkey } }, *gbad;
+    check(v->post_send(s.qp[0], &gw, &gbad) != 0 && gbad == &gw,
+          "a WR with more pieces than the QP's max_send_sge is refused");
+    gw.num_sge = 2;
+    check(v->post_send(s.qp[0], &gw, &gbad) == 0 && next_wc(s.cq, &wc) == IBV_WC_SUCCESS &&
+          wc.wr_id == 2 && wc.opcode == IBV_WC_RDMA_WRITE && wc.byte_len == 6,
+          "RDMA_WRITE of two pieces completes");
     strcpy(buf, "hello");
-    check(post(s.qp[0], IBV_WR_RDMA_WRITE, buf, mr, 6, peer.addr, peer.rkey, 1, 2) == 0 &&
-          next_wc(s.cq, &wc) == IBV_WC_SUCCESS && wc.wr_id == 2 &&
-          wc.opcode == IBV_WC_RDMA_WRITE, "RDMA_WRITE completes");
     check(post(s.qp[0], IBV_WR_RDMA_WRITE_WITH_IMM, buf, mr, 6, peer.addr + 2048, peer.rkey,
                1, 3) == 0 && next_wc(s.cq, &wc) == IBV_WC_SUCCESS && wc.wr_id == 3,
           "RDMA_WRITE_WITH_IMM completes");

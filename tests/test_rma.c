@@ -45,6 +45,13 @@
  *            sender adopted it (its pages deregistered) fails the sender's next write into
  *            it: rank 1 gets WEFT_ERR_PEER_LOST saying rank 0 withdrew the buffer, and
  *            nothing lands in the memory.
+ * kept       (ib) payloads read where they lie (transport.h send_kept): rank 1 sends 3
+ *            frames from weft_mem_alloc memory and 3 from malloc'd memory; rank 0 checks
+ *            every byte; rank 1's flush completes, and the endpoint's frames_kept counts
+ *            the first 3 (none with WEFT_IB_ZCOPY=0) and not the others. Then a 2-rank
+ *            all-gather through the engine, correct on both kinds of memory, sends from
+ *            the weft_mem_alloc buffer where it lies (the schedule's keep flags reach the
+ *            transport) and copies the malloc'd one.
  * Every wait is bounded, and alarm() ends a stuck rank. Exit 0 when every check passed.
  */
 #define _GNU_SOURCE
@@ -699,6 +706,89 @@ static void zcopy(weft_comm_t *comm)
     weft_mem_free(reg);
 }
 
+/* ---- kept: payloads read where they lie (send_kept) ---- */
+
+static weft_status_t kept_send(weft_comm_t *comm, tp_ep_t *ep, uint32_t k, const void *pl,
+                               size_t len)
+{
+    frame_hdr_t h = { .magic = FRAME_MAGIC, .version = FRAME_VERSION, .coll = COLL_SEND,
+                      .frame = k, .len = (uint32_t)len, .src_rank = (uint32_t)rank };
+    weft_status_t st;
+    double t0 = now_s();
+    while ((st = ep->ops->send_kept(ep, &h, pl)) == WEFT_IN_PROGRESS && now_s() - t0 < 5)
+        progress_all(comm);
+    return st;
+}
+
+static void kept(weft_comm_t *comm)
+{
+    tp_ep_t *ep = comm->eps[1 - rank];
+    if (ep->ops->send_kept == NULL || ep->ops->flush == NULL) {
+        printf("rank %d: kept is for ib (%s reads no payload where it lies)\n", rank,
+               ep->ops->name);
+        return;
+    }
+    const char *z = getenv("WEFT_IB_ZCOPY");
+    int none = z && !strcmp(z, "0");
+    size_t cap = 3 * ZF;
+    unsigned char *reg = NULL, *heap = malloc(cap);
+    check(weft_mem_alloc((void **)&reg, cap) == WEFT_OK && heap, "allocate");
+    if (!reg || !heap)
+        return;
+    /* below the engine: rank 1 sends 3 frames from weft_mem_alloc memory (read where
+     * they lie, unless WEFT_IB_ZCOPY=0), then 3 from malloc'd memory (copied) */
+    struct { unsigned char *buf; const char *name; int in_place; } mem[2] = {
+        { reg, "weft_mem_alloc", !none }, { heap, "malloc'd", 0 },
+    };
+    uint32_t k = 1;
+    for (int m = 0; m < 2; m++) {
+        char msg[200];
+        if (rank == 1) {
+            uint64_t before = ep->frames_kept;
+            for (int i = 0; i < 3; i++, k++) {
+                fill(mem[m].buf + i * ZF, ZF, k);
+                check(kept_send(comm, ep, k, mem[m].buf + i * ZF, ZF) == WEFT_OK,
+                      "send_kept a frame");
+            }
+            weft_status_t st;
+            double t0 = now_s();
+            while ((st = ep->ops->flush(ep)) == WEFT_IN_PROGRESS && now_s() - t0 < 5)
+                progress_all(comm);
+            snprintf(msg, sizeof(msg), "%s memory: flush after the frames (%s)", mem[m].name,
+                     weft_status_str(st));
+            check(st == WEFT_OK, msg);
+            uint64_t n = ep->frames_kept - before;
+            snprintf(msg, sizeof(msg), "%s memory: %llu of 3 frames sent from where they lay "
+                     "(want %d)", mem[m].name, (unsigned long long)n, mem[m].in_place ? 3 : 0);
+            check(n == (mem[m].in_place ? 3u : 0u), msg);
+        } else {
+            unsigned char dst[ZF];
+            int in_place;
+            for (int i = 0; i < 3; i++, k++)
+                raw_recv(comm, ep, k, ZF, k, NULL, 0, dst, &in_place, NULL);
+        }
+    }
+    /* through the engine: an all-gather on weft_mem_alloc buffers sends from them (every
+     * send of a 2-rank all-gather keeps: schedule.h), one on malloc'd buffers copies */
+    for (int m = 0; m < 2; m++) {
+        unsigned char *out = m ? heap : reg, *in = out + 2 * ZF;
+        fill(in, ZF / 2, 100u + (unsigned)rank);
+        uint64_t before = ep->frames_kept;
+        weft_status_t st = weft_allgather(in, out, ZF / 2, WEFT_UINT8, comm);
+        char msg[200];
+        snprintf(msg, sizeof(msg), "%s memory: all-gather (%s) has both ranks' bytes",
+                 mem[m].name, weft_status_str(st));
+        check(st == WEFT_OK && same(out, ZF / 2, 100) && same(out + ZF / 2, ZF / 2, 101), msg);
+        uint64_t n = ep->frames_kept - before;
+        snprintf(msg, sizeof(msg), "%s memory: the all-gather sent %llu frame(s) from where "
+                 "they lay (want %s)", mem[m].name, (unsigned long long)n,
+                 mem[m].in_place ? "some" : "none");
+        check(mem[m].in_place ? n > 0 : n == 0, msg);
+    }
+    free(heap);
+    weft_mem_free(reg);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "basic";
@@ -726,8 +816,10 @@ int main(int argc, char **argv)
         regcache(comm);
     else if (!strcmp(mode, "zcopy"))
         zcopy(comm);
+    else if (!strcmp(mode, "kept"))
+        kept(comm);
     else {
-        printf("usage: test_rma basic|peer_exit|stale_key|left|regcache|zcopy\n");
+        printf("usage: test_rma basic|peer_exit|stale_key|left|regcache|zcopy|kept\n");
         return 2;
     }
     /* after a lost peer too: destroy must still release everything (LeakSanitizer

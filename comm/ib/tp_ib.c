@@ -190,6 +190,8 @@ typedef struct ib_ep {
     struct ibv_cq *cq;
     uint32_t sq_posted[IB_MAX_QPS];     /* WRs posted on each QP */
     uint32_t sq_retired[IB_MAX_QPS];    /* of which retired by a polled completion */
+    uint32_t sq_ok[IB_MAX_QPS];         /* the last WR a successful completion retired (it
+                                           and every WR before it on the QP succeeded) */
     char *ring, *stage;                 /* receive ring, send staging: IB_SLOTS slots */
     struct ibv_mr *ring_mr, *stage_mr, *ctrl_mr;
     ib_ctrl_t *ctrl;
@@ -213,6 +215,8 @@ typedef struct ib_ep {
     uint64_t tx_post_addr, tx_post_len, tx_post_used;
     uint32_t tx_post_rkey;
     uint64_t zc_rx, zc_tx;              /* frames that went by posted buffers */
+    uint32_t kept_wr[IB_MAX_QPS];       /* per QP: the signaled WR that last read one, */
+    unsigned kept_busy;                 /* while bit q says it may be in flight */
     uint64_t state_seq, state_seen;
     int state_dirty;                    /* a state waits for send-queue room */
     tp_state_t st_rx;
@@ -616,7 +620,7 @@ static weft_status_t ep_create(weft_comm_t *comm, ib_ctx_t *c, ib_ep_t *e, ib_co
         struct ibv_qp_init_attr ia = {
             .send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
             .cap = { .max_send_wr = IB_SQ_DEPTH, .max_recv_wr = IB_RQ_DEPTH,
-                     .max_send_sge = 1, .max_recv_sge = 1 },
+                     .max_send_sge = 2, .max_recv_sge = 1 },
         };
         e->qp[q] = v->create_qp(c->pd, &ia);
         if (e->qp[q] == NULL)
@@ -850,7 +854,7 @@ static weft_status_t ep_poll(ib_ep_t *e)
                     e->err = post_recvs(e, q, 1);
             } else {
                 /* a signaled send: it and everything before it on its QP are done */
-                e->sq_retired[q] = (uint32_t)(wc[i].wr_id >> 8);
+                e->sq_retired[q] = e->sq_ok[q] = (uint32_t)(wc[i].wr_id >> 8);
                 if ((wc[i].wr_id & 0xff) == WR_PROBE)
                     e->probing = 0;
                 /* completions come in order on a QP: this one and those before are done */
@@ -868,19 +872,19 @@ static weft_status_t ep_poll(ib_ep_t *e)
     return e->err;
 }
 
-/* Posts one WR on QP q, signaled every IB_SIG_EVERY (or when `sig`); WEFT_IN_PROGRESS
- * when its send queue is full. */
-static weft_status_t post(ib_ep_t *e, int q, enum ibv_wr_opcode op, void *laddr,
-                          uint32_t lkey, size_t len, uint64_t raddr, uint32_t rkey,
-                          uint32_t imm, uint64_t kind, int sig)
+/* Posts one WR on QP q gathering nsge pieces (at most 2: the QPs' max_send_sge),
+ * signaled every IB_SIG_EVERY (or when `sig`); WEFT_IN_PROGRESS when its send queue is
+ * full. */
+static weft_status_t post_sg(ib_ep_t *e, int q, enum ibv_wr_opcode op, struct ibv_sge *sge,
+                             int nsge, uint64_t raddr, uint32_t rkey, uint32_t imm,
+                             uint64_t kind, int sig)
 {
     if (e->sq_posted[q] - e->sq_retired[q] >= IB_SQ_DEPTH - 1)
         return WEFT_IN_PROGRESS;
     uint32_t n = e->sq_posted[q] + 1;
     sig = sig || n % IB_SIG_EVERY == 0 || e->sq_posted[q] - e->sq_retired[q] >= IB_SQ_DEPTH - 2;
-    struct ibv_sge sge = { .addr = (uintptr_t)laddr, .length = (uint32_t)len, .lkey = lkey };
     struct ibv_send_wr wr = {
-        .wr_id = (uint64_t)n << 8 | kind, .sg_list = &sge, .num_sge = len ? 1 : 0,
+        .wr_id = (uint64_t)n << 8 | kind, .sg_list = sge, .num_sge = nsge,
         .opcode = op, .send_flags = sig ? IBV_SEND_SIGNALED : 0, .imm_data = imm,
         .wr.rdma = { .remote_addr = raddr, .rkey = rkey },
     }, *bad;
@@ -893,6 +897,15 @@ static weft_status_t post(ib_ep_t *e, int q, enum ibv_wr_opcode op, void *laddr,
     }
     e->sq_posted[q] = n;
     return WEFT_OK;
+}
+
+/* post_sg of one piece (none when len is 0). */
+static weft_status_t post(ib_ep_t *e, int q, enum ibv_wr_opcode op, void *laddr,
+                          uint32_t lkey, size_t len, uint64_t raddr, uint32_t rkey,
+                          uint32_t imm, uint64_t kind, int sig)
+{
+    struct ibv_sge sge = { .addr = (uintptr_t)laddr, .length = (uint32_t)len, .lkey = lkey };
+    return post_sg(e, q, op, &sge, len ? 1 : 0, raddr, rkey, imm, kind, sig);
 }
 
 /* Credits and a state that waited for send-queue room; all on QP 0. */
@@ -942,9 +955,12 @@ static void fifo_check(ib_ep_t *e)
     e->tx_post_used = 0;
 }
 
-static weft_status_t ib_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
+/* Sends a frame. pmr: the registration of the payload's memory, which is then read where
+ * it lies (send_kept) and not copied to staging. */
+static weft_status_t send_frame(ib_ep_t *e, const frame_hdr_t *hdr, const void *payload,
+                                const struct ibv_mr *pmr)
 {
-    ib_ep_t *e = (ib_ep_t *)ep;
+    tp_ep_t *ep = &e->base;
     RETURN_IF_ERR(ep_poll(e));
     size_t bytes = sizeof(*hdr) + hdr->len;
     if (bytes > e->peer.slot_bytes)
@@ -968,29 +984,99 @@ static weft_status_t ib_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *pa
         e->tx_post_active = 0;
     if (e->sq_posted[q] - e->sq_retired[q] >= (uint32_t)(IB_SQ_DEPTH - 1 - zc))
         return WEFT_IN_PROGRESS;
+    int kept = pmr != NULL && hdr->len > 0;
     memcpy(src, hdr, sizeof(*hdr));
-    if (hdr->len)
+    /* the payload: where it lies (kept), else its copy behind the header in staging */
+    struct ibv_sge pl = { .addr = (uintptr_t)(src + sizeof(*hdr)), .length = hdr->len,
+                          .lkey = e->stage_mr->lkey };
+    if (kept)
+        pl = (struct ibv_sge){ .addr = (uintptr_t)payload, .length = hdr->len,
+                               .lkey = pmr->lkey };
+    else if (hdr->len)
         memcpy(src + sizeof(*hdr), payload, hdr->len);
     weft_status_t st;
     if (zc) {
         /* the payload, then on the same QP (in order) the header that announces it */
-        st = post(e, q, IBV_WR_RDMA_WRITE, src + sizeof(*hdr), e->stage_mr->lkey, hdr->len,
-                  e->tx_post_addr + e->tx_post_used, e->tx_post_rkey, 0, WR_ZC, 0);
+        st = post_sg(e, q, IBV_WR_RDMA_WRITE, &pl, 1, e->tx_post_addr + e->tx_post_used,
+                     e->tx_post_rkey, 0, WR_ZC, 0);
         if (st != WEFT_OK)
             return st;
-        bytes = sizeof(*hdr);
     }
+    /* header and payload as one write into the ring slot (a kept payload gathered from
+     * where it lies), or the header alone after a posted buffer's payload; signaled when
+     * it read a kept payload, so that flush sees the payload read */
+    struct ibv_sge sg[2] = { { .addr = (uintptr_t)src, .length = sizeof(*hdr),
+                               .lkey = e->stage_mr->lkey }, pl };
+    int nsge = 1;
+    if (!zc && kept)
+        nsge = 2;
+    else if (!zc)
+        sg[0].length = (uint32_t)bytes;
     uint32_t imm = ((uint32_t)e->tx_seq & IB_IMM_SEQ) | (zc ? IB_IMM_ZC : 0);
-    st = post(e, q, IBV_WR_RDMA_WRITE_WITH_IMM, src, e->stage_mr->lkey, bytes,
-              e->peer.ring_addr + slot * e->peer.slot_bytes, e->peer.ring_rkey, imm, WR_DATA, 0);
+    st = post_sg(e, q, IBV_WR_RDMA_WRITE_WITH_IMM, sg, nsge,
+                 e->peer.ring_addr + slot * e->peer.slot_bytes, e->peer.ring_rkey, imm,
+                 WR_DATA, kept);
     if (st != WEFT_OK)
         return st;      /* (a payload written already is written again on the retry) */
+    if (kept) {
+        e->kept_wr[q] = e->sq_posted[q];
+        e->kept_busy |= 1u << q;
+        ep->frames_kept++;
+    }
     e->tx_seq++;
     if (zc) {
         e->zc_tx++;
         e->tx_post_used += hdr->len;
         if (e->tx_post_used == e->tx_post_len)
             e->tx_post_active = 0;
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t ib_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
+{
+    return send_frame((ib_ep_t *)ep, hdr, payload, NULL);
+}
+
+/* transport.h: the payload stays untouched until flush. Read where it lies when it is in
+ * a weft_mem_alloc region (whose registration the cache keeps; WEFT_IB_ZCOPY not 0),
+ * else copied as send does. */
+static weft_status_t ib_send_kept(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    mem_region_t r;
+    ib_mem_t m = { 0 };
+    if (e->c->zcopy == 0 || hdr->len == 0 || !in_region(payload, hdr->len, &r))
+        return send_frame(e, hdr, payload, NULL);
+    if (reg_take(e->c, payload, hdr->len, IB_ACCESS_ALL, &m) != WEFT_OK) {
+        LOG_DEBUG(LOG_NET, "ib: a frame to rank %d goes through staging: %s", ep->peer,
+                  weft_last_error());
+        weft_error_clear();
+        return send_frame(e, hdr, payload, NULL);
+    }
+    /* the cached registration outlives the call: weft_mem_free of memory a call still
+     * uses is the caller's error, as for any buffer */
+    struct ibv_mr *mr = m.mr;
+    reg_give(e->c, &m);
+    return send_frame(e, hdr, payload, mr);
+}
+
+/* transport.h: every payload read where it lay has been read (its signaled WR, and so
+ * everything before it on that QP, completed successfully). A failure after that, such
+ * as a credit write to a peer that took its frames and left, is not this call's: the
+ * next one that needs the connection reports it. */
+static weft_status_t ib_flush(tp_ep_t *ep)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    if (e->kept_busy == 0)
+        return WEFT_OK;
+    weft_status_t st = ep_poll(e);
+    for (int q = 0; q < e->nqp; q++) {
+        if (!(e->kept_busy & 1u << q))
+            continue;
+        if ((int32_t)(e->sq_ok[q] - e->kept_wr[q]) < 0)
+            return st != WEFT_OK ? st : WEFT_IN_PROGRESS;
+        e->kept_busy &= ~(1u << q);
     }
     return WEFT_OK;
 }
@@ -1198,10 +1284,11 @@ static void ib_close(tp_ep_t *ep)
     ib_ep_t *e = (ib_ep_t *)ep;
     if (e->c->zcopy)
         LOG_INFO(LOG_NET, "ib: rank %d: frames by posted buffers (WEFT_IB_ZCOPY=%s): "
-                 "%llu of %llu from rank %d, %llu of %llu to it", e->rank,
-                 e->c->zcopy == 2 ? "all" : "reg",
+                 "%llu of %llu from rank %d, %llu of %llu to it; %llu sent from where they "
+                 "lay", e->rank, e->c->zcopy == 2 ? "all" : "reg",
                  (unsigned long long)e->zc_rx, (unsigned long long)e->rx_seq, ep->peer,
-                 (unsigned long long)e->zc_tx, (unsigned long long)e->tx_seq);
+                 (unsigned long long)e->zc_tx, (unsigned long long)e->tx_seq,
+                 (unsigned long long)ep->frames_kept);
     /* what was posted must reach the peer before the QP goes: wait (1 s at most) for a
      * signaled write behind it */
     e->quiet = 1;
@@ -1520,11 +1607,13 @@ const tp_ops_t tp_ib_ops = {
     .local_cleanup = ib_local_cleanup,
     .progress = NULL,               /* every endpoint call polls its own CQ */
     .send = ib_send,
+    .send_kept = ib_send_kept,
     .recv_peek = ib_recv_peek,
     .recv_payload = ib_recv_payload,
     .recv_release = ib_recv_release,
     .recv_post = ib_recv_post,
-    .flush = NULL,                  /* the HCA moves what was posted (close waits for it) */
+    .flush = ib_flush,              /* payloads read where they lie; the rest the HCA moves
+                                       from staging (close waits for it) */
     .check_alive = ib_check_alive,
     .post_state = ib_post_state,
     .peer_state = ib_peer_state,

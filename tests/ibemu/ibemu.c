@@ -8,8 +8,8 @@
  * shared-memory segment (/dev/shm/weft_ibemu.<uid>, or WEFT_IBEMU_FABRIC) holding the MR,
  * QP and CQ tables of every process that opened it, under one robust process-shared
  * mutex. A post_send does the whole transfer at once, under the lock: it checks the QP
- * state (RTS; in ERR every WR is flushed), the local SGE against the poster's MRs (lkey,
- * bounds), the peer QP (its owner alive, RTR/RTS, connected back to this QP), the rkey
+ * state (RTS; in ERR every WR is flushed), each local SGE against the poster's MRs (lkey,
+ * bounds; at most the QP's max_send_sge pieces, gathered in order), the peer QP (its owner alive, RTR/RTS, connected back to this QP), the rkey
  * against the target's MRs (owner, bounds, REMOTE_WRITE/READ), and a posted receive for
  * SEND and WRITE_WITH_IMM (none: RNR retry exceeded); then moves the bytes into or out of
  * the target process with process_vm_writev/readv and posts the completions. A failed
@@ -36,7 +36,8 @@
 #include "../../comm/ib/ib_verbs.h"
 
 #define EMU_MAGIC 0x77656d75u   /* "wemu" */
-#define EMU_VERSION 1
+#define EMU_VERSION 2
+#define EMU_SGE 4               /* max_send_sge a QP may ask for */
 #define EMU_MRS 2048
 #define EMU_QPS 1024
 #define EMU_CQS 256
@@ -62,6 +63,7 @@ typedef struct emu_qp {
     int32_t send_cq, recv_cq;
     int32_t access;             /* qp_access_flags */
     uint32_t max_send_wr, max_recv_wr, sq_sig_all;
+    uint32_t max_send_sge;      /* a send WR gathers at most this many pieces */
     uint32_t sq_used;           /* WRs posted and not yet retired by a polled completion */
     uint32_t sq_since;          /* WRs posted since the last completion was queued */
     uint32_t rq_head, rq_tail;
@@ -416,7 +418,8 @@ static int emu_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 static struct ibv_qp *emu_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 {
     if (a->qp_type != IBV_QPT_RC || a->send_cq == NULL || a->recv_cq == NULL ||
-        a->cap.max_recv_wr > EMU_RQ || a->cap.max_send_wr == 0) {
+        a->cap.max_recv_wr > EMU_RQ || a->cap.max_send_wr == 0 ||
+        a->cap.max_send_sge > EMU_SGE || a->cap.max_recv_sge > 1) {
         errno = EINVAL;
         return NULL;
     }
@@ -439,6 +442,7 @@ static struct ibv_qp *emu_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
     q->send_cq = ((emu_cq_h_t *)a->send_cq)->idx;
     q->recv_cq = ((emu_cq_h_t *)a->recv_cq)->idx;
     q->max_send_wr = a->cap.max_send_wr;
+    q->max_send_sge = a->cap.max_send_sge ? a->cap.max_send_sge : 1;
     q->max_recv_wr = a->cap.max_recv_wr;
     q->sq_sig_all = (uint32_t)a->sq_sig_all;
     unlock();
@@ -586,6 +590,17 @@ static int xfer(int32_t pid, int to, uint64_t local, uint64_t remote, size_t len
     return n == (ssize_t)len ? 0 : -1;
 }
 
+/* xfer of a WR's pieces to (from) consecutive bytes from remote on. */
+static int xfer_sg(int32_t pid, int to, const struct ibv_send_wr *wr, uint64_t remote)
+{
+    for (int k = 0; k < wr->num_sge; k++) {
+        if (xfer(pid, to, wr->sg_list[k].addr, remote, wr->sg_list[k].length) < 0)
+            return -1;
+        remote += wr->sg_list[k].length;
+    }
+    return 0;
+}
+
 static enum ibv_wc_opcode send_wc_opcode(enum ibv_wr_opcode op)
 {
     switch (op) {
@@ -599,19 +614,16 @@ static enum ibv_wc_opcode send_wc_opcode(enum ibv_wr_opcode op)
 static enum ibv_wc_status execute(emu_qp_t *q, uint32_t qpn, struct ibv_send_wr *wr,
                                   uint32_t *byte_len)
 {
-    uint64_t laddr = 0, len = 0;
-    uint32_t lkey = 0;
-    if (wr->num_sge > 1)
-        return IBV_WC_LOC_QP_OP_ERR;
-    if (wr->num_sge == 1) {
-        laddr = wr->sg_list[0].addr;
-        len = wr->sg_list[0].length;
-        lkey = wr->sg_list[0].lkey;
+    /* the local pieces, gathered (written: scattered for a read) in order */
+    uint64_t len = 0;
+    int need_local = wr->opcode == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0;
+    for (int k = 0; k < wr->num_sge; k++) {
+        const struct ibv_sge *g = &wr->sg_list[k];
+        if (g->length && !mr_check(getpid(), g->lkey, g->addr, g->length, need_local))
+            return IBV_WC_LOC_PROT_ERR;
+        len += g->length;
     }
     *byte_len = (uint32_t)len;
-    int need_local = wr->opcode == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0;
-    if (len && !mr_check(getpid(), lkey, laddr, len, need_local))
-        return IBV_WC_LOC_PROT_ERR;
     emu_qp_t *d = q->dest_qpn ? &fab->qp[q->dest_qpn - 1] : NULL;
     /* no answer from the other end: the requester retries, then gives up */
     if (d == NULL || d->pid == 0 || !pid_alive(d->pid) || d->dest_qpn != qpn ||
@@ -634,7 +646,7 @@ static enum ibv_wc_status execute(emu_qp_t *q, uint32_t qpn, struct ibv_send_wr 
                 return IBV_WC_RNR_RETRY_EXC_ERR;
             r = &d->rq[d->rq_head % EMU_RQ];
         }
-        if (xfer(d->pid, !read, laddr, wr->wr.rdma.remote_addr, len) < 0)
+        if (xfer_sg(d->pid, !read, wr, wr->wr.rdma.remote_addr) < 0)
             return IBV_WC_RETRY_EXC_ERR;    /* it went while we wrote */
         if (r) {
             d->rq_head++;
@@ -664,7 +676,7 @@ static enum ibv_wc_status execute(emu_qp_t *q, uint32_t qpn, struct ibv_send_wr 
         } else if (len && !mr_check(d->pid, r->lkey, r->addr, len, IBV_ACCESS_LOCAL_WRITE)) {
             wc.status = IBV_WC_LOC_PROT_ERR;
             st = IBV_WC_REM_OP_ERR;
-        } else if (xfer(d->pid, 1, laddr, r->addr, len) < 0) {
+        } else if (xfer_sg(d->pid, 1, wr, r->addr) < 0) {
             return IBV_WC_RETRY_EXC_ERR;
         }
         cq_push(d->recv_cq, d, &wc, 0);
@@ -686,6 +698,10 @@ static int emu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_s
     for (; wr; wr = wr->next) {
         if (q->state != IBV_QPS_RTS && q->state != IBV_QPS_ERR) {
             rc = EINVAL;
+            break;
+        }
+        if (wr->num_sge < 0 || (uint32_t)wr->num_sge > q->max_send_sge) {
+            rc = EINVAL;                        /* more pieces than the QP was made for */
             break;
         }
         if (q->sq_used >= q->max_send_wr) {     /* full: nothing signaled was polled */
