@@ -41,7 +41,10 @@
  *            memory; all: malloc'd too; 0: none), and come through the ring otherwise. A
  *            frame larger than what is left of a post comes through the ring and ends
  *            it (never written past it), and the next post serves again; a post withdrawn
- *            before the sender looked is not used; with all, a post withdrawn after the
+ *            before the sender looked is not used; a post its frame beat is stale (rank 1
+ *            sends through the ring, then rank 0 posts that frame without looking, the
+ *            two ordered by a side communicator): rank 1 does not adopt it, both frames
+ *            come through the ring, nothing lands in it, and a new post serves; with all, a post withdrawn after the
  *            sender adopted it (its pages deregistered) fails the sender's next write into
  *            it: rank 1 gets WEFT_ERR_PEER_LOST saying rank 0 withdrew the buffer, and
  *            nothing lands in the memory.
@@ -578,7 +581,7 @@ static void go(weft_comm_t *comm, tp_ep_t *ep, uint32_t n, uint32_t len)
     check(st == WEFT_OK, "tell rank 1 to go");
 }
 
-static void zcopy(weft_comm_t *comm)
+static void zcopy(weft_comm_t *comm, weft_comm_t *side)
 {
     tp_ep_t *ep = comm->eps[1 - rank];
     if (strcmp(ep->ops->name, "ib") != 0 || ep->ops->recv_post == NULL) {
@@ -592,7 +595,7 @@ static void zcopy(weft_comm_t *comm)
     uint32_t k = 1;             /* data frames rank 1 -> 0, and "go" frames 0 -> 1 */
     if (rank == 1) {
         /* each round: wait for "go" (its frame number says how many frames to send) */
-        for (int round = 0; round < (none ? 2 : all ? 7 : 5); round++) {
+        for (int round = 0; round < (none ? 2 : all ? 9 : 7); round++) {
             unsigned char go[ZF];
             const frame_hdr_t *h = NULL;
             const void *payload = NULL;
@@ -609,8 +612,12 @@ static void zcopy(weft_comm_t *comm)
             uint32_t nframes = h->frame, len = h->len ? ((const uint32_t *)payload)[0] : ZF;
             ep->ops->recv_release(ep);
             for (uint32_t i = 0; i < nframes; i++, k++) {
+                if (round == 5 && i == 1) {     /* the stale post: rank 0 posts now */
+                    check(weft_barrier(side) == WEFT_OK, "side barrier: frame sent");
+                    check(weft_barrier(side) == WEFT_OK, "side barrier: rank 0 posted");
+                }
                 st = raw_send(comm, ep, k, len, k);
-                if (round == 6) {       /* all: the write into a withdrawn post */
+                if (round == 8) {       /* all: the write into a withdrawn post */
                     for (t0 = now_s(); st == WEFT_OK && now_s() - t0 < 5; usleep(1000))
                         st = ep->ops->check_alive(ep);
                     check(st == WEFT_ERR_PEER_LOST && strstr(weft_last_error(), "rank 0") &&
@@ -687,6 +694,31 @@ static void zcopy(weft_comm_t *comm)
     for (size_t i = 0; i < cap + guard; i++)
         untouched &= reg[i] == 0xee;
     check(!in_place && untouched, "a post withdrawn before the sender looked is not used");
+    /* a post the sender did not see in time: rank 1 sends its frame through the ring
+     * first; then (the side communicator tells when) rank 0 posts that frame, without
+     * looking at what arrived. The post is stale: rank 1 does not adopt it for its next
+     * frame, both come through the ring, nothing lands in the post, the ring frame ends
+     * it, and a new post serves again */
+    memset(reg, 0xee, cap + guard);
+    go(comm, ep, 2, ZF);
+    check(weft_barrier(side) == WEFT_OK, "side barrier: rank 1 sent its first frame");
+    ep->ops->recv_post(ep, reg, 2 * ZF);
+    check(weft_barrier(side) == WEFT_OK, "side barrier: the post is out");
+    int through_ring = 1;
+    for (int i = 0; i < 2; i++, k++) {
+        raw_recv(comm, ep, k, ZF, k, NULL, 0, heap, &in_place, &where);
+        through_ring &= !in_place;
+    }
+    untouched = 1;
+    for (size_t i = 0; i < cap + guard; i++)
+        untouched &= reg[i] == 0xee;
+    check(through_ring && untouched, "a post its frame beat is stale: both frames come "
+          "through the ring, nothing lands in it");
+    ep->ops->recv_post(ep, reg, ZF);
+    go(comm, ep, 1, ZF);
+    raw_recv(comm, ep, k, ZF, k, reg, ZF, reg, &in_place, &where);
+    k++;
+    check(in_place && where == (const void *)reg, "after a stale post, a new post serves");
     if (all) {
         /* withdrawn after the sender adopted it: its next write fails there */
         memset(heap, 0xee, cap + guard);
@@ -814,8 +846,17 @@ int main(int argc, char **argv)
         left(&comm);
     else if (!strcmp(mode, "regcache"))
         regcache(comm);
-    else if (!strcmp(mode, "zcopy"))
-        zcopy(comm);
+    else if (!strcmp(mode, "zcopy")) {
+        /* a second communicator (its own connection) orders the ranks' steps without
+         * touching the first one's queues */
+        weft_comm_t *side = NULL;
+        st = weft_comm_split(comm, 0, rank, &side);
+        check(st == WEFT_OK, "split a side communicator");
+        if (st == WEFT_OK) {
+            zcopy(comm, side);
+            weft_comm_destroy(side);
+        }
+    }
     else if (!strcmp(mode, "kept"))
         kept(comm);
     else {
