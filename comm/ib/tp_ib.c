@@ -1178,8 +1178,13 @@ static void ib_recv_post(tp_ep_t *ep, void *dst, size_t room)
     ib_ep_t *e = (ib_ep_t *)ep;
     if (dst == NULL) {
         if (e->post_live) {
-            if (e->err == WEFT_OK)
-                fifo_post(e, 0, NULL, 0, 0);    /* revoke, for a sender yet to look */
+            /* revoke, for a sender yet to look: from a free source box, so wait until
+             * one's write has retired (microseconds on hardware; 100 ms at most, for a
+             * connection that no longer moves) */
+            uint64_t end = time_ns() + 100000000ull;
+            while (e->err == WEFT_OK && fifo_post(e, 0, NULL, 0, 0) == WEFT_IN_PROGRESS &&
+                   time_ns() < end)
+                ep_poll(e);
             post_end(e);
         }
         return;
