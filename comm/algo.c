@@ -238,8 +238,5 @@ weft_status_t algo_build(const algo_t *al, const sched_args_t *a, int root_check
         sched_free(s);
         return st;
     }
-    st = sched_finish(s, a->nranks);
-    if (st == WEFT_OK)
-        sched_mark_keep(s, a->inplace);
-    return st;
+    return sched_finish(s, a->nranks);
 }

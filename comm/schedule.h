@@ -169,7 +169,9 @@ weft_status_t sched_finish(sched_t *s, int nranks);
  * finish before them write: their dependencies, stream sources and, through after_all,
  * everything earlier, transitively. inplace: the call's SEND and RECV are one buffer,
  * and then any write to either counts as a write to both. Conservative: a schedule of
- * more than SCHED_KEEP_MAX steps, or no memory, leaves every flag 0. */
+ * more than SCHED_KEEP_MAX steps, or no memory, leaves every flag 0. The tuner runs it on
+ * the schedules the engine gets (cached); weft-sim's replay does not (at hundreds of
+ * ranks it would cost several times the replay). */
 #define SCHED_KEEP_MAX 1024
 void sched_mark_keep(sched_t *s, int inplace);
 void sched_free(sched_t *s);

@@ -103,6 +103,8 @@ static weft_status_t rank_init(sim_t *sim, const sim_call_t *c, int rank, const 
     }
     RETURN_IF_ERR(algo_build(c->algo, &r->a, c->root_check, &r->s));
     r->built = 1;
+    if (sim->check_keep)
+        sched_mark_keep(&r->s, r->a.inplace);
     r->send = send;
     r->recv = recv;
     size_t ns = (size_t)(r->s.nsteps ? r->s.nsteps : 1);

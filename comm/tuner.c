@@ -206,6 +206,7 @@ weft_status_t tuner_schedule(weft_comm_t *comm, comm_op_t *op)
         return st;
     }
     int nt = comm->cfg.nt_min && call_bytes(a) >= comm->cfg.nt_min ? mark_streaming(s) : 0;
+    sched_mark_keep(s, a->inplace);     /* for transports with send_kept (transport.h) */
     LOG_DEBUG(LOG_TUNE, "%s count %zu %s: algo %s%s, chunk %zu, %d channel(s), %d steps "
               "(%d streaming), model %.2f us", coll_name(a->coll), a->count,
               weft_dtype_name(a->dtype), algo->name,

@@ -797,6 +797,7 @@ static void keep_count(const char *name, int coll, int n, int inplace, int *send
     *sends = *keeps = -1;
     if (algo_build(algo_find(name), &a, 0, &s) != WEFT_OK)
         return;
+    sched_mark_keep(&s, inplace);
     *sends = *keeps = 0;
     for (int i = 0; i < s.nsteps; i++)
         if (s.steps[i].kind == STEP_SEND) {
