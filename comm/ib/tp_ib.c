@@ -39,6 +39,13 @@
  * write then fails at the sender as a remote access error, reported as the receiver
  * having left the call).
  *
+ * Payloads read where they lie (send_kept). A frame of a send step that no step of the
+ * call overwrites (schedule.h, keep), in weft_mem_alloc memory, is not copied to staging:
+ * its write gathers the header from staging and the payload under the region's cached
+ * registration (into a posted buffer: the payload's write reads it in place). That write
+ * is signaled, and flush, which the engine runs before the call ends, waits until a
+ * successful completion on its QP covers it.
+ *
  * Peer states travel as RDMA writes into the peer's control block ({seq, state, seq}),
  * the latest winning. A lost peer is an error completion: RETRY_EXC_ERR after the QP's
  * timeout and retries (WEFT_IB_TIMEOUT, WEFT_IB_RETRY_CNT); check_alive and peer_state
