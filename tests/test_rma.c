@@ -581,6 +581,28 @@ static void go(weft_comm_t *comm, tp_ep_t *ep, uint32_t n, uint32_t len)
     check(st == WEFT_OK, "tell rank 1 to go");
 }
 
+/* Whether n bytes at b still hold the 0xee fill: nothing landed there. */
+static int untouched(const unsigned char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != 0xee)
+            return 0;
+    return 1;
+}
+
+/* Rank 0 posts buf for frame *k, has rank 1 send it, and checks it landed there. */
+static void post_serves(weft_comm_t *comm, tp_ep_t *ep, unsigned char *buf, uint32_t *k,
+                        const char *what)
+{
+    int in_place = 0;
+    const void *where = NULL;
+    ep->ops->recv_post(ep, buf, ZF);
+    go(comm, ep, 1, ZF);
+    raw_recv(comm, ep, *k, ZF, *k, buf, ZF, buf, &in_place, &where);
+    (*k)++;
+    check(in_place && where == (const void *)buf, what);
+}
+
 static void zcopy(weft_comm_t *comm, weft_comm_t *side)
 {
     tp_ep_t *ep = comm->eps[1 - rank];
@@ -655,11 +677,8 @@ static void zcopy(weft_comm_t *comm, weft_comm_t *side)
             check(in_place == mem[m].postable &&
                   (!in_place || where == (const void *)(b + i * ZF)), msg);
         }
-        int untouched = 1;
-        for (size_t i = 2 * ZF; i < cap + guard; i++)
-            untouched &= b[i] == 0xee;
         snprintf(msg, sizeof(msg), "%s memory: nothing written past the post", mem[m].name);
-        check(untouched, msg);
+        check(untouched(b + 2 * ZF, cap + guard - 2 * ZF), msg);
     }
     if (none) {
         free(heap);
@@ -672,17 +691,10 @@ static void zcopy(weft_comm_t *comm, weft_comm_t *side)
     go(comm, ep, 1, ZF);
     raw_recv(comm, ep, k, ZF, k, reg, ZF / 2, reg, &in_place, &where);
     k++;
-    int untouched = 1;
-    for (size_t i = 0; i < cap + guard; i++)
-        untouched &= reg[i] == 0xee;
-    check(!in_place && untouched, "a frame larger than the post comes through the ring, "
-          "and nothing is written into the post");
+    check(!in_place && untouched(reg, cap + guard), "a frame larger than the post comes "
+          "through the ring, and nothing is written into the post");
     /* that ended the post: the next one serves */
-    ep->ops->recv_post(ep, reg, ZF);
-    go(comm, ep, 1, ZF);
-    raw_recv(comm, ep, k, ZF, k, reg, ZF, reg, &in_place, &where);
-    k++;
-    check(in_place && where == (const void *)reg, "after it, a new post serves");
+    post_serves(comm, ep, reg, &k, "after it, a new post serves");
     /* withdrawn before the sender looked: not used */
     memset(reg, 0xee, cap + guard);
     ep->ops->recv_post(ep, reg, ZF);
@@ -690,10 +702,8 @@ static void zcopy(weft_comm_t *comm, weft_comm_t *side)
     go(comm, ep, 1, ZF);
     raw_recv(comm, ep, k, ZF, k, NULL, 0, reg + ZF, &in_place, &where);
     k++;
-    untouched = 1;
-    for (size_t i = 0; i < cap + guard; i++)
-        untouched &= reg[i] == 0xee;
-    check(!in_place && untouched, "a post withdrawn before the sender looked is not used");
+    check(!in_place && untouched(reg, cap + guard),
+          "a post withdrawn before the sender looked is not used");
     /* a post the sender did not see in time: rank 1 sends its frame through the ring
      * first; then (the side communicator tells when) rank 0 posts that frame, without
      * looking at what arrived. The post is stale: rank 1 does not adopt it for its next
@@ -709,16 +719,9 @@ static void zcopy(weft_comm_t *comm, weft_comm_t *side)
         raw_recv(comm, ep, k, ZF, k, NULL, 0, heap, &in_place, &where);
         through_ring &= !in_place;
     }
-    untouched = 1;
-    for (size_t i = 0; i < cap + guard; i++)
-        untouched &= reg[i] == 0xee;
-    check(through_ring && untouched, "a post its frame beat is stale: both frames come "
-          "through the ring, nothing lands in it");
-    ep->ops->recv_post(ep, reg, ZF);
-    go(comm, ep, 1, ZF);
-    raw_recv(comm, ep, k, ZF, k, reg, ZF, reg, &in_place, &where);
-    k++;
-    check(in_place && where == (const void *)reg, "after a stale post, a new post serves");
+    check(through_ring && untouched(reg, cap + guard), "a post its frame beat is stale: "
+          "both frames come through the ring, nothing lands in it");
+    post_serves(comm, ep, reg, &k, "after a stale post, a new post serves");
     if (all) {
         /* withdrawn after the sender adopted it: its next write fails there */
         memset(heap, 0xee, cap + guard);
@@ -729,10 +732,7 @@ static void zcopy(weft_comm_t *comm, weft_comm_t *side)
         ep->ops->recv_post(ep, NULL, 0);    /* as a failed call does */
         go(comm, ep, 1, ZF);        /* rank 1 goes on to the second frame */
         usleep(300000);
-        untouched = 1;
-        for (size_t i = ZF; i < cap + guard; i++)
-            untouched &= heap[i] == 0xee;
-        check(untouched, "nothing lands in a withdrawn post");
+        check(untouched(heap + ZF, cap + guard - ZF), "nothing lands in a withdrawn post");
     }
     free(heap);
     weft_mem_free(reg);
