@@ -28,9 +28,10 @@
  * left       frames, not one-sided ops: rank 1 sends 3 frames, destroys its communicator
  *            and exits 0 (a rank that finished its part and left). Rank 0, once rank 1 is
  *            gone, takes frame 1 (its release answers a departed peer), then, while
- *            frames 2 and 3 wait unread, check_alive must say the peer may still answer
- *            (what it sent is read before its departure counts; over ib the failed
- *            credit write to the departed peer said "lost"); frames 2 and 3 are then
+ *            frames 2 and 3 wait unread, check_alive and peer_state must say the peer
+ *            may still answer (what it sent is read before its departure counts; over
+ *            ib the failed credit write to the departed peer said "lost", and
+ *            peer_state still did until 2026-11-26); frames 2 and 3 are then
  *            delivered whole, and only after them is rank 1 reported lost (PEER_LOST
  *            naming it, within 5 s, from the next recv_peek or check_alive).
  * zcopy      (ib) posted receive buffers (transport.h recv_post; WEFT_IB_ZCOPY, whose
@@ -491,15 +492,20 @@ static void left(weft_comm_t **comm_p)
         left_frame(&h, want, k);   /* what frame k carries */
         check(st == WEFT_OK && memcmp(payload, want, 512) == 0, "its payload is whole");
         ep->ops->recv_release(ep);
-        if (k == 1) {   /* frames 2 and 3 wait: the peer still counts as there */
-            weft_status_t a = WEFT_OK;
-            for (t0 = now_s(); a == WEFT_OK && now_s() - t0 < 0.3; usleep(5000)) {
+        if (k == 1) {   /* frames 2 and 3 wait: the peer still counts as there, for
+                           check_alive and for peer_state (fail.c's probe as it idles) */
+            weft_status_t a = WEFT_OK, b = WEFT_OK;
+            for (t0 = now_s(); a == WEFT_OK && b == WEFT_OK && now_s() - t0 < 0.3;
+                 usleep(5000)) {
                 progress_all(comm);
                 a = ep->ops->check_alive(ep);
+                tp_state_t s;
+                b = ep->ops->peer_state(ep, &s);
             }
-            snprintf(msg, sizeof(msg), "check_alive while the departed rank's frames are "
-                     "unread: %s", weft_status_str(a));
-            check(a == WEFT_OK, msg);
+            snprintf(msg, sizeof(msg), "check_alive and peer_state while the departed "
+                     "rank's frames are unread: %s, %s", weft_status_str(a),
+                     weft_status_str(b));
+            check(a == WEFT_OK && b == WEFT_OK, msg);
         }
     }
     /* now nothing of it is left to read: the engine's calls (a wait for another frame,

@@ -1278,7 +1278,10 @@ static weft_status_t ib_peer_state(tp_ep_t *ep, tp_state_t *s)
         e->st_rx = copy;
     }
     *s = e->st_rx;
-    return st < 0 ? st : WEFT_OK;
+    /* as check_alive: while the peer's next frame has arrived, it is read before the
+     * loss counts (a peer that finished its part and left; fail.c's idle probe would
+     * otherwise fail a call whose last frame is here) */
+    return st < 0 && !e->arrived[e->rx_seq % IB_SLOTS] ? st : WEFT_OK;
 }
 
 static void ib_abort(tp_ep_t *ep)
