@@ -86,15 +86,16 @@ typedef struct algo {
  * the ring out of place from 32K to 256K per rank (8.3 -> 4.8 us at 32K per rank, 27.6 ->
  * 20.5 at 128K), in place up to 2M per rank (1.3-2x; docs/PERF.md). Where any rank's
  * host reads that much slower than it copies (tp_ops_t.get_cost, agreed at connect),
- * all-gather keeps the ring and direct unless WEFT_CMA_MIN says otherwise. */
+ * or where some rank's reads are emulated over a network (tp_ep_t.rma_net: ucx held
+ * to tcp), all-gather keeps the ring and direct unless WEFT_CMA_MIN says otherwise. */
 #define ALGO_CMA_SLOW_RATIO 2.5
 static inline size_t algo_cma_allgather_min(const weft_config_t *cfg, const sched_args_t *a)
 {
     if (a->coll != COLL_ALLGATHER || !a->layout.cma || cfg->cma_min || a->layout.cma_min)
         return 0;
-    if (a->layout.cma_blocks)
-        return a->layout.cma_slow ? 0 : ALGO_CMA_ALLGATHER_MIN;
-    return ALGO_CMA_ALLGATHER_MIN_ASYNC;
+    if (a->layout.cma_slow)
+        return 0;
+    return a->layout.cma_blocks ? ALGO_CMA_ALLGATHER_MIN : ALGO_CMA_ALLGATHER_MIN_ASYNC;
 }
 
 /* The window of an algorithm no knob governs (the ring takes what the others leave). */

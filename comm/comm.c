@@ -194,7 +194,7 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
     if (mine[0] < 0) {
         /* take part in the exchanges connect_all makes, with nothing to connect */
         peer_info_t dummy;
-        connect_agree_t flags = { 0, 0, 0, 0, 0 };
+        connect_agree_t flags = { 0 };
         memset(&dummy, 0, sizeof(dummy));
         GOTO_IF_ERR(split_exchange(&x, &dummy, NULL, sizeof(dummy)), st, out);
         GOTO_IF_ERR(split_exchange(&x, &flags, NULL, sizeof(flags)), st, out);

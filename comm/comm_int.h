@@ -137,7 +137,9 @@ struct weft_comm {
     size_t cma_min_default;  /* the tuner's WEFT_CMA_MIN when unset: agreed at connect from
                                 the transports' cma_min (0: none) */
     int cma_blocks;          /* and every rank's reads of every peer block (shm) */
-    int cma_slow;            /* and some rank's host reads that way well below a copy */
+    int cma_slow;            /* and some rank's host reads that way well below a copy, or
+                                some rank's reads are emulated over a network (rma_net:
+                                then with or without cma_blocks) */
     /* the transports whose one-sided ops serve this rank's peers (connect.c); key slot k
      * of sched_meta_t is rma_tps[k]'s */
     const tp_ops_t *rma_tps[SCHED_META_KEYS];
@@ -259,6 +261,7 @@ typedef struct connect_agree {
     int ok, rma, cma_min_k;
     int blocks;     /* every peer's one-sided reads complete at once (tp_ops_t.get_blocks) */
     int slow;       /* they run well below a plain copy here (tp_ops_t.get_cost) */
+    int net;        /* some peer's are emulated over a network (tp_ep_t.rma_net) */
 } connect_agree_t;
 /* WEFT_BIND (bind.c): binds this process by the topology, once, after its first
  * communicator knows its local rank; errors only for an explicit WEFT_BIND=cores:. */

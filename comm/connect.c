@@ -160,6 +160,15 @@ static int local_slow(const weft_comm_t *comm, double *ratio)
     return *ratio > ALGO_CMA_SLOW_RATIO;
 }
 
+/* 1 when some peer's one-sided reads are emulated over a network (tp_ep_t.rma_net). */
+static int local_net(const weft_comm_t *comm)
+{
+    for (int p = 0; p < comm->nranks; p++)
+        if (p != comm->rank && comm->eps[p] && comm->eps[p]->rma_net)
+            return 1;
+    return 0;
+}
+
 /* 1 when every peer's endpoint reads one-sidedly in blocking calls (shm). */
 static int local_blocks(const weft_comm_t *comm)
 {
@@ -211,8 +220,9 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
     connect_agree_t mine = { st == WEFT_OK, st == WEFT_OK && local_rma(comm),
                              (int)(local_cma_min(comm) >> 10),
                              st == WEFT_OK && local_blocks(comm),
-                             st == WEFT_OK && local_slow(comm, &ratio) };
-    int all_ok = 1, cma = 1, cma_min_k = mine.cma_min_k, blocks = 1, slow = 0;
+                             st == WEFT_OK && local_slow(comm, &ratio),
+                             st == WEFT_OK && local_net(comm) };
+    int all_ok = 1, cma = 1, cma_min_k = mine.cma_min_k, blocks = 1, slow = 0, net = 0;
     connect_agree_t *all = malloc((size_t)comm->nranks * sizeof(*all));
     if (all == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "connect: out of memory");
@@ -222,6 +232,7 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
         cma &= all[p].rma;
         blocks &= all[p].blocks;
         slow |= all[p].slow;
+        net |= all[p].net;
         cma_min_k = all[p].cma_min_k && cma_min_k ? WEFT_MAX(cma_min_k, all[p].cma_min_k) : 0;
     }
     free(all);
@@ -231,9 +242,15 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
     if (!all_ok)
         return weft_error(WEFT_ERR_PEER_LOST, "connect: another rank failed to connect");
     comm->cma_all = cma && comm->nranks > 1;
-    comm->cma_min_default = comm->cma_all ? (size_t)cma_min_k << 10 : 0;
+    /* single copy by default only where no rank's reads are emulated over a network
+     * (ucx held to tcp: the ring was 1.3-2x faster, docs/PERF.md) */
+    comm->cma_min_default = comm->cma_all && !net ? (size_t)cma_min_k << 10 : 0;
     comm->cma_blocks = comm->cma_all && blocks;
-    comm->cma_slow = comm->cma_blocks && slow;
+    comm->cma_slow = (comm->cma_blocks && slow) || (comm->cma_all && net);
+    if (comm->cma_all && net)
+        LOG_INFO(LOG_TUNE, "single-copy reads: emulated over a network%s: single copy only "
+                 "by WEFT_ALGO=cma or WEFT_CMA_MIN", local_net(comm) ? "" :
+                 " on another rank");
     if (comm->cma_blocks)
         LOG_INFO(LOG_TUNE, "single-copy reads: %.1fx a copy's time here (256K; 0: not "
                  "measured)%s: all-gather %s", ratio, slow && !mine.slow ?

@@ -132,7 +132,8 @@ typedef struct sched_layout {
                            is unset */
     int cma_blocks;     /* with cma: every rank's one-sided reads block (shm; connect.c) */
     int cma_slow;       /* with cma_blocks: on some rank's host they run more than
-                           ALGO_CMA_SLOW_RATIO times slower than a copy (connect.c) */
+                           ALGO_CMA_SLOW_RATIO times slower than a copy; or some rank's
+                           are emulated over a network (tp_ep_t.rma_net; connect.c) */
     int uniform;        /* every host has per_host ranks */
     const int *rank_host;   /* [nranks] each rank's host (0..nhosts-1, as `host`), shared
                                and read-only, owned by whoever made the layout (the

@@ -70,6 +70,10 @@ typedef struct tp_ep {
     uint64_t bytes_tx, bytes_rx;
     uint64_t frames_kept;       /* counted by the transport: frames send_kept sent without
                                    copying their payload */
+    int rma_net;                /* set by the transport: its one-sided reads of this peer
+                                   are emulated over a network (ucx with neither an RMA nor
+                                   a shared-memory lane to it: UCX_TLS=tcp), so that single
+                                   copy is no default (connect.c) */
 } tp_ep_t;
 
 #define TP_MAX 4               /* transports in the registry, at most */
@@ -113,8 +117,9 @@ typedef struct tp_ops {
     int preference;             /* higher first, among those that reach a peer */
     size_t chunk;               /* frame payload the tuner uses by default (bytes) */
     /* per-rank message from which the tuner moves data by one-sided reads (the cma
-     * algorithm) when this transport serves every peer and all are on this host, unless
-     * WEFT_CMA_MIN says otherwise; 0: never by default (connect.c agrees on it) */
+     * algorithm) when this transport serves every peer and all are on this host (and no
+     * rank's endpoint says rma_net), unless WEFT_CMA_MIN says otherwise; 0: never by
+     * default (connect.c agrees on it) */
     size_t cma_min;
     /* get and put complete before they return (shm: a process_vm_readv): the engine then
      * reads a step's bytes in one call (pieces in flight only pay where gets overlap;

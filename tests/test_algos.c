@@ -608,10 +608,10 @@ static const char *table_pick(const weft_config_t *cfg, const sched_args_t *a)
     if (a->reg == SCHED_REG_ALL)
         return "cma";
     size_t ag_cma = cma && a->coll == COLL_ALLGATHER && !cfg->cma_min && !a->layout.cma_min
-                        ? (a->layout.cma_blocks ? (a->layout.cma_slow ? 0 : 32u << 10)
-                                                : 256u << 10)
-                        : 0;    /* all-gather: single copy from 32K (shm, unless its reads
-                                   are slow there: never), else 256K */
+                        ? (a->layout.cma_slow ? 0 : a->layout.cma_blocks ? 32u << 10
+                                                                         : 256u << 10)
+                        : 0;    /* all-gather: single copy from 32K (shm), else 256K;
+                                   never where reads are slow or emulated over a network */
     if (bytes <= cfg->direct_max && algo_few_ranks(a) && !(ag_cma && bytes >= ag_cma))
         return "direct";
     if (a->reg == SCHED_REG_ASK && cma && a->coll != COLL_BROADCAST && cfg->reg_min &&
@@ -756,8 +756,9 @@ static void check_tuner(void)
                                 continue;
                             a.layout = (sched_layout_t){ .nhosts = hosts, .cma = hosts == 1,
                                                          .cma_blocks = hosts == 1 && withmap,
-                                                         .cma_slow = hosts == 1 && withmap &&
-                                                                     k == 4,
+                                                         /* slow reads: shm's (with a
+                                                            map) or a network's (ucx) */
+                                                         .cma_slow = hosts == 1 && k == 4,
                                                          .per_host = per,
                                                          .uniform = n % hosts == 0,
                                                          .cma_min = hosts == 1 && k == 2 ?

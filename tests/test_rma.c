@@ -49,13 +49,15 @@
  *            sender adopted it (its pages deregistered) fails the sender's next write into
  *            it: rank 1 gets WEFT_ERR_PEER_LOST saying rank 0 withdrew the buffer, and
  *            nothing lands in the memory.
- * kept       (ib) payloads read where they lie (transport.h send_kept): rank 1 sends 3
- *            frames from weft_mem_alloc memory and 3 from malloc'd memory; rank 0 checks
+ * kept       (ib, ucx) payloads read where they lie (transport.h send_kept): rank 1 sends
+ *            3 frames from weft_mem_alloc memory and 3 from malloc'd memory; rank 0 checks
  *            every byte; rank 1's flush completes, and the endpoint's frames_kept counts
- *            the first 3 (none with WEFT_IB_ZCOPY=0) and not the others. Then a 2-rank
- *            all-gather through the engine, correct on both kinds of memory, sends from
- *            the weft_mem_alloc buffer where it lies (the schedule's keep flags reach the
- *            transport) and copies the malloc'd one.
+ *            the first 3 (none with WEFT_IB_ZCOPY=0) and, on ucx only, the others. Then a
+ *            2-rank all-gather through the engine, correct on both kinds of memory, sends
+ *            from the weft_mem_alloc buffer where it lies (the schedule's keep flags reach
+ *            the transport) and, on ucx only, from the malloc'd one. ucx: a frame of a
+ *            failed call the peer has not taken is given up (its endpoint closed) and
+ *            never delivers the bytes written after the failure.
  * Every wait is bounded, and alarm() ends a stuck rank. Exit 0 when every check passed.
  */
 #define _GNU_SOURCE
@@ -542,6 +544,17 @@ static weft_status_t raw_send(weft_comm_t *comm, tp_ep_t *ep, uint32_t k, size_t
     return st;
 }
 
+/* The next frame's header (5 s at most). */
+static weft_status_t peek_wait(weft_comm_t *comm, tp_ep_t *ep, const frame_hdr_t **h,
+                               const void **payload)
+{
+    weft_status_t st;
+    double t0 = now_s();
+    while ((st = ep->ops->recv_peek(ep, h, payload)) == WEFT_IN_PROGRESS && now_s() - t0 < 5)
+        progress_all(comm);
+    return st;
+}
+
 /* The next frame, as the engine takes it: recv_post (when post is set) after each peek
  * that finds none, the payload asked for at dst when it is not in hand; *in_place says
  * whether it came without a payload (landed in a posted buffer). Checks frame number k
@@ -563,8 +576,11 @@ static weft_status_t raw_recv(weft_comm_t *comm, tp_ep_t *ep, uint32_t k, size_t
     if (st != WEFT_OK)
         return st;
     *in_place = payload == NULL;
-    if (payload == NULL)
-        st = ep->ops->recv_payload(ep, dst, &payload);
+    t0 = now_s();
+    while (payload == NULL &&   /* ucx: a rendezvous, done in later progress */
+           (st = ep->ops->recv_payload(ep, dst, &payload)) == WEFT_IN_PROGRESS &&
+           now_s() - t0 < 5)
+        progress_all(comm);
     char msg[160];
     snprintf(msg, sizeof(msg), "frame %u: %u bytes of seed %u (%s)", k, h->len, seed,
              weft_status_str(st));
@@ -627,11 +643,7 @@ static void zcopy(weft_comm_t *comm, weft_comm_t *side)
             unsigned char go[ZF];
             const frame_hdr_t *h = NULL;
             const void *payload = NULL;
-            weft_status_t st;
-            double t0 = now_s();
-            while ((st = ep->ops->recv_peek(ep, &h, &payload)) == WEFT_IN_PROGRESS &&
-                   now_s() - t0 < 5)
-                progress_all(comm);
+            weft_status_t st = peek_wait(comm, ep, &h, &payload);
             check(st == WEFT_OK, "rank 0 says go");
             if (st != WEFT_OK)
                 return;
@@ -646,7 +658,7 @@ static void zcopy(weft_comm_t *comm, weft_comm_t *side)
                 }
                 st = raw_send(comm, ep, k, len, k);
                 if (round == 8) {       /* all: the write into a withdrawn post */
-                    for (t0 = now_s(); st == WEFT_OK && now_s() - t0 < 5; usleep(1000))
+                    for (double t0 = now_s(); st == WEFT_OK && now_s() - t0 < 5; usleep(1000))
                         st = ep->ops->check_alive(ep);
                     check(st == WEFT_ERR_PEER_LOST && strstr(weft_last_error(), "rank 0") &&
                           strstr(weft_last_error(), "withdrew"), "a write into a post rank 0 "
@@ -758,16 +770,64 @@ static weft_status_t kept_send(weft_comm_t *comm, tp_ep_t *ep, uint32_t k, const
     return st;
 }
 
-static void kept(weft_comm_t *comm)
+/* ucx: a failed call's kept frames that the peer has not taken are given up with their
+ * endpoint, so that no byte the caller writes after the call reaches the peer. Rank 1
+ * sends a frame from malloc'd memory, rank 0 leaves it (the side communicator orders
+ * them), rank 1 posts FAILED (the failing call's drain, 0.5 s), then rewrites and frees
+ * the buffer; rank 0's receive of that payload never completes with the new bytes. */
+static void kept_withdrawn(weft_comm_t *comm, weft_comm_t *side, tp_ep_t *ep, uint32_t k)
+{
+    unsigned char *buf = malloc(ZF);
+    check(buf != NULL, "allocate");
+    if (buf == NULL)
+        return;
+    if (rank == 1) {
+        fill(buf, ZF, 200);
+        check(kept_send(comm, ep, k, buf, ZF) == WEFT_OK, "withdrawn: send_kept a frame");
+        tp_state_t s = { .kind = TP_STATE_FAILED, .status = WEFT_ERR_INTERNAL,
+                         .origin = rank, .other = -1 };
+        ep->ops->post_state(ep, &s);
+        weft_status_t st = ep->ops->flush(ep);
+        char msg[160];
+        snprintf(msg, sizeof(msg), "withdrawn: after the failure, flush fails (%s) instead "
+                 "of waiting for the peer", weft_status_str(st));
+        check(st < 0, msg);
+        fill(buf, ZF, 201);
+    }
+    check(weft_barrier(side) == WEFT_OK, "side barrier: rank 1 gave its frame up");
+    if (rank == 0) {
+        const frame_hdr_t *h = NULL;
+        const void *payload = NULL;
+        weft_status_t st = peek_wait(comm, ep, &h, &payload);
+        memset(buf, 0xee, ZF);
+        if (st == WEFT_OK && payload == NULL) {
+            double t0 = now_s();
+            while ((st = ep->ops->recv_payload(ep, buf, &payload)) == WEFT_IN_PROGRESS &&
+                   now_s() - t0 < 1)
+                progress_all(comm);
+        }
+        char msg[200];
+        snprintf(msg, sizeof(msg), "withdrawn: the payload (%s) is the sent bytes or none, "
+                 "never those written after the failure", weft_status_str(st));
+        check(st == WEFT_OK ? payload != NULL && same(payload, ZF, 200) : untouched(buf, ZF),
+              msg);
+    }
+    free(buf);
+}
+
+static void kept(weft_comm_t *comm, weft_comm_t *side)
 {
     tp_ep_t *ep = comm->eps[1 - rank];
     if (ep->ops->send_kept == NULL || ep->ops->flush == NULL) {
-        printf("rank %d: kept is for ib (%s reads no payload where it lies)\n", rank,
+        printf("rank %d: kept is for ib and ucx (%s reads no payload where it lies)\n", rank,
                ep->ops->name);
         return;
     }
+    /* ib: weft_mem_alloc memory, unless WEFT_IB_ZCOPY=0; ucx: any host memory, for a
+     * payload over its small-frame bound (32K: ucx_int.h) */
+    int ucx = !strcmp(ep->ops->name, "ucx");
     const char *z = getenv("WEFT_IB_ZCOPY");
-    int none = z && !strcmp(z, "0");
+    int none = !ucx && z && !strcmp(z, "0");
     size_t cap = 3 * ZF;
     unsigned char *reg = NULL, *heap = malloc(cap);
     check(weft_mem_alloc((void **)&reg, cap) == WEFT_OK && heap, "allocate");
@@ -776,7 +836,7 @@ static void kept(weft_comm_t *comm)
     /* below the engine: rank 1 sends 3 frames from weft_mem_alloc memory (read where
      * they lie, unless WEFT_IB_ZCOPY=0), then 3 from malloc'd memory (copied) */
     struct { unsigned char *buf; const char *name; int in_place; } mem[2] = {
-        { reg, "weft_mem_alloc", !none }, { heap, "malloc'd", 0 },
+        { reg, "weft_mem_alloc", !none }, { heap, "malloc'd", ucx },
     };
     uint32_t k = 1;
     for (int m = 0; m < 2; m++) {
@@ -807,24 +867,28 @@ static void kept(weft_comm_t *comm)
         }
     }
     /* through the engine: an all-gather on weft_mem_alloc buffers sends from them (every
-     * send of a 2-rank all-gather keeps: schedule.h), one on malloc'd buffers copies */
+     * send of a 2-rank all-gather keeps: schedule.h), one on malloc'd buffers copies (ib;
+     * ucx sends from both, frames over 32K) */
+    size_t n = ucx ? ZF : ZF / 2;
     for (int m = 0; m < 2; m++) {
         unsigned char *out = m ? heap : reg, *in = out + 2 * ZF;
-        fill(in, ZF / 2, 100u + (unsigned)rank);
+        fill(in, n, 100u + (unsigned)rank);
         uint64_t before = ep->frames_kept;
-        weft_status_t st = weft_allgather(in, out, ZF / 2, WEFT_UINT8, comm);
+        weft_status_t st = weft_allgather(in, out, n, WEFT_UINT8, comm);
         char msg[200];
         snprintf(msg, sizeof(msg), "%s memory: all-gather (%s) has both ranks' bytes",
                  mem[m].name, weft_status_str(st));
-        check(st == WEFT_OK && same(out, ZF / 2, 100) && same(out + ZF / 2, ZF / 2, 101), msg);
-        uint64_t n = ep->frames_kept - before;
+        check(st == WEFT_OK && same(out, n, 100) && same(out + n, n, 101), msg);
+        uint64_t nk = ep->frames_kept - before;
         snprintf(msg, sizeof(msg), "%s memory: the all-gather sent %llu frame(s) from where "
-                 "they lay (want %s)", mem[m].name, (unsigned long long)n,
+                 "they lay (want %s)", mem[m].name, (unsigned long long)nk,
                  mem[m].in_place ? "some" : "none");
-        check(mem[m].in_place ? n > 0 : n == 0, msg);
+        check(mem[m].in_place ? nk > 0 : nk == 0, msg);
     }
     free(heap);
     weft_mem_free(reg);
+    if (ucx)
+        kept_withdrawn(comm, side, ep, k);
 }
 
 int main(int argc, char **argv)
@@ -852,19 +916,20 @@ int main(int argc, char **argv)
         left(&comm);
     else if (!strcmp(mode, "regcache"))
         regcache(comm);
-    else if (!strcmp(mode, "zcopy")) {
+    else if (!strcmp(mode, "zcopy") || !strcmp(mode, "kept")) {
         /* a second communicator (its own connection) orders the ranks' steps without
          * touching the first one's queues */
         weft_comm_t *side = NULL;
         st = weft_comm_split(comm, 0, rank, &side);
         check(st == WEFT_OK, "split a side communicator");
         if (st == WEFT_OK) {
-            zcopy(comm, side);
+            if (!strcmp(mode, "zcopy"))
+                zcopy(comm, side);
+            else
+                kept(comm, side);
             weft_comm_destroy(side);
         }
     }
-    else if (!strcmp(mode, "kept"))
-        kept(comm);
     else {
         printf("usage: test_rma basic|peer_exit|stale_key|left|regcache|zcopy|kept\n");
         return 2;

@@ -32,6 +32,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uct/api/uct.h>
@@ -146,6 +147,21 @@ static void shared_release(void)
     pthread_mutex_unlock(&shared.lock);
 }
 
+/* Whether UCX_TLS leaves UCX its shared-memory transports: unset, an exclusion list
+ * ("^tcp"), or one naming all, sm/shm, mm, posix or sysv. Else (UCX_TLS=tcp,self) the
+ * setting above would only earn a warning from UCX that no transport used it. */
+static int mm_allowed(void)
+{
+    const char *tls = getenv("UCX_TLS");
+    if (tls == NULL || *tls == '\0' || *tls == '^')
+        return 1;
+    static const char *const mm[] = { "all", "sm", "mm", "posix", "sysv" };
+    for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
+        if (strstr(tls, mm[i]))
+            return 1;
+    return 0;
+}
+
 /* Endpoints in error mode PEER may use only transports that report peer failures, and
  * UCX 1.13's shared-memory ones (posix, sysv) say they do only with MM_ERROR_HANDLING=y:
  * without it every local peer went over tcp (10 us for 8 bytes instead of 0.8). weft
@@ -154,7 +170,7 @@ static void shared_release(void)
 static void mm_error_handling(ucp_config_t *cfg)
 {
     if (getenv("UCX_MM_ERROR_HANDLING") || getenv("UCX_POSIX_ERROR_HANDLING") ||
-        getenv("UCX_SYSV_ERROR_HANDLING"))
+        getenv("UCX_SYSV_ERROR_HANDLING") || !mm_allowed())
         return;
     ucs_status_t s = ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y");
     if (s != UCS_OK)
@@ -283,6 +299,43 @@ static void ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
              ucs_status_string(status));
 }
 
+/* Whether UCX emulates one-sided access to the peer over a network: none of the
+ * endpoint's lanes does RMA ("rma" among its uses) or sits on a shared-memory device
+ * (sysv, posix, cma, xpmem, knem: UCX's "memory" devices). Then ucp_get_nbx runs as
+ * active messages over, say, tcp (UCX_TLS=tcp), and the cma algorithm's reads lost to
+ * the ring by 1.3-2x between two network namespaces; gets over shared memory (UCX 1.13
+ * emulates them there too, with error mode PEER) or RDMA are what single copy is for.
+ * UCX 1.13 tells an endpoint's lanes only by ucp_ep_print_info, read here:
+ *     lane[0]:  1:tcp/weft0.0 md[1]  -> md[1]/tcp/sysdev[255] am am_bw#0 keepalive wireup
+ *     lane[0]:  3:sysv/memory.0 md[2] -> md[2]/sysv/sysdev[255] am am_bw#0 keepalive */
+static int rma_emulated(ucx_ep_t *e)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f == NULL)
+        return 0;                   /* unknown: single copy stays the default */
+    ucp_ep_print_info(e->ep, f);
+    fclose(f);
+    int lanes = 0, direct = 0;
+    for (const char *l = text ? strstr(text, "lane[") : NULL; l; l = strstr(l + 1, "lane[")) {
+        const char *tl = strchr(l, ':');            /* "]:  3:sysv/memory.0 ..." */
+        tl = tl ? strchr(tl + 1, ':') : NULL;
+        const char *end = tl ? strpbrk(tl, " \n") : NULL, *eol = tl ? strchr(tl, '\n') : NULL;
+        if (end == NULL)
+            continue;
+        if (eol == NULL)
+            eol = tl + strlen(tl);
+        const char *mem = strstr(tl, "/memory"), *rma = strstr(end, " rma");
+        direct |= (mem && mem < end) || (rma && rma < eol);
+        if (lanes++ == 0)
+            LOG_DEBUG(LOG_NET, "ucx: rank %d's first lane is %.*s", e->base.peer,
+                      (int)(end - tl - 1), tl + 1);
+    }
+    free(text);
+    return lanes > 0 && !direct;
+}
+
 static weft_status_t ucx_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
 {
     ucx_ctx_t *x = tp_ctx(comm, &tp_ucx_ops);
@@ -319,6 +372,7 @@ static weft_status_t ucx_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
         return st;
     }
     x->eps[peer] = e;
+    e->base.rma_net = rma_emulated(e);
     weft_status_t st = ucx_rx_start(e);
     if (st != WEFT_OK) {
         e->base.ops = &tp_ucx_ops;
@@ -476,6 +530,35 @@ void ucx_drain(ucx_ep_t *e, double max_s)
         }
 }
 
+/* Closes the UCX endpoint without waiting for the peer: UCX cancels what it still
+ * holds, and reads none of its buffers after. Once. */
+static void force_close(ucx_ep_t *e)
+{
+    if (e->ep == NULL)
+        return;
+    ucx_rkeys_destroy(e);           /* before the endpoint they were unpacked on */
+    ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                              .flags = UCP_EP_CLOSE_FLAG_FORCE };
+    void *req;
+    if (ucx_req_take(ucp_ep_close_nbx(e->ep, &p), &req) == UCS_INPROGRESS)
+        while (ucx_req_test(&req) == UCS_INPROGRESS)
+            ucp_worker_progress(e->x->worker);
+    e->ep = NULL;
+}
+
+void ucx_withdraw_kept(ucx_ep_t *e)
+{
+    int n = ucx_kept_busy(e);
+    if (n == 0)
+        return;
+    LOG_INFO(LOG_NET, "ucx: rank %d has not taken %d frame(s) sent from the failed call's "
+             "buffers: closing the endpoint, so that UCX reads no more of them", e->base.peer,
+             n);
+    force_close(e);
+    e->lost_status = UCS_ERR_CANCELED;
+    __atomic_store_n(&e->lost, 1, __ATOMIC_RELEASE);
+}
+
 static void ucx_close(tp_ep_t *ep)
 {
     ucx_ep_t *e = (ucx_ep_t *)ep;
@@ -487,13 +570,7 @@ static void ucx_close(tp_ep_t *ep)
                 ucx_abort(&x->eps[p]->base);
     }
     ucx_drain(e, x->timeout_s);
-    ucx_rkeys_destroy(e);           /* before the endpoint they were unpacked on */
-    ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                              .flags = UCP_EP_CLOSE_FLAG_FORCE };
-    void *req;
-    if (ucx_req_take(ucp_ep_close_nbx(e->ep, &p), &req) == UCS_INPROGRESS)
-        while (ucx_req_test(&req) == UCS_INPROGRESS)
-            ucp_worker_progress(x->worker);
+    force_close(e);
     ucx_tx_free(e);
     ucx_rx_stop(e);
     x->eps[e->base.peer] = NULL;
@@ -518,6 +595,7 @@ const tp_ops_t tp_ucx_ops = {
     .progress = ucx_progress,
     /* data */
     .send = ucx_send,
+    .send_kept = ucx_send_kept,        /* host memory, read where it lies (rendezvous) */
     .recv_peek = ucx_recv_peek,
     .recv_payload = ucx_recv_payload,
     .recv_release = ucx_recv_release,

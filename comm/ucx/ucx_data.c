@@ -5,7 +5,9 @@
  * send copies the frame into a slot of the endpoint's ring and posts its message(s); it
  * returns WEFT_OK at once (the engine may reuse its buffer), and WEFT_IN_PROGRESS when
  * UCX_TX_SLOTS frames or WEFT_BUFFSIZE payload bytes are still on the wire to that peer:
- * like shm's ring, the bound is what a slow receiver can make a sender hold. recv_peek
+ * like shm's ring, the bound is what a slow receiver can make a sender hold. send_kept
+ * posts a payload over UCX_SMALL from where it lies instead (the caller keeps it as it
+ * is until flush; a failed call gives such frames up: ucx_withdraw_kept). recv_peek
  * hands out a header once its receive completed; recv_payload posts the payload's
  * receive at the engine's destination (or at staging, dst NULL) and reports it done;
  * recv_release posts the next header's receive. Nothing here blocks or progresses the
@@ -52,6 +54,10 @@ weft_status_t ucx_lost_error(ucx_ep_t *e, int quiet)
 {
     if (!__atomic_load_n(&e->lost, __ATOMIC_ACQUIRE))
         return WEFT_OK;
+    if (e->ep == NULL)              /* ucx_withdraw_kept */
+        return (quiet ? weft_error_quiet : weft_error)(WEFT_ERR_PEER_LOST, "ucx: connection "
+               "to rank %d closed: a failed call's frames were still waiting for it",
+               e->base.peer);
     return (quiet ? weft_error_quiet : weft_error)(WEFT_ERR_PEER_LOST, "ucx: connection to "
            "rank %d failed: %s", e->base.peer, ucs_status_string(e->lost_status));
 }
@@ -88,6 +94,9 @@ ucs_status_t ucx_post_recv(ucx_ep_t *e, void *buf, size_t len, int kind, void **
 ucs_status_t ucx_post_send(ucx_ep_t *e, const void *buf, size_t len, int kind, void **req)
 {
     ucp_request_param_t p = { .op_attr_mask = 0 };
+    *req = NULL;
+    if (e->ep == NULL)              /* closed after a failed call (ucx_withdraw_kept) */
+        return UCS_ERR_CANCELED;
     return ucx_req_take(ucp_tag_send_nbx(e->ep, buf, len,
                                          ucx_tag(kind, e->x->rank, e->x->comm_id), &p), req);
 }
@@ -149,7 +158,19 @@ void ucx_tx_free(ucx_ep_t *e)
         ucp_request_free(e->gone_tx_req);
 }
 
-weft_status_t ucx_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
+int ucx_kept_busy(ucx_ep_t *e)
+{
+    int n = 0;
+    for (unsigned i = e->tx_tail; i != e->tx_head; i++) {
+        ucx_tx_t *t = &e->tx[i % UCX_TX_SLOTS];
+        n += t->kept && ucx_req_test(&t->req_payload) == UCS_INPROGRESS;
+    }
+    return n;
+}
+
+/* send and send_kept: a frame over UCX_SMALL that is kept goes from where it lies. */
+static weft_status_t tx_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload,
+                             int kept)
 {
     ucx_ep_t *e = (ucx_ep_t *)ep;
     RETURN_IF_ERR(ucx_lost_error(e, 0));
@@ -164,7 +185,8 @@ weft_status_t ucx_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
         return WEFT_IN_PROGRESS;
     ucx_tx_t *t = &e->tx[e->tx_head % UCX_TX_SLOTS];
     int small = hdr->len > 0 && hdr->len <= UCX_SMALL;
-    size_t need = hdr->len + (small ? sizeof(*hdr) : 0);
+    kept = kept && hdr->len > UCX_SMALL;
+    size_t need = kept ? 0 : hdr->len + (small ? sizeof(*hdr) : 0);
     if (need > t->cap) {
         char *p = realloc(t->buf, need);
         if (p == NULL)
@@ -174,22 +196,35 @@ weft_status_t ucx_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
     }
     t->hdr = *hdr;
     t->len = hdr->len;
+    t->kept = kept;
     ucs_status_t s;
     if (small) {            /* one message: header and payload */
         memcpy(t->buf, hdr, sizeof(*hdr));
         memcpy(t->buf + sizeof(*hdr), payload, hdr->len);
         s = ucx_post_send(e, t->buf, need, UCX_TAG_HDR, &t->req_hdr);
     } else {
-        if (hdr->len)
+        if (hdr->len && !kept)
             memcpy(t->buf, payload, hdr->len);
         s = ucx_post_send(e, &t->hdr, sizeof(t->hdr), UCX_TAG_HDR, &t->req_hdr);
         if (s >= 0 && hdr->len)
-            s = ucx_post_send(e, t->buf, hdr->len, UCX_TAG_PAYLOAD, &t->req_payload);
+            s = ucx_post_send(e, kept ? payload : t->buf, hdr->len, UCX_TAG_PAYLOAD,
+                              &t->req_payload);
+        ep->frames_kept += kept && s >= 0;
     }
     e->tx_head++;           /* even on failure: the slot's requests are freed at close */
     __atomic_store_n(&e->frames_tx, e->frames_tx + 1, __ATOMIC_RELAXED);  /* abort reads it */
     e->tx_bytes += hdr->len;
     return s < 0 ? ucx_failed(e, s, "send to") : WEFT_OK;
+}
+
+weft_status_t ucx_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
+{
+    return tx_send(ep, hdr, payload, 0);
+}
+
+weft_status_t ucx_send_kept(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
+{
+    return tx_send(ep, hdr, payload, 1);
 }
 
 /* -- receives -- */

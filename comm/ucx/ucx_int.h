@@ -53,6 +53,8 @@ typedef struct ucx_tx {
     void *req_hdr, *req_payload;    /* NULL once complete */
     char *buf;                      /* the payload's copy (a small frame: header + payload) */
     size_t cap, len;
+    int kept;                       /* the payload is read from the caller's memory
+                                       (send_kept), not from buf */
 } ucx_tx_t;
 
 /* The header receive's buffer: a header, and a small frame's payload behind it. */
@@ -142,6 +144,13 @@ ucs_status_t ucx_post_recv(ucx_ep_t *e, void *buf, size_t len, int kind, void **
                            ucp_tag_recv_info_t *info);
 
 weft_status_t ucx_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload);
+/* transport.h's send_kept: a payload over UCX_SMALL is sent from where it lies */
+weft_status_t ucx_send_kept(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload);
+/* frames send_kept took whose payload UCX may still read */
+int ucx_kept_busy(ucx_ep_t *e);
+/* tp_ucx.c: after a failed call's drain, an endpoint whose peer has not taken such
+ * frames is closed (and lost): UCX then reads nothing more of the caller's memory */
+void ucx_withdraw_kept(ucx_ep_t *e);
 weft_status_t ucx_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p, const void **payload_p);
 weft_status_t ucx_recv_payload(tp_ep_t *ep, void *dst, const void **payload_p);
 void ucx_recv_release(tp_ep_t *ep);

@@ -246,6 +246,7 @@ weft_status_t ucx_rkey_unpack(tp_ep_t *ep, const tp_rkey_t *rkey, tp_rmem_t **rm
 {
     ucx_ep_t *e = (ucx_ep_t *)ep;
     size_t n;
+    RETURN_IF_ERR(ucx_lost_error(e, 0));    /* e->ep may be closed (ucx_withdraw_kept) */
     const uint8_t *packed = check_key(e, rkey, &n);
     if (packed == NULL)
         return WEFT_ERR_INVALID_ARG;

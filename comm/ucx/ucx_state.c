@@ -96,7 +96,10 @@ void ucx_states_poll(ucx_ep_t *e, int all)
  * followed by an exit, which would take along the frames peers have not fetched yet
  * (a rendezvous reads them from our memory; shm and tcp leave them with the receiver),
  * and a peer still in an earlier call needs them. So it waits, DRAIN_FAILED_S at most,
- * until they are taken: the one blocking post, once per communicator. */
+ * until they are taken: the one blocking post, once per communicator. Frames sent from
+ * the call's own buffers (send_kept) that a peer has still not taken then are given up
+ * with their endpoint (ucx_withdraw_kept): the caller may free those buffers once the
+ * call returns, and a peer must not get bytes written after it. */
 #define DRAIN_FAILED_S 0.5
 
 /* Drains once every endpoint has the FAILED post (fail.c posts to all in a row), so no
@@ -114,6 +117,9 @@ static void drain_after_failed(ucx_ep_t *e)
         if (x->eps[p] && now < end)
             ucx_drain(x->eps[p], (double)(end - now) * 1e-9);
     }
+    for (int p = 0; p < x->nranks; p++)
+        if (x->eps[p])
+            ucx_withdraw_kept(x->eps[p]);
 }
 /* A lost peer gets nothing, but its endpoint still counts as posted for the drain: the
  * usual failure is a lost peer, and the survivors must hear of it before this rank
