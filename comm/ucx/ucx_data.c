@@ -93,7 +93,8 @@ ucs_status_t ucx_post_recv(ucx_ep_t *e, void *buf, size_t len, int kind, void **
 
 ucs_status_t ucx_post_send(ucx_ep_t *e, const void *buf, size_t len, int kind, void **req)
 {
-    ucp_request_param_t p = { .op_attr_mask = 0 };
+    ucp_request_param_t p = { .op_attr_mask = kind == UCX_TAG_HDR && e->fast_small ?
+                                              UCP_OP_ATTR_FLAG_FAST_CMPL : 0 };
     *req = NULL;
     if (e->ep == NULL)              /* closed after a failed call (ucx_withdraw_kept) */
         return UCS_ERR_CANCELED;

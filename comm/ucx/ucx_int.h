@@ -78,6 +78,7 @@ typedef struct ucx_ep {
     ucp_ep_h ep;
     pid_t peer_pid;
     int same_host;                  /* peer_pid names a process we can ask about */
+    int fast_small;                 /* header messages go eagerly (tp_ucx.c: lanes_read) */
     int lost;                       /* atomic: the error callback ran, lost_status is why */
     ucs_status_t lost_status;
     int aborted;                    /* atomic: GONE was sent (abort, close) */
