@@ -563,9 +563,11 @@ void ucx_withdraw_kept(ucx_ep_t *e)
     LOG_INFO(LOG_NET, "ucx: rank %d has not taken %d frame(s) sent from the failed call's "
              "buffers: closing the endpoint, so that UCX reads no more of them", e->base.peer,
              n);
-    force_close(e);
     e->lost_status = UCS_ERR_CANCELED;
-    __atomic_store_n(&e->lost, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->lost, 1, __ATOMIC_SEQ_CST);   /* no abort starts on ep now */
+    while (__atomic_load_n(&e->abort_busy, __ATOMIC_SEQ_CST))
+        sched_yield();                                  /* one on another thread ends */
+    force_close(e);
 }
 
 static void ucx_close(tp_ep_t *ep)

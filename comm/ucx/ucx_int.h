@@ -82,6 +82,7 @@ typedef struct ucx_ep {
     int lost;                       /* atomic: the error callback ran, lost_status is why */
     ucs_status_t lost_status;
     int aborted;                    /* atomic: GONE was sent (abort, close) */
+    int abort_busy;                 /* atomic: an abort (any thread) is using ep now */
     int gone;                       /* the peer's goodbye arrived, after gone_frames frames */
     int failed_posted;              /* our FAILED state was posted (ucx_state.c) */
     uint64_t gone_frames;

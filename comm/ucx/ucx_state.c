@@ -147,10 +147,15 @@ void ucx_post_state(tp_ep_t *ep, const tp_state_t *s)
 void ucx_abort(tp_ep_t *ep)
 {
     ucx_ep_t *e = (ucx_ep_t *)ep;
-    if (__atomic_exchange_n(&e->aborted, 1, __ATOMIC_ACQ_REL) ||
-        __atomic_load_n(&e->lost, __ATOMIC_ACQUIRE))
-        return;
-    e->gone_tx_buf = __atomic_load_n(&e->frames_tx, __ATOMIC_RELAXED);
-    ucx_post_send(e, &e->gone_tx_buf, sizeof(e->gone_tx_buf), UCX_TAG_GONE, &e->gone_tx_req);
-    ucp_worker_progress(e->x->worker);
+    /* abort_busy, then lost (both sequentially consistent): ucx_withdraw_kept sets lost,
+     * then waits for abort_busy to drop, so that it closes no endpoint in use here */
+    __atomic_add_fetch(&e->abort_busy, 1, __ATOMIC_SEQ_CST);
+    if (!__atomic_exchange_n(&e->aborted, 1, __ATOMIC_SEQ_CST) &&
+        !__atomic_load_n(&e->lost, __ATOMIC_SEQ_CST)) {
+        e->gone_tx_buf = __atomic_load_n(&e->frames_tx, __ATOMIC_RELAXED);
+        ucx_post_send(e, &e->gone_tx_buf, sizeof(e->gone_tx_buf), UCX_TAG_GONE,
+                      &e->gone_tx_req);
+        ucp_worker_progress(e->x->worker);
+    }
+    __atomic_sub_fetch(&e->abort_busy, 1, __ATOMIC_SEQ_CST);
 }
