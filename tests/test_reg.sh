@@ -112,10 +112,11 @@ if ldd "$B/lib/libweft.so" 2>/dev/null | grep -q 'libucp\.so'; then
         ok "$name: $(count ': algo cma' "$OUT/$name") single-copy schedules over ucx, results exact"
     fi
     # Unregistered buffers, the tuner's defaults: single copy from 256K per rank where
-    # UCX reaches the peer over shared memory, never where it emulates its reads over a
-    # network (UCX_TLS=tcp,self on this host: tp_ep_t.rma_net), and no UCX warning for
-    # the shared-memory setting weft makes only where UCX_TLS leaves shared memory.
-    for tls in default tcp,self; do
+    # UCX reaches the peer over shared memory (UCX_TLS unset, or naming it as shm), never
+    # where it emulates its reads over a network (UCX_TLS=tcp,self on this host:
+    # tp_ep_t.rma_net), and no UCX warning for the shared-memory setting weft makes only
+    # where UCX_TLS leaves shared memory.
+    for tls in default shm,self tcp,self; do
         name=default-n2-ucx-$tls
         t=()
         [ "$tls" != default ] && t=(UCX_TLS=$tls)
@@ -126,9 +127,9 @@ if ldd "$B/lib/libweft.so" 2>/dev/null | grep -q 'libucp\.so'; then
         cma=$(count ': algo cma' "$OUT/$name")
         if [ "$rc" -ne 0 ]; then
             bad "$name: test_coll failed" "$OUT/$name"
-        elif [ "$tls" = default ] && [ "$cma" -lt 10 ]; then
+        elif [ "$tls" != tcp,self ] && [ "$cma" -lt 10 ]; then
             bad "$name: only $cma single-copy schedules over UCX's shared memory" "$OUT/$name"
-        elif [ "$tls" != default ] && [ "$cma" -ne 0 ]; then
+        elif [ "$tls" = tcp,self ] && [ "$cma" -ne 0 ]; then
             bad "$name: $cma single-copy schedules over UCX's emulated reads" "$OUT/$name"
         elif grep -q 'invalid configuration' "$OUT/$name"; then
             bad "$name: UCX warned of weft's configuration" "$OUT/$name"

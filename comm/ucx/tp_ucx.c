@@ -147,19 +147,21 @@ static void shared_release(void)
     pthread_mutex_unlock(&shared.lock);
 }
 
-/* Whether UCX_TLS leaves UCX its shared-memory transports: unset, an exclusion list
- * ("^tcp"), or one naming all, sm/shm, mm, posix or sysv. Else (UCX_TLS=tcp,self) the
- * setting above would only earn a warning from UCX that no transport used it. */
+/* Whether UCX_TLS leaves UCX a shared-memory transport (posix or sysv): unset, a list
+ * naming all, sm/shm, mm, posix or sysv, or an exclusion list ("^tcp") that does not
+ * exclude sm/shm, mm, or both posix and sysv. Else (UCX_TLS=tcp,self) the setting
+ * below would only earn a warning from UCX that no transport used it. */
 static int mm_allowed(void)
 {
     const char *tls = getenv("UCX_TLS");
-    if (tls == NULL || *tls == '\0' || *tls == '^')
+    if (tls == NULL || *tls == '\0')
         return 1;
-    static const char *const mm[] = { "all", "sm", "mm", "posix", "sysv" };
-    for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
-        if (strstr(tls, mm[i]))
-            return 1;
-    return 0;
+    int sm = strstr(tls, "sm") || strstr(tls, "shm") || strstr(tls, "mm"),
+        posix = strstr(tls, "posix") != NULL,
+        sysv = strstr(tls, "sysv") != NULL;
+    if (*tls == '^')
+        return !(sm || (posix && sysv));
+    return sm || posix || sysv || strstr(tls, "all");
 }
 
 /* Endpoints in error mode PEER may use only transports that report peer failures, and
