@@ -249,7 +249,7 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
     comm->cma_slow = (comm->cma_blocks && slow) || (comm->cma_all && net);
     if (comm->cma_all && net)
         LOG_INFO(LOG_TUNE, "single-copy reads: emulated over a network%s: single copy only "
-                 "by WEFT_ALGO=cma or WEFT_CMA_MIN", local_net(comm) ? "" :
+                 "by WEFT_ALGO=cma or WEFT_CMA_MIN", mine.net ? "" :
                  " on another rank");
     if (comm->cma_blocks)
         LOG_INFO(LOG_TUNE, "single-copy reads: %.1fx a copy's time here (256K; 0: not "
