@@ -274,6 +274,8 @@ else
         # of a failed call that a peer has not taken (their endpoint closed)
         [ "$HAVE_UCX" = 1 ] && run "test_rma kept ucx" env WEFT_TRANSPORT=ucx WEFT_TIMEOUT=5 \
             "$WEFTRUN" -n 2 "$B/tests/test_rma" kept
+        [ "$HAVE_UCX" = 1 ] && run "test_rma posted ucx" env WEFT_TRANSPORT=ucx WEFT_TIMEOUT=5 \
+            "$WEFTRUN" -n 2 "$B/tests/test_rma" posted
     else
         missing "test_rma" "$B/tests/test_rma"
     fi

@@ -115,8 +115,8 @@ if ldd "$B/lib/libweft.so" 2>/dev/null | grep -q 'libucp\.so'; then
     # UCX reaches the peer over shared memory (UCX_TLS unset, or naming it as shm), never
     # where it emulates its reads over a network (UCX_TLS=tcp,self on this host:
     # tp_ep_t.rma_net), and no UCX warning for the shared-memory setting weft makes only
-    # where UCX_TLS leaves shared memory.
-    for tls in default shm,self tcp,self; do
+    # where UCX_TLS leaves shared memory (^ugni_smsg does: names are whole words).
+    for tls in default shm,self tcp,self ^ugni_smsg; do
         name=default-n2-ucx-$tls
         t=()
         [ "$tls" != default ] && t=(UCX_TLS=$tls)

@@ -3,7 +3,7 @@
  * put, rma_test) between two ranks, below the engine; run under weftrun -n 2 with
  * WEFT_TRANSPORT=shm, ucx or tcp.
  *
- *   weftrun -n 2 build/tests/test_rma basic|peer_exit
+ *   weftrun -n 2 build/tests/test_rma basic|peer_exit|...|posted (below)
  *
  * basic      rank 1 registers a malloc'd and a weft_mem_alloc'd buffer and sends their
  *            keys and addresses; rank 0 unpacks them, reads them back in sizes from 1 byte
@@ -58,6 +58,10 @@
  *            the transport) and, on ucx only, from the malloc'd one. ucx: a frame of a
  *            failed call the peer has not taken is given up (its endpoint closed) and
  *            never delivers the bytes written after the failure.
+ * posted     (ucx) a payload receive posted into the caller's buffer when a call fails:
+ *            rank 1 sends a 1 MB frame and makes no progress for 1.5 s; rank 0 asks for
+ *            the payload at its buffer and posts FAILED (a failing call's drain); once
+ *            rank 1 progresses again, no byte lands in rank 0's buffer after the post.
  * Every wait is bounded, and alarm() ends a stuck rank. Exit 0 when every check passed.
  */
 #define _GNU_SOURCE
@@ -891,6 +895,71 @@ static void kept(weft_comm_t *comm, weft_comm_t *side)
         kept_withdrawn(comm, side, ep, k);
 }
 
+/* ---- posted: a failed call's payload receive into the caller's buffer (ucx) ---- */
+
+/* A payload receive that ucx posted at the caller's destination must not complete
+ * after the failed call returns (else the caller's freed or reused buffer is written).
+ * Rank 1 sends a frame of PF bytes, more than UCX moves without rank 1's progress (a
+ * rendezvous over shared memory or tcp, or the rest of a long eager message), then
+ * makes none for 1.5 s; rank 0 takes the header, asks for the payload at its buffer,
+ * and posts FAILED, as a failing call does (the drain, then ucx_withdraw_posted). Once
+ * rank 1 progresses again (the side barrier) and 0.5 s more, rank 0's buffer must be
+ * as it was when the post returned. */
+#define PF (1u << 20)
+static void posted(weft_comm_t *comm, weft_comm_t *side)
+{
+    tp_ep_t *ep = comm->eps[1 - rank];
+    if (strcmp(ep->ops->name, "ucx")) {
+        printf("rank %d: posted is for ucx (%s lands no payload in a posted buffer later, "
+               "or withdraws it in the engine: recv_post)\n", rank, ep->ops->name);
+        return;
+    }
+    unsigned char *buf = malloc(PF), *snap = malloc(PF);
+    check(buf && snap, "allocate");
+    if (!buf || !snap) {
+        free(buf);
+        free(snap);
+        return;
+    }
+    if (rank == 1) {
+        frame_hdr_t h = { .magic = FRAME_MAGIC, .version = FRAME_VERSION, .coll = COLL_SEND,
+                          .frame = 1, .len = PF, .src_rank = (uint32_t)rank };
+        fill(buf, PF, 77);
+        weft_status_t st;
+        double t0 = now_s();
+        while ((st = ep->ops->send(ep, &h, buf)) == WEFT_IN_PROGRESS && now_s() - t0 < 5)
+            progress_all(comm);
+        check(st == WEFT_OK, "posted: send a 1 MB frame");
+        usleep(1500000);                /* no progress: its bytes wait here */
+    } else {
+        const frame_hdr_t *h = NULL;
+        const void *payload = NULL;
+        weft_status_t st = peek_wait(comm, ep, &h, &payload);
+        check(st == WEFT_OK && h && h->len == PF, "posted: the frame's header");
+        memset(buf, 0xee, PF);
+        if (st == WEFT_OK && payload == NULL)
+            st = ep->ops->recv_payload(ep, buf, &payload);
+        char msg[160];
+        snprintf(msg, sizeof(msg), "posted: the payload is still coming (%s) while rank 1 "
+                 "makes no progress", weft_status_str(st));
+        check(st == WEFT_IN_PROGRESS, msg);
+        tp_state_t s = { .kind = TP_STATE_FAILED, .status = WEFT_ERR_INTERNAL,
+                         .origin = rank, .other = -1 };
+        ep->ops->post_state(ep, &s);
+        memcpy(snap, buf, PF);
+    }
+    check(weft_barrier(side) == WEFT_OK, "posted: side barrier (rank 1 progresses again)");
+    if (rank == 0) {
+        double t0 = now_s();
+        while (now_s() - t0 < 0.5)
+            progress_all(comm);
+        check(memcmp(buf, snap, PF) == 0, "posted: no byte landed in the buffer after the "
+              "failure was handled");
+    }
+    free(buf);
+    free(snap);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "basic";
@@ -916,7 +985,7 @@ int main(int argc, char **argv)
         left(&comm);
     else if (!strcmp(mode, "regcache"))
         regcache(comm);
-    else if (!strcmp(mode, "zcopy") || !strcmp(mode, "kept")) {
+    else if (!strcmp(mode, "zcopy") || !strcmp(mode, "kept") || !strcmp(mode, "posted")) {
         /* a second communicator (its own connection) orders the ranks' steps without
          * touching the first one's queues */
         weft_comm_t *side = NULL;
@@ -925,13 +994,15 @@ int main(int argc, char **argv)
         if (st == WEFT_OK) {
             if (!strcmp(mode, "zcopy"))
                 zcopy(comm, side);
-            else
+            else if (!strcmp(mode, "kept"))
                 kept(comm, side);
+            else
+                posted(comm, side);
             weft_comm_destroy(side);
         }
     }
     else {
-        printf("usage: test_rma basic|peer_exit|stale_key|left|regcache|zcopy|kept\n");
+        printf("usage: test_rma basic|peer_exit|stale_key|left|regcache|zcopy|kept|posted\n");
         return 2;
     }
     /* after a lost peer too: destroy must still release everything (LeakSanitizer

@@ -147,21 +147,36 @@ static void shared_release(void)
     pthread_mutex_unlock(&shared.lock);
 }
 
-/* Whether UCX_TLS leaves UCX a shared-memory transport (posix or sysv): unset, a list
- * naming all, sm/shm, mm, posix or sysv, or an exclusion list ("^tcp") that does not
- * exclude sm/shm, mm, or both posix and sysv. Else (UCX_TLS=tcp,self) the setting
- * below would only earn a warning from UCX that no transport used it. */
+/* Whether the comma-separated list names `what` (exactly, as UCX compares them). */
+static int tls_names(const char *list, const char *what)
+{
+    size_t n = strlen(what);
+    for (const char *t = list; *t; ) {
+        size_t len = strcspn(t, ",");
+        if (len == n && !strncmp(t, what, n))
+            return 1;
+        t += len + (t[len] == ',');
+    }
+    return 0;
+}
+
+/* Whether UCX_TLS leaves UCX one of its shared-memory transports that read
+ * MM_ERROR_HANDLING (posix, sysv, xpmem: UCX's alias "mm", within "sm"/"shm"): unset, a
+ * list naming all, sm, shm, mm or one of them, or an exclusion list ("^tcp") that
+ * excludes neither sm, shm, mm nor all three. Else (UCX_TLS=tcp,self) the setting below
+ * would only earn a warning from UCX that no transport used it. */
 static int mm_allowed(void)
 {
     const char *tls = getenv("UCX_TLS");
     if (tls == NULL || *tls == '\0')
         return 1;
-    int sm = strstr(tls, "sm") || strstr(tls, "shm") || strstr(tls, "mm"),
-        posix = strstr(tls, "posix") != NULL,
-        sysv = strstr(tls, "sysv") != NULL;
-    if (*tls == '^')
-        return !(sm || (posix && sysv));
-    return sm || posix || sysv || strstr(tls, "all");
+    int excl = *tls == '^';
+    const char *l = tls + excl;
+    int alias = tls_names(l, "sm") || tls_names(l, "shm") || tls_names(l, "mm"),
+        each = tls_names(l, "posix") + tls_names(l, "sysv") + tls_names(l, "xpmem");
+    if (excl)
+        return !(alias || each == 3);
+    return alias || each > 0 || tls_names(l, "all");
 }
 
 /* Endpoints in error mode PEER may use only transports that report peer failures, and
@@ -328,13 +343,15 @@ static void lanes_read(ucx_ep_t *e)
     fclose(f);
     int lanes = 0, mem_any = 0, rma_any = 0;
     for (const char *l = text ? strstr(text, "lane[") : NULL; l; l = strstr(l + 1, "lane[")) {
-        const char *tl = strchr(l, ':');            /* "]:  3:sysv/memory.0 ..." */
-        tl = tl ? strchr(tl + 1, ':') : NULL;
-        const char *end = tl ? strpbrk(tl, " \n") : NULL, *eol = tl ? strchr(tl, '\n') : NULL;
+        const char *eol = strchr(l, '\n');
+        if (eol == NULL)
+            eol = l + strlen(l);
+        /* the transport/device after the second colon: "]:  3:sysv/memory.0 ..." */
+        const char *tl = memchr(l, ':', (size_t)(eol - l));
+        tl = tl ? memchr(tl + 1, ':', (size_t)(eol - tl - 1)) : NULL;
+        const char *end = tl ? tl + strcspn(tl, " \n") : NULL;
         if (end == NULL)
             continue;
-        if (eol == NULL)
-            eol = tl + strlen(tl);
         const char *mem = strstr(tl, "/memory"), *rma = strstr(end, " rma");
         mem_any |= mem && mem < end;
         rma_any |= rma && rma < eol;
@@ -542,19 +559,53 @@ void ucx_drain(ucx_ep_t *e, double max_s)
 }
 
 /* Closes the UCX endpoint without waiting for the peer: UCX cancels what it still
- * holds, and reads none of its buffers after. Once. */
-static void force_close(ucx_ep_t *e)
+ * holds. Once. Returns 1 when UCX has let go of every send request of the endpoint
+ * (frames, states, the goodbye) and so reads none of their buffers any more; 0 when
+ * some was still held after FORCE_CLOSE_S (logged): then its buffers must stay
+ * allocated. UCX 1.13's forced close returns at once and completes the requests later,
+ * from worker progress, once it has discarded the endpoint's lanes (and invalidated a
+ * rendezvous send's registration, so the peer cannot read it either): until then a
+ * request is still in progress and may still read its buffer. The remote keys go last,
+ * once no transfer can still be using them. */
+#define FORCE_CLOSE_S 2
+static int force_close(ucx_ep_t *e)
 {
     if (e->ep == NULL)
-        return;
-    ucx_rkeys_destroy(e);           /* before the endpoint they were unpacked on */
+        return !ucx_sends_busy(e);
     ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                               .flags = UCP_EP_CLOSE_FLAG_FORCE };
     void *req;
+    uint64_t deadline = time_ns() + FORCE_CLOSE_S * 1000000000ull;
     if (ucx_req_take(ucp_ep_close_nbx(e->ep, &p), &req) == UCS_INPROGRESS)
         while (ucx_req_test(&req) == UCS_INPROGRESS)
             ucp_worker_progress(e->x->worker);
     e->ep = NULL;
+    int busy;
+    while ((busy = ucx_sends_busy(e)) && time_ns() < deadline)
+        ucp_worker_progress(e->x->worker);
+    ucx_rkeys_destroy(e, 0);
+    if (busy)
+        LOG_WARN(LOG_NET, "ucx: rank %d's closed endpoint still has sends in progress "
+                 "after %d s: their buffers are left allocated", e->base.peer, FORCE_CLOSE_S);
+    return !busy;
+}
+
+#define STATE_LEAVE_NS 100000000ull     /* 100 ms */
+
+/* Gives the endpoint up for good (lost, cancelled) and closes it: no abort starts on it
+ * any more, one running on another thread ends first. Our FAILED state gets 100 ms to
+ * leave first (the drain did not wait for it): over shared memory nothing else tells
+ * the peer that this endpoint closed. */
+static void withdraw(ucx_ep_t *e)
+{
+    uint64_t deadline = time_ns() + STATE_LEAVE_NS;
+    while (ucx_states_busy(e) && time_ns() < deadline)
+        ucp_worker_progress(e->x->worker);
+    e->lost_status = UCS_ERR_CANCELED;
+    __atomic_store_n(&e->lost, 1, __ATOMIC_SEQ_CST);   /* no abort starts on ep now */
+    while (__atomic_load_n(&e->abort_busy, __ATOMIC_SEQ_CST))
+        sched_yield();                                  /* one on another thread ends */
+    force_close(e);
 }
 
 void ucx_withdraw_kept(ucx_ep_t *e)
@@ -565,11 +616,36 @@ void ucx_withdraw_kept(ucx_ep_t *e)
     LOG_INFO(LOG_NET, "ucx: rank %d has not taken %d frame(s) sent from the failed call's "
              "buffers: closing the endpoint, so that UCX reads no more of them", e->base.peer,
              n);
-    e->lost_status = UCS_ERR_CANCELED;
-    __atomic_store_n(&e->lost, 1, __ATOMIC_SEQ_CST);   /* no abort starts on ep now */
-    while (__atomic_load_n(&e->abort_busy, __ATOMIC_SEQ_CST))
-        sched_yield();                                  /* one on another thread ends */
-    force_close(e);
+    withdraw(e);
+}
+
+void ucx_withdraw_posted(ucx_ep_t *e, uint64_t deadline)
+{
+    void *req = e->rx_pl_req;
+    if (e->pl_state != PL_POSTED || req == NULL || e->pl_dst == e->rx_buf)
+        return;                     /* nothing posted, or into our own staging */
+    while (ucp_request_check_status(req) == UCS_INPROGRESS && time_ns() < deadline)
+        ucp_worker_progress(e->x->worker);
+    if (ucp_request_check_status(req) != UCS_INPROGRESS)
+        return;                     /* landed (or failed) before the call returns */
+    ucp_request_cancel(e->x->worker, req);
+    if (ucp_request_check_status(req) != UCS_INPROGRESS) {
+        LOG_INFO(LOG_NET, "ucx: rank %d's frame had not come: its receive into the failed "
+                 "call's buffer is cancelled", e->base.peer);
+        return;                     /* recv_payload would now fail: the comm has failed */
+    }
+    /* matched: its bytes are on the way. Closing the endpoint ends a rendezvous (UCX
+     * completes the receive as cancelled); the rest of an eager message would still land */
+    LOG_INFO(LOG_NET, "ucx: rank %d's frame is still coming into the failed call's buffer: "
+             "closing the endpoint", e->base.peer);
+    withdraw(e);
+    uint64_t end = time_ns() + FORCE_CLOSE_S * 1000000000ull;
+    while (ucp_request_check_status(req) == UCS_INPROGRESS && time_ns() < end)
+        ucp_worker_progress(e->x->worker);
+    if (ucp_request_check_status(req) == UCS_INPROGRESS)
+        LOG_WARN(LOG_NET, "ucx: rank %d's frame was still arriving %d s after the endpoint "
+                 "closed: its bytes may yet land in the failed call's receive buffer",
+                 e->base.peer, FORCE_CLOSE_S);
 }
 
 static void ucx_close(tp_ep_t *ep)
@@ -583,10 +659,13 @@ static void ucx_close(tp_ep_t *ep)
                 ucx_abort(&x->eps[p]->base);
     }
     ucx_drain(e, x->timeout_s);
-    force_close(e);
-    ucx_tx_free(e);
+    int released = force_close(e);
     ucx_rx_stop(e);
     x->eps[e->base.peer] = NULL;
+    if (!released)
+        return;                     /* e holds buffers UCX may still read: leaked */
+    ucx_rkeys_destroy(e, 1);
+    ucx_tx_free(e);
     free(e);
 }
 

@@ -140,8 +140,21 @@ int ucx_tx_busy(ucx_ep_t *e)
     return ucx_req_test(&e->gone_tx_req) == UCS_INPROGRESS;
 }
 
-/* After the endpoint's flush or force close: every request has completed or is
- * released here (UCX no longer reads a force-closed endpoint's buffers). */
+int ucx_states_busy(ucx_ep_t *e)
+{
+    for (int i = 0; i < UCX_STATE_SLOTS; i++)
+        if (ucx_req_test(&e->st_tx[i].req) == UCS_INPROGRESS)
+            return 1;
+    return 0;
+}
+
+int ucx_sends_busy(ucx_ep_t *e)
+{
+    return ucx_tx_busy(e) || ucx_states_busy(e);
+}
+
+/* After the endpoint's flush, or a force close that UCX completed (tp_ucx.c:
+ * force_close): a request still in progress here only gets released. */
 void ucx_tx_free(ucx_ep_t *e)
 {
     for (unsigned i = 0; i < UCX_TX_SLOTS; i++) {

@@ -128,6 +128,10 @@ void ucx_rx_stop(ucx_ep_t *e);
 void ucx_cancel_recv(ucx_ep_t *e, void **req);
 /* 1 while UCX holds a frame or the goodbye we sent (quiet: failures count as done) */
 int ucx_tx_busy(ucx_ep_t *e);
+/* 1 while UCX holds one of our peer states */
+int ucx_states_busy(ucx_ep_t *e);
+/* 1 while UCX holds any send of ours: a frame, a state, the goodbye */
+int ucx_sends_busy(ucx_ep_t *e);
 /* frees what the send ring holds (after the endpoint's flush or force close) */
 void ucx_tx_free(ucx_ep_t *e);
 /* WEFT_OK, or the failure (logged unless quiet) of a peer whose error callback ran */
@@ -153,6 +157,10 @@ int ucx_kept_busy(ucx_ep_t *e);
 /* tp_ucx.c: after a failed call's drain, an endpoint whose peer has not taken such
  * frames is closed (and lost): UCX then reads nothing more of the caller's memory */
 void ucx_withdraw_kept(ucx_ep_t *e);
+/* tp_ucx.c: after a failed call, a payload receive posted into the caller's memory is
+ * waited for until `deadline` (time_ns), then cancelled, and where UCX had matched it
+ * already its endpoint is closed (and lost): nothing lands there after the call */
+void ucx_withdraw_posted(ucx_ep_t *e, uint64_t deadline);
 weft_status_t ucx_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p, const void **payload_p);
 weft_status_t ucx_recv_payload(tp_ep_t *ep, void *dst, const void **payload_p);
 void ucx_recv_release(tp_ep_t *ep);
@@ -176,8 +184,9 @@ weft_status_t ucx_put(tp_ep_t *ep, const void *src, tp_rmem_t *rmem, uint64_t ra
                       size_t len, tp_rma_t *req);
 weft_status_t ucx_rma_test(tp_ep_t *ep, tp_rma_t *req);
 void ucx_rma_cancel(tp_ep_t *ep, tp_rma_t *req);
-/* destroys the endpoint's unpacked keys (before it closes) */
-void ucx_rkeys_destroy(ucx_ep_t *e);
+/* destroys the endpoint's unpacked keys that no transfer holds (all: every one, and
+ * their table; at close, once no transfer can be running) */
+void ucx_rkeys_destroy(ucx_ep_t *e, int all);
 /* unmaps every cached registration (the context is about to go) */
 void ucx_reg_purge(void);
 

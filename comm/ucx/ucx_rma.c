@@ -287,18 +287,34 @@ weft_status_t ucx_rkey_unpack(tp_ep_t *ep, const tp_rkey_t *rkey, tp_rmem_t **rm
 
 void ucx_rkey_release(tp_ep_t *ep, tp_rmem_t *rmem)
 {
-    ((ucx_rkey_t *)rmem)->refs--;
+    ucx_rkey_t *k = (ucx_rkey_t *)rmem;
+    /* the last transfer of a key whose endpoint was closed under it (ucx_withdraw_kept)
+     * has ended: the key goes now (ucx_rkeys_destroy left it) */
+    if (--k->refs == 0 && ((ucx_ep_t *)ep)->ep == NULL && k->h) {
+        ucp_rkey_destroy(k->h);
+        k->h = NULL;
+    }
 }
 
-void ucx_rkeys_destroy(ucx_ep_t *e)
+void ucx_rkeys_destroy(ucx_ep_t *e, int all)
 {
     if (e->rkeys == NULL)
         return;
-    for (int i = 0; i < UCX_RKEYS; i++)
-        if (e->rkeys->k[i].h)
-            ucp_rkey_destroy(e->rkeys->k[i].h);
-    free(e->rkeys);
-    e->rkeys = NULL;
+    int held = 0;
+    for (int i = 0; i < UCX_RKEYS; i++) {
+        ucx_rkey_t *k = &e->rkeys->k[i];
+        if (k->refs > 0 && !all) {
+            held = 1;               /* a failed call's transfer still names it */
+            continue;
+        }
+        if (k->h)
+            ucp_rkey_destroy(k->h);
+        k->h = NULL;
+    }
+    if (!held) {
+        free(e->rkeys);
+        e->rkeys = NULL;
+    }
 }
 
 /* A transfer's failure s as a weft status: the peer's loss where it is lost. */

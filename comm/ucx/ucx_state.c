@@ -99,7 +99,10 @@ void ucx_states_poll(ucx_ep_t *e, int all)
  * until they are taken: the one blocking post, once per communicator. Frames sent from
  * the call's own buffers (send_kept) that a peer has still not taken then are given up
  * with their endpoint (ucx_withdraw_kept): the caller may free those buffers once the
- * call returns, and a peer must not get bytes written after it. */
+ * call returns, and a peer must not get bytes written after it. Likewise a payload
+ * receive posted into the caller's buffer that has not completed by then is cancelled,
+ * or its endpoint closed where UCX already matched it (ucx_withdraw_posted): nothing
+ * lands in the caller's memory after the call. */
 #define DRAIN_FAILED_S 0.5
 
 /* Drains once every endpoint has the FAILED post (fail.c posts to all in a row), so no
@@ -118,8 +121,10 @@ static void drain_after_failed(ucx_ep_t *e)
             ucx_drain(x->eps[p], (double)(end - now) * 1e-9);
     }
     for (int p = 0; p < x->nranks; p++)
-        if (x->eps[p])
+        if (x->eps[p]) {
+            ucx_withdraw_posted(x->eps[p], end);
             ucx_withdraw_kept(x->eps[p]);
+        }
 }
 /* A lost peer gets nothing, but its endpoint still counts as posted for the drain: the
  * usual failure is a lost peer, and the survivors must hear of it before this rank
