@@ -134,4 +134,4 @@ for layout in $(for n in $SHM; do echo "shm:$n"; done; for p in $NET; do echo "n
     report "$desc" "$algos"
 done
 say ""
-say "# machine: $(nproc) cores, $(uname -n); $(date -u +%Y-%m-%d); ranks unbound beyond weft's default (WEFT_BIND)"
+say "# machine: $(nproc) cores, $(uname -n); $(date -u +%Y-%m-%d); shm ranks unbound beyond weft's default (WEFT_BIND); each namespace host on its own half of the cpus"

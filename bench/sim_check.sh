@@ -73,7 +73,7 @@ if [ -n "$NET" ]; then
     WEFT_ALGO=$ALGO sim_median "$ROUNDS" "$SIM_TMP/t" sim_net 2 all_reduce_perf "${SIZES[@]}" \
         -n "$ITERS" -w 2 -c 1 > "$SIM_TMP/m" ||
         sim_die "all_reduce_perf on 2x2 namespace hosts failed"
-    # the namespace "hosts" share this machine's cpus: each has half of them
+    # each namespace "host" runs on its own half of this machine's cpus (sim_net)
     cores=$(( $(nproc) / 2 )); [ "$cores" -ge 1 ] || cores=1
     compare "net:2x2" 2 2 "$SIM_TMP/m" --cores "$cores"
 fi

@@ -31,14 +31,37 @@ sim_shm() {
     timeout -k 5 "$SIM_RANK_TIMEOUT" env -u WEFT_TRANSPORT "$B/bin/weftrun" -n "$n" "$B/bin/$@"
 }
 
+# sim_host_cpus H: the cpus namespace host H (0 or 1) runs on, comma-separated for
+# taskset: the first half of the cpus this shell may use for host 0, the second half for
+# host 1 (both get the one cpu where there is one). Real hosts do not share cores, and
+# sim_check.sh's model gives each namespace host half of them; SIM_NET_PIN=0: every cpu
+# for both (the kernel places the ranks).
+sim_host_cpus() {
+    local list c a b cpus=() half
+    list=$(awk '/^Cpus_allowed_list:/ { print $2 }' /proc/self/status)
+    for c in ${list//,/ }; do
+        a=${c%-*} b=${c#*-}
+        while [ "$a" -le "$b" ]; do cpus+=("$a"); a=$((a + 1)); done
+    done
+    half=$((${#cpus[@]} / 2))
+    if [ "${SIM_NET_PIN:-1}" = 0 ] || [ "$half" -lt 1 ]; then
+        c="${cpus[*]}"
+        echo "${c// /,}"
+        return
+    fi
+    c="${cpus[*]:$(($1 * half)):$half}"
+    echo "${c// /,}"
+}
+
 # sim_net PER TOOL ARGS...: the tool on 2 namespace hosts x PER ranks (rank r on host
-# r / PER); rank 0's table on stdout, the others' output in $SIM_TMP. The ranks do not
-# spin (WEFT_SPIN=0 unless set): the two "hosts" share this machine's cores, and weft's
-# automatic setting weighs only one host's ranks against them, so with 2 ranks per host
-# on 2 cores every rank would spin and each wait for the next time slice (an 8-byte
-# all-reduce on 2 x 2: about 1.3 ms spinning, 28 us not).
+# r / PER), each host's ranks on its own half of the cpus (sim_host_cpus, WEFT_BIND=none
+# unless set); rank 0's table on stdout, the others' output in $SIM_TMP. The ranks do
+# not spin (WEFT_SPIN=0 unless set): weft's automatic setting weighs a host's ranks
+# against all of this machine's cores, not the half its host runs on, so with 2 ranks per
+# host on 2 cores every rank would spin and each wait for the next time slice (an 8-byte
+# all-reduce on 2 x 2, unpinned: about 1.3 ms spinning, 28 us not).
 sim_net() {
-    local per=$1 n=$(($1 * 2)) r ns addr=10.77.0.1 port=$((20000 + RANDOM % 20000)) rc=0
+    local per=$1 n=$(($1 * 2)) r ns cpus addr=10.77.0.1 port=$((20000 + RANDOM % 20000)) rc=0
     shift
     [ "$(id -u)" = 0 ] || sim_die "namespace hosts need root"
     if ! ip netns list 2>/dev/null | grep -qw weftA; then
@@ -49,12 +72,12 @@ sim_net() {
     secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
     local pids=()
     for ((r = 0; r < n; r++)); do
-        ns=weftA
-        [ $r -ge "$per" ] && ns=weftB
+        ns=weftA cpus=$(sim_host_cpus 0)
+        [ $r -ge "$per" ] && ns=weftB cpus=$(sim_host_cpus 1)
         env -u WEFT_TRANSPORT WEFT_RANK=$r WEFT_WORLD_SIZE=$n WEFT_LOCAL_RANK=$((r % per)) \
             WEFT_LOCAL_SIZE=$per WEFT_ADDR=$addr:$port WEFT_SECRET=$secret \
-            WEFT_SPIN=${WEFT_SPIN:-0} \
-            timeout -k 5 "$SIM_RANK_TIMEOUT" ip netns exec "$ns" unshare --uts \
+            WEFT_SPIN=${WEFT_SPIN:-0} WEFT_BIND=${WEFT_BIND:-none} \
+            timeout -k 5 "$SIM_RANK_TIMEOUT" taskset -c "$cpus" ip netns exec "$ns" unshare --uts \
             sh -c 'hostname "$0" && exec "$@"' "$ns" "$B/bin/$@" \
             > "$SIM_TMP/net.$r" 2>&1 < /dev/null &
         pids+=($!)

@@ -186,6 +186,23 @@ for tries in 10 1; do
     else bad "sim_median, SIM_FAR_TRIES=$tries: gave '$got', want '$want'"; fi
 done
 
+# 7b. sim_net's pinning (sim_host_cpus): each namespace host gets its own half of the
+# cpus this process may use, every cpu for both with SIM_NET_PIN=0, the one cpu for both
+# where there is one.
+pin() { (cd "$OUT" && . "$OLDPWD/bench/sim_lib.sh" &&
+         echo "$(sim_host_cpus 0) $(sim_host_cpus 1) $(SIM_NET_PIN=0 sim_host_cpus 1)";
+         rm -rf "$SIM_TMP"); }
+if [ "$(nproc)" -ge 2 ]; then
+    got=$(taskset -c 0,1 bash -c "$(declare -f pin); OUT=$OUT; pin")
+    if [ "$got" = "0 1 0,1" ]; then ok "sim_host_cpus on cpus 0,1: $got"
+    else bad "sim_host_cpus on cpus 0,1 gave '$got', want '0 1 0,1'"; fi
+    got=$(taskset -c 1 bash -c "$(declare -f pin); OUT=$OUT; pin")
+    if [ "$got" = "1 1 1" ]; then ok "sim_host_cpus on cpu 1 alone: $got"
+    else bad "sim_host_cpus on cpu 1 alone gave '$got', want '1 1 1'"; fi
+else
+    echo "ok - sim_host_cpus runs skipped: one cpu here"
+fi
+
 # 8. core_rtt: a round trip in ns between two cpus, and its refusals.
 rtt=$B/bin/core_rtt
 if [ "$(nproc)" -ge 2 ]; then
