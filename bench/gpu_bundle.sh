@@ -18,6 +18,9 @@
 #   # sharded training on the GPU (issue 24 item 3), several ranks on the one GPU:
 #   for nr in 2 4; do TRAIN_BIN=build/bin/weft-train TOL=1e-3 MTOL=1e-3 NR=$nr \
 #       bash tests/test_train_gpu_emu.sh; done
+#   # weft-sim against measurements with a core per rank (issue 21; 16 cores there; the
+#   # namespace rows need root and iproute2, else add --no-net to both):
+#   bench/sim_calibrate.sh -o $OUT/m16 && bench/sim_check.sh -m $OUT/m16 > $OUT/check16.txt
 # (docs/GPU.md, "Measured on an H100", is a run made this way.)
 #
 # Environment: CUDA_HOME (default /usr/local/cuda), PEERS (default ../shared/peers).
@@ -40,11 +43,12 @@ rm -rf .dev && mkdir -p .dev/build/lib .dev/build/bin .dev/build/tests .dev/libs
     .dev/mpich/bin .dev/mpich/lib .dev/mpich/include .dev/mpich/real .dev/peers || exit 1
 cp -a build/lib/libweft.so* build/lib/libweft_nccl.so build/lib/libnccl.so* .dev/build/lib/ &&
 cp -a build/include .dev/build/ &&
-cp build/bin/weft-train build/bin/weftrun .dev/build/bin/ &&
+cp build/bin/weft-train build/bin/weftrun build/bin/all_reduce_perf build/bin/sendrecv_perf \
+    build/bin/weft-sim build/bin/core_rtt .dev/build/bin/ &&
 cp build/tests/test_cuda build/tests/test_nccl_shim build/tests/test_train_gpu .dev/build/tests/ ||
     die "copying build outputs failed"
 # the Debian libraries weft's binaries and MPICH load (the GPU image has libc and libstdc++)
-for f in .dev/build/lib/libweft.so.0 .dev/build/bin/weft-train .dev/build/tests/test_train_gpu \
+for f in .dev/build/lib/libweft.so.0 .dev/build/bin/* .dev/build/tests/test_train_gpu \
          "$LIBDIR/libmpich.so.12" "$(command -v mpiexec.hydra)"; do
     ldd "$f" | awk '/=> \// { print $3 }'
 done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' |
