@@ -458,6 +458,10 @@ static void finish_head(weft_comm_t *comm, weft_status_t st)
         for (int p = 0; p < comm->nranks; p++)
             if (comm->eps[p] && comm->eps[p]->ops->recv_post)
                 comm->eps[p]->ops->recv_post(comm->eps[p], NULL, 0);
+    if (st < 0)         /* then nothing reaches the caller's memory (transport.h, fail_end) */
+        for (int p = 0; p < comm->nranks; p++)
+            if (comm->eps[p] && comm->eps[p]->ops->fail_end)
+                comm->eps[p]->ops->fail_end(comm->eps[p]);
     comm->q_head = op->next;
     if (comm->q_head == NULL)
         comm->q_tail = NULL;

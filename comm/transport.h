@@ -168,6 +168,16 @@ typedef struct tp_ops {
      * NULL: the call failed; withdraw what was posted, so that nothing lands in the
      * caller's memory after it returns. NULL where absent. */
     void (*recv_post)(tp_ep_t *ep, void *dst, size_t room);
+    /* optional (ib): a call failed, and with it the communicator (engine.c: finish_head,
+     * after its failure was posted and recv_post(NULL)). When this returns, nothing of
+     * the caller's memory is read or written through ep any more: not a kept send's
+     * payload, not a posted buffer a sender adopted under a registration that outlives
+     * the post. The endpoint may be unusable after (ib: where a withdrawn post's
+     * registration outlives it, or a kept payload is still unread, its writes, the
+     * FAILED state among them, get 100 ms to complete, then its QPs are moved to ERR).
+     * NULL where nothing is needed (shm and tcp copy before a call returns; ucx
+     * withdraws its endpoints from the FAILED post). */
+    void (*fail_end)(tp_ep_t *ep);
     /* WEFT_OK once every frame sent on ep is complete, needing nothing more of this
      * process (the peer has it, or can take it without this rank's progress); else
      * WEFT_IN_PROGRESS, <0 on failure. The engine calls it before an operation ends, so

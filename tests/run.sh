@@ -232,6 +232,7 @@ else
             run "test_rma kept ib WEFT_IB_ZCOPY=$z" "${IBENV[@]}" WEFT_IB_ZCOPY=$z \
                 WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 "$B/tests/test_rma" kept
         done
+        run "test_rma cut ib" "${IBENV[@]}" WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 "$B/tests/test_rma" cut
         # and under the engine: the default posts weft_mem_alloc memory (test_coll --reg:
         # every rank's, or the even ranks' only, whose receives alone are posted)
         run "test_coll -n 2 ib --reg all" "${IBENV[@]}" "$WEFTRUN" -n 2 \

@@ -62,6 +62,11 @@
  *            rank 1 sends a 1 MB frame and makes no progress for 1.5 s; rank 0 asks for
  *            the payload at its buffer and posts FAILED (a failing call's drain); once
  *            rank 1 progresses again, no byte lands in rank 0's buffer after the post.
+ * cut        (ib) after a failed call nothing lands in an adopted post: rank 0 posts a
+ *            weft_mem_alloc buffer (WEFT_IB_ZCOPY=reg keeps it registered after a
+ *            withdrawal), rank 1 sends one frame into it, rank 0 withdraws it and ends
+ *            the call (recv_post(NULL), fail_end); rank 1's next frame, into the post
+ *            it adopted, fails with PEER_LOST, and rank 0's buffer is untouched.
  * Every wait is bounded, and alarm() ends a stuck rank. Exit 0 when every check passed.
  */
 #define _GNU_SOURCE
@@ -760,6 +765,65 @@ static void zcopy(weft_comm_t *comm, weft_comm_t *side)
     weft_mem_free(reg);
 }
 
+/* ---- cut: after a failed call, nothing lands in an adopted post (ib) ---- */
+
+/* With WEFT_IB_ZCOPY=reg a withdrawn post stays registered (the region's cached
+ * registration), and a sender that adopted it does not look at the FIFO again while it
+ * writes into it. Rank 0 posts a weft_mem_alloc buffer of two frames, rank 1 sends the
+ * first (it lands in place), rank 0 withdraws the post and ends the failed call
+ * (recv_post(NULL), fail_end), then rank 1 sends the second frame into the post it
+ * adopted: it must fail (PEER_LOST naming rank 0) and nothing land in rank 0's buffer. */
+static void cut(weft_comm_t *comm, weft_comm_t *side)
+{
+    tp_ep_t *ep = comm->eps[1 - rank];
+    if (strcmp(ep->ops->name, "ib") != 0 || ep->ops->fail_end == NULL) {
+        printf("rank %d: cut is for ib (%s has no fail_end)\n", rank, ep->ops->name);
+        return;
+    }
+    if (rank == 1) {
+        unsigned char go_pl[ZF];
+        const frame_hdr_t *h = NULL;
+        const void *payload = NULL;
+        weft_status_t st = peek_wait(comm, ep, &h, &payload);
+        check(st == WEFT_OK, "cut: rank 0 says go");
+        if (st != WEFT_OK)
+            return;
+        if (payload == NULL && ep->ops->recv_payload(ep, go_pl, &payload) != WEFT_OK)
+            return;
+        ep->ops->recv_release(ep);
+        check(raw_send(comm, ep, 1, ZF, 1) == WEFT_OK, "cut: send the first frame");
+        check(weft_barrier(side) == WEFT_OK, "cut: side barrier (rank 0 ended its call)");
+        st = raw_send(comm, ep, 2, ZF, 2);
+        for (double t0 = now_s(); st == WEFT_OK && now_s() - t0 < 5; usleep(1000))
+            st = ep->ops->check_alive(ep);
+        char msg[300];
+        snprintf(msg, sizeof(msg), "cut: the write into the adopted post fails (%s: %s)",
+                 weft_status_str(st), weft_last_error());
+        check(st == WEFT_ERR_PEER_LOST && strstr(weft_last_error(), "rank 0"), msg);
+        check(weft_barrier(side) == WEFT_OK, "cut: side barrier (rank 1 tried)");
+        return;
+    }
+    size_t guard = 4096;
+    unsigned char *reg = NULL;
+    check(weft_mem_alloc((void **)&reg, 2 * ZF + guard) == WEFT_OK, "allocate");
+    if (reg == NULL)
+        return;
+    memset(reg, 0xee, 2 * ZF + guard);
+    int in_place = 0;
+    const void *where = NULL;
+    ep->ops->recv_post(ep, reg, 2 * ZF);
+    go(comm, ep, 1, ZF);
+    raw_recv(comm, ep, 1, ZF, 1, reg, 2 * ZF, reg, &in_place, &where);
+    check(in_place, "cut: the first frame lands in the post");
+    ep->ops->recv_post(ep, NULL, 0);            /* as a failed call ends (engine.c) */
+    ep->ops->fail_end(ep);
+    check(weft_barrier(side) == WEFT_OK, "cut: side barrier (rank 0 ended its call)");
+    check(weft_barrier(side) == WEFT_OK, "cut: side barrier (rank 1 tried)");
+    check(untouched(reg + ZF, ZF + guard), "cut: nothing lands in the adopted post after "
+          "the failed call ended");
+    weft_mem_free(reg);
+}
+
 /* ---- kept: payloads read where they lie (send_kept) ---- */
 
 static weft_status_t kept_send(weft_comm_t *comm, tp_ep_t *ep, uint32_t k, const void *pl,
@@ -985,7 +1049,8 @@ int main(int argc, char **argv)
         left(&comm);
     else if (!strcmp(mode, "regcache"))
         regcache(comm);
-    else if (!strcmp(mode, "zcopy") || !strcmp(mode, "kept") || !strcmp(mode, "posted")) {
+    else if (!strcmp(mode, "zcopy") || !strcmp(mode, "kept") || !strcmp(mode, "posted") ||
+             !strcmp(mode, "cut")) {
         /* a second communicator (its own connection) orders the ranks' steps without
          * touching the first one's queues */
         weft_comm_t *side = NULL;
@@ -996,13 +1061,15 @@ int main(int argc, char **argv)
                 zcopy(comm, side);
             else if (!strcmp(mode, "kept"))
                 kept(comm, side);
+            else if (!strcmp(mode, "cut"))
+                cut(comm, side);
             else
                 posted(comm, side);
             weft_comm_destroy(side);
         }
     }
     else {
-        printf("usage: test_rma basic|peer_exit|stale_key|left|regcache|zcopy|kept|posted\n");
+        printf("usage: test_rma basic|peer_exit|stale_key|left|regcache|zcopy|kept|posted|cut\n");
         return 2;
     }
     /* after a lost peer too: destroy must still release everything (LeakSanitizer

@@ -88,6 +88,8 @@ extern const tp_ops_t tp_ib_ops;
 #define WR_RMA 3ull
 #define WR_FIFO 4ull                /* a receive buffer posted into the peer's FIFO box */
 #define WR_ZC 5ull                  /* a payload written into the peer's posted buffer */
+#define WR_RECV 0x80ull             /* a receive (post_recvs): an error completion's opcode
+                                       is undefined, so its wr_id tells it from a send's */
 #define IB_IMM_ZC 0x80000000u       /* immediate: the payload went to the posted buffer */
 #define IB_IMM_SEQ 0x7fffffffu      /* immediate: the frame's number (mod 2^31) */
 #define IB_RKEY_MAGIC 0x77696b31u   /* "wik1" */
@@ -214,6 +216,8 @@ typedef struct ib_ep {
     char *post_addr;
     size_t post_len, post_used;         /* bytes; of which landed and delivered */
     ib_mem_t post_mem;
+    int cut;                            /* a failed call withdrew a live post whose
+                                           registration outlives it: ib_fail_end cuts */
     uint64_t post_seq;                  /* posts made (the FIFO box's seq) */
     uint32_t post_wr[2];                /* QP 0 WR that last wrote from tx_fifo[i] */
     /* the buffer the peer posted to this rank, once adopted */
@@ -586,7 +590,7 @@ static void ep_free(struct ib_ep *e)
 static weft_status_t post_recvs(ib_ep_t *e, int q, int n)
 {
     for (int i = 0; i < n; i++) {
-        struct ibv_recv_wr wr = { .wr_id = (uint64_t)q, .num_sge = 0 }, *bad;
+        struct ibv_recv_wr wr = { .wr_id = WR_RECV, .num_sge = 0 }, *bad;
         if (e->c->v->post_recv(e->qp[q], &wr, &bad) != 0)
             return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_post_recv to rank %d failed",
                               e->base.peer);
@@ -839,7 +843,7 @@ static weft_status_t ep_poll(ib_ep_t *e)
             if (wc[i].status != IBV_WC_SUCCESS) {
                 if (e->err == WEFT_OK)
                     e->err = wc_error(e, &wc[i]);
-                if (q >= 0 && !(wc[i].opcode & IBV_WC_RECV))
+                if (q >= 0 && (wc[i].wr_id & 0xff) != WR_RECV)   /* not opcode: undefined */
                     e->sq_retired[q] = e->sq_posted[q];     /* an error flushes them all */
                 e->probing = 0;
                 continue;
@@ -1185,6 +1189,7 @@ static void ib_recv_post(tp_ep_t *ep, void *dst, size_t room)
     ib_ep_t *e = (ib_ep_t *)ep;
     if (dst == NULL) {
         if (e->post_live) {
+            e->cut = e->post_mem.reg != NULL;   /* cached: its key stays valid */
             /* revoke, for a sender yet to look: from a free source box, so wait until
              * one's write has retired (microseconds on hardware; 100 ms at most, for a
              * connection that no longer moves) */
@@ -1292,6 +1297,59 @@ static void ib_abort(tp_ep_t *ep)
         struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
         e->c->v->modify_qp(e->qp[q], &a, IBV_QP_STATE);
     }
+}
+
+/* Whether a kept send's payload (send_kept) may still be read by the HCA. */
+static int kept_pending(const ib_ep_t *e)
+{
+    for (int q = 0; q < e->nqp; q++)
+        if ((int32_t)(e->sq_ok[q] - e->kept_wr[q]) < 0)
+            return 1;
+    return 0;
+}
+
+/* After a failed call (transport.h, fail_end), two cases leave a way into the caller's
+ * memory: a withdrawn post whose registration outlives it (WEFT_IB_ZCOPY=reg: a
+ * weft_mem_alloc region stays registered, under the cache, until weft_mem_free), into
+ * which a sender that adopted the post goes on writing (it does not look at the FIFO
+ * again while it does); and a kept send whose payload the HCA has not read yet. Then
+ * every write on each QP, the FAILED state's among them, gets 100 ms to complete (a
+ * zero-byte signaled write behind them says when: the queue's last WRs may be
+ * unsignaled), and the connection is moved to ERR where the post was withdrawn or a kept
+ * payload is still unread. The peer reads what arrived and the state; its next access
+ * here fails (PEER_LOST naming this rank). Only then, because a cut connection makes
+ * peers blame this rank rather than the failure's cause (every connection cut at every
+ * failure turned test_fail's mismatch and abort reports into "rank N lost"). Not
+ * covered: a single-copy call's key, which names the whole region and outlives the
+ * call, so a peer may still read this rank's buffer after it returns. */
+static void ib_fail_end(tp_ep_t *ep)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    if (e->aborted || !(e->cut || kept_pending(e)))
+        return;
+    uint64_t end = time_ns() + 100000000ull;
+    uint32_t mark[IB_MAX_QPS];
+    int marked = 0;
+    e->quiet = 1;
+    while (time_ns() < end && ep_poll(e) == WEFT_OK) {
+        if (e->state_dirty)
+            continue;                   /* the state is not posted yet (queue full) */
+        for (; marked < e->nqp; marked++) {
+            if (post(e, marked, IBV_WR_RDMA_WRITE, NULL, 0, 0, e->peer.ctrl_addr,
+                     e->peer.ctrl_rkey, 0, WR_PROBE, 1) != WEFT_OK)
+                break;                  /* its queue is full: again after the next poll */
+            mark[marked] = e->sq_posted[marked];
+        }
+        int done = marked == e->nqp;
+        for (int q = 0; q < marked; q++)
+            done &= (int32_t)(e->sq_retired[q] - mark[q]) >= 0;
+        if (done)
+            break;
+    }
+    e->quiet = 0;
+    if (e->cut || kept_pending(e))
+        ib_abort(ep);
+    e->cut = 0;
 }
 
 static void ib_close(tp_ep_t *ep)
@@ -1627,6 +1685,7 @@ const tp_ops_t tp_ib_ops = {
     .recv_payload = ib_recv_payload,
     .recv_release = ib_recv_release,
     .recv_post = ib_recv_post,
+    .fail_end = ib_fail_end,
     .flush = ib_flush,              /* payloads read where they lie; the rest the HCA moves
                                        from staging (close waits for it) */
     .check_alive = ib_check_alive,

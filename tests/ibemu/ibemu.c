@@ -15,7 +15,8 @@
  * the target process with process_vm_writev/readv and posts the completions. A failed
  * check completes with the status hardware gives (REM_ACCESS_ERR, LOC_PROT_ERR,
  * RETRY_EXC_ERR, RNR_RETRY_EXC_ERR, ...) and moves the QP to ERR, which flushes what is
- * posted. Unsignaled WRs hold their send-queue slot until a later signaled completion on
+ * posted; an error completion's opcode is given wrong on purpose (verbs leaves it
+ * undefined). Unsignaled WRs hold their send-queue slot until a later signaled completion on
  * that QP is polled, so a transport that never signals finds its send queue full.
  *
  * Invariants: table entries belong to a pid; an entry whose pid is gone is free again;
@@ -401,6 +402,11 @@ static int emu_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
     int got = 0;
     while (got < n && c->head != c->tail) {
         wc[got] = c->wc[c->head % EMU_CQE];
+        /* verbs: an error completion's opcode is undefined (only wr_id, status, qp_num
+         * and vendor_err are); mlx5 leaves it unset. Hand the other class (a receive's
+         * as a send's and back), so that a reader relying on it goes wrong here too. */
+        if (wc[got].status != IBV_WC_SUCCESS)
+            wc[got].opcode = (enum ibv_wc_opcode)(wc[got].opcode ^ IBV_WC_RECV);
         uint32_t r = c->retire[c->head % EMU_CQE];
         if (r) {
             emu_qp_t *q = &fab->qp[wc[got].qp_num - 1];
