@@ -612,6 +612,25 @@ static void go(weft_comm_t *comm, tp_ep_t *ep, uint32_t n, uint32_t len)
     check(st == WEFT_OK, "tell rank 1 to go");
 }
 
+/* Rank 1 takes rank 0's "go" (go() above): the frame count and length it asks for;
+ * -1 (checked) when none came. */
+static int wait_go(weft_comm_t *comm, tp_ep_t *ep, uint32_t *nframes, uint32_t *len)
+{
+    unsigned char pl[ZF];
+    const frame_hdr_t *h = NULL;
+    const void *payload = NULL;
+    weft_status_t st = peek_wait(comm, ep, &h, &payload);
+    check(st == WEFT_OK, "rank 0 says go");
+    if (st != WEFT_OK)
+        return -1;
+    if (payload == NULL && ep->ops->recv_payload(ep, pl, &payload) != WEFT_OK)
+        return -1;
+    *nframes = h->frame;
+    *len = h->len ? ((const uint32_t *)payload)[0] : ZF;
+    ep->ops->recv_release(ep);
+    return 0;
+}
+
 /* Whether n bytes at b still hold the 0xee fill: nothing landed there. */
 static int untouched(const unsigned char *b, size_t n)
 {
@@ -649,17 +668,10 @@ static void zcopy(weft_comm_t *comm, weft_comm_t *side)
     if (rank == 1) {
         /* each round: wait for "go" (its frame number says how many frames to send) */
         for (int round = 0; round < (none ? 2 : all ? 9 : 7); round++) {
-            unsigned char go[ZF];
-            const frame_hdr_t *h = NULL;
-            const void *payload = NULL;
-            weft_status_t st = peek_wait(comm, ep, &h, &payload);
-            check(st == WEFT_OK, "rank 0 says go");
-            if (st != WEFT_OK)
+            uint32_t nframes, len;
+            weft_status_t st;
+            if (wait_go(comm, ep, &nframes, &len) != 0)
                 return;
-            if (payload == NULL && ep->ops->recv_payload(ep, go, &payload) != WEFT_OK)
-                return;
-            uint32_t nframes = h->frame, len = h->len ? ((const uint32_t *)payload)[0] : ZF;
-            ep->ops->recv_release(ep);
             for (uint32_t i = 0; i < nframes; i++, k++) {
                 if (round == 5 && i == 1) {     /* the stale post: rank 0 posts now */
                     check(weft_barrier(side) == WEFT_OK, "side barrier: frame sent");
@@ -781,19 +793,12 @@ static void cut(weft_comm_t *comm, weft_comm_t *side)
         return;
     }
     if (rank == 1) {
-        unsigned char go_pl[ZF];
-        const frame_hdr_t *h = NULL;
-        const void *payload = NULL;
-        weft_status_t st = peek_wait(comm, ep, &h, &payload);
-        check(st == WEFT_OK, "cut: rank 0 says go");
-        if (st != WEFT_OK)
+        uint32_t nframes, len;
+        if (wait_go(comm, ep, &nframes, &len) != 0)
             return;
-        if (payload == NULL && ep->ops->recv_payload(ep, go_pl, &payload) != WEFT_OK)
-            return;
-        ep->ops->recv_release(ep);
         check(raw_send(comm, ep, 1, ZF, 1) == WEFT_OK, "cut: send the first frame");
         check(weft_barrier(side) == WEFT_OK, "cut: side barrier (rank 0 ended its call)");
-        st = raw_send(comm, ep, 2, ZF, 2);
+        weft_status_t st = raw_send(comm, ep, 2, ZF, 2);
         for (double t0 = now_s(); st == WEFT_OK && now_s() - t0 < 5; usleep(1000))
             st = ep->ops->check_alive(ep);
         char msg[300];
