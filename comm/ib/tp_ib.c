@@ -145,7 +145,9 @@ typedef struct ib_ctrl {
     uint64_t pad0[7];
     ib_state_box_t rx_state;        /* the peer's latest state (written by the peer) */
     uint64_t tx_credits;            /* source of our credit writes */
-    ib_state_box_t tx_state;        /* source of our state writes */
+    ib_state_box_t tx_state[2];     /* sources of our state writes, used in turn: a box
+                                       is refilled only once its write retired, so the
+                                       HCA never reads one half old, half new */
     ib_fifo_box_t rx_fifo;          /* the peer's posted receive buffer (written by it) */
     ib_fifo_box_t tx_fifo[2];       /* sources of our posts, used in turn */
 } ib_ctrl_t;
@@ -229,7 +231,9 @@ typedef struct ib_ep {
     uint32_t kept_wr[IB_MAX_QPS];       /* per QP: the signaled WR that last read one, */
     unsigned kept_busy;                 /* while bit q says it may be in flight */
     uint64_t state_seq, state_seen;
-    int state_dirty;                    /* a state waits for send-queue room */
+    int state_dirty;                    /* a state waits for send-queue room or a box */
+    tp_state_t state_msg;               /* the latest state posted (ib_post_state) */
+    uint32_t state_wr[2];               /* the write that last read each tx_state box */
     tp_state_t st_rx;
     int probing;                        /* a probe write is in flight */
     weft_status_t err;                  /* the first failure; later calls return it */
@@ -831,6 +835,18 @@ static int qp_index(const ib_ep_t *e, uint32_t qpn)
 
 static weft_status_t post_pending(ib_ep_t *e);
 
+/* post_pending where the connection still works; a failure that is not a full queue
+ * (post_send refused the credit or state) is the connection's error from then on, so
+ * that it is reported instead of a peer waiting for the credit until WEFT_TIMEOUT. */
+static void pending(ib_ep_t *e)
+{
+    if (e->err != WEFT_OK)
+        return;
+    weft_status_t st = post_pending(e);
+    if (st < 0)
+        e->err = st;
+}
+
 /* Drains the CQ: arrived frames are marked, send-queue slots retired, the first error
  * kept. Returns e->err. */
 static weft_status_t ep_poll(ib_ep_t *e)
@@ -878,8 +894,7 @@ static weft_status_t ep_poll(ib_ep_t *e)
     }
     if (n < 0 && e->err == WEFT_OK)
         e->err = weft_error(WEFT_ERR_SYSTEM, "ib: ibv_poll_cq (rank %d) failed", e->base.peer);
-    if (e->err == WEFT_OK)
-        post_pending(e);
+    pending(e);
     return e->err;
 }
 
@@ -932,11 +947,19 @@ static weft_status_t post_pending(ib_ep_t *e)
         e->credits_sent = e->rx_seq;
     }
     if (e->state_dirty) {
-        weft_status_t st = post(e, 0, IBV_WR_RDMA_WRITE, &e->ctrl->tx_state, e->ctrl_mr->lkey,
+        int i = (int)(e->state_seq % 2);
+        if (e->state_wr[i] && (int32_t)(e->sq_retired[0] - e->state_wr[i]) < 0)
+            return WEFT_OK;         /* its box is still being read: after the next poll */
+        ib_state_box_t *b = &e->ctrl->tx_state[i];
+        b->seq = e->state_seq;
+        b->st = e->state_msg;
+        b->seq2 = e->state_seq;
+        weft_status_t st = post(e, 0, IBV_WR_RDMA_WRITE, b, e->ctrl_mr->lkey,
                                 sizeof(ib_state_box_t), e->peer.ctrl_addr +
-                                offsetof(ib_ctrl_t, rx_state), e->peer.ctrl_rkey, 0, 0, 0);
+                                offsetof(ib_ctrl_t, rx_state), e->peer.ctrl_rkey, 0, 0, 1);
         if (st != WEFT_OK)
             return st == WEFT_IN_PROGRESS ? WEFT_OK : st;
+        e->state_wr[i] = e->sq_posted[0];
         e->state_dirty = 0;
     }
     return WEFT_OK;
@@ -1154,8 +1177,7 @@ static void ib_recv_release(tp_ep_t *ep)
     }
     e->arrived[slot] = 0;
     e->rx_seq++;
-    if (e->err == WEFT_OK)
-        post_pending(e);    /* the credit; later (ep_poll) when the queue is full */
+    pending(e);         /* the credit; later (ep_poll) when the queue is full */
 }
 
 /* Writes box {first, addr, len, rkey} into the peer's FIFO from the next free source
@@ -1251,13 +1273,10 @@ static weft_status_t ib_check_alive(tp_ep_t *ep)
 static void ib_post_state(tp_ep_t *ep, const tp_state_t *s)
 {
     ib_ep_t *e = (ib_ep_t *)ep;
-    ib_state_box_t *b = &e->ctrl->tx_state;
-    b->seq = ++e->state_seq;
-    b->st = *s;
-    b->seq2 = b->seq;
+    e->state_msg = *s;
+    e->state_seq++;
     e->state_dirty = 1;
-    if (e->err == WEFT_OK)
-        post_pending(e);
+    pending(e);
 }
 
 static weft_status_t ib_peer_state(tp_ep_t *ep, tp_state_t *s)
