@@ -204,8 +204,8 @@ else
             run "test_coll -n $n ib" "${IBENV[@]}" "$WEFTRUN" -n "$n" \
                 "$B/tests/test_coll" "${quick[@]}"
         done
-        run "test_coll -n 4 ib 3 QPs small frames" "${IBENV[@]}" WEFT_IB_QPS_PER_CONN=3 \
-            WEFT_CHUNK=4096 WEFT_BUFFSIZE=64K "$WEFTRUN" -n 4 "$B/tests/test_coll" --quick
+        run "test_coll -n 3 ib 3 QPs small frames" "${IBENV[@]}" WEFT_IB_QPS_PER_CONN=3 \
+            WEFT_CHUNK=4096 WEFT_BUFFSIZE=64K "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
         run "test_coll -n 3 ib WEFT_ALGO=ring" "${IBENV[@]}" WEFT_ALGO=ring \
             "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
         # single copy over RDMA reads (mem_reg with packed rkeys, get/put below the engine)
@@ -247,9 +247,9 @@ else
         # and every buffer posted
         run "test_coll -n 2 ib WEFT_IB_ZCOPY=all" "${IBENV[@]}" WEFT_IB_ZCOPY=all \
             "$WEFTRUN" -n 2 "$B/tests/test_coll" --quick
-        run "test_coll -n 4 ib WEFT_IB_ZCOPY=all 3 QPs small frames" "${IBENV[@]}" \
+        run "test_coll -n 3 ib WEFT_IB_ZCOPY=all 3 QPs small frames" "${IBENV[@]}" \
             WEFT_IB_ZCOPY=all WEFT_IB_QPS_PER_CONN=3 WEFT_CHUNK=4096 WEFT_BUFFSIZE=64K \
-            "$WEFTRUN" -n 4 "$B/tests/test_coll" --quick
+            "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
         # the knobs (WEFT_IB_HCA's syntax, refused values) and setup refusals
         run "test_ib.sh" bash tests/test_ib.sh "$B"
     else
