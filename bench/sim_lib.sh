@@ -62,6 +62,9 @@ sim_host_cpus() {
 # all-reduce on 2 x 2, unpinned: about 1.3 ms spinning, 28 us not).
 sim_net() {
     local per=$1 n=$(($1 * 2)) r ns cpus addr=10.77.0.1 port=$((20000 + RANDOM % 20000)) rc=0
+    local cpus_a cpus_b
+    cpus_a=$(sim_host_cpus 0)
+    cpus_b=$(sim_host_cpus 1)
     shift
     [ "$(id -u)" = 0 ] || sim_die "namespace hosts need root"
     if ! ip netns list 2>/dev/null | grep -qw weftA; then
@@ -72,8 +75,8 @@ sim_net() {
     secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
     local pids=()
     for ((r = 0; r < n; r++)); do
-        ns=weftA cpus=$(sim_host_cpus 0)
-        [ $r -ge "$per" ] && ns=weftB cpus=$(sim_host_cpus 1)
+        ns=weftA cpus=$cpus_a
+        [ $r -ge "$per" ] && ns=weftB cpus=$cpus_b
         env -u WEFT_TRANSPORT WEFT_RANK=$r WEFT_WORLD_SIZE=$n WEFT_LOCAL_RANK=$((r % per)) \
             WEFT_LOCAL_SIZE=$per WEFT_ADDR=$addr:$port WEFT_SECRET=$secret \
             WEFT_SPIN=${WEFT_SPIN:-0} WEFT_BIND=${WEFT_BIND:-none} \

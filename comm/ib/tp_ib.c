@@ -1099,19 +1099,28 @@ static weft_status_t ib_send_kept(tp_ep_t *ep, const frame_hdr_t *hdr, const voi
  * everything before it on that QP, completed successfully). A failure after that, such
  * as a credit write to a peer that took its frames and left, is not this call's: the
  * next one that needs the connection reports it. */
+/* Whether a kept send's payload (send_kept) may still be read by the HCA: a QP's bit in
+ * kept_busy stays until a successful completion covers its last kept WR. */
+static int kept_pending(ib_ep_t *e)
+{
+    for (int q = 0; q < e->nqp; q++) {
+        if (!(e->kept_busy & 1u << q))
+            continue;
+        if ((int32_t)(e->sq_ok[q] - e->kept_wr[q]) < 0)
+            return 1;
+        e->kept_busy &= ~(1u << q);
+    }
+    return 0;
+}
+
 static weft_status_t ib_flush(tp_ep_t *ep)
 {
     ib_ep_t *e = (ib_ep_t *)ep;
     if (e->kept_busy == 0)
         return WEFT_OK;
     weft_status_t st = ep_poll(e);
-    for (int q = 0; q < e->nqp; q++) {
-        if (!(e->kept_busy & 1u << q))
-            continue;
-        if ((int32_t)(e->sq_ok[q] - e->kept_wr[q]) < 0)
-            return st != WEFT_OK ? st : WEFT_IN_PROGRESS;
-        e->kept_busy &= ~(1u << q);
-    }
+    if (kept_pending(e))
+        return st != WEFT_OK ? st : WEFT_IN_PROGRESS;
     return WEFT_OK;
 }
 
@@ -1316,15 +1325,6 @@ static void ib_abort(tp_ep_t *ep)
         struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
         e->c->v->modify_qp(e->qp[q], &a, IBV_QP_STATE);
     }
-}
-
-/* Whether a kept send's payload (send_kept) may still be read by the HCA. */
-static int kept_pending(const ib_ep_t *e)
-{
-    for (int q = 0; q < e->nqp; q++)
-        if ((int32_t)(e->sq_ok[q] - e->kept_wr[q]) < 0)
-            return 1;
-    return 0;
 }
 
 /* After a failed call (transport.h, fail_end), two cases leave a way into the caller's
