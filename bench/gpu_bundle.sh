@@ -15,6 +15,9 @@
 #   NT_PREBUILT=$PWD/.dev/nt MPIRUN=mpiexec NCCL_LIB_DIR=<dir of libnccl.so.2> \
 #       bash bench/gpu_nccl_tests.sh
 #   LLMC_SRC=$PWD/.dev/peers/llm.c bash bench/gpu_train_vs_llmc.sh --no-build
+#   # PreMulSum through the shim (each rank's own scalar; #wrong must be 0), all dtypes:
+#   for t in all_reduce reduce_scatter reduce; do LD_LIBRARY_PATH=build/lib:$LD_LIBRARY_PATH \
+#       .dev/nt/weft/${t}_perf -b 8 -e 64M -f 8 -g 1 -o mulsum -d all; done
 #   # sharded training on the GPU (issue 24 item 3), several ranks on the one GPU:
 #   for nr in 2 4; do TRAIN_BIN=build/bin/weft-train TOL=1e-3 MTOL=1e-3 NR=$nr \
 #       bash tests/test_train_gpu_emu.sh; done

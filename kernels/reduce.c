@@ -644,6 +644,47 @@ void kern_divide(void *dst, const void *src, size_t n, weft_dtype_t dtype, int d
     kern_divide_isa(dst, src, n, dtype, div, kern_isa_best());
 }
 
+/* ---- scaling (NCCL's PreMulSum: each rank's input times its scalar, then a SUM) ------ */
+
+#define SCALE_LOOP(T, U)                                                                \
+    do {                                                                                \
+        T *d = dst;                                                                     \
+        const T *s = src;                                                               \
+        T k;                                                                            \
+        memcpy(&k, scalar, sizeof(k));                                                  \
+        for (size_t i = 0; i < n; i++)                                                  \
+            d[i] = (T)((U)s[i] * (U)k);                                                 \
+    } while (0)
+
+void kern_premul(void *dst, const void *src, size_t n, weft_dtype_t dtype, const void *scalar)
+{
+    if (n == 0 || !dtype_valid(dtype))
+        return;
+    switch (dtype) {
+    case WEFT_INT8: SCALE_LOOP(int8_t, uint8_t); break;
+    case WEFT_UINT8: SCALE_LOOP(uint8_t, uint8_t); break;
+    case WEFT_INT32: SCALE_LOOP(int32_t, uint32_t); break;
+    case WEFT_UINT32: SCALE_LOOP(uint32_t, uint32_t); break;
+    case WEFT_INT64: SCALE_LOOP(int64_t, uint64_t); break;
+    case WEFT_UINT64: SCALE_LOOP(uint64_t, uint64_t); break;
+    case WEFT_FLOAT32: SCALE_LOOP(float, float); break;
+    case WEFT_FLOAT64: SCALE_LOOP(double, double); break;
+    case WEFT_FLOAT16:
+    case WEFT_BFLOAT16: {
+        int bf = dtype == WEFT_BFLOAT16;
+        uint16_t *d = dst, kb;
+        const uint16_t *s = src;
+        memcpy(&kb, scalar, sizeof(kb));
+        float k = bf ? bf16_to_float(kb) : half_to_float(kb);
+        for (size_t i = 0; i < n; i++) {
+            float x = (bf ? bf16_to_float(s[i]) : half_to_float(s[i])) * k;
+            d[i] = bf ? float_to_bf16(x) : float_to_half(x);
+        }
+        break;
+    }
+    }
+}
+
 /* ---- streaming (non-temporal) stores ---------------------------------------------------
  *
  * A plain store to a line that is not cached first reads the line from memory (read for

@@ -25,6 +25,11 @@ void kern_reduce(void *dst, const void *a, const void *b, size_t n, weft_dtype_t
  * (one rank, or a fold of one slot). dst may alias src exactly; div <= 1 copies. */
 void kern_divide(void *dst, const void *src, size_t n, weft_dtype_t dtype, int div);
 
+/* dst[i] = src[i] * *scalar (scalar: one element of dtype), NCCL's PreMulSum before its
+ * SUM: fp16/bf16 multiplied in fp32 and rounded once, integers wrap modulo 2^bits.
+ * dst may alias src exactly. Not a hot path: one plain loop per dtype. */
+void kern_premul(void *dst, const void *src, size_t n, weft_dtype_t dtype, const void *scalar);
+
 /* Instruction-set levels. kern_reduce and kern_divide run at kern_isa_best(); the _isa
  * forms run at a given level (clamped to kern_isa_best()) so tests and benchmarks can
  * compare the paths. Every level gives bit-identical results except NaN payloads.

@@ -30,7 +30,9 @@
 
 #include "nccl.h"
 #include "weft_cuda.h"
+#include "cuda_kern.h"
 #include "memtype.h"
+#include "reduce.h"
 #include "sock.h"
 
 #define SHIM_EXPORT __attribute__((visibility("default")))
@@ -39,6 +41,14 @@
 #define ID_MAGIC_LEN 8
 #define MAX_PREMUL 16
 
+/* An op from ncclRedOpCreatePreMulSum: each rank's input times its scalar, then a SUM. */
+typedef struct {
+    int used;
+    weft_dtype_t dtype;
+    const void *dev;            /* ncclScalarDevice: read when the call runs; else NULL */
+    unsigned char value[8];     /* ncclScalarHostImmediate: the scalar, read at creation */
+} premul_t;
+
 struct ncclComm {
     uint32_t magic;
     weft_comm_t *w;             /* NULL while a grouped init is pending or after it failed */
@@ -46,7 +56,12 @@ struct ncclComm {
     int finalized;
     ncclResult_t async;         /* the first failure of a call whose caller saw success */
     char addr[NCCL_UNIQUE_ID_BYTES];
-    int premul_used[MAX_PREMUL];    /* ops from ncclRedOpCreatePreMulSum, by slot */
+    premul_t premul[MAX_PREMUL];    /* ops from ncclRedOpCreatePreMulSum, by slot */
+    /* PreMulSum's scaled inputs: device memory (reused in stream order: each use waits
+     * for scratch_ev, recorded after the collective that read it) and host memory */
+    void *scratch_dev, *scratch_host;
+    size_t scratch_dev_cap, scratch_host_cap;
+    cudaEvent_t scratch_ev;
 };
 
 /* ---- errors ---------------------------------------------------------------------- */
@@ -150,7 +165,9 @@ static ncclResult_t map_dtype(const char *fn, ncclDataType_t t, weft_dtype_t *ou
     return ncclSuccess;
 }
 
-static ncclResult_t map_op(const char *fn, ncclComm_t c, ncclRedOp_t op, weft_op_t *out)
+/* op as weft's; a PreMulSum op (made for dtype) is a SUM with its scalar copied to *pm. */
+static ncclResult_t map_op(const char *fn, ncclComm_t c, ncclRedOp_t op, weft_dtype_t dtype,
+                           weft_op_t *out, premul_t *pm)
 {
     static const int map[] = { [ncclSum] = WEFT_SUM, [ncclProd] = WEFT_PROD,
                                [ncclMax] = WEFT_MAX, [ncclMin] = WEFT_MIN,
@@ -160,10 +177,15 @@ static ncclResult_t map_op(const char *fn, ncclComm_t c, ncclRedOp_t op, weft_op
         return ncclSuccess;
     }
     int slot = (int)op - ncclNumOps;
-    if (slot >= 0 && slot < MAX_PREMUL && c->premul_used[slot])
-        return fail(ncclInvalidUsage, "%s: ncclRedOpCreatePreMulSum ops are not supported "
-                    "by weft's collectives yet", fn);
-    return fail(ncclInvalidArgument, "%s: invalid reduction op %d", fn, (int)op);
+    if (slot < 0 || slot >= MAX_PREMUL || !c->premul[slot].used)
+        return fail(ncclInvalidArgument, "%s: invalid reduction op %d", fn, (int)op);
+    if (c->premul[slot].dtype != dtype)
+        return fail(ncclInvalidArgument, "%s: op %d was made for datatype %s, the call's is "
+                    "%s", fn, (int)op, weft_dtype_name(c->premul[slot].dtype),
+                    weft_dtype_name(dtype));
+    *pm = c->premul[slot];
+    *out = WEFT_SUM;
+    return ncclSuccess;
 }
 
 /* ---- unique id and init ---------------------------------------------------------- */
@@ -241,6 +263,7 @@ typedef struct {
     weft_op_t op;
     int peer;                   /* root, or the p2p peer */
     cudaStream_t stream;
+    premul_t pm;                /* pm.used: a PreMulSum op's scalar (op is then SUM) */
 } gop_t;
 
 static __thread int group_depth;
@@ -274,19 +297,100 @@ static ncclResult_t run_p2p(ncclComm_t c, const gop_t *ops, size_t n, size_t fir
     }
 }
 
+static ncclResult_t cuda_fail(const char *what, cudaError_t e)
+{
+    cudaGetLastError();
+    return fail(ncclUnhandledCudaError, "%s: %s", what, cudaGetErrorString(e));
+}
+
+/* PreMulSum: g's input times this rank's scalar, into the comm's scratch (*send then points
+ * there; *on_dev says it is device memory, to be released by premul_release). Device
+ * inputs are scaled by a kernel on g's stream, host inputs on this thread once the stream
+ * is idle. */
+static ncclResult_t premul_input(const gop_t *g, const void **send, int *on_dev)
+{
+    ncclComm_t c = g->comm;
+    size_t esz = weft_dtype_size(g->dtype);
+    size_t mult = g->kind == G_REDUCE_SCATTER ? (size_t)c->nranks : 1;
+    if (g->count > SIZE_MAX / 4 / esz / mult)
+        return fail(ncclInvalidArgument, "PreMulSum: count %zu is too large", g->count);
+    size_t n = g->count * mult, bytes = n * esz;
+    *on_dev = 0;
+    if (n == 0)
+        return ncclSuccess;
+    cudaError_t e;
+    if (mem_type_of(g->send) == MEM_CUDA) {
+        if (c->scratch_ev == NULL &&
+            (e = cudaEventCreateWithFlags(&c->scratch_ev, cudaEventDisableTiming)) != cudaSuccess)
+            return cuda_fail("PreMulSum: cudaEventCreate", e);
+        if (c->scratch_dev_cap < bytes) {
+            /* the last collective that read the old buffer may still run */
+            if ((e = cudaEventSynchronize(c->scratch_ev)) != cudaSuccess)
+                return cuda_fail("PreMulSum: waiting for the scratch buffer", e);
+            cudaFree(c->scratch_dev);
+            c->scratch_dev = NULL;
+            c->scratch_dev_cap = 0;
+            if ((e = cudaMalloc(&c->scratch_dev, bytes)) != cudaSuccess) {
+                c->scratch_dev = NULL;
+                return cuda_fail("PreMulSum: cudaMalloc", e);
+            }
+            c->scratch_dev_cap = bytes;
+        } else if ((e = cudaStreamWaitEvent(g->stream, c->scratch_ev, 0)) != cudaSuccess) {
+            return cuda_fail("PreMulSum: ordering the scratch buffer", e);
+        }
+        int k = cuda_kern_premul(c->scratch_dev, g->send, n, g->dtype, g->pm.dev,
+                                g->pm.dev ? NULL : g->pm.value, g->stream);
+        if (k != 0)
+            return cuda_fail("PreMulSum: the scaling kernel", (cudaError_t)k);
+        *send = c->scratch_dev;
+        *on_dev = 1;
+        return ncclSuccess;
+    }
+    unsigned char k[8];
+    memcpy(k, g->pm.value, sizeof(k));
+    if ((e = cudaStreamSynchronize(g->stream)) != cudaSuccess)
+        return cuda_fail("PreMulSum: waiting for the stream", e);
+    if (g->pm.dev && (e = cudaMemcpy(k, g->pm.dev, esz, cudaMemcpyDefault)) != cudaSuccess)
+        return cuda_fail("PreMulSum: reading the device scalar", e);
+    if (c->scratch_host_cap < bytes) {
+        void *p = realloc(c->scratch_host, bytes);
+        if (p == NULL)
+            return fail(ncclSystemError, "PreMulSum: out of memory (%zu bytes)", bytes);
+        c->scratch_host = p;
+        c->scratch_host_cap = bytes;
+    }
+    kern_premul(c->scratch_host, g->send, n, g->dtype, k);
+    *send = c->scratch_host;
+    return ncclSuccess;
+}
+
+/* After the collective that read the device scratch was enqueued on g's stream. */
+static void premul_release(const gop_t *g, int on_dev)
+{
+    if (on_dev)
+        cudaEventRecord(g->comm->scratch_ev, g->stream);
+}
+
 static ncclResult_t run_one(const gop_t *g)
 {
     ncclComm_t c = g->comm;
     weft_status_t w = WEFT_OK;
+    const void *send = g->send;
+    int on_dev = 0;
+    if (g->pm.used) {
+        ncclResult_t r = premul_input(g, &send, &on_dev);
+        if (r != ncclSuccess)
+            return r;
+    }
     switch (g->kind) {
     case G_INIT:
         comm_init_now(c);
         return c->async;
     case G_ALLREDUCE:
-        w = weft_allreduce_stream(g->send, g->recv, g->count, g->dtype, g->op, c->w, g->stream);
+        w = weft_allreduce_stream(send, g->recv, g->count, g->dtype, g->op, c->w, g->stream);
         break;
     case G_REDUCE_SCATTER:
-        w = weft_reduce_scatter_stream(g->send, g->recv, g->count, g->dtype, g->op, c->w,
+        w = weft_reduce_scatter_stream(send, g->recv, g->count, g->dtype, g->op, c->w,
                                        g->stream);
         break;
     case G_ALLGATHER:
@@ -297,13 +401,14 @@ static ncclResult_t run_one(const gop_t *g)
                                   g->stream);
         break;
     case G_REDUCE:
-        w = weft_reduce_stream(g->send, g->recv, g->count, g->dtype, g->op, g->peer, c->w,
+        w = weft_reduce_stream(send, g->recv, g->count, g->dtype, g->op, g->peer, c->w,
                                g->stream);
         break;
     case G_SEND:
     case G_RECV:
         return ncclInternalError;       /* run_p2p's */
     }
+    premul_release(g, on_dev);
     return from_weft(w);
 }
 
@@ -572,6 +677,13 @@ static ncclResult_t comm_free(const char *fn, ncclComm_t comm, int abort)
             weft_comm_abort(comm->w);
         st = weft_comm_destroy(comm->w);
     }
+    if (comm->scratch_ev) {
+        cudaEventSynchronize(comm->scratch_ev);
+        cudaEventDestroy(comm->scratch_ev);
+    }
+    if (comm->scratch_dev)
+        cudaFree(comm->scratch_dev);
+    free(comm->scratch_host);
     comm->magic = 0;
     free(comm);
     return abort ? ncclSuccess : from_weft(st);
@@ -695,7 +807,7 @@ SHIM_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar,
                                                   ncclComm_t comm)
 {
     const char *fn = "ncclRedOpCreatePreMulSum";
-    weft_dtype_t dt;
+    weft_dtype_t dt = WEFT_FLOAT32;
     ncclResult_t r = check_comm(fn, comm, 1);
     if (r == ncclSuccess)
         r = map_dtype(fn, datatype, &dt);
@@ -706,8 +818,15 @@ SHIM_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar,
     if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
         return fail(ncclInvalidArgument, "%s: invalid residence %d", fn, (int)residence);
     for (int s = 0; s < MAX_PREMUL; s++)
-        if (!comm->premul_used[s]) {
-            comm->premul_used[s] = 1;
+        if (!comm->premul[s].used) {
+            premul_t *p = &comm->premul[s];
+            memset(p, 0, sizeof(*p));
+            p->used = 1;
+            p->dtype = dt;
+            if (residence == ncclScalarDevice)
+                p->dev = scalar;
+            else
+                memcpy(p->value, scalar, weft_dtype_size(dt));
             *op = (ncclRedOp_t)(ncclNumOps + s);
             return ncclSuccess;
         }
@@ -720,10 +839,10 @@ SHIM_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
     if (r != ncclSuccess)
         return r;
     int s = (int)op - ncclNumOps;
-    if ((unsigned)op < ncclNumOps || s < 0 || s >= MAX_PREMUL || !comm->premul_used[s])
+    if ((unsigned)op < ncclNumOps || s < 0 || s >= MAX_PREMUL || !comm->premul[s].used)
         return fail(ncclInvalidArgument, "ncclRedOpDestroy: op %d was not made by "
                     "ncclRedOpCreatePreMulSum on this comm", (int)op);
-    comm->premul_used[s] = 0;
+    comm->premul[s].used = 0;
     return ncclSuccess;
 }
 
@@ -741,7 +860,7 @@ static ncclResult_t coll(const char *fn, gkind_t kind, const void *send, void *r
     if (r == ncclSuccess)
         r = map_dtype(fn, datatype, &g.dtype);
     if (r == ncclSuccess && has_op)
-        r = map_op(fn, comm, op, &g.op);
+        r = map_op(fn, comm, op, g.dtype, &g.op, &g.pm);
     if (r != ncclSuccess)
         return r;
     if (root != -1 && (root < 0 || root >= comm->nranks))

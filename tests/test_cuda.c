@@ -12,7 +12,7 @@
  * With a GPU: device pointers are typed CUDA; every dtype x op (and divide) through the
  * CUDA table against the host kernels (kern_reduce, bit for bit; inputs without NaN), at
  * sizes around the 16-byte vector width, aligned and at an odd element offset, in place
- * and not; the stream calls on 1 rank (device, host and mixed buffers, ordered after a
+ * and not; PreMulSum's scaling kernel against kern_premul; the stream calls on 1 rank (device, host and mixed buffers, ordered after a
  * kernel on the caller's stream), and all-reduce, reduce-scatter, all-gather, broadcast
  * on 2, 4 and 8 ranks sharing the one GPU, each rank a thread with its own stream, and on
  * 2 and 4 ranks as processes (CUDA IPC handles): in place and not, AVG and MIN, reduce,
@@ -33,6 +33,7 @@
 
 #include "weft.h"
 #include "weft_cuda.h"
+#include "cuda_kern.h"
 #include "memtype.h"
 #include "reduce.h"
 #include "sock.h"
@@ -163,6 +164,22 @@ static void test_kernels(void)
               weft_dtype_name((weft_dtype_t)dt));
     }
     check(cu->copy(dd, da, 4096, 0) == WEFT_OK, "cuda copy");
+    /* PreMulSum's scaling (the NCCL shim's): the scalar by value and from device memory */
+    for (int dt = 0; dt < WEFT_NUM_DTYPES; dt++) {
+        size_t esz = weft_dtype_size((weft_dtype_t)dt), n = 1000;
+        for (int from_dev = 0; from_dev < 2; from_dev++) {
+            fill((weft_dtype_t)dt, ha, n, &seed);
+            fill((weft_dtype_t)dt, hb, 1, &seed);
+            kern_premul(want, ha, n, (weft_dtype_t)dt, hb);
+            cudaMemcpy(da, ha, n * esz, cudaMemcpyHostToDevice);
+            cudaMemcpy(db, hb, esz, cudaMemcpyHostToDevice);
+            int e = cuda_kern_premul(dd, da, n, (weft_dtype_t)dt, from_dev ? db : NULL,
+                                     from_dev ? NULL : hb, NULL);
+            cudaMemcpy(got, dd, n * esz, cudaMemcpyDeviceToHost);
+            check(e == 0 && memcmp(got, want, n * esz) == 0, "cuda premul %s, scalar %s",
+                  weft_dtype_name((weft_dtype_t)dt), from_dev ? "on the device" : "by value");
+        }
+    }
     cudaFree(da);
     cudaFree(db);
     cudaFree(dd);

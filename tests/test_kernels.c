@@ -7,7 +7,8 @@
  * offsets, checking that nothing outside [0, n) is written. The fp16/bf16 conversions
  * are checked over all 65536 patterns (widen, and round trip), at every tie between
  * neighbours, on random floats, and through the SIMD paths by sweeping all 65536 halves
- * against a set of partners in SUM and AVG.
+ * against a set of partners in SUM and AVG. kern_premul (x times one scalar) against the
+ * reference's PROD with that scalar.
  *
  * Usage: test_kernels           run the tests; prints one summary line, exits 1 on failure
  *        test_kernels --bench   SUM throughput (GB/s) at 256 KiB, 4 MiB, 64 MiB; no tests
@@ -714,6 +715,53 @@ static int bench(void)
     return 0;
 }
 
+/* kern_premul (NCCL's PreMulSum): every element times one scalar, which is the reference's
+ * PROD with the scalar as the second input; random scalars and named ones, out of place and
+ * in place, guards intact. */
+static void test_premul(void)
+{
+    static const size_t lens[] = { 0, 1, 7, 33, 1023 };
+    uint64_t seed = 0x5ca1ab1e;
+    for (int dt = 0; dt < WEFT_NUM_DTYPES; dt++) {
+        size_t es = DSIZE[dt], maxn = 1023;
+        char *x = malloc(maxn * es), *ref = malloc(maxn * es), *k = malloc(es);
+        char *buf = malloc(maxn * es + 2 * GUARD);
+        for (int sc = 0; sc < 6; sc++) {
+            if (sc == 0) {              /* 1: the result is the input */
+                uint64_t one = 1;
+                if (dt == WEFT_FLOAT32) { float f = 1.f; memcpy(k, &f, 4); }
+                else if (dt == WEFT_FLOAT64) { double d = 1.0; memcpy(k, &d, 8); }
+                else if (dt == WEFT_FLOAT16) { uint16_t h = 0x3c00; memcpy(k, &h, 2); }
+                else if (dt == WEFT_BFLOAT16) { uint16_t h = 0x3f80; memcpy(k, &h, 2); }
+                else memcpy(k, &one, es);
+            } else {
+                fill((weft_dtype_t)dt, k, 1, &seed);
+            }
+            for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+                size_t n = lens[li];
+                fill((weft_dtype_t)dt, x, n, &seed);
+                for (size_t i = 0; i < n; i++)
+                    ref_elem((weft_dtype_t)dt, WEFT_PROD, 0, x + i * es, k, ref + i * es);
+                for (int inplace = 0; inplace <= 1; inplace++) {
+                    char *out = buf + GUARD;
+                    memset(buf, CANARY, n * es + 2 * GUARD);
+                    if (inplace)
+                        memcpy(out, x, n * es);
+                    kern_premul(out, inplace ? out : x, n, (weft_dtype_t)dt, k);
+                    size_t at = n;
+                    for (size_t i = 0; i < n && at == n; i++)
+                        if (!same_elem((weft_dtype_t)dt, out + i * es, ref + i * es))
+                            at = i;
+                    check(at == n && guards_intact(out, n * es), "premul %s n=%zu scalar %d "
+                          "%s: %s at %zu", DT[dt], n, sc, inplace ? "in place" : "out of place",
+                          at < n ? "wrong value" : "guard overwritten", at);
+                }
+            }
+        }
+        free(x), free(ref), free(k), free(buf);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--bench") == 0)
@@ -728,6 +776,7 @@ int main(int argc, char **argv)
     }
     test_matrix();
     test_copy_nt();
+    test_premul();
     printf("test_kernels: %d passed, %d failed\n", T.passed, T.failed);
     return T.failed ? 1 : 0;
 }

@@ -6,11 +6,12 @@
  * error, the unique id (made, refused when it is not one, NCCL_COMM_ID honoured, carried
  * to other threads that init with it: 1 rank, 2 ranks on two threads, 3 ranks from one
  * thread in a group, ncclCommInitAll), ncclCommSplit, argument errors of every kind
- * (NULL comm, bad rank/nranks/config, bad dtype/op/root/peer, fp8 and PreMulSum ops that
- * weft does not run) giving ncclInvalidArgument / ncclInvalidUsage with a message and
+ * (NULL comm, bad rank/nranks/config, bad dtype/op/root/peer, fp8, a PreMulSum op used
+ * with another datatype than its own) giving ncclInvalidArgument / ncclInvalidUsage with a message and
  * leaving outputs alone, and, without a GPU, collectives and ncclMemAlloc failing with
  * ncclUnhandledCudaError that says no GPU is visible. With a GPU it also all-reduces
- * device buffers on 1 and 2 ranks through the shim. Ends "N passed, N failed".
+ * device buffers on 1 and 2 ranks through the shim, and runs PreMulSum ops (host and
+ * device scalars, device and host buffers). Ends "N passed, N failed".
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -139,8 +140,10 @@ static void test_coll_errors(ncclComm_t c)
     ncclRedOp_t op;
     check(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, c) ==
           ncclSuccess && (int)op >= ncclNumOps, "ncclRedOpCreatePreMulSum makes an op");
-    check_err(ncclAllReduce(host, host, 4, ncclFloat, op, c, 0), ncclInvalidUsage,
-              "allreduce with a PreMulSum op is not supported");
+    check_err(ncclAllReduce(host, host, 4, ncclHalf, op, c, 0), ncclInvalidArgument,
+              "allreduce with a PreMulSum op made for another datatype");
+    check(strstr(ncclGetLastError(NULL), "datatype float, the call's is half") != NULL,
+          "... names both datatypes");
     check(ncclRedOpDestroy(op, c) == ncclSuccess, "ncclRedOpDestroy");
     check_err(ncclRedOpDestroy(op, c), ncclInvalidArgument, "ncclRedOpDestroy twice");
     check_err(ncclRedOpDestroy(ncclSum, c), ncclInvalidArgument, "ncclRedOpDestroy(ncclSum)");
@@ -174,8 +177,60 @@ typedef struct {
     int rank, nranks;
     ncclResult_t r;
     int count, me, split_size;
-    int gpu_ok;
+    int gpu_ok, premul_ok;
 } rank_arg_t;
+
+/* PreMulSum on the GPU: each rank's input times its own scalar, then summed. An all-reduce
+ * of device buffers with a host scalar (rank + 1), a reduce-scatter with the scalar 2 in
+ * device memory, an all-reduce of host int32 buffers with the scalar 3. Inputs are
+ * h[i] = rank + i. */
+static int gpu_premul(ncclComm_t c, int rank, int nranks, cudaStream_t st)
+{
+    enum { N = 256 };
+    float h[N], got[N], *d = NULL, *d2 = NULL, *dk = NULL, two = 2.f, hk = (float)(rank + 1);
+    int32_t hi[N], ho[N], k3 = 3;
+    ncclRedOp_t op1, op2, op3;
+    for (int i = 0; i < N; i++)
+        h[i] = (float)(rank + i), hi[i] = rank + i;
+    int sum_ranks = nranks * (nranks - 1) / 2, sum_sq = 0, sum_r1 = 0;
+    for (int r = 0; r < nranks; r++)
+        sum_sq += r * (r + 1), sum_r1 += r + 1;
+    int ok = ncclMemAlloc((void **)&d, sizeof(h)) == ncclSuccess &&
+             ncclMemAlloc((void **)&d2, sizeof(h)) == ncclSuccess &&
+             ncclMemAlloc((void **)&dk, sizeof(two)) == ncclSuccess &&
+             cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice) == cudaSuccess &&
+             cudaMemcpy(dk, &two, sizeof(two), cudaMemcpyHostToDevice) == cudaSuccess &&
+             ncclRedOpCreatePreMulSum(&op1, &hk, ncclFloat, ncclScalarHostImmediate, c) ==
+                 ncclSuccess &&
+             ncclRedOpCreatePreMulSum(&op2, dk, ncclFloat, ncclScalarDevice, c) == ncclSuccess &&
+             ncclRedOpCreatePreMulSum(&op3, &k3, ncclInt32, ncclScalarHostImmediate, c) ==
+                 ncclSuccess;
+    hk = -100.f;        /* read at creation: changing it now changes nothing */
+    /* sum_r (r + 1)(r + i) = sum_sq + i * sum_r1 */
+    ok = ok && ncclAllReduce(d, d2, N, ncclFloat, op1, c, st) == ncclSuccess &&
+         cudaStreamSynchronize(st) == cudaSuccess &&
+         cudaMemcpy(got, d2, sizeof(got), cudaMemcpyDeviceToHost) == cudaSuccess;
+    for (int i = 0; i < N && ok; i++)
+        ok = got[i] == (float)(sum_sq + i * sum_r1);
+    /* block `rank` of sum_r 2 (r + i) */
+    int per = N / nranks;
+    ok = ok && ncclReduceScatter(d, d2, per, ncclFloat, op2, c, st) == ncclSuccess &&
+         cudaStreamSynchronize(st) == cudaSuccess &&
+         cudaMemcpy(got, d2, per * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess;
+    for (int j = 0; j < per && ok; j++)
+        ok = got[j] == 2.f * (float)(sum_ranks + nranks * (rank * per + j));
+    ok = ok && cudaMemcpy(got, d, sizeof(got), cudaMemcpyDeviceToHost) == cudaSuccess &&
+         memcmp(got, h, sizeof(h)) == 0;        /* the input is left alone */
+    ok = ok && ncclAllReduce(hi, ho, N, ncclInt32, op3, c, st) == ncclSuccess &&
+         cudaStreamSynchronize(st) == cudaSuccess;
+    for (int i = 0; i < N && ok; i++)
+        ok = ho[i] == 3 * (sum_ranks + nranks * i) && hi[i] == rank + i;
+    ncclRedOpDestroy(op1, c);
+    ncclRedOpDestroy(op2, c);
+    ncclRedOpDestroy(op3, c);
+    ncclMemFree(d), ncclMemFree(d2), ncclMemFree(dk);
+    return ok;
+}
 
 static void *rank_main(void *v)
 {
@@ -207,6 +262,8 @@ static void *rank_main(void *v)
         for (int i = 0; i < 256 && a->gpu_ok; i++)
             a->gpu_ok = h[i] == (float)(sum_ranks + a->nranks * i);
         ncclMemFree(d);
+        a->premul_ok = a->gpu_ok && gpu_premul(c, a->rank, a->nranks, st);
+        cudaStreamDestroy(st);
     }
     ncclCommDestroy(c);
     return NULL;
@@ -229,8 +286,11 @@ static void test_threads(int nranks)
     for (int r = 0; r < nranks; r++) {
         ok &= a[r].r == ncclSuccess && a[r].count == nranks && a[r].me == r &&
               a[r].split_size == (r == 0 ? 1 : nranks - 1);
-        if (gpu)
+        if (gpu) {
             check(a[r].gpu_ok, "a device all-reduce through the shim");
+            check(a[r].premul_ok, "PreMulSum all-reduce and reduce-scatter, host and device "
+                  "scalars, device and host buffers");
+        }
     }
     char what[96];
     snprintf(what, sizeof(what), "%d ranks on %d threads init from one id, count, rank, split",

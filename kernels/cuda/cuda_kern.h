@@ -49,6 +49,11 @@ int cuda_kern_reduce(void *dst, const void *a, const void *b, size_t n, weft_dty
                      weft_op_t op, int avg_div, void *stream);
 int cuda_kern_divide(void *dst, const void *src, size_t n, weft_dtype_t dtype, int div,
                      void *stream);
+/* dst = src * the scalar (one element of dtype: read from device memory scalar_dev when
+ * the kernel runs, else the value at host address scalar_host, read now; exactly one of
+ * the two is given), as kern_premul: NCCL's PreMulSum before its SUM. */
+int cuda_kern_premul(void *dst, const void *src, size_t n, weft_dtype_t dtype,
+                    const void *scalar_dev, const void *scalar_host, void *stream);
 
 #ifdef __cplusplus
 }

@@ -21,6 +21,7 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cuda_kern.h"
 
@@ -114,6 +115,19 @@ __global__ void k_divide(T *d, const T *s, size_t n, int div)
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride)
         d[k] = C::store((A)(C::load(s[k]) / div));
+}
+
+/* d[k] = s[k] * the scalar (read from sp when it is not NULL, when the kernel runs: NCCL's
+ * ncclScalarDevice; else sv), in the reduction type, as kern_premul. */
+template <typename T>
+__global__ void k_premul(T *d, const T *s, size_t n, const T *sp, T sv)
+{
+    typedef acc_of<T> C;
+    typedef typename C::type A;
+    A k = C::load(sp ? *sp : sv);
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        d[i] = C::store(apply<WEFT_PROD>(C::load(s[i]), k, 0));
 }
 
 /* cuda_kern_multi: every dst[k] = src[0] op ... op src[nsrc-1], accumulated in the
@@ -234,6 +248,19 @@ template <typename T>
 int launch_divide(void *dst, const void *src, size_t n, int div, cudaStream_t st)
 {
     k_divide<T><<<blocks_for(n), THREADS, 0, st>>>((T *)dst, (const T *)src, n, div);
+    return (int)cudaGetLastError();
+}
+
+template <typename T>
+int launch_premul(void *dst, const void *src, size_t n, const void *sdev, const void *shost,
+                 cudaStream_t st)
+{
+    T sv;
+    memset(&sv, 0, sizeof(sv));
+    if (shost)
+        memcpy(&sv, shost, sizeof(sv));
+    k_premul<T><<<blocks_for(n), THREADS, 0, st>>>((T *)dst, (const T *)src, n, (const T *)sdev,
+                                                   sv);
     return (int)cudaGetLastError();
 }
 
@@ -362,6 +389,30 @@ extern "C" int cuda_kern_divide(void *dst, const void *src, size_t n, weft_dtype
     case WEFT_BFLOAT16: return launch_divide<__nv_bfloat16>(dst, src, n, div, st);
     case WEFT_FLOAT32: return launch_divide<float>(dst, src, n, div, st);
     case WEFT_FLOAT64: return launch_divide<double>(dst, src, n, div, st);
+    }
+    return (int)cudaErrorInvalidValue;
+}
+
+extern "C" int cuda_kern_premul(void *dst, const void *src, size_t n, weft_dtype_t dtype,
+                               const void *scalar_dev, const void *scalar_host, void *stream)
+{
+    if (n == 0)
+        return 0;
+    if ((scalar_dev == NULL) == (scalar_host == NULL))
+        return (int)cudaErrorInvalidValue;
+    cudaStream_t st = (cudaStream_t)stream;
+    const void *sd = scalar_dev, *sh = scalar_host;
+    switch (dtype) {
+    case WEFT_INT8: return launch_premul<int8_t>(dst, src, n, sd, sh, st);
+    case WEFT_UINT8: return launch_premul<uint8_t>(dst, src, n, sd, sh, st);
+    case WEFT_INT32: return launch_premul<int32_t>(dst, src, n, sd, sh, st);
+    case WEFT_UINT32: return launch_premul<uint32_t>(dst, src, n, sd, sh, st);
+    case WEFT_INT64: return launch_premul<int64_t>(dst, src, n, sd, sh, st);
+    case WEFT_UINT64: return launch_premul<uint64_t>(dst, src, n, sd, sh, st);
+    case WEFT_FLOAT16: return launch_premul<__half>(dst, src, n, sd, sh, st);
+    case WEFT_BFLOAT16: return launch_premul<__nv_bfloat16>(dst, src, n, sd, sh, st);
+    case WEFT_FLOAT32: return launch_premul<float>(dst, src, n, sd, sh, st);
+    case WEFT_FLOAT64: return launch_premul<double>(dst, src, n, sd, sh, st);
     }
     return (int)cudaErrorInvalidValue;
 }
