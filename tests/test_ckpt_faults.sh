@@ -11,6 +11,12 @@
 #    checkpoint incomplete (the WEFT_TEST_CKPT_KILL fault point): `latest` stays on the
 #    previous checkpoint, which the next run resumes; the partial one is ignored and
 #    replaced when that step is saved again.
+# 3. The directory's bookkeeping: --ckpt-keep never prunes the checkpoint `latest` names
+#    (a step above it, from a run that crashed before naming it, is left alone) and
+#    removes a save's leftover .tmp; a step saved again replaces its copy; a manifest
+#    whose text was edited (its data position) or lost its manifest_hash line is refused;
+#    resuming with another -t, or shuffled data with another --seed, is refused; ranks that
+#    disagree on --ckpt-every stop at start instead of waiting in a save.
 # Ends "test_ckpt_faults.sh: N passed, N failed".
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -75,6 +81,65 @@ check "$([ $rc = 0 ] && grep -q 'resumed from.*step-00000002' "$TMP/res.out" &&
          grep -q 'checkpoint .*step-00000004' "$TMP/res.out" && [ "$(cat "$CK/latest")" = step-00000004 ] &&
          ! ls -d "$CK"/.step-*.tmp >/dev/null 2>&1 && echo 0 || echo 1)" \
     "the next run resumes from step-00000002, saves steps 3 and 4 (the partial directory replaced), latest step-00000004 (exit $rc)"
+
+# 3. the directory's bookkeeping, one process unless said
+ONE="--data $TMP/text.txt --layers 2 --dim 64 --heads 4 --ctx 32 --lr 1e-3 -b 6"
+CK=$TMP/book
+timeout 60 "$TRAIN" $ONE --steps 4 --ckpt-dir "$CK" --ckpt-every 2 >"$TMP/b1.out" 2>&1
+#    a run that saved step 6 and crashed before `latest` named it, and a save's leftover
+cp -r "$CK/step-00000004" "$CK/step-00000006" && mkdir "$CK/.step-00000003.tmp"
+timeout 60 "$TRAIN" $ONE --steps 5 --ckpt-dir "$CK" --resume --ckpt-every 1 --ckpt-keep 1 \
+    >"$TMP/b2.out" 2>&1
+rc=$?
+check "$([ $rc = 0 ] && [ "$(cat "$CK/latest")" = step-00000005 ] && [ -d "$CK/step-00000005" ] &&
+         [ ! -d "$CK/step-00000004" ] && [ -d "$CK/step-00000006" ] &&
+         [ ! -d "$CK/.step-00000003.tmp" ] && echo 0 || echo 1)" \
+    "--ckpt-keep 1 with a step-6 above latest: step 5 saved and kept (it is latest), step 4 pruned, step 6 left, the stale .step-00000003.tmp removed (exit $rc; $(ls "$CK" | tr '\n' ' '))"
+timeout 60 "$TRAIN" $ONE --steps 6 --ckpt-dir "$CK" --resume --ckpt-every 1 --ckpt-keep 1 \
+    >"$TMP/b3.out" 2>&1
+rc=$?
+check "$([ $rc = 0 ] && grep -q 'resumed from.*step-00000005' "$TMP/b3.out" &&
+         [ "$(cat "$CK/latest")" = step-00000006 ] && [ "$(ls -A "$CK" | grep -c step)" = 1 ] &&
+         echo 0 || echo 1)" \
+    "the next run resumes from step 5 and saves step 6 over the stale copy: only step-00000006 left (exit $rc; $(ls -A "$CK" | tr '\n' ' '))"
+MF=$CK/step-00000006/manifest
+cp "$MF" "$TMP/manifest.keep"
+sed -i 's/^loader_cursor \([0-9]*\)/loader_cursor 1\1/' "$MF"
+timeout 60 "$TRAIN" $ONE --steps 7 --ckpt-dir "$CK" --resume >"$TMP/b4.out" 2>&1
+rc=$?
+check "$([ $rc != 0 ] && ! cmp -s "$MF" "$TMP/manifest.keep" &&
+         grep -q 'does not match its manifest_hash' "$TMP/b4.out" && echo 0 || echo 1)" \
+    "a manifest whose loader_cursor was edited is refused (exit $rc): $(grep -m1 -o 'checkpoint .*manifest.*' "$TMP/b4.out" | cut -c1-140)"
+cp "$TMP/manifest.keep" "$MF"
+grep -v '^manifest_hash' "$TMP/manifest.keep" >"$MF"
+timeout 60 "$TRAIN" $ONE --steps 7 --ckpt-dir "$CK" --resume >"$TMP/b5.out" 2>&1
+rc=$?
+check "$([ $rc != 0 ] && grep -q 'manifest_hash line is missing' "$TMP/b5.out" && echo 0 || echo 1)" \
+    "a manifest without its manifest_hash line is refused (exit $rc)"
+cp "$TMP/manifest.keep" "$MF"
+timeout 60 "$TRAIN" $ONE -t 16 --steps 7 --ckpt-dir "$CK" --resume >"$TMP/b6.out" 2>&1
+rc=$?
+check "$([ $rc != 0 ] && grep -q 'trained with --seq 32, this run has 16' "$TMP/b6.out" && echo 0 || echo 1)" \
+    "resuming with another -t is refused (exit $rc)"
+timeout 60 "$TRAIN" $ONE --seed 99 --steps 7 --ckpt-dir "$CK" --resume >"$TMP/b7.out" 2>&1
+rc=$?
+check "$([ $rc != 0 ] && grep -q 'trained with --seed 1337, this run has 99' "$TMP/b7.out" && echo 0 || echo 1)" \
+    "resuming shuffled data with another --seed is refused (exit $rc): $(grep -m1 -o 'trained with --seed[^:]*' "$TMP/b7.out")"
+timeout 60 "$TRAIN" $ONE --steps 7 --ckpt-dir "$CK" --resume >"$TMP/b8.out" 2>&1
+rc=$?
+check "$([ $rc = 0 ] && grep -q 'resumed from.*step-00000006' "$TMP/b8.out" && echo 0 || echo 1)" \
+    "the restored manifest resumes (exit $rc)"
+#    2 ranks, --ckpt-every on rank 1 only: refused at start, not a save that waits for ever
+t0=$(date +%s)
+timeout 60 "$WEFTRUN" -n 2 --timeout 40 sh -c \
+    'if [ "$WEFT_RANK" = 1 ]; then exec "$@" --ckpt-every 2; else exec "$@"; fi' sh \
+    "$TRAIN" $SMALL --steps 4 --ckpt-dir "$TMP/agree" >"$TMP/b9.out" 2>&1
+rc=$?
+dt=$(( $(date +%s) - t0 ))
+check "$([ $rc != 0 ] && [ $rc != 124 ] && [ $dt -lt 30 ] &&
+         grep -q 'ranks disagree on --ckpt-every' "$TMP/b9.out" && ! grep -q '^step 1 ' "$TMP/b9.out" &&
+         echo 0 || echo 1)" \
+    "--ckpt-every on rank 1 only: the job stops at start in ${dt}s (exit $rc): $(grep -m1 -o 'ranks disagree[^(]*' "$TMP/b9.out")"
 
 echo "test_ckpt_faults.sh: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

@@ -340,8 +340,16 @@ def test_ckpt_faults():
     os.remove(f1)
     resume("a missing rank-00001.bin", "rank-00001.bin")
     open(f1, "wb").write(orig)
-    open(man, "w").write(morig.replace("weft-checkpoint 1", "weft-checkpoint 2"))
-    resume("a manifest of format 2", "format 2")
+    open(man, "w").write(morig.replace("weft-checkpoint 2", "weft-checkpoint 3"))
+    resume("a manifest of format 3", "format 3, this weft reads 1 to 2")
+    # format 1 (weft before manifest_hash) is still read
+    open(man, "w").write("".join(x for x in morig.replace("weft-checkpoint 2",
+                                                           "weft-checkpoint 1")
+                                 .splitlines(True) if not x.startswith("manifest_hash")))
+    rc, l, out = ck_run(2, GLOBAL_B // 2, 5, ["--shard", "full", "--ckpt-dir", d,
+                                              "--resume"], "f1")
+    check(rc == 0 and "resumed from" in out and len(l) == 1,
+          "a format-1 manifest (no manifest_hash) still resumes")
     open(man, "w").write(morig)
     resume("a checkpoint of another model (3 layers)", "layers 2, this run's has 3", 2, "3")
     # a save killed half way: a .tmp directory with a partial file, latest unchanged

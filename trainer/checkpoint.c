@@ -10,13 +10,16 @@
  * train_gpt2_cfg_check) and that the file holds exactly 256*4 + num_params*4 bytes before
  * allocating or reading the body, so a truncated, padded or lying file is an error with a
  * message, never a crash or a huge allocation. On error nothing is returned. The writer
- * writes to FILE.tmp and renames, so a crash never leaves a half-written checkpoint.
+ * writes to FILE.tmp, fsyncs it, renames it and fsyncs the directory, so a crash never
+ * leaves a half-written checkpoint.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "status.h"
@@ -126,7 +129,8 @@ weft_status_t train_checkpoint_write(const train_gpt2_t *m, const char *path)
                                 strerror(errno));
     }
     int ok = fwrite(h, sizeof(int32_t), 256, f) == 256 &&
-             fwrite(body, sizeof(float), m->num_params, f) == m->num_params;
+             fwrite(body, sizeof(float), m->num_params, f) == m->num_params &&
+             fflush(f) == 0 && fsync(fileno(f)) == 0;   // the bytes before the name
     free(body);
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
@@ -134,6 +138,21 @@ weft_status_t train_checkpoint_write(const train_gpt2_t *m, const char *path)
         remove(tmp);
         return weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: write failed: %s", path,
                                 strerror(e));
+    }
+    /* the rename itself: the directory's entry */
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        dir[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof(dir), ".");
+    int dfd = open(dir, O_RDONLY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
     }
     return WEFT_OK;
 }

@@ -6,17 +6,21 @@
  * makes DIR/.step-N.tmp; every writing rank (shard/ckpt.h: the first shard group, or
  * the one process) writes its file there; the ranks share each file's size and hash;
  * rank 0 writes the manifest (format, model, strategy, layout, progress, every file's
- * size and hash, then "end"), renames the directory to step-N, then writes `latest`.
- * A crash at any point leaves `latest` on the previous checkpoint; a .tmp directory is
- * ignored and removed by the next save.
+ * size and hash, a hash of the manifest's own text, then "end"), renames the directory
+ * to step-N (an earlier copy of step-N stays whole until then: install_dir), then writes
+ * `latest`, then prunes (older steps beyond --ckpt-keep; never `latest`'s). A crash at
+ * any point leaves `latest` on a complete checkpoint; a .tmp directory is ignored and
+ * removed by the next save.
  *
- * Resume reads `latest`, the manifest, checks the model against it and every file
- * against the manifest (size, header, hash; each rank a share of the files) before any
- * rank loads anything; shard/ then reads
+ * Resume reads `latest`, the manifest (refused when its hash does not match: an edited
+ * data position would otherwise resume silently elsewhere), checks the model and the
+ * data stream (seq, seed, shuffling) against it and every file against the manifest
+ * (size, header, hash; each rank a share of the files) before any rank loads anything; shard/ then reads
  * the ranges this rank needs from whichever files hold them, so any world size and any
  * strategy loads any checkpoint. Every collective step ends with all ranks sharing their
  * status, so all fail together, with the failing rank's message.
  */
+#define _GNU_SOURCE /* renameat2 */
 #include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,8 +38,11 @@
 #include "ckpt_dir.h"
 #include "status.h"
 #include "train_int.h"
+#include "util.h"
 
-#define MANIFEST_FORMAT 1
+/* 2: a manifest_hash line (FNV-1a of everything before it) ahead of "end", and every
+ * progress and data-stream line required; 1 (weft before 2026-11-26) is still read */
+#define MANIFEST_FORMAT 2
 
 /* ---- every rank's status, shared ---- */
 
@@ -127,31 +134,74 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* keeps the newest `keep` step-* directories */
-static void prune(const char *dir, int keep)
+/* After `cur` (step-N) became `latest`: removes what earlier saves left unfinished
+ * (.step-*.tmp, and .step-*.old from a replaced copy), and with keep > 0 keeps the newest
+ * `keep` step directories up to cur, cur among them. Directories above cur (a run that
+ * crashed after saving them, before `latest` named them, or another run's) are left
+ * alone: nothing names them, and a save of that step later replaces its copy. */
+static void prune(const char *dir, int keep, const char *cur)
 {
     DIR *dh = opendir(dir);
-    if (!dh || keep <= 0) {
-        if (dh)
-            closedir(dh);
+    if (!dh)
         return;
-    }
     char *names[4096];
     int n = 0;
     struct dirent *e;
-    while ((e = readdir(dh)) != NULL && n < 4096)
-        if (!strncmp(e->d_name, "step-", 5) && strlen(e->d_name) == 13)
+    while ((e = readdir(dh)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (!strncmp(e->d_name, ".step-", 6) && len > 4 &&
+            (!strcmp(e->d_name + len - 4, ".tmp") || !strcmp(e->d_name + len - 4, ".old"))) {
+            char p[4200];
+            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+            remove_dir(p);
+        } else if (n < 4096 && !strncmp(e->d_name, "step-", 5) && len == 13 &&
+                   strcmp(e->d_name, cur) <= 0) {
             names[n++] = strdup(e->d_name);
+        }
+    }
     closedir(dh);
     qsort(names, (size_t)n, sizeof(char *), cmp_str);
     for (int i = 0; i < n; i++) {
-        if (names[i] && i < n - keep) {
+        if (names[i] && keep > 0 && i < n - keep) {
             char p[4200];
             snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
             remove_dir(p);
         }
         free(names[i]);
     }
+}
+
+/* tmp becomes final. A copy of final already there (an earlier run's save of this
+ * step, perhaps the one `latest` names) stays whole until the new one has its name:
+ * the two are swapped in one step (RENAME_EXCHANGE) where the filesystem can, else the
+ * old one is renamed aside first (`*old_p`, removed once `latest` is written; a crash
+ * between the two renames leaves it there). */
+static weft_status_t install_dir(const char *tmp, const char *final, char *old, size_t cap,
+                                 int *old_p)
+{
+    *old_p = 0;
+    struct stat sb;
+    if (stat(final, &sb) == 0) {
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+            snprintf(old, cap, "%s", tmp);       // the old copy now lies at tmp
+            *old_p = 1;
+            return WEFT_OK;
+        }
+        snprintf(old, cap, "%s.old", tmp);
+        remove_dir(old);
+        if (rename(final, old) != 0)
+            return weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: cannot move the "
+                                    "earlier copy aside: %s", final, strerror(errno));
+        *old_p = 1;
+    }
+    if (rename(tmp, final) != 0) {
+        int e = errno;
+        if (*old_p && rename(old, final) == 0)      // the earlier copy goes back
+            *old_p = 0;
+        return weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: rename failed: %s", final,
+                                strerror(e));
+    }
+    return WEFT_OK;
 }
 
 /* ---- the manifest ---- */
@@ -227,6 +277,9 @@ static char *manifest_text(const train_gpt2_t *m, const train_dist_t *d,
         at = put(b, cap, at, "file %d %s %llu %016llx\n", k, name,
                  (unsigned long long)rep[k].bytes, (unsigned long long)rep[k].hash);
     }
+    if (at < cap)
+        at = put(b, cap, at, "manifest_hash %016llx\n",
+                 (unsigned long long)hash_bytes(HASH_SEED, b, at));
     at = put(b, cap, at, "end\n");
     if (at >= cap) {
         free(b);
@@ -238,6 +291,9 @@ static char *manifest_text(const train_gpt2_t *m, const train_dist_t *d,
 typedef struct {
     int format, G, nunits, files, ended;
     long long step, tokens, epoch, cursor;
+    long long seq, shuffle;
+    unsigned long long seed;
+    int have;                   /* MF_* bits: the lines format 2 requires */
     int layers, channels, heads, maxT, vocab, Vp;
     size_t *len, *sn;
     uint64_t *bytes, *hash;
@@ -253,6 +309,9 @@ static void manifest_free(manifest_t *mf)
     mf->bytes = mf->hash = NULL;
 }
 
+enum { MF_STEP = 1, MF_TOKENS = 2, MF_EPOCH = 4, MF_CURSOR = 8, MF_SEQ = 16, MF_SEED = 32,
+       MF_SHUFFLE = 64, MF_HASH_OK = 128, MF_ALL = 255 };
+
 static weft_status_t manifest_read(const char *path, manifest_t *mf)
 {
     memset(mf, 0, sizeof(*mf));
@@ -262,17 +321,30 @@ static weft_status_t manifest_read(const char *path, manifest_t *mf)
                                 strerror(errno));
     char line[512];
     weft_status_t st = WEFT_OK;
+    uint64_t sum = HASH_SEED;       /* of the text before the manifest_hash line */
+    int hashed = 0;
     while (st == WEFT_OK && fgets(line, sizeof(line), f)) {
         long long v;
         int a, k;
         size_t x, y;
         unsigned long long bb, hh;
         char name[64];
+        if (sscanf(line, "manifest_hash %llx", &hh) == 1 && !hashed) {
+            hashed = 1;
+            if (hh == sum)
+                mf->have |= MF_HASH_OK;
+        }
+        if (!hashed)
+            sum = hash_bytes(sum, line, strlen(line));
         if (sscanf(line, "weft-checkpoint %d", &a) == 1) mf->format = a;
-        else if (sscanf(line, "step %lld", &v) == 1) mf->step = v;
-        else if (sscanf(line, "tokens %lld", &v) == 1) mf->tokens = v;
-        else if (sscanf(line, "loader_epoch %lld", &v) == 1) mf->epoch = v;
-        else if (sscanf(line, "loader_cursor %lld", &v) == 1) mf->cursor = v;
+        else if (sscanf(line, "step %lld", &v) == 1) mf->step = v, mf->have |= MF_STEP;
+        else if (sscanf(line, "tokens %lld", &v) == 1) mf->tokens = v, mf->have |= MF_TOKENS;
+        else if (sscanf(line, "loader_epoch %lld", &v) == 1) mf->epoch = v, mf->have |= MF_EPOCH;
+        else if (sscanf(line, "loader_cursor %lld", &v) == 1)
+            mf->cursor = v, mf->have |= MF_CURSOR;
+        else if (sscanf(line, "seq %lld", &v) == 1) mf->seq = v, mf->have |= MF_SEQ;
+        else if (sscanf(line, "seed %llu", &bb) == 1) mf->seed = bb, mf->have |= MF_SEED;
+        else if (sscanf(line, "shuffle %lld", &v) == 1) mf->shuffle = v, mf->have |= MF_SHUFFLE;
         else if (sscanf(line, "layers %d", &a) == 1) mf->layers = a;
         else if (sscanf(line, "channels %d", &a) == 1) mf->channels = a;
         else if (sscanf(line, "heads %d", &a) == 1) mf->heads = a;
@@ -303,10 +375,18 @@ static weft_status_t manifest_read(const char *path, manifest_t *mf)
             st = weft_error_quiet(WEFT_ERR_NO_MEMORY, "out of memory");
     }
     fclose(f);
-    if (st == WEFT_OK && mf->format != MANIFEST_FORMAT)
+    if (st == WEFT_OK && (mf->format < 1 || mf->format > MANIFEST_FORMAT))
         st = weft_error_quiet(mf->format ? WEFT_ERR_UNSUPPORTED : WEFT_ERR_INVALID_ARG,
-                              "checkpoint %s: format %d, this weft reads %d", path,
+                              "checkpoint %s: format %d, this weft reads 1 to %d", path,
                               mf->format, MANIFEST_FORMAT);
+    else if (st == WEFT_OK && mf->format >= 2 && !(mf->have & MF_HASH_OK))
+        st = weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: the manifest's %s "
+                              "(edited or corrupted)", path, hashed ? "text does not match "
+                              "its manifest_hash" : "manifest_hash line is missing");
+    else if (st == WEFT_OK && mf->format >= 2 && (mf->have & MF_ALL) != MF_ALL)
+        st = weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: incomplete manifest (a "
+                              "step, tokens, loader, seq, seed or shuffle line is missing)",
+                              path);
     else if (st == WEFT_OK && (!mf->ended || !mf->len || !mf->bytes || mf->G != mf->files))
         st = weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: incomplete manifest "
                               "(no end line, units or files)", path);
@@ -398,12 +478,10 @@ weft_status_t train_ckpt_save(const char *dir, int keep, train_gpt2_t *m, train_
         st = text ? write_text(tmp, "manifest", text) :
                     weft_error_quiet(WEFT_ERR_NO_MEMORY, "checkpoint: out of memory");
         free(text);
-        if (st == WEFT_OK) {
-            remove_dir(final);   // a checkpoint of this step from an earlier run
-            if (rename(tmp, final) != 0)
-                st = weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: rename failed: %s",
-                                      final, strerror(errno));
-        }
+        char old[4200];
+        int have_old = 0;
+        if (st == WEFT_OK)
+            st = install_dir(tmp, final, old, sizeof(old), &have_old);
         if (st == WEFT_OK)
             st = fsync_path(dir);
         if (st == WEFT_OK) {
@@ -411,9 +489,11 @@ weft_status_t train_ckpt_save(const char *dir, int keep, train_gpt2_t *m, train_
             snprintf(text2, sizeof(text2), "%s\n", name);
             st = write_text(dir, "latest", text2);
         }
+        if (st == WEFT_OK && have_old)
+            remove_dir(old);
         if (st == WEFT_OK)
-            prune(dir, keep);
-        else
+            prune(dir, keep, name);
+        else if (!have_old)
             remove_dir(tmp);
     }
     st = share(d, st, &mine, all);
@@ -528,8 +608,33 @@ static weft_status_t resume_load(train_gpt2_t *m, train_dist_t *d, const manifes
     return d->sh ? shard_ckpt_load(d->sh, sdir, &l) : load_whole(m, sdir, &l);
 }
 
+/* The data stream's position carries over only to the same stream: the loader's cursor
+ * counts windows of seq tokens, and a shuffled order is a function of the seed. */
+static weft_status_t check_stream(const manifest_t *mf, const train_gpt2_t *m,
+                                  const train_opts_t *o, const char *sdir)
+{
+    if (!(mf->have & MF_SEQ))
+        return WEFT_OK;         /* format 1 without it: as before */
+    if (mf->seq != m->T)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: trained with --seq "
+                                "%lld, this run has %d: its data position (window %lld of "
+                                "epoch %lld) means other tokens here", sdir, mf->seq, m->T,
+                                mf->cursor, mf->epoch);
+    if ((mf->have & MF_SHUFFLE) && (mf->shuffle != 0) != (o->shuffle != 0))
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: trained %s, this run "
+                                "%s: the data order would change", sdir, mf->shuffle ?
+                                "with shuffling" : "with --no-shuffle", o->shuffle ?
+                                "shuffles" : "has --no-shuffle");
+    if (o->shuffle && (mf->have & MF_SEED) && mf->seed != o->seed)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: trained with --seed "
+                                "%llu, this run has %llu: the shuffled data order would "
+                                "change", sdir, mf->seed, (unsigned long long)o->seed);
+    return WEFT_OK;
+}
+
 weft_status_t train_ckpt_resume(const char *dir, train_gpt2_t *m, train_dist_t *d,
-                                train_progress_t *pr, char *name, size_t name_cap)
+                                const train_opts_t *o, train_progress_t *pr, char *name,
+                                size_t name_cap)
 {
     manifest_t mf = { 0 };
     int n = d->world ? d->nranks : 1;
@@ -540,6 +645,8 @@ weft_status_t train_ckpt_resume(const char *dir, train_gpt2_t *m, train_dist_t *
     int rank = d->world ? d->rank : 0;
     // every file checked (by some rank) before any rank loads anything
     weft_status_t st = resume_check(dir, m, rank, n, &mf, name, name_cap, sdir, sizeof(sdir));
+    if (st == WEFT_OK)
+        st = check_stream(&mf, m, o, sdir);
     st = share(d, st, &mine, all);
     if (st == WEFT_OK)
         st = share(d, resume_load(m, d, &mf, sdir), &mine, all);

@@ -19,16 +19,19 @@ typedef struct {
 } train_progress_t;
 
 /* Collective: writes DIR/step-NNNNNNNN (every writing rank its file, rank 0 the
- * manifest), then points DIR/latest at it, then keeps the newest `keep` (0: all). On
- * error the previous checkpoint and `latest` are untouched. */
+ * manifest), then points DIR/latest at it, then keeps the newest `keep` (0: all) up to
+ * this step. On error the previous checkpoint and `latest` are untouched. */
 weft_status_t train_ckpt_save(const char *dir, int keep, train_gpt2_t *m, train_dist_t *d,
                               const train_opts_t *o, const train_progress_t *pr,
                               uint64_t *bytes_p);
 /* Collective: loads DIR/latest into the model (one process) or shard/ (several ranks),
- * whatever world size and strategy wrote it; fills pr. Every file is checked (size,
- * header, hash) before anything is loaded; on error nothing changed. */
+ * whatever world size and strategy wrote it; fills pr. The manifest (its own hash) and
+ * every file (size, header, hash) are checked, and the run's data stream (o's seed and
+ * shuffling, the model's seq) against the one saved, before anything is loaded; on a
+ * failed check nothing changed. */
 weft_status_t train_ckpt_resume(const char *dir, train_gpt2_t *m, train_dist_t *d,
-                                train_progress_t *pr, char *name, size_t name_cap);
+                                const train_opts_t *o, train_progress_t *pr, char *name,
+                                size_t name_cap);
 
 /* One process: the model of DIR/latest (any world size and strategy) as an llm.c GPT-2
  * checkpoint at path (what llm.c's train_gpt2.c loads). */

@@ -286,6 +286,11 @@ static weft_status_t check_same_config(train_dist_t *dist, const train_opts_t *o
         { "--data (its token count)", (int64_t)d->train.n },
         { "--data (a sample of its tokens)", (int64_t)data_sum },
         { "--val (its token count)", (int64_t)d->val.n },
+        // checkpoints are collective: a rank that saves or resumes alone waits forever
+        { "--resume", o->resume }, { "--ckpt-every", o->ckpt_every },
+        { "--ckpt-keep", o->ckpt_keep }, { "--ckpt-fail", o->ckpt_fail_stop },
+        { "--ckpt-dir (its path)", o->ckpt_dir ? (int64_t)hash_bytes(HASH_SEED, o->ckpt_dir,
+                                                                     strlen(o->ckpt_dir)) : 0 },
     };
     return train_dist_agree(dist, f, (int)(sizeof(f) / sizeof(f[0])));
 }
@@ -406,7 +411,7 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     if (o->resume) {
         char name[64];
         double r0 = time_s();
-        GOTO_IF_ERR(train_ckpt_resume(o->ckpt_dir, m, &dist, &pr, name, sizeof(name)), st,
+        GOTO_IF_ERR(train_ckpt_resume(o->ckpt_dir, m, &dist, o, &pr, name, sizeof(name)), st,
                     cleanup);
         double rsecs = time_s() - r0;
         if (d.have_data)
