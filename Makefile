@@ -297,6 +297,12 @@ $(BUILD)/tests/test_nccl_shim: $(BUILD)/obj/tests/test_nccl_shim.o $(BUILD)/lib/
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lnccl $(LDLIBS)
 
+# the shim's point-to-point schedule alone (pure C, no CUDA: every build tests it)
+$(BUILD)/obj/tests/test_nccl_p2p.o: CFLAGS := -Inccl $(CFLAGS)
+$(BUILD)/tests/test_nccl_p2p: $(BUILD)/obj/tests/test_nccl_p2p.o $(BUILD)/obj/nccl/p2p_plan.o
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS)

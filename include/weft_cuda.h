@@ -36,6 +36,12 @@ extern "C" {
  * weft_last_error()). */
 int weft_cuda_available(void);
 
+/* The first failure of a stream call on comm that had returned before it ran
+ * (WEFT_CUDA_ASYNC=1: the call was only enqueued; every later call fails with it too),
+ * with its message in weft_last_error(); WEFT_OK when there was none. NCCL's
+ * ncclCommGetAsyncError. */
+weft_status_t weft_stream_error(weft_comm_t *comm);
+
 weft_status_t weft_allreduce_stream(const void *send, void *recv, size_t count,
                                     weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm,
                                     cudaStream_t stream);

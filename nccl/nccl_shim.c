@@ -12,8 +12,9 @@
  * communicator's calls in order on a thread of its own when the group spans several (one
  * thread may drive several ranks, as nccl-tests -g and ncclCommInitAll do: run one after
  * another, their collectives would wait for each other forever). A group's sends and
- * receives on a communicator run together as weft_sendrecv pairs (the i-th send with the
- * i-th receive, as bytes), so a ring exchange never deadlocks.
+ * receives on a communicator run together as weft_sendrecv pairs, as bytes, in NCCL's
+ * steps (p2p_plan.h: at step s to rank+s and from rank-s), so rings, gathers, scatters
+ * and all-to-alls in any call order never wait on each other in a cycle.
  *
  * Invariants: no call aborts or exits the process; every failure returns a ncclResult_t
  * with its reason in ncclGetLastError() (this thread's). Arguments are checked before
@@ -31,7 +32,9 @@
 #include "nccl.h"
 #include "weft_cuda.h"
 #include "cuda_kern.h"
+#include "log.h"
 #include "memtype.h"
+#include "p2p_plan.h"
 #include "reduce.h"
 #include "sock.h"
 
@@ -55,6 +58,8 @@ struct ncclComm {
     int rank, nranks, dev;      /* dev: the CUDA device at init, -1 when none is visible */
     int finalized;
     ncclResult_t async;         /* the first failure of a call whose caller saw success */
+    int inflight;               /* threads running this comm's calls (atomic): an abort
+                                 * from another thread waits for them to leave */
     char addr[NCCL_UNIQUE_ID_BYTES];
     premul_t premul[MAX_PREMUL];    /* ops from ncclRedOpCreatePreMulSum, by slot */
     /* PreMulSum's scaled inputs: device memory (reused in stream order: each use waits
@@ -270,31 +275,74 @@ static __thread int group_depth;
 static __thread gop_t *group_ops;
 static __thread size_t group_n, group_cap;
 
+/* A pair's receive stream waits for what was enqueued on its send stream (the call ran
+ * there): later work on either stream sees the received bytes. */
+static ncclResult_t join_streams(cudaStream_t from, cudaStream_t to)
+{
+    cudaEvent_t ev;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e == cudaSuccess) {
+        e = cudaEventRecord(ev, from);
+        if (e == cudaSuccess)
+            e = cudaStreamWaitEvent(to, ev, 0);
+        cudaEventDestroy(ev);
+    }
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return fail(ncclUnhandledCudaError, "ncclGroupEnd: ordering a receive's stream: %s",
+                    cudaGetErrorString(e));
+    }
+    return ncclSuccess;
+}
+
+/* comm c's sends and receives among ops[first..n), in p2p_plan's steps (NCCL's order:
+ * at step s, to rank+s and from rank-s), each pair one weft_sendrecv */
 static ncclResult_t run_p2p(ncclComm_t c, const gop_t *ops, size_t n, size_t first)
 {
-    /* pair the i-th send with the i-th receive; what is left goes one way */
-    size_t si = first, ri = first;
-    for (;;) {
-        while (si < n && (ops[si].comm != c || ops[si].kind != G_SEND))
-            si++;
-        while (ri < n && (ops[ri].comm != c || ops[ri].kind != G_RECV))
-            ri++;
-        if (si >= n && ri >= n)
-            return ncclSuccess;
-        const gop_t *s = si < n ? &ops[si] : NULL, *r = ri < n ? &ops[ri] : NULL;
-        cudaStream_t st = s ? s->stream : r->stream;
-        if (s && r && r->stream != s->stream && cudaStreamSynchronize(r->stream) != cudaSuccess)
-            return fail(ncclUnhandledCudaError, "ncclGroupEnd: waiting for a receive's stream");
-        /* one way: the missing side's peer is the other's, with no bytes */
-        weft_status_t w = weft_sendrecv_stream(s ? s->send : NULL, s ? s->count : 0,
-                                               s ? s->peer : r->peer, r ? r->recv : NULL,
-                                               r ? r->count : 0, r ? r->peer : s->peer,
-                                               WEFT_UINT8, c->w, st);
-        if (w != WEFT_OK)
-            return from_weft(w);
-        si += s != NULL;
-        ri += r != NULL;
+    size_t m = 0;
+    for (size_t i = first; i < n; i++)
+        m += ops[i].comm == c && (ops[i].kind == G_SEND || ops[i].kind == G_RECV);
+    size_t *idx = malloc(m * sizeof(*idx));
+    int *is_send = malloc(m * sizeof(int)), *peer = malloc(m * sizeof(int));
+    p2p_pair_t *plan = malloc(m * sizeof(*plan));
+    ncclResult_t r = ncclSuccess;
+    if (!idx || !is_send || !peer || !plan) {
+        r = fail(ncclSystemError, "ncclGroupEnd: out of memory");
+        goto out;
     }
+    m = 0;
+    for (size_t i = first; i < n; i++)
+        if (ops[i].comm == c && (ops[i].kind == G_SEND || ops[i].kind == G_RECV)) {
+            idx[m] = i;
+            is_send[m] = ops[i].kind == G_SEND;
+            peer[m++] = ops[i].peer;
+        }
+    size_t np = p2p_plan(c->rank, c->nranks, is_send, peer, m, plan);
+    for (size_t k = 0; k < np && r == ncclSuccess; k++) {
+        const gop_t *sd = plan[k].send >= 0 ? &ops[idx[plan[k].send]] : NULL;
+        const gop_t *rv = plan[k].recv >= 0 ? &ops[idx[plan[k].recv]] : NULL;
+        cudaStream_t st = sd ? sd->stream : rv->stream;
+        int two = sd && rv && rv->stream != sd->stream;
+        if (two && cudaStreamSynchronize(rv->stream) != cudaSuccess) {
+            cudaGetLastError();
+            r = fail(ncclUnhandledCudaError, "ncclGroupEnd: waiting for a receive's stream");
+            break;
+        }
+        /* one way: the missing side's peer is the other's, with no bytes */
+        weft_status_t w = weft_sendrecv_stream(sd ? sd->send : NULL, sd ? sd->count : 0,
+                                               sd ? sd->peer : rv->peer, rv ? rv->recv : NULL,
+                                               rv ? rv->count : 0, rv ? rv->peer : sd->peer,
+                                               WEFT_UINT8, c->w, st);
+        r = from_weft(w);
+        if (r == ncclSuccess && two)
+            r = join_streams(st, rv->stream);
+    }
+out:
+    free(idx);
+    free(is_send);
+    free(peer);
+    free(plan);
+    return r;
 }
 
 static ncclResult_t cuda_fail(const char *what, cudaError_t e)
@@ -330,11 +378,15 @@ static ncclResult_t premul_input(const gop_t *g, const void **send, int *on_dev)
             cudaFree(c->scratch_dev);
             c->scratch_dev = NULL;
             c->scratch_dev_cap = 0;
-            if ((e = cudaMalloc(&c->scratch_dev, bytes)) != cudaSuccess) {
+            /* powers of two: a sweep of sizes reallocates (and peers map it anew) rarely */
+            size_t cap = 4096;
+            while (cap < bytes)
+                cap *= 2;
+            if ((e = cudaMalloc(&c->scratch_dev, cap)) != cudaSuccess) {
                 c->scratch_dev = NULL;
                 return cuda_fail("PreMulSum: cudaMalloc", e);
             }
-            c->scratch_dev_cap = bytes;
+            c->scratch_dev_cap = cap;
         } else if ((e = cudaStreamWaitEvent(g->stream, c->scratch_ev, 0)) != cudaSuccess) {
             return cuda_fail("PreMulSum: ordering the scratch buffer", e);
         }
@@ -348,7 +400,17 @@ static ncclResult_t premul_input(const gop_t *g, const void **send, int *on_dev)
     }
     unsigned char k[8];
     memcpy(k, g->pm.value, sizeof(k));
-    if ((e = cudaStreamSynchronize(g->stream)) != cudaSuccess)
+    /* an event recorded on the stream waits, as the stream's work does, for the legacy
+     * default stream's earlier work too (cudaStreamSynchronize of an idle stream would
+     * not): what wrote the host input may have run there */
+    cudaEvent_t ev;
+    if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess)
+        return cuda_fail("PreMulSum: cudaEventCreate", e);
+    e = cudaEventRecord(ev, g->stream);
+    if (e == cudaSuccess)
+        e = cudaEventSynchronize(ev);
+    cudaEventDestroy(ev);
+    if (e != cudaSuccess)
         return cuda_fail("PreMulSum: waiting for the stream", e);
     if (g->pm.dev && (e = cudaMemcpy(k, g->pm.dev, esz, cudaMemcpyDefault)) != cudaSuccess)
         return cuda_fail("PreMulSum: reading the device scalar", e);
@@ -379,8 +441,14 @@ static ncclResult_t run_one(const gop_t *g)
     int on_dev = 0;
     if (g->pm.used) {
         ncclResult_t r = premul_input(g, &send, &on_dev);
-        if (r != ncclSuccess)
+        if (r != ncclSuccess) {
+            /* the peers are in (or entering) this collective and would wait for this
+             * rank until WEFT_TIMEOUT: the abort tells them now */
+            weft_comm_abort(c->w);
+            if (c->async == ncclSuccess)
+                c->async = r;
             return r;
+        }
     }
     switch (g->kind) {
     case G_INIT:
@@ -412,9 +480,19 @@ static ncclResult_t run_one(const gop_t *g)
     return from_weft(w);
 }
 
+static ncclResult_t run_comm_calls(ncclComm_t c, const gop_t *ops, size_t n);
+
 /* Runs comm c's calls among ops[0..n) in order; the sends and receives together at the
- * first of them. */
+ * first of them. Counted in c->inflight while it runs. */
 static ncclResult_t run_comm(ncclComm_t c, const gop_t *ops, size_t n)
+{
+    __atomic_add_fetch(&c->inflight, 1, __ATOMIC_SEQ_CST);
+    ncclResult_t r = run_comm_calls(c, ops, n);
+    __atomic_sub_fetch(&c->inflight, 1, __ATOMIC_SEQ_CST);
+    return r;
+}
+
+static ncclResult_t run_comm_calls(ncclComm_t c, const gop_t *ops, size_t n)
 {
     int p2p_done = 0;
     if (c->dev >= 0)
@@ -505,10 +583,32 @@ static ncclResult_t run_ops(const gop_t *ops, size_t n)
     return r;
 }
 
+/* The caller's current CUDA device (-1: none visible), which running a call may change
+ * (run_comm and init set the comm's device) and restore_device puts back, as NCCL does. */
+static int caller_device(void)
+{
+    int d = -1;
+    if (mem_cuda_visible(NULL) && cudaGetDevice(&d) != cudaSuccess) {
+        cudaGetLastError();
+        d = -1;
+    }
+    return d;
+}
+
+static void restore_device(int d)
+{
+    if (d >= 0)
+        cudaSetDevice(d);
+}
+
 static ncclResult_t submit(const gop_t *g)
 {
-    if (group_depth == 0)
-        return g->kind == G_INIT ? run_one(g) : run_ops(g, 1);
+    if (group_depth == 0) {
+        int dev = caller_device();
+        ncclResult_t r = g->kind == G_INIT ? run_one(g) : run_ops(g, 1);
+        restore_device(dev);
+        return r;
+    }
     if (group_n == group_cap) {
         size_t cap = group_cap ? group_cap * 2 : 16;
         gop_t *p = realloc(group_ops, cap * sizeof(*p));
@@ -533,7 +633,9 @@ SHIM_EXPORT ncclResult_t ncclGroupEnd(void)
         return fail(ncclInvalidUsage, "ncclGroupEnd: no matching ncclGroupStart");
     if (--group_depth > 0)
         return ncclSuccess;
+    int dev = caller_device();
     ncclResult_t r = run_ops(group_ops, group_n);
+    restore_device(dev);
     group_n = 0;
     return r;
 }
@@ -666,17 +768,33 @@ SHIM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm)
     return r;
 }
 
+/* Destroy: no call of comm may be running (NCCL's rule; refused, not a use after free).
+ * Abort: the calls running on other threads are aborted (weft_comm_abort wakes them) and
+ * waited for, 10 s at most; one still inside then (a CUDA wait weft cannot cut short)
+ * keeps the communicator's memory: it is leaked, not freed under that thread. */
 static ncclResult_t comm_free(const char *fn, ncclComm_t comm, int abort)
 {
     ncclResult_t r = check_comm(fn, comm, 0);
     if (r != ncclSuccess)
         return r;
+    if (!abort && __atomic_load_n(&comm->inflight, __ATOMIC_SEQ_CST) > 0)
+        return fail(ncclInvalidUsage, "%s: a call on this communicator is still running on "
+                    "another thread (ncclCommAbort stops it)", fn);
     weft_status_t st = WEFT_OK;
-    if (comm->w) {
-        if (abort)
-            weft_comm_abort(comm->w);
-        st = weft_comm_destroy(comm->w);
+    if (comm->w && abort) {
+        weft_comm_abort(comm->w);
+        for (int ms = 0; ms < 10000 && __atomic_load_n(&comm->inflight, __ATOMIC_SEQ_CST) > 0;
+             ms++)
+            usleep(1000);
+        if (__atomic_load_n(&comm->inflight, __ATOMIC_SEQ_CST) > 0) {
+            comm->magic = 0;        /* no new call starts on it */
+            LOG_WARN(LOG_INIT, "%s: a call on rank %d was still running 10 s after the "
+                     "abort: the communicator is left allocated", fn, comm->rank);
+            return ncclSuccess;
+        }
     }
+    if (comm->w)
+        st = weft_comm_destroy(comm->w);
     if (comm->scratch_ev) {
         cudaEventSynchronize(comm->scratch_ev);
         cudaEventDestroy(comm->scratch_ev);
@@ -706,6 +824,12 @@ SHIM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *er
         return r;
     if (err == NULL)
         return fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+    /* a queued call (WEFT_CUDA_ASYNC) that failed after its call returned success */
+    if (comm->async == ncclSuccess && comm->w && mem_cuda_visible(NULL)) {
+        weft_status_t st = weft_stream_error(comm->w);
+        if (st != WEFT_OK)
+            comm->async = from_weft(st);
+    }
     *err = comm->async;
     return ncclSuccess;
 }
@@ -866,6 +990,9 @@ static ncclResult_t coll(const char *fn, gkind_t kind, const void *send, void *r
     if (root != -1 && (root < 0 || root >= comm->nranks))
         return fail(ncclInvalidArgument, "%s: %s %d is out of range [0, %d)", fn,
                     kind == G_SEND || kind == G_RECV ? "peer" : "root", root, comm->nranks);
+    /* the PreMulSum path reads send itself (weft's calls check their own buffers) */
+    if (g.pm.used && count > 0 && send == NULL)
+        return fail(ncclInvalidArgument, "%s: sendbuff is NULL", fn);
     if ((r = need_gpu(fn)) != ncclSuccess)
         return r;
     if (kind == G_SEND || kind == G_RECV) {

@@ -115,6 +115,8 @@ static void test_no_gpu(void)
           weft_sendrecv_stream(host, 1, 0, host + 8, 1, 0, WEFT_UINT8, c, 0) ==
           WEFT_ERR_UNSUPPORTED, "broadcast/sendrecv_stream without a GPU");
     check(memcmp(host, ref, sizeof(ref)) == 0, "refused calls wrote nothing");
+    check(weft_stream_error(c) == WEFT_OK && weft_stream_error(NULL) == WEFT_ERR_INVALID_ARG,
+          "weft_stream_error: none on a comm without queued calls; comm NULL refused");
     weft_comm_destroy(c);
 }
 

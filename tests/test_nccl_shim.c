@@ -144,6 +144,12 @@ static void test_coll_errors(ncclComm_t c)
               "allreduce with a PreMulSum op made for another datatype");
     check(strstr(ncclGetLastError(NULL), "datatype float, the call's is half") != NULL,
           "... names both datatypes");
+    check_err(ncclAllReduce(NULL, host, 4, ncclFloat, op, c, 0), ncclInvalidArgument,
+              "allreduce with a PreMulSum op and sendbuff NULL");
+    check(ncclGroupStart() == ncclSuccess, "ncclGroupStart");
+    check_err(ncclReduce(NULL, host, 4, ncclFloat, op, 0, c, 0), ncclInvalidArgument,
+              "reduce with a PreMulSum op and sendbuff NULL, in a group");
+    check(ncclGroupEnd() == ncclSuccess, "... and the group ends with nothing queued");
     check(ncclRedOpDestroy(op, c) == ncclSuccess, "ncclRedOpDestroy");
     check_err(ncclRedOpDestroy(op, c), ncclInvalidArgument, "ncclRedOpDestroy twice");
     check_err(ncclRedOpDestroy(ncclSum, c), ncclInvalidArgument, "ncclRedOpDestroy(ncclSum)");

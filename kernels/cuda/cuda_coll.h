@@ -75,6 +75,9 @@ weft_status_t cuda_queue_run(const scall_t *c, size_t sb, size_t rb, int dev, in
                              weft_comm_t *comm, cudaStream_t stream, int *done);
 /* 1 when comm's stream calls go through a queue (decided at its first stream call). */
 int cuda_queue_on(const weft_comm_t *comm);
+/* The queue's first failure (its message in weft_last_error()), WEFT_OK when none or
+ * when comm has no queue. */
+weft_status_t cuda_queue_error(weft_comm_t *comm);
 /* Runs what is queued, stops the queue's thread, frees it (weft_comm_destroy). */
 void cuda_queue_free(weft_comm_t *comm);
 

@@ -40,8 +40,8 @@ int cuda_kern_multi(const cuda_multi_t *m, weft_dtype_t dtype, weft_op_t op, voi
  * ind will hold, or more) sizes the grid. ind's ndst 0 makes it do nothing. */
 int cuda_kern_multi_ind(const cuda_multi_t *ind, size_t n, weft_dtype_t dtype, weft_op_t op,
                         void *stream);
-/* Runs every dtype x op of that kernel once on stream (ind's ndst 0: nothing done) and
- * waits: CUDA loads a kernel at its first launch (lazy loading, the default), and a load
+/* Runs every dtype x op of that kernel once on stream (ind's ndst 0: nothing done),
+ * loads cuda_kern_premul's kernels too, and waits: CUDA loads a kernel at its first launch (lazy loading, the default), and a load
  * waits for the context's streams, so a first launch behind a stream wait on a flag that
  * only a later host step sets would never return. */
 int cuda_kern_multi_preload(const cuda_multi_t *ind, void *stream);

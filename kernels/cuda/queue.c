@@ -64,6 +64,7 @@ typedef struct {
     ipc_rec_t rec;
     uint32_t seq;
     int nshare, share0;         /* this rank's kernels: shares share0 .. share0+nshare-1 */
+    int kdone_on, fin_on;       /* the stream's writes of kdone and fin were enqueued */
 } q_job_t;
 
 typedef struct {
@@ -137,12 +138,15 @@ static void set_flag(volatile uint32_t *f, uint32_t v)
     __atomic_store_n(f, v, __ATOMIC_SEQ_CST);
 }
 
-/* Waits until the stream wrote kdone >= seq; polls, sleeping more as it waits. */
+/* Waits until the stream wrote kdone >= seq (or the queue is stopping: an abort or
+ * destroy must not wait on a stream that never gets there); polls, sleeping more as it
+ * waits, and says so every 10 s. */
 static void wait_kdone(queue_t *q, uint32_t seq)
 {
     unsigned spins = 0;
     time_t warned = time(NULL);
-    while ((int32_t)(__atomic_load_n(&q->sh->kdone, __ATOMIC_ACQUIRE) - seq) < 0) {
+    while ((int32_t)(__atomic_load_n(&q->sh->kdone, __ATOMIC_ACQUIRE) - seq) < 0 &&
+           !__atomic_load_n(&q->stop, __ATOMIC_ACQUIRE)) {
         if (++spins < 200)
             sched_yield();
         else
@@ -205,7 +209,7 @@ static void run_job(queue_t *q, weft_comm_t *comm, q_job_t *j)
             q->sh->args[slot][k].ndst = 0;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     set_flag(&q->sh->go, j->seq);
-    if (j->nshare > 0)
+    if (j->nshare > 0 && j->kdone_on)
         wait_kdone(q, j->seq);  /* and the slot's work must not change under a kernel */
     int32_t bad = st != WEFT_OK, any = 0;
     s2 = weft_allreduce(&bad, &any, 1, WEFT_INT32, WEFT_MAX, q->hc);
@@ -220,12 +224,14 @@ out:
             q->sh->args[slot][k].ndst = 0;
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         set_flag(&q->sh->go, j->seq);
-        if (j->nshare > 0)
+        if (j->nshare > 0 && j->kdone_on)   /* else the stream never writes it */
             wait_kdone(q, j->seq);
     }
     if (st != WEFT_OK)
         q_fail(q, st);
     set_flag(&q->sh->release, j->seq);
+    if (!j->fin_on)             /* the stream will not write it: free need not wait */
+        set_flag(&q->sh->fin[slot], j->seq);
 }
 
 static void *q_thread(void *v)
@@ -314,8 +320,11 @@ static weft_status_t q_setup(weft_comm_t *comm, int *on)
 {
     *on = 0;
     queue_t *q = calloc(1, sizeof(*q));
-    int32_t can = q != NULL && comm->cfg.cuda_async && cuda_ipc_wanted(comm) &&
-                  __atomic_fetch_add(&q_active, 1, __ATOMIC_SEQ_CST) == 0;
+    int32_t can = q != NULL && comm->cfg.cuda_async && cuda_ipc_wanted(comm);
+    if (can && __atomic_fetch_add(&q_active, 1, __ATOMIC_SEQ_CST) != 0) {
+        __atomic_fetch_sub(&q_active, 1, __ATOMIC_SEQ_CST);   /* another queue runs */
+        can = 0;
+    }
     int counted = can;
     if (q) {
         pthread_mutex_init(&q->lock, NULL);
@@ -367,6 +376,19 @@ static weft_status_t q_setup(weft_comm_t *comm, int *on)
 int cuda_queue_on(const weft_comm_t *comm)
 {
     return comm->cuda_q != NULL && comm->cuda_q != (const void *)&q_off;
+}
+
+weft_status_t cuda_queue_error(weft_comm_t *comm)
+{
+    if (!cuda_queue_on(comm))
+        return WEFT_OK;
+    queue_t *q = comm->cuda_q;
+    pthread_mutex_lock(&q->lock);
+    weft_status_t err = q->err;
+    if (err != WEFT_OK)
+        weft_error_quiet(err, "an earlier stream call failed: %s", q->err_msg);
+    pthread_mutex_unlock(&q->lock);
+    return err;
 }
 
 
@@ -426,10 +448,12 @@ weft_status_t cuda_queue_run(const scall_t *c, size_t sb, size_t rb, int dev, in
     }
     if (!e)
         e = write32(stream, dptr(q, &q->sh->kdone), seq, 0);
+    j->kdone_on = !e;
     if (!e)
         e = wait32(stream, dptr(q, &q->sh->release), seq, WAIT_GEQ);
     if (!e)
         e = write32(stream, dptr(q, &q->sh->fin[slot]), seq, 0);
+    j->fin_on = !e;
     weft_status_t st = WEFT_OK;
     if (e) {
         /* the call is posted anyway, failed, so that the ranks fail it together and the
@@ -454,7 +478,7 @@ void cuda_queue_free(weft_comm_t *comm)
         return;
     }
     pthread_mutex_lock(&q->lock);
-    q->stop = 1;
+    __atomic_store_n(&q->stop, 1, __ATOMIC_RELEASE);   /* wait_kdone reads it unlocked */
     pthread_cond_broadcast(&q->cv);
     pthread_mutex_unlock(&q->lock);
     if (q->thread_on)

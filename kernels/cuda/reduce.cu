@@ -334,6 +334,21 @@ extern "C" int cuda_kern_multi_preload(const cuda_multi_t *ind, void *stream)
             if (e)
                 return e;
         }
+    /* PreMulSum's kernel (the NCCL shim launches it on a stream the queue may hold
+     * behind a wait): loaded now, as cudaFuncGetAttributes does, without running it */
+    cudaFuncAttributes fa;
+    int e = (int)cudaFuncGetAttributes(&fa, k_premul<int8_t>);
+    e = e ? e : (int)cudaFuncGetAttributes(&fa, k_premul<uint8_t>);
+    e = e ? e : (int)cudaFuncGetAttributes(&fa, k_premul<int32_t>);
+    e = e ? e : (int)cudaFuncGetAttributes(&fa, k_premul<uint32_t>);
+    e = e ? e : (int)cudaFuncGetAttributes(&fa, k_premul<int64_t>);
+    e = e ? e : (int)cudaFuncGetAttributes(&fa, k_premul<uint64_t>);
+    e = e ? e : (int)cudaFuncGetAttributes(&fa, k_premul<__half>);
+    e = e ? e : (int)cudaFuncGetAttributes(&fa, k_premul<__nv_bfloat16>);
+    e = e ? e : (int)cudaFuncGetAttributes(&fa, k_premul<float>);
+    e = e ? e : (int)cudaFuncGetAttributes(&fa, k_premul<double>);
+    if (e)
+        return e;
     return (int)cudaStreamSynchronize((cudaStream_t)stream);
 }
 

@@ -242,6 +242,13 @@ static weft_status_t cuda_stage_run(const scall_t *c, size_t sb, size_t rb, int 
     return WEFT_OK;
 }
 
+weft_status_t weft_stream_error(weft_comm_t *comm)
+{
+    if (comm == NULL)
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "weft_stream_error: comm is NULL");
+    return cuda_queue_error(comm);
+}
+
 int weft_cuda_available(void)
 {
     const char *why = "";
