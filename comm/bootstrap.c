@@ -26,13 +26,14 @@
 
 struct bootstrap {
     int rank, nranks;
+    uint32_t job_tag;       /* bootstrap_open's: every hello must carry it */
     int *fds;               /* rank 0: [nranks] connections to the others; else fds[0] */
     uint64_t deadline;
     int lost;               /* rank 0: a rank bootstrap_watch saw go, or -1 */
 };
 
 typedef struct {
-    uint32_t magic, nranks, len, pad;
+    uint32_t magic, nranks, len, pad;   /* a hello: len 0, pad the job tag */
 } boot_msg_t;
 
 #define BOOT_MAGIC 0x544f4f42u   /* "BOOT" */
@@ -99,10 +100,13 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
         if (st == WEFT_OK)
             st = sock_recv_all(fd, &m, sizeof(m), hello_deadline);
         if (st == WEFT_OK && (m.magic != BOOT_MAGIC || m.nranks != (uint32_t)bs->nranks ||
-                              peer <= 0 || peer >= bs->nranks || bs->fds[peer] >= 0)) {
+                              m.pad != bs->job_tag || peer <= 0 || peer >= bs->nranks ||
+                              bs->fds[peer] >= 0)) {
             LOG_WARN(LOG_BOOT, "bootstrap: dropped a connection claiming rank %d of %u "
-                     "(job has %d ranks%s)", peer, m.nranks, bs->nranks,
-                     peer > 0 && peer < bs->nranks && bs->fds[peer] >= 0 ? ", duplicate" : "");
+                     "(job has %d ranks%s%s)", peer, m.nranks, bs->nranks,
+                     peer > 0 && peer < bs->nranks && bs->fds[peer] >= 0 ? ", duplicate" : "",
+                     m.magic == BOOT_MAGIC && m.pad != bs->job_tag ? ", from another job: "
+                     "its launcher's job id differs" : "");
             st = WEFT_ERR_AUTH;
         }
         if (st != WEFT_OK) {
@@ -123,7 +127,7 @@ static weft_status_t join(bootstrap_t *bs, const struct sockaddr_in *addr, const
     RETURN_IF_ERR(sock_connect(addr, bs->deadline, &fd));
     weft_status_t st = auth_handshake(fd, secret, AUTH_BOOTSTRAP, 0, bs->rank, bs->deadline,
                                       &peer);
-    boot_msg_t m = { BOOT_MAGIC, (uint32_t)bs->nranks, 0, 0 };
+    boot_msg_t m = { BOOT_MAGIC, (uint32_t)bs->nranks, 0, bs->job_tag };
     if (st == WEFT_OK && peer != 0)
         st = weft_error(WEFT_ERR_AUTH, "bootstrap: rendezvous answered as rank %d", peer);
     if (st == WEFT_OK)
@@ -137,7 +141,7 @@ static weft_status_t join(bootstrap_t *bs, const struct sockaddr_in *addr, const
 }
 
 weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous, const char *secret,
-                             double timeout_s, bootstrap_t **bs_p)
+                             uint32_t job_tag, double timeout_s, bootstrap_t **bs_p)
 {
     struct sockaddr_in addr;
     RETURN_IF_ERR(sock_parse_addr(rendezvous, &addr));
@@ -152,6 +156,7 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous, const
         fds[i] = -1;
     bs->rank = rank;
     bs->nranks = nranks;
+    bs->job_tag = job_tag;
     bs->fds = fds;
     bs->lost = -1;
     bs->deadline = time_ns() + (uint64_t)(timeout_s * 1e9);

@@ -69,8 +69,8 @@ static void comm_set_id(weft_comm_t *c, uint64_t id)
     c->id32 = (uint32_t)(id ^ (id >> 32));
 }
 
-weft_status_t weft_comm_init_rank(int rank, int nranks, const char *rendezvous,
-                                  weft_comm_t **comm_p)
+static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
+                               uint32_t job_tag, weft_comm_t **comm_p)
 {
     weft_config_t cfg;
     weft_comm_t *c = NULL;
@@ -91,7 +91,7 @@ weft_status_t weft_comm_init_rank(int rank, int nranks, const char *rendezvous,
     GOTO_IF_ERR(comm_alloc(rank, nranks, &cfg, &c), st, fail);
     GOTO_IF_ERR(sock_parse_addr(rendezvous, &c->rdv_addr), st, fail);
     GOTO_IF_ERR(bootstrap_open(rank, nranks, rendezvous, c->has_secret ? c->secret : NULL,
-                               cfg.timeout_s, &bs), st, fail);
+                               job_tag, cfg.timeout_s, &bs), st, fail);
     uint64_t id = 0, *ids = malloc((size_t)nranks * sizeof(uint64_t));
     if (ids == NULL) {
         st = weft_error(WEFT_ERR_NO_MEMORY, "comm_init: out of memory");
@@ -128,7 +128,13 @@ weft_status_t weft_comm_init(weft_comm_t **comm_p)
     RETURN_IF_ERR(env_detect(&env));
     LOG_INFO(LOG_INIT, "rank %d of %d from %s, rendezvous %s", env.rank, env.nranks,
              env.source, env.rendezvous);
-    return weft_comm_init_rank(env.rank, env.nranks, env.rendezvous, comm_p);
+    return comm_init(env.rank, env.nranks, env.rendezvous, env.job_tag, comm_p);
+}
+
+weft_status_t weft_comm_init_rank(int rank, int nranks, const char *rendezvous,
+                                  weft_comm_t **comm_p)
+{
+    return comm_init(rank, nranks, rendezvous, 0, comm_p);
 }
 
 /* ---- split ---- */

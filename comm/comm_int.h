@@ -280,10 +280,12 @@ weft_status_t connect_accept(weft_comm_t *comm, int lfd, uint64_t deadline, cons
                              int (*taken)(void *ctx, int who), void *ctx, int *fd_p,
                              int *who_p);
 
-/* bootstrap.c: the rank-0 rendezvous store for weft_comm_init*. */
+/* bootstrap.c: the rank-0 rendezvous store for weft_comm_init*. job_tag: the launcher's
+ * job (launch_env_t; 0 for none), which rank 0 requires of every rank that joins, so
+ * that ranks of two jobs that met at one port never mix. */
 typedef struct bootstrap bootstrap_t;
 weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous, const char *secret,
-                             double timeout_s, bootstrap_t **bs_p);
+                             uint32_t job_tag, double timeout_s, bootstrap_t **bs_p);
 /* allgather of fixed-size blobs through rank 0; usable as exchange_fn_t */
 weft_status_t bootstrap_exchange(void *bs, const void *mine, void *all, size_t len);
 void bootstrap_close(bootstrap_t *bs);
@@ -300,6 +302,7 @@ typedef struct launch_env {
     int rank, nranks, local_rank, local_size;
     char rendezvous[300];
     const char *source;      /* "weftrun", "torchrun", "Open MPI", "PMI", "Slurm" */
+    uint32_t job_tag;        /* a hash of the launcher's job id (and Slurm step); 0: none */
 } launch_env_t;
 weft_status_t env_detect(launch_env_t *env);
 

@@ -223,9 +223,16 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
                              st == WEFT_OK && local_slow(comm, &ratio),
                              st == WEFT_OK && local_net(comm) };
     int all_ok = 1, cma = 1, cma_min_k = mine.cma_min_k, blocks = 1, slow = 0, net = 0;
+    /* this rank's own failure is the one to report: the barrier after it may fail too
+     * (a connect that took the whole timeout leaves the bootstrap's deadline spent), and
+     * its message would name rank 0 instead of the connection that failed */
+    char why[512] = "";
+    if (st != WEFT_OK)
+        snprintf(why, sizeof(why), "%s", weft_last_error());
     connect_agree_t *all = malloc((size_t)comm->nranks * sizeof(*all));
     if (all == NULL)
-        return weft_error(WEFT_ERR_NO_MEMORY, "connect: out of memory");
+        return st != WEFT_OK ? weft_error_quiet(st, "%s", why)
+                             : weft_error(WEFT_ERR_NO_MEMORY, "connect: out of memory");
     weft_status_t xs = exchange(ctx, &mine, all, sizeof(mine));
     for (int p = 0; xs == WEFT_OK && p < comm->nranks; p++) {
         all_ok &= all[p].ok;
@@ -236,9 +243,9 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
         cma_min_k = all[p].cma_min_k && cma_min_k ? WEFT_MAX(cma_min_k, all[p].cma_min_k) : 0;
     }
     free(all);
-    RETURN_IF_ERR(xs);
     if (st != WEFT_OK)
-        return st;
+        return weft_error_quiet(st, "%s", why);
+    RETURN_IF_ERR(xs);
     if (!all_ok)
         return weft_error(WEFT_ERR_PEER_LOST, "connect: another rank failed to connect");
     comm->cma_all = cma && comm->nranks > 1;

@@ -1,18 +1,24 @@
 /*
  * env.c - where this process sits in the job, from the launcher's environment.
  *
- * Checked in order, first match wins: weftrun (WEFT_RANK/WEFT_WORLD_SIZE/WEFT_ADDR),
- * torchrun (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT), Open MPI (OMPI_COMM_WORLD_*),
- * PMI (PMI_RANK/PMI_SIZE, MPICH's hydra), Slurm (SLURM_PROCID/SLURM_NTASKS).
- * The rendezvous is WEFT_ADDR, else MASTER_ADDR:MASTER_PORT. Under MPI or Slurm without
- * either, a job whose ranks all run on one host meets on 127.0.0.1 at a port derived
- * from the job id; a multi-host job must set WEFT_ADDR (or MASTER_ADDR/MASTER_PORT).
+ * Checked in order, the first whose rank and size are both set wins (one with only one
+ * of them, such as a WORLD_SIZE exported for another tool, is passed over): weftrun
+ * (WEFT_RANK/WEFT_WORLD_SIZE/WEFT_ADDR), torchrun (RANK/WORLD_SIZE/MASTER_ADDR/
+ * MASTER_PORT), Open MPI (OMPI_COMM_WORLD_*), PMI (PMI_RANK/PMI_SIZE, MPICH's hydra),
+ * Slurm (SLURM_PROCID, and SLURM_STEP_NUM_TASKS, srun's count for the step, else
+ * SLURM_NTASKS). The rendezvous is WEFT_ADDR, else MASTER_ADDR:MASTER_PORT, except under
+ * torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True: torchrun's own store
+ * already listens on MASTER_PORT), where rank 0 listens on MASTER_PORT + 1. Under MPI or
+ * Slurm without either, a job whose ranks all run on one host meets on 127.0.0.1 at a
+ * port derived from the job id; a multi-host job must set WEFT_ADDR (or
+ * MASTER_ADDR/MASTER_PORT).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm_int.h"
+#include "log.h"
 #include "status.h"
 #include "util.h"
 
@@ -73,6 +79,17 @@ static weft_status_t find_rendezvous(const launcher_t *l, launch_env_t *env)
         return WEFT_OK;
     }
     if (maddr && *maddr && mport && *mport) {
+        const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+        char *end;
+        long port = strtol(mport, &end, 10);
+        if (agent && !strcmp(agent, "True") && *end == '\0' && port > 0 && port < 65535) {
+            /* torchrun's agent (static rendezvous) serves its store on MASTER_PORT of
+             * MASTER_ADDR, where group rank 0, and so weft's rank 0, runs */
+            snprintf(env->rendezvous, sizeof(env->rendezvous), "%s:%ld", maddr, port + 1);
+            LOG_INFO(LOG_BOOT, "torchrun's agent store holds MASTER_PORT %ld: the rendezvous "
+                     "is %s (WEFT_ADDR=host:port chooses another)", port, env->rendezvous);
+            return WEFT_OK;
+        }
         snprintf(env->rendezvous, sizeof(env->rendezvous), "%s:%s", maddr, mport);
         return WEFT_OK;
     }
@@ -98,13 +115,17 @@ weft_status_t env_detect(launch_env_t *env)
     memset(env, 0, sizeof(*env));
     for (size_t i = 0; i < WEFT_ARRAY_LEN(launchers); i++) {
         const launcher_t *l = &launchers[i];
-        int r = env_int(l->rank, &env->rank), s = env_int(l->size, &env->nranks);
-        if (r == 0 && s == 0)
-            continue;
+        const char *size = l->size;
+        /* srun's count of the step's tasks: SLURM_NTASKS is the allocation's */
+        if (!strcmp(l->source, "Slurm") && getenv("SLURM_STEP_NUM_TASKS"))
+            size = "SLURM_STEP_NUM_TASKS";
+        int r = env_int(l->rank, &env->rank), s = env_int(size, &env->nranks);
+        if (r == 0 || s == 0)
+            continue;           /* not this launcher's job (or only part of its variables) */
         if (r != 1 || s != 1 || env->nranks < 1 || env->rank >= env->nranks)
             return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: %s=%s and %s=%s do not "
                               "describe a rank in a job", l->rank, getenv(l->rank) ?: "",
-                              l->size, getenv(l->size) ?: "");
+                              size, getenv(size) ?: "");
         env->source = l->source;
         env->local_rank = -1;
         env->local_size = -1;
@@ -112,6 +133,13 @@ weft_status_t env_detect(launch_env_t *env)
             env_int(l->local_rank, &env->local_rank);
         if (l->local_size)
             env_int(l->local_size, &env->local_size);
+        const char *jobid = l->jobid ? getenv(l->jobid) : NULL, *step = getenv("SLURM_STEP_ID");
+        if (jobid && *jobid) {      /* two jobs that meet at one port never mix */
+            uint64_t h = hash_bytes(HASH_SEED, jobid, strlen(jobid));
+            if (step && !strcmp(l->source, "Slurm"))
+                h = hash_bytes(h, step, strlen(step));
+            env->job_tag = (uint32_t)(h ^ (h >> 32)) | 1u;
+        }
         return find_rendezvous(l, env);
     }
     return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: no launcher environment found "

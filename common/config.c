@@ -67,7 +67,9 @@ static int parse_double(const char *s, void *field, size_t cap)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end != '\0' || !(v > 0))
+    /* at most 1e9 (WEFT_TIMEOUT: 31 years, "forever"): deadlines are uint64_t
+     * nanoseconds, and inf or 1e30 seconds would not convert */
+    if (errno || end == s || *end != '\0' || !(v > 0) || !(v <= 1e9))
         return -1;
     *(double *)field = v;
     return 0;
@@ -136,7 +138,7 @@ static const cfg_knob_t knobs[] = {
       "NONE|WARN|INFO|DEBUG|TRACE|none|warn|info|debug|trace" },
     { "WEFT_DEBUG_SUBSYS", "ALL", "log subsystems: INIT,BOOT,NET,SHM,COLL,ENGINE,TOPO,TUNE,ALL; ^X excludes",
       STR(debug_subsys), NULL },
-    { "WEFT_TIMEOUT", "300", "seconds a blocking call waits for peers before WEFT_ERR_TIMEOUT",
+    { "WEFT_TIMEOUT", "300", "seconds (at most 1e9) a blocking call waits for peers before WEFT_ERR_TIMEOUT",
       DBL(timeout_s), NULL },
     /* transports */
     { "WEFT_TRANSPORT", "auto", "auto (shm within a host, tcp across, ucx across when UCX "

@@ -226,6 +226,8 @@ static void check_bad_config(ctx_t *c)
         { "WEFT_ALGO", "fastest" },
         { "WEFT_TRANSPORT", "carrier-pigeon" },
         { "WEFT_TIMEOUT", "soon" },
+        { "WEFT_TIMEOUT", "inf" },                  /* deadlines are uint64_t ns */
+        { "WEFT_TIMEOUT", "1e30" },
     };
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
         char what[128], *old = getenv(bad[k].var);

@@ -5,7 +5,7 @@
 #
 # Starts 2-rank jobs the way torchrun, Open MPI's mpirun, MPICH/PMI and Slurm would (their
 # environment variables, set by hand where the launcher is not installed; the real mpirun
-# where it is), runs all_reduce_perf (which checks its results and exits non-zero on a
+# and torchrun where they are), runs all_reduce_perf (which checks its results and exits non-zero on a
 # wrong element), and checks the failure paths: no launcher environment, a wrong secret,
 # a rank that disagrees about the job size. Every job runs under `timeout`.
 set -u
@@ -25,7 +25,8 @@ port() { echo $((30000 + RANDOM % 30000)); }
 clean_env() {
     env -u WEFT_RANK -u WEFT_WORLD_SIZE -u WEFT_ADDR -u WEFT_LOCAL_RANK -u WEFT_LOCAL_SIZE \
         -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT -u OMPI_COMM_WORLD_RANK \
-        -u OMPI_COMM_WORLD_SIZE -u PMI_RANK -u PMI_SIZE -u SLURM_PROCID -u SLURM_NTASKS "$@"
+        -u OMPI_COMM_WORLD_SIZE -u PMI_RANK -u PMI_SIZE -u SLURM_PROCID -u SLURM_NTASKS \
+        -u SLURM_STEP_NUM_TASKS -u TORCHELASTIC_USE_AGENT_STORE "$@"
 }
 
 # two_ranks NAME VARS_FOR_RANK_0 -- VARS_FOR_RANK_1: both must exit 0.
@@ -55,6 +56,13 @@ two_ranks "PMI variables (PMI_RANK/PMI_SIZE) with WEFT_ADDR" \
     "PMI_RANK=0 PMI_SIZE=2 WEFT_ADDR=127.0.0.1:$p" "PMI_RANK=1 PMI_SIZE=2 WEFT_ADDR=127.0.0.1:$p"
 
 job=$((100000 + RANDOM))
+# srun's step count wins over the allocation's, and a WORLD_SIZE exported for another
+# tool (torchrun's name, without RANK) does not take over the detection
+two_ranks "Slurm variables with SLURM_STEP_NUM_TASKS=2 of SLURM_NTASKS=4, WORLD_SIZE=16 exported" \
+    "SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_STEP_NUM_TASKS=2 SLURM_LOCALID=0 SLURM_NNODES=1 SLURM_JOB_ID=$job SLURM_STEP_ID=3 WORLD_SIZE=16" \
+    "SLURM_PROCID=1 SLURM_NTASKS=4 SLURM_STEP_NUM_TASKS=2 SLURM_LOCALID=1 SLURM_NNODES=1 SLURM_JOB_ID=$job SLURM_STEP_ID=3 WORLD_SIZE=16"
+
+job=$((100000 + RANDOM))
 two_ranks "Slurm variables on one node, rendezvous port from the job id" \
     "SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_NNODES=1 SLURM_JOB_ID=$job SLURM_STEP_ID=0" \
     "SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_LOCALID=1 SLURM_NNODES=1 SLURM_JOB_ID=$job SLURM_STEP_ID=0"
@@ -76,6 +84,25 @@ elif [ "$elo" -le 21000 ]; then
     echo "ok - job-id ports: the ephemeral range starts at $elo here, not checked"
 else
     bad "job-id ports outside [20000, $elo) or missing: '$ports'"
+fi
+
+# The real torchrun (Debian's python3-torch) where it is installed: its agent's store
+# already listens on MASTER_PORT (static rendezvous, TORCHELASTIC_USE_AGENT_STORE=True;
+# weft listening there fails with "Address already in use"). --redirects 2 --tee 1:
+# torch 1.13's defaults (0) break on Python 3.11 ("'NoneType' object has no attribute
+# 'get'": its IntFlag lookup of 0 finds nothing), so rank 0's stdout is teed instead.
+if /usr/bin/python3 -c "import torch.distributed.run" 2>/dev/null; then
+    p=$(port)
+    if clean_env timeout 90 /usr/bin/python3 -m torch.distributed.run --nnodes=1 \
+        --nproc_per_node=2 --master_port="$p" --redirects 2 --tee 1 --no_python \
+        "$PERF" "${ARGS[@]}" \
+        >"$OUT/torchrun" 2>&1 && grep -q "Avg bus bandwidth" "$OUT/torchrun"; then
+        ok "torchrun --nproc_per_node=2 (its agent store on MASTER_PORT; weft on MASTER_PORT + 1)"
+    else
+        bad "torchrun --nproc_per_node=2" "$OUT/torchrun"
+    fi
+else
+    echo "skip - torchrun (python3-torch) is not installed: the real torchrun is not tested"
 fi
 
 if command -v mpirun >/dev/null 2>&1; then
@@ -116,6 +143,25 @@ if [ $rc0 != 0 ] && [ $rc0 != 124 ] && [ $rc1 != 0 ] && [ $rc1 != 124 ] && [ $((
     ok "wrong WEFT_SECRET: refused, both ranks fail within the timeout"
 else
     bad "wrong WEFT_SECRET (exit $rc0, $rc1 after $((t1 - t0))s)" "$OUT/s"
+fi
+
+# Ranks of two Slurm jobs that meet at one port (here forced by WEFT_ADDR) never make
+# one job: rank 0 drops the other job's rank, and both fail within WEFT_TIMEOUT.
+p=$(port)
+clean_env WEFT_TIMEOUT=3 SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_JOB_ID=4111 SLURM_STEP_ID=0 \
+    WEFT_ADDR=127.0.0.1:$p timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/j0" 2>&1 &
+p0=$!
+clean_env WEFT_TIMEOUT=3 SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_JOB_ID=4222 SLURM_STEP_ID=0 \
+    WEFT_ADDR=127.0.0.1:$p timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/j1" 2>&1 &
+p1=$!
+wait $p0; rc0=$?
+wait $p1; rc1=$?
+cat "$OUT/j0" "$OUT/j1" >"$OUT/j"
+if [ $rc0 != 0 ] && [ $rc0 != 124 ] && [ $rc1 != 0 ] && [ $rc1 != 124 ] &&
+    grep -q "from another job" "$OUT/j0"; then
+    ok "ranks of two Slurm jobs at one port: dropped as another job's, both fail within the timeout"
+else
+    bad "ranks of two Slurm jobs at one port (exit $rc0, $rc1)" "$OUT/j"
 fi
 
 # A rank that thinks the job is bigger is dropped; nothing hangs.

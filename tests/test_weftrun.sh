@@ -154,6 +154,22 @@ case_rank_killed() {
     else ok "rank killed by SIGKILL: exit 137, signal named"; fi
 }
 
+# (c2) weftrun itself killed with -9: its ranks (process groups of their own) go too
+case_launcher_killed() {
+    local m pid
+    m=$(marker)
+    "$W" -n 2 sleep "$m" &
+    pid=$!
+    for _ in $(seq 50); do
+        [ "$(pgrep -c -f "sleep $m")" = 2 ] && break
+        sleep 0.1
+    done
+    kill -9 "$pid"
+    wait "$pid" 2>/dev/null
+    if no_survivors "$m"; then ok "weftrun killed with -9: its ranks are gone within 2 s"
+    else fail "weftrun killed" "'sleep $m' survived"; fi
+}
+
 # (d) --tag-output: "[R] " on each line, on the stream it was written to
 case_tag_output() {
     local rc want_out want_err
@@ -314,6 +330,7 @@ case_fresh_secret
 case_rank_fails
 case_escalation
 case_rank_killed
+case_launcher_killed
 case_tag_output
 case_tag_interleave
 case_sigterm

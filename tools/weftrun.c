@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -395,12 +396,16 @@ static void plan_bindings(job_t *job)
  * then exec. Rank 0 keeps stdin unless it is a terminal (a background process group
  * reading the terminal would be stopped); the other ranks read /dev/null. */
 __attribute__((noreturn))
-static void child_exec(const job_t *job, int r, int out_w, int err_w)
+static void child_exec(const job_t *job, int r, int out_w, int err_w, pid_t launcher)
 {
     char num[16];
     int null;
 
     setpgid(0, 0);
+    /* a rank outlives no weftrun: killed with -9 (or by the OOM killer), it cannot stop
+     * the ranks, which sit in process groups of their own; the kernel sends SIGTERM */
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != launcher)
+        _exit(EXIT_NOEXEC);     /* weftrun was gone before this rank could ask */
     sigaction(SIGPIPE, &job->oldpipe, NULL);
     sigprocmask(SIG_SETMASK, &job->oldmask, NULL);
     if (out_w >= 0 && (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0))
@@ -467,9 +472,10 @@ static int launch_rank(job_t *job, int r)
         errno = e;
         return -1;
     }
+    pid_t self = getpid();
     pid = fork();
     if (pid == 0)
-        child_exec(job, r, out[1], err[1]);
+        child_exec(job, r, out[1], err[1], self);
     if (pid < 0) {
         int e = errno;
         close_pair(out);
