@@ -561,7 +561,23 @@ weft_status_t shard_create(shard_t **sh_p, weft_comm_t *world, const shard_opts_
     int N = weft_comm_size(world), r = weft_comm_rank(world), G = 1;
     if (nunits < 2)
         return weft_error(WEFT_ERR_INVALID_ARG, "shard: %d units (need at least 2)", nunits);
-    RETURN_IF_ERR(check_opts(o, N, weft_comm_local_size(world), &G));
+    /* every rank must reach the same G (hybrid's default is a host's ranks, which
+     * differ where hosts hold different numbers of ranks): agreed before anything else,
+     * so that all fail together instead of splitting differently and waiting */
+    weft_status_t ck = check_opts(o, N, weft_comm_local_size(world), &G);
+    int32_t mine[2] = { ck == WEFT_OK ? G : -1, ck == WEFT_OK ? -G : 1 }, agg[2];
+    weft_status_t as = weft_allreduce(mine, agg, 2, WEFT_INT32, WEFT_MIN, world);
+    if (ck != WEFT_OK)
+        return ck;
+    RETURN_IF_ERR(as);
+    if (agg[0] < 1)
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: another rank refused the shard "
+                          "options (its own error says why)");
+    if (agg[0] != -agg[1])
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: the ranks reach different shard "
+                          "group sizes (%d to %d): with --shard hybrid the default group is "
+                          "a host's ranks, and the hosts hold different numbers; give "
+                          "--shard-group", agg[0], -agg[1]);
     shard_t *sh = calloc(1, sizeof(*sh));
     if (!sh)
         return oom("the shard state", sizeof(*sh));

@@ -13,14 +13,16 @@ global batch 12 so that 1, 2, 3 and 4 ranks split it evenly):
     bytes), plus a few units in flight;
   - bf16 gathers and reductions (--param-dtype/--reduce-dtype bf16) track fp32;
   - ranks whose configurations differ stop at start with one message naming the field;
+    hybrid's default group on hosts of unequal rank counts (WEFT_HOSTID) is refused by
+    all ranks at start;
   - a rank killed mid-training makes every other rank exit non-zero within seconds,
     naming the lost rank;
   - training checkpoints: 10 steps + resume + 10 gives the 20-step run's losses and
     final parameters bit for bit, for every strategy and one process; a checkpoint
     written on 4 ranks resumes on 2 and then on 3 (other strategies), and one process's on
     4, on the uninterrupted trajectory; a corrupted, truncated or missing file, another
-    model's or format's manifest are refused naming the file, and a half-written save is
-    ignored;
+    model's or format's manifest are refused naming the file, a format-1 manifest (no
+    manifest_hash) still resumes, and a half-written save is ignored;
   - weft-plan: the ZeRO paper's 70B example (1120 / 283.28 / 143.83 / 4.38 GB), and for
     weft-train runs the model-state bytes exactly and the peak RSS within 15%.
 Every run has a time bound (a hang is a failure). The last line is "N passed, N failed".
@@ -181,6 +183,24 @@ def test_mismatch():
     check(p.returncode not in (0, 124) and msg in p.stdout and "step 1 " not in p.stdout
           and dt < 30, f"differing -b on rank 2 stops the job at start in {dt:.1f}s with "
           f"\"{msg}\"")
+
+
+def test_hybrid_uneven_hosts():
+    """hybrid's default group is a host's ranks: hosts of 2, 1 and 1 ranks (WEFT_HOSTID)
+    give the ranks different groups, which all of them must refuse at start, together."""
+    wrapper = ("case $WEFT_RANK in 0|1) h=hA;; 2) h=hB;; *) h=hC;; esac; "
+               "WEFT_HOSTID=$h exec \"$@\"")
+    args = [WEFTRUN, "-n", "4", "--timeout", "60", "sh", "-c", wrapper, "sh"] + \
+        train_args(4, 2) + ["--shard", "hybrid"]
+    t0 = time.time()
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=75)
+    dt = time.time() - t0
+    msg = "the ranks reach different shard group sizes (1 to 2)"
+    check(p.returncode not in (0, 124) and p.stdout.count(msg) >= 2 and
+          "step 1 " not in p.stdout and dt < 30,
+          f"--shard hybrid on hosts of 2, 1 and 1 ranks: refused at start in {dt:.1f}s "
+          f"(\"{msg}\")")
 
 
 def free_port():
@@ -454,6 +474,7 @@ def main():
     test_memory()
     test_bf16(ref)
     test_mismatch()
+    test_hybrid_uneven_hosts()
     test_killed_rank()
     test_ckpt_exact()
     test_ckpt_reshard(ref)
