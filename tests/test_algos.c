@@ -28,6 +28,8 @@
  * model puts direct, tree, rhd and ring (check_model_spots); and the double binary
  * tree's links (check_tree_links): two trees, complementary, the root on top.
  *
+ * The matrix runs in two processes where there are two CPUs (half the runs each).
+ *
  * Usage: test_algos [-v]; prints one summary line, exits 1 on failure.
  */
 #include <stdint.h>
@@ -35,6 +37,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "algo.h"
 #include "frame.h"
@@ -981,10 +985,64 @@ static void check_hier_supports(void)
     }
 }
 
+/* One run_algo of the matrix: an algorithm at n ranks (host ids, or none), channels. */
+typedef struct {
+    const algo_t *al;
+    int n, channels;
+    const uint64_t *host_id;
+} job_t;
+
+/* The matrix's runs are shared between two processes where the machine has two CPUs or
+ * more (each process the jobs j % workers == index; the child reports its counts through
+ * a pipe), so the test takes half the time; failures print from whichever ran them. */
+static void run_jobs(const job_t *jobs, size_t njobs, int verbose)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int workers = cpus >= 2 ? 2 : 1, index = 0, fds[2] = { -1, -1 };
+    pid_t child = -1;
+    fflush(stdout);
+    fflush(stderr);
+    if (workers == 2 && pipe(fds) == 0 && (child = fork()) == 0) {
+        index = 1;
+        close(fds[0]);
+        memset(&T, 0, sizeof(T));   /* the child counts its own runs only */
+    } else if (child > 0) {
+        close(fds[1]);
+    } else {
+        workers = 1;            /* no pipe or no fork: all of it here */
+    }
+    clock_t t0 = clock();
+    for (size_t j = (size_t)index; j < njobs; j += (size_t)workers) {
+        NCHANNELS = jobs[j].channels;
+        run_algo(jobs[j].al, jobs[j].n, jobs[j].host_id);
+        if (verbose && (j + (size_t)workers >= njobs || jobs[j + (size_t)workers].n != jobs[j].n))
+            fprintf(stderr, "[%d] %d ranks: %d runs, %.1f s\n", index, jobs[j].n, T.runs,
+                    (double)(clock() - t0) / CLOCKS_PER_SEC);
+    }
+    if (index == 1) {           /* the child: its counts to the parent, and go */
+        fflush(stdout);
+        ssize_t w = write(fds[1], &T, sizeof(T));
+        _exit(w == (ssize_t)sizeof(T) ? 0 : 1);
+    }
+    if (child > 0) {
+        __typeof__(T) c = { 0, 0, 0 };
+        ssize_t r = read(fds[0], &c, sizeof(c));
+        int status = 0;
+        waitpid(child, &status, 0);
+        close(fds[0]);
+        if (r != (ssize_t)sizeof(c) || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            printf("FAIL: the second worker process did not report (status %d)\n", status);
+            T.failed++;
+        }
+        T.passed += c.passed;
+        T.failed += c.failed;
+        T.runs += c.runs;
+    }
+}
+
 int main(int argc, char **argv)
 {
     int verbose = argc > 1 && !strcmp(argv[1], "-v");
-    clock_t t0 = clock();
     check_layout();
     check_hier_supports();
     check_hier_spots();
@@ -992,31 +1050,26 @@ int main(int argc, char **argv)
     check_model_spots();
     check_tree_links();
     check_keep_flags();
-    for (size_t i = 0; i < WEFT_ARRAY_LEN(RANKS); i++) {
+    static job_t jobs[1024];
+    size_t nj = 0;
+#define JOB(...) do { if (nj < WEFT_ARRAY_LEN(jobs)) jobs[nj++] = (job_t){ __VA_ARGS__ }; \
+                      else T.failed++, printf("FAIL: more than %zu jobs\n", nj); } while (0)
+    for (size_t i = 0; i < WEFT_ARRAY_LEN(RANKS); i++)
         for (int k = 0; algo_registry[k]; k++)
-            run_algo(algo_registry[k], RANKS[i], NULL);
-        if (verbose)
-            fprintf(stderr, "%d ranks: %d runs, %.1f s\n", RANKS[i], T.runs,
-                    (double)(clock() - t0) / CLOCKS_PER_SEC);
-    }
-    for (size_t i = 0; i < WEFT_ARRAY_LEN(HOSTS); i++) {
+            JOB(algo_registry[k], RANKS[i], 1, NULL);
+    for (size_t i = 0; i < WEFT_ARRAY_LEN(HOSTS); i++)
         for (int k = 0; algo_registry[k]; k++)
-            run_algo(algo_registry[k], HOSTS[i].n, HOSTS[i].id);
-        if (verbose)
-            fprintf(stderr, "%d ranks on hosts (layout %zu): %d runs, %.1f s\n", HOSTS[i].n,
-                    i, T.runs, (double)(clock() - t0) / CLOCKS_PER_SEC);
-    }
+            JOB(algo_registry[k], HOSTS[i].n, 1, HOSTS[i].id);
     /* the ring with channels: turns on each connection, reversed odd rings */
     static const int CH_RANKS[] = { 2, 3, 4, 5, 8 };
-    for (NCHANNELS = 2; NCHANNELS <= 4; NCHANNELS++) {
+    for (int ch = 2; ch <= 4; ch++) {
         for (size_t i = 0; i < WEFT_ARRAY_LEN(CH_RANKS); i++)
-            run_algo(&algo_ring_def, CH_RANKS[i], NULL);
+            JOB(&algo_ring_def, CH_RANKS[i], ch, NULL);
         for (size_t i = 0; i < 3; i++)
-            run_algo(&algo_ring_def, HOSTS[i].n, HOSTS[i].id);
+            JOB(&algo_ring_def, HOSTS[i].n, ch, HOSTS[i].id);
     }
-    if (verbose)
-        fprintf(stderr, "ring with 2-4 channels: %d runs, %.1f s\n", T.runs,
-                (double)(clock() - t0) / CLOCKS_PER_SEC);
+#undef JOB
+    run_jobs(jobs, nj, verbose);
     printf("test_algos: %d passed, %d failed (%d simulated calls)\n", T.passed, T.failed,
            T.runs);
     return T.failed ? 1 : 0;
