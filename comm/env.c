@@ -19,6 +19,7 @@
 
 #include "comm_int.h"
 #include "log.h"
+#include "sock.h"
 #include "status.h"
 #include "util.h"
 
@@ -48,26 +49,19 @@ static const launcher_t launchers[] = {
     { "Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "SLURM_JOB_ID" },
 };
 
-/* A port from the job id, so all ranks of one job agree on it: in [20000, E), E the
- * start of the kernel's ephemeral range (ip_local_port_range, 32768 by default), which
- * no outgoing connection takes a local port from (one that did made rank 0's listen
- * fail: "bind: Address already in use", seen in a test run); [20000, 60000) where that
- * range starts below 21000 or cannot be read. The ranks share the host, so the range. */
+/* A port from the job id, so all ranks of one job agree on it, among the ports no
+ * bind(0) or outgoing connection takes (sock_fixed_ports; one that did made rank 0's
+ * listen fail: "bind: Address already in use", seen in a test run). The ranks share the
+ * host, so the range. */
 static int port_from_job(const char *jobid)
 {
     const char *step = getenv("SLURM_STEP_ID");
     uint64_t h = hash_bytes(HASH_SEED, jobid, strlen(jobid));
     if (step)
         h = hash_bytes(h, step, strlen(step));
-    int lo = 0, hi = 0;
-    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
-    if (f != NULL) {
-        if (fscanf(f, "%d %d", &lo, &hi) != 2)
-            lo = 0;
-        fclose(f);
-    }
-    int span = lo > 21000 && lo <= 65536 ? lo - 20000 : 40000;
-    return 20000 + (int)(h % (uint64_t)span);
+    int lo, span;
+    sock_fixed_ports(&lo, &span);
+    return lo + (int)(h % (uint64_t)span);
 }
 
 static weft_status_t find_rendezvous(const launcher_t *l, launch_env_t *env)

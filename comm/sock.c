@@ -552,3 +552,49 @@ void sock_tune(int fd, size_t buf_bytes)
     (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
     (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
 }
+
+void sock_fixed_ports(int *lo_p, int *span_p)
+{
+    int lo = 0, hi = 0;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2)
+            lo = 0;
+        fclose(f);
+    }
+    *lo_p = 20000;
+    *span_p = lo > 21000 && lo <= 65536 ? lo - 20000 : 40000;
+}
+
+/* 1: 127.0.0.1:port (0: any) can be bound now; *got is the port bound */
+static int loopback_free(int port, int *got)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok = 0;
+    if (fd < 0)
+        return 0;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0) {
+        *got = ntohs(sa.sin_port);
+        ok = 1;
+    }
+    close(fd);
+    return ok;
+}
+
+int sock_pick_loopback_port(void)
+{
+    int lo, span, got = -1;
+    uint64_t seed = 0;
+    sock_fixed_ports(&lo, &span);
+    if (random_bytes(&seed, sizeof(seed)) != 0)
+        seed = time_ns() ^ ((uint64_t)getpid() << 32);
+    for (int i = 0; i < 64; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        if (loopback_free(lo + (int)((seed >> 33) % (uint64_t)span), &got))
+            return got;
+    }
+    return loopback_free(0, &got) ? got : -1;
+}

@@ -53,4 +53,15 @@ void sock_tune(int fd, size_t buf_bytes);   /* TCP_NODELAY; buffers if buf_bytes
 /* "1.2.3.4:5678" into buf. */
 const char *sock_addr_str(const struct sockaddr_in *a, char *buf, size_t cap);
 
+/* Ports a rendezvous can be given ahead of time: [*lo, *lo + *span) = [20000, E), E the
+ * start of the kernel's ephemeral range (ip_local_port_range, 32768 by default), from
+ * which bind(0) and outgoing connections take their ports, so none of those holds one
+ * (one that did made rank 0's listen fail, "Address already in use"); [20000, 60000)
+ * where that range starts below 21000 or cannot be read. */
+void sock_fixed_ports(int *lo, int *span);
+/* A port in that range that 127.0.0.1 can bind now (random tries; bind(0)'s choice if
+ * none can), or -1. The caller's rank 0 binds it later: between the two only another
+ * such pick could take it, not the kernel. */
+int sock_pick_loopback_port(void);
+
 #endif

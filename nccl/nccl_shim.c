@@ -208,12 +208,12 @@ SHIM_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
                         "host:port", env);
         snprintf(addr, sizeof(addr), "%s", env);
     } else {
-        /* a free loopback port: rank 0's bootstrap listens there once init starts */
-        int fd = -1;
-        if (sock_parse_addr("127.0.0.1:0", &sa) != WEFT_OK || sock_listen(&sa, 1, &fd) != WEFT_OK)
-            return from_weft(WEFT_ERR_SYSTEM);
-        close(fd);
-        snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+        /* a free loopback port (below the ephemeral range: no other job's bind(0) takes
+         * it meanwhile): rank 0's bootstrap listens there once init starts */
+        int port = sock_pick_loopback_port();
+        if (port < 0)
+            return fail(ncclSystemError, "ncclGetUniqueId: no free loopback port");
+        snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
     }
     memset(id, 0, sizeof(*id));
     memcpy(id->internal, ID_MAGIC, ID_MAGIC_LEN);

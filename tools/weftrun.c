@@ -46,6 +46,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sock.h"
 #include "topo.h"
 #include "util.h"
 
@@ -278,25 +279,16 @@ static void parse_args(int argc, char **argv, opts_t *o)
 
 /* ---- job environment -------------------------------------------------------------- */
 
-/* Binds a TCP socket to 127.0.0.1 port 0 and writes "127.0.0.1:PORT" for the port the
- * kernel chose; the socket is closed again, so rank 0 can bind it. Returns 0 or -1. */
+/* Writes "127.0.0.1:PORT" for a free port below the kernel's ephemeral range
+ * (sock_pick_loopback_port): a port bind(0) chose and released could be taken by any
+ * other job's bind(0) before rank 0 binds it. Returns 0 or -1. */
 static int pick_port(char *buf, size_t len)
 {
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    socklen_t slen = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int rc = -1;
-
-    if (fd < 0)
+    int port = sock_pick_loopback_port();
+    if (port < 0)
         return -1;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &slen) == 0) {
-        snprintf(buf, len, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
-        rc = 0;
-    }
-    close(fd);
-    return rc;
+    snprintf(buf, len, "127.0.0.1:%d", port);
+    return 0;
 }
 
 static void set_env(const char *name, const char *value)
