@@ -125,61 +125,47 @@ else
     bad "no launcher environment: message" "$OUT/none"
 fi
 
-# A rank with the wrong secret is refused; the job fails within WEFT_TIMEOUT.
+# two_fail NAME GREP VARS_FOR_RANK_0 VARS_FOR_RANK_1: a 2-rank job that must fail on both
+# ranks within WEFT_TIMEOUT=3 (not by `timeout`), in under 20 s, with GREP (an extended
+# regex; empty: none) in rank 0's or rank 1's output.
+two_fail() {
+    local name=$1 want=$2 v0=$3 v1=$4 rc0 rc1 t0 t1
+    t0=$(date +%s)
+    clean_env WEFT_TIMEOUT=3 $v0 timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/f0" 2>&1 &
+    local p0=$!
+    clean_env WEFT_TIMEOUT=3 $v1 timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/f1" 2>&1 &
+    local p1=$!
+    wait $p0; rc0=$?
+    wait $p1; rc1=$?
+    t1=$(date +%s)
+    cat "$OUT/f0" "$OUT/f1" >"$OUT/f"
+    if [ $rc0 != 0 ] && [ $rc0 != 124 ] && [ $rc1 != 0 ] && [ $rc1 != 124 ] &&
+        [ $((t1 - t0)) -lt 20 ] && { [ -z "$want" ] || grep -qiE "$want" "$OUT/f"; }; then
+        ok "$name"
+    else
+        bad "$name (exit $rc0, $rc1 after $((t1 - t0))s)" "$OUT/f"
+    fi
+}
+
+# A rank with the wrong secret is refused.
 p=$(port)
-t0=$(date +%s)
-clean_env WEFT_TIMEOUT=3 WEFT_SECRET=right WEFT_RANK=0 WEFT_WORLD_SIZE=2 WEFT_ADDR=127.0.0.1:$p \
-    timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/s0" 2>&1 &
-p0=$!
-clean_env WEFT_TIMEOUT=3 WEFT_SECRET=wrong WEFT_RANK=1 WEFT_WORLD_SIZE=2 WEFT_ADDR=127.0.0.1:$p \
-    timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/s1" 2>&1 &
-p1=$!
-wait $p0; rc0=$?
-wait $p1; rc1=$?
-t1=$(date +%s)
-cat "$OUT/s0" "$OUT/s1" >"$OUT/s"
-if [ $rc0 != 0 ] && [ $rc0 != 124 ] && [ $rc1 != 0 ] && [ $rc1 != 124 ] && [ $((t1 - t0)) -lt 20 ] &&
-    grep -qi "auth" "$OUT/s"; then
-    ok "wrong WEFT_SECRET: refused, both ranks fail within the timeout"
-else
-    bad "wrong WEFT_SECRET (exit $rc0, $rc1 after $((t1 - t0))s)" "$OUT/s"
-fi
+two_fail "wrong WEFT_SECRET: refused, both ranks fail within the timeout" "auth" \
+    "WEFT_SECRET=right WEFT_RANK=0 WEFT_WORLD_SIZE=2 WEFT_ADDR=127.0.0.1:$p" \
+    "WEFT_SECRET=wrong WEFT_RANK=1 WEFT_WORLD_SIZE=2 WEFT_ADDR=127.0.0.1:$p"
 
 # Ranks of two Slurm jobs that meet at one port (here forced by WEFT_ADDR) never make
-# one job: rank 0 drops the other job's rank, and both fail within WEFT_TIMEOUT.
+# one job: rank 0 drops the other job's rank.
 p=$(port)
-clean_env WEFT_TIMEOUT=3 SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_JOB_ID=4111 SLURM_STEP_ID=0 \
-    WEFT_ADDR=127.0.0.1:$p timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/j0" 2>&1 &
-p0=$!
-clean_env WEFT_TIMEOUT=3 SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_JOB_ID=4222 SLURM_STEP_ID=0 \
-    WEFT_ADDR=127.0.0.1:$p timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/j1" 2>&1 &
-p1=$!
-wait $p0; rc0=$?
-wait $p1; rc1=$?
-cat "$OUT/j0" "$OUT/j1" >"$OUT/j"
-if [ $rc0 != 0 ] && [ $rc0 != 124 ] && [ $rc1 != 0 ] && [ $rc1 != 124 ] &&
-    grep -q "from another job" "$OUT/j0"; then
-    ok "ranks of two Slurm jobs at one port: dropped as another job's, both fail within the timeout"
-else
-    bad "ranks of two Slurm jobs at one port (exit $rc0, $rc1)" "$OUT/j"
-fi
+two_fail "ranks of two Slurm jobs at one port: dropped as another job's, both fail within the timeout" \
+    "from another job" \
+    "SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_JOB_ID=4111 SLURM_STEP_ID=0 WEFT_ADDR=127.0.0.1:$p" \
+    "SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_JOB_ID=4222 SLURM_STEP_ID=0 WEFT_ADDR=127.0.0.1:$p"
 
 # A rank that thinks the job is bigger is dropped; nothing hangs.
 p=$(port)
-clean_env WEFT_TIMEOUT=3 WEFT_RANK=0 WEFT_WORLD_SIZE=2 WEFT_ADDR=127.0.0.1:$p \
-    timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/z0" 2>&1 &
-p0=$!
-clean_env WEFT_TIMEOUT=3 WEFT_RANK=1 WEFT_WORLD_SIZE=3 WEFT_ADDR=127.0.0.1:$p \
-    timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/z1" 2>&1 &
-p1=$!
-wait $p0; rc0=$?
-wait $p1; rc1=$?
-cat "$OUT/z0" "$OUT/z1" >"$OUT/z"
-if [ $rc0 != 0 ] && [ $rc0 != 124 ] && [ $rc1 != 0 ] && [ $rc1 != 124 ]; then
-    ok "ranks disagreeing on the job size: both fail within the timeout"
-else
-    bad "ranks disagreeing on the job size (exit $rc0, $rc1)" "$OUT/z"
-fi
+two_fail "ranks disagreeing on the job size: both fail within the timeout" "" \
+    "WEFT_RANK=0 WEFT_WORLD_SIZE=2 WEFT_ADDR=127.0.0.1:$p" \
+    "WEFT_RANK=1 WEFT_WORLD_SIZE=3 WEFT_ADDR=127.0.0.1:$p"
 
 echo "test_launchers: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]
