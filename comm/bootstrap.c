@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE     /* POLLRDHUP */
 #include <poll.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -27,6 +28,7 @@
 struct bootstrap {
     int rank, nranks;
     uint32_t job_tag;       /* bootstrap_open's: every hello must carry it */
+    char dropped[160];      /* rank 0: the last rank it refused, and why ("" none) */
     int *fds;               /* rank 0: [nranks] connections to the others; else fds[0] */
     uint64_t deadline;
     int lost;               /* rank 0: a rank bootstrap_watch saw go, or -1 */
@@ -40,6 +42,9 @@ typedef struct {
 #define HELLO_WAIT_NS 2000000000ull
 #define BOOT_FAIL  0x4c494146u   /* "FAIL": rank 0 tells the others init failed; len is
                                   * the rank to blame, pad the weft_status_t */
+#define BOOT_DROP  0x504f5244u   /* "DROP": rank 0 refuses a rank that joined; pad is why
+                                  * (DROP_*), len rank 0's size or the rank taken */
+enum { DROP_SIZE = 1, DROP_DUP = 2, DROP_JOB = 3 };
 
 /* Rank 0, failing: tells every connected rank who is to blame (best effort, 0.2 s). */
 static void tell_failure(bootstrap_t *bs, int culprit, weft_status_t st)
@@ -59,6 +64,19 @@ weft_status_t bootstrap_check_msg(const void *buf, int nranks, size_t len)
 {
     boot_msg_t m;
     memcpy(&m, buf, sizeof(m));
+    if (m.magic == BOOT_DROP) {
+        if (m.pad == DROP_SIZE)
+            return weft_error(WEFT_ERR_MISMATCH, "bootstrap: rank 0 refused this rank: its "
+                              "job has %u ranks, this rank was started for %d (the ranks "
+                              "were launched with different sizes)", m.len, nranks);
+        if (m.pad == DROP_DUP)
+            return weft_error(WEFT_ERR_MISMATCH, "bootstrap: rank 0 refused this rank: rank "
+                              "%u had joined already (two processes were started as the same "
+                              "rank)", m.len);
+        return weft_error(WEFT_ERR_MISMATCH, "bootstrap: rank 0 refused this rank: it "
+                          "belongs to another job (its launcher's job id differs; two jobs "
+                          "met at one rendezvous port: set WEFT_ADDR)");
+    }
     if (m.magic == BOOT_FAIL && m.nranks == (uint32_t)nranks) {
         weft_status_t st = (int32_t)m.pad == WEFT_ERR_TIMEOUT ? WEFT_ERR_TIMEOUT
                                                               : WEFT_ERR_PEER_LOST;
@@ -74,6 +92,24 @@ weft_status_t bootstrap_check_msg(const void *buf, int nranks, size_t len)
     return WEFT_OK;
 }
 
+/* Rank 0: tells a weft rank it refused why (best effort), and lets the connection end
+ * with a FIN after that record, not a reset that could discard it: its own write side
+ * closed, what the rank sends meanwhile is read and dropped, 0.2 s at most. */
+static void tell_dropped(int fd, uint32_t why, uint32_t arg, uint32_t nranks)
+{
+    boot_msg_t m = { BOOT_DROP, nranks, arg, why };
+    uint64_t end = time_ns() + 200000000ull;
+    if (sock_send_all(fd, &m, sizeof(m), end) != WEFT_OK)
+        return;
+    shutdown(fd, SHUT_WR);
+    char sink[256];
+    while (time_ns() < end) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        if (poll(&p, 1, 20) > 0 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) == 0)
+            break;              /* the rank closed: done */
+    }
+}
+
 /* Rank 0: accept until every other rank is connected. */
 static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
 {
@@ -86,7 +122,8 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
             while (missing < bs->nranks && bs->fds[missing] >= 0)
                 missing++;
             weft_error_quiet(ast, "bootstrap: %d of %d ranks arrived; rank %d (and any "
-                             "other missing) did not: %s", have, bs->nranks, missing,
+                             "other missing) did not%s%s: %s", have, bs->nranks, missing,
+                             bs->dropped[0] ? "; refused: " : "", bs->dropped,
                              weft_last_error());
             tell_failure(bs, missing, ast);
             return ast;
@@ -102,11 +139,22 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
         if (st == WEFT_OK && (m.magic != BOOT_MAGIC || m.nranks != (uint32_t)bs->nranks ||
                               m.pad != bs->job_tag || peer <= 0 || peer >= bs->nranks ||
                               bs->fds[peer] >= 0)) {
+            int dup = peer > 0 && peer < bs->nranks && bs->fds[peer] >= 0;
             LOG_WARN(LOG_BOOT, "bootstrap: dropped a connection claiming rank %d of %u "
                      "(job has %d ranks%s%s)", peer, m.nranks, bs->nranks,
-                     peer > 0 && peer < bs->nranks && bs->fds[peer] >= 0 ? ", duplicate" : "",
-                     m.magic == BOOT_MAGIC && m.pad != bs->job_tag ? ", from another job: "
-                     "its launcher's job id differs" : "");
+                     dup ? ", duplicate" : "", m.magic == BOOT_MAGIC && m.pad != bs->job_tag ?
+                     ", from another job: its launcher's job id differs" : "");
+            if (m.magic == BOOT_MAGIC)
+                snprintf(bs->dropped, sizeof(bs->dropped), "rank %d %s", peer,
+                         m.pad != bs->job_tag ? "of another job" :
+                         m.nranks != (uint32_t)bs->nranks ? "started for another job size" :
+                         "a second time");
+            if (m.magic == BOOT_MAGIC)  /* a weft rank: it learns why, not "rank 0 lost" */
+                tell_dropped(fd, m.pad != bs->job_tag ? DROP_JOB :
+                             m.nranks != (uint32_t)bs->nranks ? DROP_SIZE : DROP_DUP,
+                             m.nranks != (uint32_t)bs->nranks ? (uint32_t)bs->nranks
+                                                              : (uint32_t)peer,
+                             (uint32_t)bs->nranks);
             st = WEFT_ERR_AUTH;
         }
         if (st != WEFT_OK) {
@@ -230,7 +278,7 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
             snprintf(keep, sizeof(keep), "%s", weft_last_error());
             boot_msg_t f;
             if (sock_recv_all(fd, &f, sizeof(f), time_ns() + 100000000ull) == WEFT_OK &&
-                f.magic == BOOT_FAIL)
+                (f.magic == BOOT_FAIL || f.magic == BOOT_DROP))
                 return bootstrap_check_msg(&f, bs->nranks, 0);
             weft_error_quiet(st, "%s", keep);
         }

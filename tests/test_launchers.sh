@@ -154,16 +154,17 @@ two_fail "wrong WEFT_SECRET: refused, both ranks fail within the timeout" "auth"
     "WEFT_SECRET=wrong WEFT_RANK=1 WEFT_WORLD_SIZE=2 WEFT_ADDR=127.0.0.1:$p"
 
 # Ranks of two Slurm jobs that meet at one port (here forced by WEFT_ADDR) never make
-# one job: rank 0 drops the other job's rank.
+# one job: rank 0 drops the other job's rank, and tells it so.
 p=$(port)
-two_fail "ranks of two Slurm jobs at one port: dropped as another job's, both fail within the timeout" \
-    "from another job" \
+two_fail "ranks of two Slurm jobs at one port: dropped as another job's (and told), both fail within the timeout" \
+    "belongs to another job" \
     "SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_JOB_ID=4111 SLURM_STEP_ID=0 WEFT_ADDR=127.0.0.1:$p" \
     "SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_JOB_ID=4222 SLURM_STEP_ID=0 WEFT_ADDR=127.0.0.1:$p"
 
-# A rank that thinks the job is bigger is dropped; nothing hangs.
+# A rank that thinks the job is bigger is dropped, and told why; nothing hangs.
 p=$(port)
-two_fail "ranks disagreeing on the job size: both fail within the timeout" "" \
+two_fail "ranks disagreeing on the job size: rank 1 told 'job has 2 ranks, started for 3', both fail within the timeout" \
+    "its job has 2 ranks, this rank was started for 3" \
     "WEFT_RANK=0 WEFT_WORLD_SIZE=2 WEFT_ADDR=127.0.0.1:$p" \
     "WEFT_RANK=1 WEFT_WORLD_SIZE=3 WEFT_ADDR=127.0.0.1:$p"
 
