@@ -170,6 +170,28 @@ case_launcher_killed() {
     else fail "weftrun killed" "'sleep $m' survived"; fi
 }
 
+# (d0) --tag-output into a pipe nobody reads: --timeout still stops the job (the relay
+# waits for room in the event loop, not in a blocked write), and weftrun says how much
+# output it could not write
+case_tag_stalled() {
+    local m rc t0 t1 holder
+    m=$(marker)
+    mkfifo "$T/stall" || { fail "tag output, stalled reader" "mkfifo"; return; }
+    sleep "$m" <"$T/stall" &   # holds the read end, never reads
+    holder=$!
+    t0=$(now_ms)
+    timeout 30 "$W" --tag-output --timeout 2 -n 2 yes >"$T/stall" 2>"$T/stall.err"
+    rc=$?
+    t1=$(now_ms)
+    kill "$holder" 2>/dev/null
+    wait "$holder" 2>/dev/null
+    if [ $rc -ne 124 ] || [ $((t1 - t0)) -gt 10000 ]; then
+        fail "tag output, stalled reader" "exit $rc after $((t1 - t0)) ms (want 124 within 10 s): $(cat "$T/stall.err")"
+    elif ! grep -q 'bytes of the ranks. stdout were not written' "$T/stall.err"; then
+        fail "tag output, stalled reader" "no word of the unwritten output: $(cat "$T/stall.err")"
+    else ok "tag output into an unread pipe: --timeout 2 stops the job in $((t1 - t0)) ms, the unwritten output said"; fi
+}
+
 # (d) --tag-output: "[R] " on each line, on the stream it was written to
 case_tag_output() {
     local rc want_out want_err
@@ -331,6 +353,7 @@ case_rank_fails
 case_escalation
 case_rank_killed
 case_launcher_killed
+case_tag_stalled
 case_tag_output
 case_tag_interleave
 case_sigterm

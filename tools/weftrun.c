@@ -42,6 +42,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -95,8 +96,10 @@ typedef struct {
     int sfd;                /* signalfd for SIGCHLD and the forwarded signals */
     sigset_t oldmask;       /* restored in children */
     struct sigaction oldpipe;
-    struct pollfd *pfds;    /* [1 + 2n]: the signalfd, then open pipes */
-    stream_t **pstream;     /* [1 + 2n]: the stream behind each pfds entry */
+    struct pollfd *pfds;    /* [3 + 2n]: the signalfd, open pipes, stdout/stderr with output
+                             * queued */
+    stream_t **pstream;     /* [3 + 2n]: the stream behind each pfds entry (NULL: an
+                             * output fd) */
     uint64_t deadline_ns;   /* --timeout; 0: none */
     uint64_t kill_ns;       /* SIGKILL escalation; 0: none pending */
     cause_t cause;
@@ -105,6 +108,11 @@ typedef struct {
     char *obuf;             /* tagged lines being assembled */
     size_t olen, ocap;
     int broken[3];          /* writing to fd 1 or 2 failed: drop further output */
+    struct {                /* [1], [2]: tagged output waiting for stdout / stderr */
+        char *buf;
+        size_t start, len, cap, chunk;  /* chunk: bytes one ready poll lets us write */
+        uint64_t dropped;               /* bytes refused past OUTQ_MAX */
+    } q[3];
     topo_t *topo;           /* --bind-to core: this machine, and each rank's place */
     topo_place_t *places;
 } job_t;
@@ -533,24 +541,72 @@ static void out_put(job_t *job, const void *p, size_t n)
     job->olen += n;
 }
 
-/* Writes the assembled lines to fd, waiting while it is full; on an error such as EPIPE
- * the stream is marked broken and output to it is dropped from then on. */
-static void out_flush(job_t *job, int fd)
+/* Writes what fd's queue holds while fd takes it, waiting up to wait_ms (-1: as long as
+ * it takes) for room, in writes no larger than one ready poll guarantees (so a blocking
+ * pipe or terminal never blocks weftrun: a reader that stops reading must not stop the
+ * event loop, its --timeout and its signals). An error such as EPIPE marks the stream
+ * broken: output to it is dropped from then on. */
+static void out_drain(job_t *job, int fd, int wait_ms)
 {
-    size_t off = 0;
-
-    while (off < job->olen && !job->broken[fd]) {
-        ssize_t k = write(fd, job->obuf + off, job->olen - off);
+    __typeof__(job->q[0]) *q = &job->q[fd];
+    if (q->chunk == 0) {
+        struct stat sb;
+        q->chunk = fstat(fd, &sb) != 0 ? 256 : S_ISREG(sb.st_mode) ? 1 << 16 :
+                   S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode) ? PIPE_BUF : 256;
+    }
+    while (q->len > 0 && !job->broken[fd]) {
+        struct pollfd p = { .fd = fd, .events = POLLOUT };
+        int r = poll(&p, 1, wait_ms);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r == 0)
+            return;             /* full: the event loop comes back when it has room */
+        if (r < 0 || (p.revents & (POLLERR | POLLNVAL))) {
+            job->broken[fd] = 1;
+            break;
+        }
+        ssize_t k = write(fd, q->buf + q->start, WEFT_MIN(q->len, q->chunk));
         if (k > 0) {
-            off += (size_t)k;
-        } else if (k < 0 && errno == EAGAIN) {
-            struct pollfd p = { .fd = fd, .events = POLLOUT };
-            poll(&p, 1, -1);
-        } else if (!(k < 0 && errno == EINTR)) {
+            q->start += (size_t)k;
+            q->len -= (size_t)k;
+        } else if (!(k < 0 && (errno == EINTR || errno == EAGAIN))) {
             job->broken[fd] = 1;
         }
     }
+    if (job->broken[fd] || q->len == 0)
+        q->start = q->len = 0;
+}
+
+/* Queues the assembled lines for fd and writes what fd takes now. Past OUTQ_MAX queued
+ * (a reader that stopped), new output is dropped and counted (said at exit). */
+#define OUTQ_MAX (64u << 20)
+static void out_flush(job_t *job, int fd)
+{
+    __typeof__(job->q[0]) *q = &job->q[fd];
+    if (job->broken[fd] || job->olen == 0) {
+        job->olen = 0;
+        return;
+    }
+    if (q->len + job->olen > OUTQ_MAX) {
+        q->dropped += job->olen;
+    } else {
+        if (q->start > 0 && q->start + q->len + job->olen > q->cap) {
+            memmove(q->buf, q->buf + q->start, q->len);
+            q->start = 0;
+        }
+        if (q->start + q->len + job->olen > q->cap) {
+            size_t cap = q->cap ? q->cap : READ_CHUNK;
+            while (cap < q->start + q->len + job->olen)
+                cap *= 2;
+            if (!(q->buf = realloc(q->buf, cap)))
+                die("out of memory");
+            q->cap = cap;
+        }
+        memcpy(q->buf + q->start + q->len, job->obuf, job->olen);
+        q->len += job->olen;
+    }
     job->olen = 0;
+    out_drain(job, fd, 0);
 }
 
 /* Appends one tagged line: the carried partial line, then p[0..n), then a newline
@@ -759,16 +815,45 @@ static void run_loop(job_t *job)
             add_poll(job, &np, &job->ranks[r].out);
             add_poll(job, &np, &job->ranks[r].err);
         }
+        for (int fd = 1; fd <= 2; fd++)     /* queued output: written as room comes */
+            if (job->q[fd].len > 0 && !job->broken[fd]) {
+                job->pfds[np] = (struct pollfd){ .fd = fd, .events = POLLOUT };
+                job->pstream[np++] = NULL;
+            }
         if (poll(job->pfds, (nfds_t)np, poll_timeout_ms(job)) < 0 && errno != EINTR)
             die("poll: %m");
         if (job->pfds[0].revents)
             read_signals(job);
         for (int i = 1; i < np; i++) {
             stream_t *s = job->pstream[i];
-            if (job->pfds[i].revents && s->fd == job->pfds[i].fd)  /* not closed by reap */
+            if (s == NULL && job->pfds[i].revents)
+                out_drain(job, job->pfds[i].fd, 0);
+            else if (s && job->pfds[i].revents && s->fd == job->pfds[i].fd)  /* not closed by reap */
                 stream_pump(job, s);
         }
         check_timers(job);
+    }
+}
+
+/* After the last rank: the queued output, waiting for the reader as long as it takes,
+ * 2 s at most when the job was stopped (a timeout or a signal: the reader may be what
+ * stalled); what could not be written is said on stderr. */
+static void out_finish(job_t *job)
+{
+    int stopped = job->cause == CAUSE_TIMEOUT || job->cause == CAUSE_SIGNAL;
+    uint64_t end = time_ns() + 2000000000ull;
+    for (int fd = 1; fd <= 2; fd++) {
+        while (job->q[fd].len > 0 && !job->broken[fd]) {
+            uint64_t now = time_ns();
+            if (stopped && now >= end)
+                break;
+            out_drain(job, fd, stopped ? (int)((end - now) / 1000000 + 1) : -1);
+        }
+        uint64_t lost = job->q[fd].dropped + job->q[fd].len;
+        if (lost > 0)
+            fprintf(stderr, "weftrun: %llu bytes of the ranks' %s were not written (it was "
+                    "not being read)\n", (unsigned long long)lost, fd == 1 ? "stdout" : "stderr");
+        free(job->q[fd].buf);
     }
 }
 
@@ -829,8 +914,8 @@ int main(int argc, char **argv)
     free(o.xvars);  /* the strings stay: they are argv's, and now in environ */
     o.xvars = NULL;
     job.ranks = calloc((size_t)o.n, sizeof(*job.ranks));
-    job.pfds = calloc(2 * (size_t)o.n + 1, sizeof(*job.pfds));
-    job.pstream = calloc(2 * (size_t)o.n + 1, sizeof(*job.pstream));
+    job.pfds = calloc(2 * (size_t)o.n + 3, sizeof(*job.pfds));   /* + stdout, stderr */
+    job.pstream = calloc(2 * (size_t)o.n + 3, sizeof(*job.pstream));
     if (!job.ranks || !job.pfds || !job.pstream)
         die("out of memory");
     if (o.bind_core)
@@ -840,6 +925,7 @@ int main(int argc, char **argv)
         job.deadline_ns = time_ns() + (uint64_t)(o.timeout_s * 1e9);
     launch_all(&job);
     run_loop(&job);
+    out_finish(&job);
     report_end(&job);
     code = job.cause == CAUSE_NONE ? 0 : job.exit_code;
     job_free(&job);
