@@ -18,6 +18,11 @@
 #   # PreMulSum through the shim (each rank's own scalar; #wrong must be 0), all dtypes:
 #   for t in all_reduce reduce_scatter reduce; do LD_LIBRARY_PATH=build/lib:$LD_LIBRARY_PATH \
 #       .dev/nt/weft/${t}_perf -b 8 -e 64M -f 8 -g 1 -o mulsum -d all; done
+#   # grouped sends and receives in NCCL's step order (nccl/p2p_plan.c): gather and
+#   # scatter at root 1, all-to-all, 3 ranks on the one GPU (#wrong must be 0):
+#   for t in gather scatter alltoall; do mpiexec -n 3 -env NCCL_TESTS_DEVICE 0 \
+#       -env LD_LIBRARY_PATH build/lib:$LD_LIBRARY_PATH .dev/nt/weft/${t}_perf \
+#       -b 8 -e 16M -f 8 -g 1 -r 1; done
 #   # sharded training on the GPU (issue 24 item 3), several ranks on the one GPU:
 #   for nr in 2 4; do TRAIN_BIN=build/bin/weft-train TOL=1e-3 MTOL=1e-3 NR=$nr \
 #       bash tests/test_train_gpu_emu.sh; done
