@@ -39,6 +39,9 @@ static weft_status_t check_comm(const char *fn, const weft_comm_t *comm)
     if (err != WEFT_OK)     /* the progress thread may have set it: its message is in */
         return weft_error_quiet(err, "%s: the communicator failed earlier (%s); "
                                 "destroy it", fn, comm->error_msg);
+    if (comm_is_aborted(comm))
+        return weft_error_quiet(WEFT_ERR_ABORTED, "%s: the communicator was aborted "
+                                "(weft_comm_abort); destroy it", fn);
     return WEFT_OK;
 }
 
@@ -53,8 +56,11 @@ static weft_status_t check_buffers(call_t *c, const weft_comm_t *comm, size_t se
                                    size_t recv_mult, const void *inplace_send)
 {
     size_t esz = weft_dtype_size((weft_dtype_t)c->dtype), per;
+    /* per, not only what this rank sends: a broadcast's non-roots send nothing, and must
+     * refuse the count the root refuses */
     if (mul_size(c->count, esz, &per) || mul_size(per, send_mult, &c->send_bytes) ||
-        mul_size(per, recv_mult, &c->recv_bytes) || c->send_bytes > SIZE_MAX / 4)
+        mul_size(per, recv_mult, &c->recv_bytes) || c->send_bytes > SIZE_MAX / 4 ||
+        per > SIZE_MAX / 4)
         return BAD("%s: count %zu of %s overflows the address space", c->fn, c->count,
                    weft_dtype_name((weft_dtype_t)c->dtype));
     if (c->count == 0)
@@ -179,10 +185,34 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
     return st;
 }
 
+/* A call that moves nothing (count 0) still takes its number in the sequence it belongs
+ * to, as the engine's calls do: a peer that made the call with a count then meets this
+ * rank's next call as a mismatch instead of taking it for this one (and computing with
+ * its data). p2p calls take the number of their direction(s). (A call refused with
+ * INVALID_ARG takes none: it did not happen, as in NCCL; weft.h says so.) */
+static void skip_seq(weft_comm_t *comm, const call_t *c)
+{
+    int entered = comm_enter(comm);
+    int n = comm->nranks, dst = c->root, src = c->coll == COLL_SENDRECV ? c->peer2 : c->root;
+    if (c->coll == COLL_SEND || c->coll == COLL_SENDRECV) {
+        if (dst >= 0 && dst < n && dst != comm->rank)
+            comm->p2p_tx[dst]++;
+    }
+    if (c->coll == COLL_RECV || c->coll == COLL_SENDRECV) {
+        if (src >= 0 && src < n && src != comm->rank)
+            comm->p2p_rx[src]++;
+    }
+    if (c->coll != COLL_SEND && c->coll != COLL_RECV && c->coll != COLL_SENDRECV)
+        comm->seq++;
+    comm_leave(comm, entered);
+}
+
 static weft_status_t run_call(weft_comm_t *comm, call_t *c, weft_request_t **req_p)
 {
-    if (c->count == 0 && c->coll != COLL_BARRIER)
+    if (c->count == 0 && c->coll != COLL_BARRIER) {
+        skip_seq(comm, c);
         return done_request(comm, req_p);
+    }
     return submit(comm, c, req_p);
 }
 
@@ -364,9 +394,17 @@ weft_status_t weft_sendrecv(const void *sendbuf, size_t sendcount, int dst, void
             memcpy(recvbuf, sendbuf, sb);
         return WEFT_OK;
     }
-    if (sendcount == 0 && recvcount == 0)
-        return WEFT_OK;
-    if (sendcount == 0 || recvcount == 0) {   /* one direction only */
+    if (sendcount == 0 || recvcount == 0) {
+        /* a direction with nothing to move still takes its number (skip_seq), so that
+         * a peer that sends or expects bytes there meets a mismatch, not the next call */
+        call_t z = c;
+        z.coll = recvcount == 0 ? COLL_RECV : COLL_SEND;
+        z.root = recvcount == 0 ? src : dst;
+        if (sendcount == 0 && recvcount == 0)
+            z.coll = COLL_SENDRECV, z.root = dst;
+        skip_seq(comm, &z);
+        if (sendcount == 0 && recvcount == 0)
+            return WEFT_OK;
         return sendcount ? weft_send(sendbuf, sendcount, dtype, dst, comm)
                          : weft_recv(recvbuf, recvcount, dtype, src, comm);
     }

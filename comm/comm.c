@@ -11,6 +11,7 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -258,6 +259,10 @@ weft_status_t weft_comm_destroy(weft_comm_t *comm)
 {
     if (comm == NULL)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_destroy: comm is NULL");
+    /* an abort from another thread (a watchdog) may still be telling the peers: the call
+     * it ended returned as soon as it saw the flag, and its caller destroys at once */
+    while (__atomic_load_n(&comm->abort_busy, __ATOMIC_ACQUIRE) > 0)
+        sched_yield();
 #ifdef WEFT_HAVE_CUDA
     cuda_queue_free(comm);          /* runs what is queued on the GPU streams first */
 #endif
@@ -289,8 +294,12 @@ weft_status_t weft_comm_abort(weft_comm_t *comm)
 {
     if (comm == NULL)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_abort: comm is NULL");
+    /* counted before the flag: a call that sees the flag and returns, and a destroy
+     * that follows, find this abort in progress and wait for it */
+    __atomic_add_fetch(&comm->abort_busy, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
     fail_abort_peers(comm);     /* they see WEFT_ERR_PEER_LOST; a pending call here ends */
+    __atomic_sub_fetch(&comm->abort_busy, 1, __ATOMIC_ACQ_REL);
     return WEFT_OK;
 }
 

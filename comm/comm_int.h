@@ -155,6 +155,8 @@ struct weft_comm {
     void *cuda_q;            /* kernels/cuda/queue.c: the stream calls' queue and thread */
 
     int aborted;             /* set by weft_comm_abort from any thread: atomics only */
+    int abort_busy;          /* weft_comm_abort calls still touching the endpoints
+                              * (atomics): destroy waits for them */
 
     /* progress.c: the lock over the engine state, and the background thread */
     pthread_mutex_t lock;

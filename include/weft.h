@@ -7,11 +7,16 @@
  *   allreduce       in place when send == recv
  *   reduce_scatter  in place when send + rank*recvcount*size == recv
  *   allgather       in place when recv + rank*sendcount*size == send
- * count == 0 is legal and does nothing. WEFT_AVG sums, then divides by the number of
+ * count == 0 is legal and moves nothing, but is still a call: it takes its place in the
+ * communicator's sequence (so a peer that called with a count meets a mismatch, not this
+ * rank's next call). A call refused with WEFT_ERR_INVALID_ARG did not happen (as in
+ * NCCL): where the other ranks made it, they take this rank's next call for it, so a
+ * job goes on after a refusal only when every rank refused the same call. WEFT_AVG sums, then divides by the number of
  * ranks in the reduced type (integer types truncate toward zero).
  *
  * Threading: a communicator is used by one thread at a time, except weft_comm_abort,
- * which may be called from any thread. Its first nonblocking call may start one
+ * which may be called from any thread (weft_comm_destroy waits for an abort in
+ * progress; an abort must not start once destroy has). Its first nonblocking call may start one
  * progress thread of weft's own for it (WEFT_PROGRESS_THREAD, see below), which
  * weft_comm_destroy stops.
  */

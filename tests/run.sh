@@ -365,7 +365,7 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
             "$B/tests/test_fail" peer_exit
         run "test_fail abort -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
             "$B/tests/test_fail" abort
-        for f in count dtype op root root_other reduce_root coll; do
+        for f in count count0 dtype op root root_other reduce_root coll; do
             run "test_fail mismatch $f -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
                 "$B/tests/test_fail" mismatch "$f"
         done

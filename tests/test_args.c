@@ -414,6 +414,11 @@ static void check_overflow(ctx_t *c)
     OV("reduce_scatter count SIZE_MAX/2", weft_reduce_scatter(s, r, huge, f, WEFT_SUM, m));
     OV("allgather count SIZE_MAX/2", weft_allgather(s, r, huge, f, m));
     OV("broadcast count SIZE_MAX/2", weft_broadcast(s, r, huge, f, me, m));
+    /* count * size fits, beyond the bound: refused on a non-root too (it sends nothing,
+     * and used to accept what its root refused) */
+    if (P > 1)
+        OV("broadcast count SIZE_MAX/8 at a non-root",
+           weft_broadcast(s, r, SIZE_MAX / 8, f, next, m));
     OV("reduce count SIZE_MAX/2", weft_reduce(s, r, huge, f, WEFT_SUM, me, m));
     OV("alltoall count SIZE_MAX/2", weft_alltoall(s, r, huge, f, m));
     if (P > 1) {

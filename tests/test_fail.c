@@ -9,8 +9,9 @@
  * timeout       rank 1 stays silent for 4 s; rank 0 (WEFT_TIMEOUT=1) gets WEFT_ERR_TIMEOUT
  *               after about 1 s, naming rank 1, with the flight recorder printed
  * mismatch F    rank 1 calls something different in field F (count, dtype, op, root,
- *               coll, reduce_root); every rank gets WEFT_ERR_MISMATCH within 2 s with a
- *               message holding both calls' values of F, and no byte past any buffer
+ *               coll, reduce_root; count0: a count of 0, then the others' call); every
+ *               rank gets WEFT_ERR_MISMATCH within 2 s with a message holding both
+ *               calls' values of F (count0: the status only), and no byte past any buffer
  *               changes (root_other: rank 1 names rank 2 as the root; root_swap and
  *               reduce_root_swap, 2 ranks: each names the other, so neither is the
  *               root it is named by). With
@@ -18,7 +19,8 @@
  *               complete it (docs/FAILURES.md); its next call must then fail that way.
  * abort         rank 0 is blocked in a receive; another thread calls weft_comm_abort
  *               after 0.3 s: rank 0 gets WEFT_ERR_ABORTED, every other rank (blocked
- *               too) WEFT_ERR_PEER_LOST naming rank 0, within 2 s of the abort
+ *               too) WEFT_ERR_PEER_LOST naming rank 0, within 2 s of the abort (first,
+ *               each rank's count-0 all-reduce on an aborted 1-rank split fails ABORTED)
  * kill SEED F   rank SEED % N SIGKILLs itself at a random moment (0-0.4 s) of a loop of collectives of random sizes, after writing the time to
  *               file F; every survivor gets WEFT_ERR_PEER_LOST naming it within 2 s of
  *               that time (survivors ignore weftrun's SIGTERM for the 3 s grace period).
@@ -124,6 +126,12 @@ static int mismatch(weft_comm_t *c, int rank, const char *field, float *buf)
         needles[0] = "allreduce", needles[1] = "broadcast";
         st = odd ? weft_broadcast(buf, buf, cnt, WEFT_FLOAT32, 0, c)
                  : weft_allreduce(buf, buf, cnt, WEFT_FLOAT32, WEFT_SUM, c);
+    } else if (!strcmp(field, "count0")) {
+        /* rank 1's count 0 moves nothing but is a call: its next one (the same
+         * all-reduce with the count) must not be taken for the others' */
+        st = weft_allreduce(buf, buf, odd ? 0 : cnt, WEFT_FLOAT32, WEFT_SUM, c);
+        if (odd && st == WEFT_OK)
+            st = weft_allreduce(buf, buf, cnt, WEFT_FLOAT32, WEFT_SUM, c);
     } else {
         fprintf(stderr, "test_fail: unknown mismatch field %s\n", field);
         return 2;
@@ -173,6 +181,18 @@ static int abort_test(weft_comm_t *c, int rank, int nranks, float *buf)
     abort_arg_t a = { c, 0 };
     pthread_t th;
     int src = rank == 0 ? nranks - 1 : 0;
+    /* first, on a communicator of this rank alone: after an abort with no call running,
+     * every call fails, one that moves nothing included */
+    weft_comm_t *alone = NULL;
+    if (weft_comm_split(c, rank, 0, &alone) != WEFT_OK || alone == NULL)
+        return expect(rank, "split", WEFT_ERR_INTERNAL, WEFT_OK, NULL, 0, 1.0);
+    weft_comm_abort(alone);
+    int bad = expect(rank, "count-0 all-reduce on an aborted communicator",
+                     weft_allreduce(buf, buf, 0, WEFT_FLOAT32, WEFT_SUM, alone),
+                     WEFT_ERR_ABORTED, "aborted", 0, 1.0);
+    weft_comm_destroy(alone);
+    if (bad)
+        return bad;
     if (rank == 0 && pthread_create(&th, NULL, abort_later, &a) != 0)
         return 1;
     double t0 = now_s();
