@@ -46,6 +46,17 @@ two_ranks() {
     fi
 }
 
+# launched NAME FILE CMD...: a real launcher's 2-rank job must run and print its results.
+launched() {
+    local name=$1 f=$OUT/$2
+    shift 2
+    if clean_env "$@" >"$f" 2>&1 && grep -q "Avg bus bandwidth" "$f"; then
+        ok "$name"
+    else
+        bad "$name" "$f"
+    fi
+}
+
 p=$(port)
 two_ranks "torchrun variables (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)" \
     "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p" \
@@ -93,25 +104,17 @@ fi
 # 'get'": its IntFlag lookup of 0 finds nothing), so rank 0's stdout is teed instead.
 if /usr/bin/python3 -c "import torch.distributed.run" 2>/dev/null; then
     p=$(port)
-    if clean_env timeout 90 /usr/bin/python3 -m torch.distributed.run --nnodes=1 \
+    launched "torchrun --nproc_per_node=2 (its agent store on MASTER_PORT; weft on MASTER_PORT + 1)" \
+        torchrun timeout 90 /usr/bin/python3 -m torch.distributed.run --nnodes=1 \
         --nproc_per_node=2 --master_port="$p" --redirects 2 --tee 1 --no_python \
-        "$PERF" "${ARGS[@]}" \
-        >"$OUT/torchrun" 2>&1 && grep -q "Avg bus bandwidth" "$OUT/torchrun"; then
-        ok "torchrun --nproc_per_node=2 (its agent store on MASTER_PORT; weft on MASTER_PORT + 1)"
-    else
-        bad "torchrun --nproc_per_node=2" "$OUT/torchrun"
-    fi
+        "$PERF" "${ARGS[@]}"
 else
     echo "skip - torchrun (python3-torch) is not installed: the real torchrun is not tested"
 fi
 
 if command -v mpirun >/dev/null 2>&1; then
-    if clean_env timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$PERF" "${ARGS[@]}" \
-        >"$OUT/mpi" 2>&1 && grep -q "Avg bus bandwidth" "$OUT/mpi"; then
-        ok "Open MPI mpirun -np 2 (OMPI_COMM_WORLD_*, port from the job id)"
-    else
-        bad "Open MPI mpirun -np 2" "$OUT/mpi"
-    fi
+    launched "Open MPI mpirun -np 2 (OMPI_COMM_WORLD_*, port from the job id)" mpi \
+        timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$PERF" "${ARGS[@]}"
 else
     bad "Open MPI mpirun: not installed (make deps installs openmpi-bin)"
 fi
