@@ -123,6 +123,20 @@ static weft_status_t done_request(weft_comm_t *comm, weft_request_t **req_p)
     return WEFT_OK;
 }
 
+/* The call's place in its sequence: the collectives' one, or a p2p direction's (under
+ * the comm's lock). */
+static void number_call(weft_comm_t *comm, const sched_args_t *args, comm_op_t *op)
+{
+    if (args->coll == COLL_SEND || args->coll == COLL_SENDRECV)
+        op->seq_tx = comm->p2p_tx[args->root]++;
+    if (args->coll == COLL_RECV)
+        op->seq_rx = comm->p2p_rx[args->root]++;
+    if (args->coll == COLL_SENDRECV)
+        op->seq_rx = comm->p2p_rx[args->peer2]++;
+    if (args->coll != COLL_SEND && args->coll != COLL_RECV && args->coll != COLL_SENDRECV)
+        op->seq = comm->seq++;
+}
+
 weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *send,
                        void *recv, weft_request_t **req_p)
 {
@@ -145,14 +159,7 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
     if (req)
         op->error_msg = req->error_msg;
     int entered = comm_enter(comm);
-    if (args->coll == COLL_SEND || args->coll == COLL_SENDRECV)
-        op->seq_tx = comm->p2p_tx[args->root]++;
-    if (args->coll == COLL_RECV)
-        op->seq_rx = comm->p2p_rx[args->root]++;
-    if (args->coll == COLL_SENDRECV)
-        op->seq_rx = comm->p2p_rx[args->peer2]++;
-    if (args->coll != COLL_SEND && args->coll != COLL_RECV && args->coll != COLL_SENDRECV)
-        op->seq = comm->seq++;
+    number_call(comm, args, op);
     uint64_t now = time_ns_coarse();
     op->t_queued = comm->q_head == NULL ? now : 0;   /* first in line: starts right away */
     call_desc_t d;
@@ -188,22 +195,15 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
 /* A call that moves nothing (count 0) still takes its number in the sequence it belongs
  * to, as the engine's calls do: a peer that made the call with a count then meets this
  * rank's next call as a mismatch instead of taking it for this one (and computing with
- * its data). p2p calls take the number of their direction(s). (A call refused with
- * INVALID_ARG takes none: it did not happen, as in NCCL; weft.h says so.) */
+ * its data). (A call refused with INVALID_ARG takes none: it did not happen, as in NCCL;
+ * nor does a sendrecv's empty direction, which is how one-way exchanges are asked for:
+ * weft.h says so.) */
 static void skip_seq(weft_comm_t *comm, const call_t *c)
 {
+    sched_args_t a = { .coll = c->coll, .root = c->root, .peer2 = c->peer2 };
+    comm_op_t unused;
     int entered = comm_enter(comm);
-    int n = comm->nranks, dst = c->root, src = c->coll == COLL_SENDRECV ? c->peer2 : c->root;
-    if (c->coll == COLL_SEND || c->coll == COLL_SENDRECV) {
-        if (dst >= 0 && dst < n && dst != comm->rank)
-            comm->p2p_tx[dst]++;
-    }
-    if (c->coll == COLL_RECV || c->coll == COLL_SENDRECV) {
-        if (src >= 0 && src < n && src != comm->rank)
-            comm->p2p_rx[src]++;
-    }
-    if (c->coll != COLL_SEND && c->coll != COLL_RECV && c->coll != COLL_SENDRECV)
-        comm->seq++;
+    number_call(comm, &a, &unused);
     comm_leave(comm, entered);
 }
 
@@ -394,17 +394,11 @@ weft_status_t weft_sendrecv(const void *sendbuf, size_t sendcount, int dst, void
             memcpy(recvbuf, sendbuf, sb);
         return WEFT_OK;
     }
-    if (sendcount == 0 || recvcount == 0) {
-        /* a direction with nothing to move still takes its number (skip_seq), so that
-         * a peer that sends or expects bytes there meets a mismatch, not the next call */
-        call_t z = c;
-        z.coll = recvcount == 0 ? COLL_RECV : COLL_SEND;
-        z.root = recvcount == 0 ? src : dst;
-        if (sendcount == 0 && recvcount == 0)
-            z.coll = COLL_SENDRECV, z.root = dst;
-        skip_seq(comm, &z);
-        if (sendcount == 0 && recvcount == 0)
-            return WEFT_OK;
+    /* an empty direction is no direction (the NCCL shim's and the CUDA paths' one-way
+     * exchanges): it takes no number, unlike a count-0 weft_send or weft_recv */
+    if (sendcount == 0 && recvcount == 0)
+        return WEFT_OK;
+    if (sendcount == 0 || recvcount == 0) {   /* one direction only */
         return sendcount ? weft_send(sendbuf, sendcount, dtype, dst, comm)
                          : weft_recv(recvbuf, recvcount, dtype, src, comm);
     }

@@ -49,16 +49,26 @@ static const launcher_t launchers[] = {
     { "Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "SLURM_JOB_ID" },
 };
 
-/* A port from the job id, so all ranks of one job agree on it, among the ports no
- * bind(0) or outgoing connection takes (sock_fixed_ports; one that did made rank 0's
- * listen fail: "bind: Address already in use", seen in a test run). The ranks share the
- * host, so the range. */
-static int port_from_job(const char *jobid)
+/* The launcher's job (its job id, and under Slurm the step): 0 when it names none.
+ * Every rank of one job computes the same; the job-id port and the bootstrap's job tag
+ * are made from it. */
+static uint64_t job_hash(const launcher_t *l)
 {
-    const char *step = getenv("SLURM_STEP_ID");
+    const char *jobid = l->jobid ? getenv(l->jobid) : NULL, *step = getenv("SLURM_STEP_ID");
+    if (jobid == NULL || *jobid == '\0')
+        return 0;
     uint64_t h = hash_bytes(HASH_SEED, jobid, strlen(jobid));
-    if (step)
+    if (step && !strcmp(l->source, "Slurm"))
         h = hash_bytes(h, step, strlen(step));
+    return h;
+}
+
+/* A port from the job, so all ranks of one job agree on it, among the ports no bind(0)
+ * or outgoing connection takes (sock_fixed_ports; one that did made rank 0's listen
+ * fail: "bind: Address already in use", seen in a test run). The ranks share the host,
+ * so the range. */
+static int port_from_job(uint64_t h)
+{
     int lo, span;
     sock_fixed_ports(&lo, &span);
     return lo + (int)(h % (uint64_t)span);
@@ -87,12 +97,12 @@ static weft_status_t find_rendezvous(const launcher_t *l, launch_env_t *env)
         snprintf(env->rendezvous, sizeof(env->rendezvous), "%s:%s", maddr, mport);
         return WEFT_OK;
     }
-    const char *jobid = l->jobid ? getenv(l->jobid) : NULL;
+    uint64_t job = job_hash(l);
     int single_host = env->local_size == env->nranks ||
                       (getenv("SLURM_NNODES") && !strcmp(getenv("SLURM_NNODES"), "1"));
-    if (jobid && *jobid && single_host) {
+    if (job && single_host) {
         snprintf(env->rendezvous, sizeof(env->rendezvous), "127.0.0.1:%d",
-                 port_from_job(jobid));
+                 port_from_job(job));
         return WEFT_OK;
     }
     if (env->nranks == 1) {
@@ -127,13 +137,9 @@ weft_status_t env_detect(launch_env_t *env)
             env_int(l->local_rank, &env->local_rank);
         if (l->local_size)
             env_int(l->local_size, &env->local_size);
-        const char *jobid = l->jobid ? getenv(l->jobid) : NULL, *step = getenv("SLURM_STEP_ID");
-        if (jobid && *jobid) {      /* two jobs that meet at one port never mix */
-            uint64_t h = hash_bytes(HASH_SEED, jobid, strlen(jobid));
-            if (step && !strcmp(l->source, "Slurm"))
-                h = hash_bytes(h, step, strlen(step));
-            env->job_tag = (uint32_t)(h ^ (h >> 32)) | 1u;
-        }
+        uint64_t job = job_hash(l);
+        if (job)                    /* two jobs that meet at one port never mix */
+            env->job_tag = (uint32_t)(job ^ (job >> 32)) | 1u;
         return find_rendezvous(l, env);
     }
     return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: no launcher environment found "

@@ -9,7 +9,7 @@
  *   allgather       in place when recv + rank*sendcount*size == send
  * count == 0 is legal and moves nothing, but is still a call: it takes its place in the
  * communicator's sequence (so a peer that called with a count meets a mismatch, not this
- * rank's next call). A call refused with WEFT_ERR_INVALID_ARG did not happen (as in
+ * rank's next call); in weft_sendrecv a direction of count 0 is no direction at all. A call refused with WEFT_ERR_INVALID_ARG did not happen (as in
  * NCCL): where the other ranks made it, they take this rank's next call for it, so a
  * job goes on after a refusal only when every rank refused the same call. WEFT_AVG sums, then divides by the number of
  * ranks in the reduced type (integer types truncate toward zero).

@@ -360,9 +360,7 @@ static ncclResult_t premul_input(const gop_t *g, const void **send, int *on_dev)
     ncclComm_t c = g->comm;
     size_t esz = weft_dtype_size(g->dtype);
     size_t mult = g->kind == G_REDUCE_SCATTER ? (size_t)c->nranks : 1;
-    if (g->count > SIZE_MAX / 4 / esz / mult)
-        return fail(ncclInvalidArgument, "PreMulSum: count %zu is too large", g->count);
-    size_t n = g->count * mult, bytes = n * esz;
+    size_t n = g->count * mult, bytes = n * esz;    /* bounded by coll() */
     *on_dev = 0;
     if (n == 0)
         return ncclSuccess;
@@ -442,8 +440,9 @@ static ncclResult_t run_one(const gop_t *g)
     if (g->pm.used) {
         ncclResult_t r = premul_input(g, &send, &on_dev);
         if (r != ncclSuccess) {
-            /* the peers are in (or entering) this collective and would wait for this
-             * rank until WEFT_TIMEOUT: the abort tells them now */
+            /* (a CUDA or memory failure: arguments were checked in coll()) the peers are
+             * in, or entering, this collective and would wait for this rank until
+             * WEFT_TIMEOUT: the abort tells them now */
             weft_comm_abort(c->w);
             if (c->async == ncclSuccess)
                 c->async = r;
@@ -993,6 +992,9 @@ static ncclResult_t coll(const char *fn, gkind_t kind, const void *send, void *r
     /* the PreMulSum path reads send itself (weft's calls check their own buffers) */
     if (g.pm.used && count > 0 && send == NULL)
         return fail(ncclInvalidArgument, "%s: sendbuff is NULL", fn);
+    if (g.pm.used && count > SIZE_MAX / 4 / weft_dtype_size(g.dtype) /
+                                 (kind == G_REDUCE_SCATTER ? (size_t)comm->nranks : 1))
+        return fail(ncclInvalidArgument, "%s: count %zu is too large", fn, count);
     if ((r = need_gpu(fn)) != ncclSuccess)
         return r;
     if (kind == G_SEND || kind == G_RECV) {

@@ -110,7 +110,11 @@ rc=$?
 check "$([ $rc != 0 ] && ! cmp -s "$MF" "$TMP/manifest.keep" &&
          grep -q 'does not match its manifest_hash' "$TMP/b4.out" && echo 0 || echo 1)" \
     "a manifest whose loader_cursor was edited is refused (exit $rc): $(grep -m1 -o 'checkpoint .*manifest.*' "$TMP/b4.out" | cut -c1-140)"
-cp "$TMP/manifest.keep" "$MF"
+sed '/^manifest_hash/a loader_cursor 3' "$TMP/manifest.keep" >"$MF"
+timeout 60 "$TRAIN" $ONE --steps 7 --ckpt-dir "$CK" --resume >"$TMP/b4b.out" 2>&1
+rc=$?
+check "$([ $rc != 0 ] && grep -q 'does not match its manifest_hash' "$TMP/b4b.out" && echo 0 || echo 1)" \
+    "a manifest with a loader_cursor line added after its manifest_hash is refused (exit $rc)"
 grep -v '^manifest_hash' "$TMP/manifest.keep" >"$MF"
 timeout 60 "$TRAIN" $ONE --steps 7 --ckpt-dir "$CK" --resume >"$TMP/b5.out" 2>&1
 rc=$?

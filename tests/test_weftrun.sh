@@ -187,9 +187,27 @@ case_tag_stalled() {
     wait "$holder" 2>/dev/null
     if [ $rc -ne 124 ] || [ $((t1 - t0)) -gt 10000 ]; then
         fail "tag output, stalled reader" "exit $rc after $((t1 - t0)) ms (want 124 within 10 s): $(cat "$T/stall.err")"
+        return
     elif ! grep -q 'bytes of the ranks. stdout were not written' "$T/stall.err"; then
         fail "tag output, stalled reader" "no word of the unwritten output: $(cat "$T/stall.err")"
-    else ok "tag output into an unread pipe: --timeout 2 stops the job in $((t1 - t0)) ms, the unwritten output said"; fi
+        return
+    fi
+    # the ranks done, their output still queued for the unread pipe: SIGTERM ends weftrun
+    local pid
+    sleep "$m" <"$T/stall" &
+    holder=$!
+    "$W" --tag-output -n 2 sh -c 'yes | head -c 1000000' >"$T/stall" 2>"$T/stall2.err" &
+    pid=$!
+    sleep 1
+    t0=$(now_ms)
+    kill -TERM "$pid"
+    wait_bounded "$pid" 10
+    t1=$(now_ms)
+    kill "$holder" 2>/dev/null
+    wait "$holder" 2>/dev/null
+    if [ "$RC" = 999 ] || [ $((t1 - t0)) -gt 6000 ]; then
+        fail "tag output, stalled reader" "after the ranks ended, SIGTERM: exit $RC after $((t1 - t0)) ms (want within 6 s)"
+    else ok "tag output into an unread pipe: --timeout 2 stops the job in about 4 s, and SIGTERM once the ranks are done; the unwritten output said"; fi
 }
 
 # (d) --tag-output: "[R] " on each line, on the stream it was written to

@@ -835,19 +835,23 @@ static void run_loop(job_t *job)
     }
 }
 
-/* After the last rank: the queued output, waiting for the reader as long as it takes,
- * 2 s at most when the job was stopped (a timeout or a signal: the reader may be what
- * stalled); what could not be written is said on stderr. */
+/* After the last rank: the queued output, waiting for the reader while the job's
+ * --timeout has not passed and no signal came (they are still read, from the signalfd,
+ * every 100 ms), then 2 s at most (the reader may be what stalled); what could not be
+ * written is said on stderr. */
 static void out_finish(job_t *job)
 {
-    int stopped = job->cause == CAUSE_TIMEOUT || job->cause == CAUSE_SIGNAL;
-    uint64_t end = time_ns() + 2000000000ull;
+    uint64_t end = 0;
     for (int fd = 1; fd <= 2; fd++) {
         while (job->q[fd].len > 0 && !job->broken[fd]) {
+            read_signals(job);
             uint64_t now = time_ns();
-            if (stopped && now >= end)
+            if (!end && (job->cause == CAUSE_TIMEOUT || job->cause == CAUSE_SIGNAL ||
+                         (job->deadline_ns && now >= job->deadline_ns)))
+                end = now + 2000000000ull;
+            if (end && now >= end)
                 break;
-            out_drain(job, fd, stopped ? (int)((end - now) / 1000000 + 1) : -1);
+            out_drain(job, fd, end ? (int)WEFT_MIN((end - now) / 1000000 + 1, 100) : 100);
         }
         uint64_t lost = job->q[fd].dropped + job->q[fd].len;
         if (lost > 0)

@@ -149,10 +149,19 @@ weft_status_t train_checkpoint_write(const train_gpt2_t *m, const char *path)
         *slash = '\0';
     else
         snprintf(dir, sizeof(dir), ".");
-    int dfd = open(dir, O_RDONLY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
+    return train_fsync_path(dir);
+}
+
+weft_status_t train_fsync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: fsync failed: %s", path,
+                                strerror(e));
     }
+    close(fd);
     return WEFT_OK;
 }

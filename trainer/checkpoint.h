@@ -10,5 +10,7 @@
 weft_status_t train_checkpoint_read(train_gpt2_t **model_p, const char *path);
 /* Writes the model's config and parameters (atomically, via FILE.tmp). */
 weft_status_t train_checkpoint_write(const train_gpt2_t *model, const char *path);
+/* fsync of a file or directory (a rename is durable once its directory is synced). */
+weft_status_t train_fsync_path(const char *path);
 
 #endif

@@ -40,8 +40,9 @@
 #include "train_int.h"
 #include "util.h"
 
-/* 2: a manifest_hash line (FNV-1a of everything before it) ahead of "end", and every
- * progress and data-stream line required; 1 (weft before 2026-11-26) is still read */
+/* 2: a manifest_hash line (FNV-1a of everything before it) ahead of "end", nothing else
+ * after it, and every progress and data-stream line required; 1 (weft before 2026-11-26,
+ * without that protection) is still read */
 #define MANIFEST_FORMAT 2
 
 /* ---- every rank's status, shared ---- */
@@ -76,20 +77,6 @@ static weft_status_t share(train_dist_t *d, weft_status_t st, rank_report_t *min
 
 /* ---- files and directories ---- */
 
-static weft_status_t fsync_path(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: fsync failed: %s", path,
-                                strerror(e));
-    }
-    close(fd);
-    return WEFT_OK;
-}
-
 /* path's content becomes text, or stays what it was: tmp, fsync, rename, fsync dir */
 static weft_status_t write_text(const char *dir, const char *name, const char *text)
 {
@@ -108,7 +95,7 @@ static weft_status_t write_text(const char *dir, const char *name, const char *t
         return weft_error_quiet(WEFT_ERR_SYSTEM, "checkpoint %s: write failed: %s", path,
                                 strerror(e));
     }
-    return fsync_path(dir);
+    return train_fsync_path(dir);
 }
 
 /* removes a checkpoint directory (its files, then itself) */
@@ -329,13 +316,17 @@ static weft_status_t manifest_read(const char *path, manifest_t *mf)
         size_t x, y;
         unsigned long long bb, hh;
         char name[64];
-        if (sscanf(line, "manifest_hash %llx", &hh) == 1 && !hashed) {
+        if (hashed && strcmp(line, "end\n") != 0) {
+            mf->have &= ~MF_HASH_OK;    /* nothing but "end" may follow the hash */
+            continue;
+        }
+        if (sscanf(line, "manifest_hash %llx", &hh) == 1) {
             hashed = 1;
             if (hh == sum)
                 mf->have |= MF_HASH_OK;
+            continue;
         }
-        if (!hashed)
-            sum = hash_bytes(sum, line, strlen(line));
+        sum = hash_bytes(sum, line, strlen(line));
         if (sscanf(line, "weft-checkpoint %d", &a) == 1) mf->format = a;
         else if (sscanf(line, "step %lld", &v) == 1) mf->step = v, mf->have |= MF_STEP;
         else if (sscanf(line, "tokens %lld", &v) == 1) mf->tokens = v, mf->have |= MF_TOKENS;
@@ -483,7 +474,7 @@ weft_status_t train_ckpt_save(const char *dir, int keep, train_gpt2_t *m, train_
         if (st == WEFT_OK)
             st = install_dir(tmp, final, old, sizeof(old), &have_old);
         if (st == WEFT_OK)
-            st = fsync_path(dir);
+            st = train_fsync_path(dir);
         if (st == WEFT_OK) {
             char text2[80];
             snprintf(text2, sizeof(text2), "%s\n", name);

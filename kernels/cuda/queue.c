@@ -138,15 +138,16 @@ static void set_flag(volatile uint32_t *f, uint32_t v)
     __atomic_store_n(f, v, __ATOMIC_SEQ_CST);
 }
 
-/* Waits until the stream wrote kdone >= seq (or the queue is stopping: an abort or
- * destroy must not wait on a stream that never gets there); polls, sleeping more as it
- * waits, and says so every 10 s. */
-static void wait_kdone(queue_t *q, uint32_t seq)
+/* Waits until the stream wrote kdone >= seq (or the communicator was aborted: an abort
+ * must not wait on a stream that may never get there; an orderly destroy does wait, as
+ * the kernels still use the peers' buffers); polls, sleeping more as it waits, and says
+ * so every 10 s. */
+static void wait_kdone(queue_t *q, const weft_comm_t *comm, uint32_t seq)
 {
     unsigned spins = 0;
     time_t warned = time(NULL);
     while ((int32_t)(__atomic_load_n(&q->sh->kdone, __ATOMIC_ACQUIRE) - seq) < 0 &&
-           !__atomic_load_n(&q->stop, __ATOMIC_ACQUIRE)) {
+           !comm_is_aborted(comm)) {
         if (++spins < 200)
             sched_yield();
         else
@@ -210,7 +211,7 @@ static void run_job(queue_t *q, weft_comm_t *comm, q_job_t *j)
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     set_flag(&q->sh->go, j->seq);
     if (j->nshare > 0 && j->kdone_on)
-        wait_kdone(q, j->seq);  /* and the slot's work must not change under a kernel */
+        wait_kdone(q, comm, j->seq);  /* and the slot's work must not change under a kernel */
     int32_t bad = st != WEFT_OK, any = 0;
     s2 = weft_allreduce(&bad, &any, 1, WEFT_INT32, WEFT_MAX, q->hc);
     if (st == WEFT_OK && s2 != WEFT_OK)
@@ -225,7 +226,7 @@ out:
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         set_flag(&q->sh->go, j->seq);
         if (j->nshare > 0 && j->kdone_on)   /* else the stream never writes it */
-            wait_kdone(q, j->seq);
+            wait_kdone(q, comm, j->seq);
     }
     if (st != WEFT_OK)
         q_fail(q, st);
@@ -478,7 +479,7 @@ void cuda_queue_free(weft_comm_t *comm)
         return;
     }
     pthread_mutex_lock(&q->lock);
-    __atomic_store_n(&q->stop, 1, __ATOMIC_RELEASE);   /* wait_kdone reads it unlocked */
+    q->stop = 1;
     pthread_cond_broadcast(&q->cv);
     pthread_mutex_unlock(&q->lock);
     if (q->thread_on)
