@@ -129,14 +129,14 @@ else
 fi
 
 # two_fail NAME GREP VARS_FOR_RANK_0 VARS_FOR_RANK_1: a 2-rank job that must fail on both
-# ranks within WEFT_TIMEOUT=3 (not by `timeout`), in under 20 s, with GREP (an extended
+# ranks within WEFT_TIMEOUT=2 (not by `timeout`), in under 20 s, with GREP (an extended
 # regex; empty: none) in rank 0's or rank 1's output.
 two_fail() {
     local name=$1 want=$2 v0=$3 v1=$4 rc0 rc1 t0 t1
     t0=$(date +%s)
-    clean_env WEFT_TIMEOUT=3 $v0 timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/f0" 2>&1 &
+    clean_env WEFT_TIMEOUT=2 $v0 timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/f0" 2>&1 &
     local p0=$!
-    clean_env WEFT_TIMEOUT=3 $v1 timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/f1" 2>&1 &
+    clean_env WEFT_TIMEOUT=2 $v1 timeout 30 "$PERF" "${ARGS[@]}" >"$OUT/f1" 2>&1 &
     local p1=$!
     wait $p0; rc0=$?
     wait $p1; rc1=$?

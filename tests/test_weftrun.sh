@@ -180,7 +180,7 @@ case_tag_stalled() {
     sleep "$m" <"$T/stall" &   # holds the read end, never reads
     holder=$!
     t0=$(now_ms)
-    timeout 30 "$W" --tag-output --timeout 2 -n 2 yes >"$T/stall" 2>"$T/stall.err"
+    timeout 30 "$W" --tag-output --timeout 1 -n 2 yes >"$T/stall" 2>"$T/stall.err"
     rc=$?
     t1=$(now_ms)
     kill "$holder" 2>/dev/null
@@ -198,7 +198,7 @@ case_tag_stalled() {
     holder=$!
     "$W" --tag-output -n 2 sh -c 'yes | head -c 1000000' >"$T/stall" 2>"$T/stall2.err" &
     pid=$!
-    sleep 1
+    sleep 0.5
     t0=$(now_ms)
     kill -TERM "$pid"
     wait_bounded "$pid" 10
@@ -207,7 +207,7 @@ case_tag_stalled() {
     wait "$holder" 2>/dev/null
     if [ "$RC" = 999 ] || [ $((t1 - t0)) -gt 6000 ]; then
         fail "tag output, stalled reader" "after the ranks ended, SIGTERM: exit $RC after $((t1 - t0)) ms (want within 6 s)"
-    else ok "tag output into an unread pipe: --timeout 2 stops the job in about 4 s, and SIGTERM once the ranks are done; the unwritten output said"; fi
+    else ok "tag output into an unread pipe: --timeout 1 stops the job in about 3 s, and SIGTERM once the ranks are done; the unwritten output said"; fi
 }
 
 # (d) --tag-output: "[R] " on each line, on the stream it was written to
