@@ -223,9 +223,10 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
                              st == WEFT_OK && local_slow(comm, &ratio),
                              st == WEFT_OK && local_net(comm) };
     int all_ok = 1, cma = 1, cma_min_k = mine.cma_min_k, blocks = 1, slow = 0, net = 0;
-    /* this rank's own failure is the one to report: the barrier after it may fail too
-     * (a connect that took the whole timeout leaves the bootstrap's deadline spent), and
-     * its message would name rank 0 instead of the connection that failed */
+    /* which failure to report: the barrier's when rank 0 said who was lost (this rank's
+     * own connect error is then mostly a consequence, "connection reset"), else this
+     * rank's own (a connect that took the whole timeout leaves the bootstrap's deadline
+     * spent, and the barrier's timeout would name rank 0 instead of the connection) */
     char why[512] = "";
     if (st != WEFT_OK)
         snprintf(why, sizeof(why), "%s", weft_last_error());
@@ -243,9 +244,10 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
         cma_min_k = all[p].cma_min_k && cma_min_k ? WEFT_MAX(cma_min_k, all[p].cma_min_k) : 0;
     }
     free(all);
+    if (xs != WEFT_OK && (st == WEFT_OK || xs != WEFT_ERR_TIMEOUT))
+        return xs;
     if (st != WEFT_OK)
         return weft_error_quiet(st, "%s", why);
-    RETURN_IF_ERR(xs);
     if (!all_ok)
         return weft_error(WEFT_ERR_PEER_LOST, "connect: another rank failed to connect");
     comm->cma_all = cma && comm->nranks > 1;
