@@ -117,6 +117,7 @@ SIM_RTT=${SIM_RTT:-1}
 SIM_RTT_SLACK=${SIM_RTT_SLACK:-1.5}
 SIM_FAR_TRIES=${SIM_FAR_TRIES:-10}
 SIM_RTT_LOW=
+SIM_RTT_LAST=
 SIM_FAR_REPEATED=0
 SIM_FAR_KEPT=0
 
@@ -131,6 +132,7 @@ sim_near() {
         t=$("$B/bin/core_rtt" -q -r 3 -n 5000 2>/dev/null) || return 0
         if [ -z "$SIM_RTT_LOW" ] || [ "$t" -lt "$SIM_RTT_LOW" ]; then SIM_RTT_LOW=$t; fi
     done
+    SIM_RTT_LAST=$t
     awk -v t="$t" -v low="$SIM_RTT_LOW" -v k="$SIM_RTT_SLACK" 'BEGIN { exit !(t <= low * k + 20) }'
 }
 
@@ -155,10 +157,19 @@ sim_median() {
     : >"$tables"
     for ((i = 0; i < r; i++)); do
         for ((try = 1; ; try++)); do
-            local near=1
+            local near=1 rtt0 t0=$SECONDS what=
             sim_near || near=
+            rtt0=${SIM_RTT_LAST:--}
             "$@" >"$SIM_TMP/launch" || return 1
             sim_near || near=
+            if [ -z "$near" ]; then
+                what="; far: repeated"
+                if [ "$try" -ge "$SIM_FAR_TRIES" ]; then what="; far: kept (tries ran out)"; fi
+            fi
+            # progress on stderr, so that a long run shows where its time goes
+            echo "$(basename "$0"): $1 $2 ${3:-}, launch $((i + 1)) of $r, try $try:" \
+                 "$((SECONDS - t0)) s; cores' round trip before/after $rtt0/${SIM_RTT_LAST:--} ns" \
+                 "(lowest ${SIM_RTT_LOW:--})$what" >&2
             if [ -n "$near" ]; then break; fi
             if [ "$try" -ge "$SIM_FAR_TRIES" ]; then
                 SIM_FAR_KEPT=$((SIM_FAR_KEPT + 1))

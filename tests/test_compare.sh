@@ -178,12 +178,18 @@ for tries in 10 1; do
     # (not in a pipeline: sim_median's counters must reach the echo)
     got=$(cd "$OUT" && BUILD=$OUT/fakeb SIM_FAR_TRIES=$tries && export FAKE_RTT_N=$OUT/rn &&
           . "$OLDPWD/bench/sim_lib.sh" && sim_median 3 "$OUT/tables" "$fake" "$OUT/n" \
-          >"$OUT/med" && tr '\n' ' ' <"$OUT/med" &&
+          >"$OUT/med" 2>"$OUT/prog" && tr '\n' ' ' <"$OUT/med" &&
           echo "$SIM_FAR_REPEATED $SIM_FAR_KEPT $SIM_RTT_LOW"; rm -rf "$SIM_TMP")
     want="8 30 64 5 1 0 80"
     [ $tries = 1 ] && want="8 20 64 7 0 1 80"
     if [ "$got" = "$want" ]; then ok "sim_median, SIM_FAR_TRIES=$tries: far launch handled ($got)"
     else bad "sim_median, SIM_FAR_TRIES=$tries: gave '$got', want '$want'"; fi
+    # its progress lines: one per launch, the far one named with what became of it
+    want="far: repeated"; [ $tries = 1 ] && want="far: kept (tries ran out)"
+    nl=$(grep -c "launch [0-9] of 3, try [0-9]*: [0-9]* s; cores' round trip before/after" "$OUT/prog")
+    if [ "$nl" = $((tries > 1 ? 4 : 3)) ] && [ "$(grep -c "80/400 ns (lowest 80); $want" "$OUT/prog")" = 1 ]
+    then ok "sim_median, SIM_FAR_TRIES=$tries: a progress line per launch, the far one '$want'"
+    else bad "sim_median, SIM_FAR_TRIES=$tries: progress lines:"; cat "$OUT/prog"; fi
 done
 
 # 7b. sim_net's pinning (sim_host_cpus): each namespace host gets its own half of the
