@@ -106,7 +106,7 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
     if (st != WEFT_OK)
         goto fail;
     comm_set_id(c, id);
-    GOTO_IF_ERR(connect_all(c, bootstrap_exchange, bootstrap_watch, bs), st, fail);
+    GOTO_IF_ERR(connect_all(c, bootstrap_exchange, bootstrap_watch, NULL, bs), st, fail);
     bootstrap_close(bs);
     bs = NULL;
     GOTO_IF_ERR(comm_bind(c), st, fail);
@@ -144,9 +144,11 @@ typedef struct {
     weft_comm_t *parent;
     int *members;      /* parent ranks of the new communicator, in new-rank order */
     int n;             /* 0 for a rank that only helps (color < 0) */
+    uint32_t split_no; /* the parent's count of splits before this one */
 } split_ctx_t;
 
-/* exchange_fn_t over the parent: all parent ranks take part; each keeps its group's. */
+/* exchange_fn_t over the parent: all parent ranks take part; each keeps its group's
+ * (all NULL: keeps nothing). */
 static weft_status_t split_exchange(void *vctx, const void *mine, void *all, size_t len)
 {
     split_ctx_t *x = vctx;
@@ -155,10 +157,55 @@ static weft_status_t split_exchange(void *vctx, const void *mine, void *all, siz
     if (every == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "comm_split: out of memory");
     weft_status_t st = weft_allgather(mine, every, len, WEFT_UINT8, p);
-    for (int i = 0; st == WEFT_OK && i < x->n; i++)
+    for (int i = 0; st == WEFT_OK && all != NULL && i < x->n; i++)
         memcpy((char *)all + (size_t)i * len, every + (size_t)x->members[i] * len, len);
     free(every);
     return st;
+}
+
+/* connect_all's watch: while this rank waits for a member to connect, the members'
+ * states on the parent's endpoints say whether one is gone (it would never connect, and
+ * the wait would last WEFT_TIMEOUT) or could not connect this split (split_failed). */
+static weft_status_t split_watch(void *vctx)
+{
+    split_ctx_t *x = vctx;
+    weft_comm_t *p = x->parent;
+    weft_status_t st = WEFT_OK;
+    int entered = comm_enter(p);
+    for (int i = 0; st == WEFT_OK && i < x->n; i++) {
+        int r = x->members[i];
+        tp_ep_t *ep = r == p->rank ? NULL : p->eps[r];
+        if (ep == NULL)
+            continue;
+        tp_state_t s;
+        weft_status_t ps = ep->ops->peer_state(ep, &s);
+        if (s.kind == TP_STATE_SPLIT_FAILED && (uint32_t)s.other == x->split_no)
+            st = weft_error(WEFT_ERR_PEER_LOST, "comm_split: rank %d of the parent could not "
+                            "connect the new communicator (%s; its own error says why)", r,
+                            weft_status_str(s.status));
+        else if (ps < 0)
+            st = weft_error(WEFT_ERR_PEER_LOST, "comm_split: rank %d of the parent was lost "
+                            "while the new communicator connected: %s", r, weft_last_error());
+    }
+    comm_leave(p, entered);
+    return st;
+}
+
+/* connect_all's failed: tells the members that this rank will not connect (its state on
+ * the parent's endpoints), and holds back the parent's WAITING posts, which would
+ * replace that state, until the split is over. */
+static void split_failed(void *vctx, weft_status_t why)
+{
+    split_ctx_t *x = vctx;
+    weft_comm_t *p = x->parent;
+    tp_state_t s = { .kind = TP_STATE_SPLIT_FAILED, .status = why, .origin = p->rank,
+                     .other = (int32_t)x->split_no };
+    int entered = comm_enter(p);
+    __atomic_store_n(&p->hold_state, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < x->n; i++)
+        if (x->members[i] != p->rank && p->eps[x->members[i]])
+            p->eps[x->members[i]]->ops->post_state(p->eps[x->members[i]], &s);
+    comm_leave(p, entered);
 }
 
 typedef struct { int color, key, rank; } split_entry_t;
@@ -197,23 +244,37 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
             newrank = i;
     }
     uint32_t split_no = comm->nsplits++;
-    split_ctx_t x = { comm, members, m };
-    if (mine[0] < 0) {
-        /* take part in the exchanges connect_all makes, with nothing to connect */
+    split_ctx_t x = { comm, members, m, split_no };
+    if (mine[0] >= 0)
+        st = comm_alloc(newrank, m, &comm->cfg, &c);
+    if (mine[0] < 0 || st != WEFT_OK) {
+        /* take part in the exchanges connect_all makes, with nothing to connect: a rank
+         * left out, or a member that could not allocate its communicator, which says so
+         * (setup_failed), so that no member waits for it */
+        char why[512];
+        snprintf(why, sizeof(why), "%s", st != WEFT_OK ? weft_last_error() : "");
         peer_info_t dummy;
         connect_agree_t flags = { 0 };
         memset(&dummy, 0, sizeof(dummy));
-        GOTO_IF_ERR(split_exchange(&x, &dummy, NULL, sizeof(dummy)), st, out);
-        GOTO_IF_ERR(split_exchange(&x, &flags, NULL, sizeof(flags)), st, out);
-        *comm_p = NULL;
+        dummy.rank = (uint32_t)newrank;
+        dummy.setup_failed = st != WEFT_OK;
+        weft_status_t xs = split_exchange(&x, &dummy, NULL, sizeof(dummy));
+        if (xs == WEFT_OK)
+            xs = split_exchange(&x, &flags, NULL, sizeof(flags));
+        if (st != WEFT_OK)
+            st = weft_error_quiet(st, "%s", why);
+        else
+            st = xs;
+        if (st == WEFT_OK)
+            *comm_p = NULL;
         goto out;
     }
-    GOTO_IF_ERR(comm_alloc(newrank, m, &comm->cfg, &c), st, out);
     c->rdv_addr = comm->rdv_addr;
     uint64_t h = hash_bytes(HASH_SEED, &comm->id, sizeof(comm->id));
     h = hash_bytes(h, &split_no, sizeof(split_no));
     comm_set_id(c, hash_bytes(h, &mine[0], sizeof(mine[0])));
-    st = connect_all(c, split_exchange, NULL, &x);
+    st = connect_all(c, split_exchange, split_watch, split_failed, &x);
+    __atomic_store_n(&comm->hold_state, 0, __ATOMIC_RELAXED);
     if (st != WEFT_OK) {
         weft_comm_destroy(c);
         goto out;

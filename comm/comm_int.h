@@ -131,6 +131,8 @@ struct weft_comm {
     weft_status_t error;     /* first failure; the communicator is unusable after it */
     char error_msg[512];     /* ... and its message, repeated by later calls */
     tp_state_t fail;         /* what this rank posts to its peers about that failure */
+    int hold_state;          /* 1: calls post no WAITING state, which would replace a
+                                posted SPLIT_FAILED before the members read it (comm.c) */
     sched_meta_t meta_out;   /* the head op's buffer addresses, for single-copy peers */
     sched_meta_t *meta_in;   /* [nranks] the peers' */
     int cma_all;             /* every rank reaches every other with single-copy reads */
@@ -268,9 +270,14 @@ typedef struct connect_agree {
 /* WEFT_BIND (bind.c): binds this process by the topology, once, after its first
  * communicator knows its local rank; errors only for an explicit WEFT_BIND=cores:. */
 weft_status_t comm_bind(const weft_comm_t *c);
-/* watch (may be NULL) is asked every 50 ms of a connection wait whether to go on */
+/* watch (may be NULL) is asked every 50 ms of a connection wait whether to go on;
+ * failed (may be NULL) is told, before the closing barrier, that this rank's own setup
+ * or connections failed (not a watch's news), so that it can tell the ranks that may be
+ * waiting for it. A rank whose local setup fails says so in the address exchange
+ * (peer_info_t.setup_failed), and then no rank connects. */
 weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
-                          weft_status_t (*watch)(void *ctx), void *ctx);
+                          weft_status_t (*watch)(void *ctx),
+                          void (*failed)(void *ctx, weft_status_t st), void *ctx);
 void connect_close_all(weft_comm_t *comm);
 /* For transports that meet their peers on a listening socket (tcp's data connections,
  * ib's setup): accepts until an authenticated connection from a lower rank that

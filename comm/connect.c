@@ -201,19 +201,59 @@ static int local_rma(weft_comm_t *comm)
     return 1;
 }
 
+/* WEFT_OK unless a rank said in the address exchange that its setup failed: then no
+ * rank connects (it would wait for that one until WEFT_TIMEOUT). */
+static weft_status_t check_setups(const weft_comm_t *comm)
+{
+    for (int p = 0; p < comm->nranks; p++)
+        if (p != comm->rank && comm->peers[p].setup_failed)
+            return weft_error(WEFT_ERR_PEER_LOST, "connect: rank %d on %.64s could not set "
+                              "up its transports (its own error says why)", p,
+                              comm->peers[p].hostname);
+    return WEFT_OK;
+}
+
+/* connect_all's watch, noting whether it ended a wait (the failure is then another
+ * rank's, which that rank knows). */
+typedef struct {
+    weft_status_t (*fn)(void *ctx);
+    void *ctx;
+    int said;
+} watch_rec_t;
+
+static weft_status_t watched(void *vrec)
+{
+    watch_rec_t *w = vrec;
+    weft_status_t st = w->fn(w->ctx);
+    if (st != WEFT_OK)
+        w->said = 1;
+    return st;
+}
+
 weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
-                          weft_status_t (*watch)(void *ctx), void *ctx)
+                          weft_status_t (*watch)(void *ctx),
+                          void (*failed)(void *ctx, weft_status_t st), void *ctx)
 {
     peer_info_t self;
     enable_transports(comm);
     weft_status_t st = local_setup(comm, &self);
+    self.setup_failed = st != WEFT_OK;
     RETURN_IF_ERR(exchange(ctx, &self, comm->peers, sizeof(self)));
     compute_local(comm);
+    int others = 0;     /* the failure is another rank's: it knows, nobody waits for us */
     if (st == WEFT_OK) {
-        comm->setup_watch = (sock_watch_t){ watch, ctx };
+        st = check_setups(comm);
+        others = st != WEFT_OK;
+    }
+    if (st == WEFT_OK) {
+        watch_rec_t rec = { watch, ctx, 0 };
+        comm->setup_watch = (sock_watch_t){ watch ? watched : NULL, &rec };
         st = connect_peers(comm);
         comm->setup_watch = (sock_watch_t){ NULL, NULL };
+        others = st != WEFT_OK && rec.said;
     }
+    if (st != WEFT_OK && !others && failed)
+        failed(ctx, st);
     /* barrier, which also agrees on what every rank can do: nobody drops names before
      * everyone has connected, and single copy is used only if all ranks have it */
     double ratio = 0;
@@ -222,7 +262,7 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
                              st == WEFT_OK && local_blocks(comm),
                              st == WEFT_OK && local_slow(comm, &ratio),
                              st == WEFT_OK && local_net(comm) };
-    int all_ok = 1, cma = 1, cma_min_k = mine.cma_min_k, blocks = 1, slow = 0, net = 0;
+    int all_ok = 1, first_bad = -1, cma = 1, cma_min_k = mine.cma_min_k, blocks = 1, slow = 0, net = 0;
     /* which failure to report: the barrier's when rank 0 said who was lost (this rank's
      * own connect error is then mostly a consequence, "connection reset"), else this
      * rank's own (a connect that took the whole timeout leaves the bootstrap's deadline
@@ -237,6 +277,8 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
     weft_status_t xs = exchange(ctx, &mine, all, sizeof(mine));
     for (int p = 0; xs == WEFT_OK && p < comm->nranks; p++) {
         all_ok &= all[p].ok;
+        if (!all[p].ok && first_bad < 0)
+            first_bad = p;
         cma &= all[p].rma;
         blocks &= all[p].blocks;
         slow |= all[p].slow;
@@ -249,7 +291,8 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
     if (st != WEFT_OK)
         return weft_error_quiet(st, "%s", why);
     if (!all_ok)
-        return weft_error(WEFT_ERR_PEER_LOST, "connect: another rank failed to connect");
+        return weft_error(WEFT_ERR_PEER_LOST, "connect: rank %d failed to connect (its own "
+                          "error says why)", first_bad);
     comm->cma_all = cma && comm->nranks > 1;
     /* single copy by default only where no rank's reads are emulated over a network
      * (ucx held to tcp: the ring was 1.3-2x faster, docs/PERF.md) */

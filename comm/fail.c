@@ -164,7 +164,8 @@ weft_status_t fail_probe(weft_comm_t *comm, comm_op_t *op)
 {
     call_desc_t mine;
     engine_call_desc(op, &mine);
-    if (!op->posted_wait && time_ns() - op->t_start > WAIT_POST_NS) {
+    if (!op->posted_wait && !__atomic_load_n(&comm->hold_state, __ATOMIC_RELAXED) &&
+        time_ns() - op->t_start > WAIT_POST_NS) {
         tp_state_t s = { .kind = TP_STATE_WAITING, .origin = comm->rank, .other = -1,
                          .call = mine };
         post_all(comm, &s);

@@ -63,8 +63,10 @@ typedef struct call_desc {
 } call_desc_t;          /* 24 bytes */
 
 /* What a rank tells its peers about itself outside the data frames (comm/fail.c): the
- * call it has been waiting in for a while, or that its communicator failed and why. */
-enum { TP_STATE_NONE = 0, TP_STATE_WAITING = 1, TP_STATE_FAILED = 2 };
+ * call it has been waiting in for a while, or that its communicator failed and why;
+ * SPLIT_FAILED (comm.c): it could not connect the communicator of its split number
+ * `other` (status: why), so the members waiting for it stop. */
+enum { TP_STATE_NONE = 0, TP_STATE_WAITING = 1, TP_STATE_FAILED = 2, TP_STATE_SPLIT_FAILED = 3 };
 typedef struct tp_state {
     uint32_t kind;      /* TP_STATE_* */
     int32_t status;     /* FAILED: the weft_status_t */

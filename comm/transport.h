@@ -99,7 +99,8 @@ typedef struct peer_info {
     uint64_t host_id;           /* topo_host_id (WEFT_HOSTID): same value = same host */
     char hostname[64];
     uint32_t local_rank;        /* filled by the communicator after the exchange */
-    uint32_t pad;
+    uint32_t setup_failed;      /* 1: this rank could not set up (connect_all): nobody
+                                   waits for it, every rank fails at once */
     tp_addr_t addr[TP_MAX];     /* by registry slot (tp_slot) */
 } peer_info_t;
 

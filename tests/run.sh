@@ -409,6 +409,18 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
             run "test_fail peer_exit -n 4 hier" env -u WEFT_TRANSPORT WEFT_ALGO=hier \
                 "$WEFTRUN" -n 4 sh -c "$HOSTS_RR" "$B/tests/test_fail" peer_exit
         fi
+        # a split in which one rank cannot set up (no fd left), or (tcp) cannot connect:
+        # every rank fails at once, not after WEFT_TIMEOUT
+        if [ "$t" != ucx ]; then
+            run "test_fail split_fds 1 0 -n 3 $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=5 \
+                "$WEFTRUN" -n 3 "$B/tests/test_fail" split_fds 1 0
+        fi
+        if [ "$t" = tcp ]; then
+            for v in 0 2; do
+                run "test_fail split_fds $v 1 -n 3 tcp" env WEFT_TRANSPORT=tcp WEFT_TIMEOUT=5 \
+                    "$WEFTRUN" -n 3 "$B/tests/test_fail" split_fds $v 1
+            done
+        fi
         # (ucx: UCX's tcp transport listens while a communicator is up, by design)
         [ "$t" != ucx ] && run "test_fail leaks -n 3 $t" env WEFT_TRANSPORT=$t \
             "$WEFTRUN" -n 3 "$B/tests/test_fail" leaks

@@ -30,15 +30,31 @@
  *               rank first creates F.armed.RANK once it ignores SIGTERM
  * connect_kill S F  (tcp) like init_kill, but once the victim holds its first data
  *               connection: every survivor's init fails with PEER_LOST naming it in 2 s
+ * split_kill F  (tcp, 3 ranks) rank 0 SIGKILLs itself when the split of all ranks makes
+ *               it open its second data connection (to rank 2, which then waits to
+ *               accept it; this file's connect() stands in front of libc's to see it):
+ *               every survivor's split fails with PEER_LOST naming rank 0 within 2 s, not
+ *               after WEFT_TIMEOUT (the split watches its members on the parent)
+ * split_fds V K rank V lowers its fd limit so that only K more descriptors open, then all
+ *               ranks split: K 0, its local setup fails and says so in the address
+ *               exchange; K 1 (tcp), its listener opens but its first connection does not,
+ *               and it tells the members on the parent. Either way the split fails on
+ *               every rank within 2 s, the victim with its own error, the others with
+ *               PEER_LOST naming it ("set up" for K 0, "connect" for K 1), and the parent
+ *               still all-reduces afterwards
  * leaks         four communicators made and destroyed (one aborted): no listening
  *               socket once each is up, and no fd and no shm segment of this process
  *               is left afterwards
  * dump          weft_comm_dump prints the recorder with the calls made so far
  * Each rank prints one ok/FAIL line per check and exits 0 when it saw what it should.
  */
+#define _GNU_SOURCE     /* RTLD_NEXT */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -401,6 +417,109 @@ static int init_kill(unsigned seed, const char *file, int at_connect)
                   now_s() - t_kill, 2.0);
 }
 
+/* split_kill: armed, the process writes the time to kill_file and SIGKILLs itself when
+ * it is about to connect a second stream socket. Stands in front of libc's connect for
+ * the whole process (libweft's calls included: an executable's definition comes first). */
+static const char *kill_file;
+static int kill_fds[2] = { -1, -1 }, kill_nfds;
+
+int connect(int fd, const struct sockaddr *sa, socklen_t len)
+{
+    static int (*real)(int, const struct sockaddr *, socklen_t);
+    if (real == NULL)
+        real = (int (*)(int, const struct sockaddr *, socklen_t))dlsym(RTLD_NEXT, "connect");
+    int type = 0;
+    socklen_t tl = sizeof(type);
+    if (kill_file && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 &&
+        type == SOCK_STREAM && fd != kill_fds[0] && fd != kill_fds[1]) {
+        if (kill_nfds == 1) {
+            FILE *f = fopen(kill_file, "w");
+            if (f) {
+                fprintf(f, "%.9f\n", now_s());
+                fclose(f);
+            }
+            raise(SIGKILL);
+        }
+        kill_fds[kill_nfds++] = fd;
+    }
+    return real(fd, sa, len);
+}
+
+/* A split of all 3 ranks (tcp) in which rank 0 dies as it starts its second data
+ * connection: rank 2 is left waiting to accept it, and must hear within 2 s. */
+static int split_kill(weft_comm_t *c, int rank, const char *file)
+{
+    char needle[32];
+    signal(SIGTERM, SIG_IGN);
+    if (rank == 0)
+        kill_file = file;
+    weft_comm_t *sub = NULL;
+    weft_status_t st = weft_comm_split(c, 0, rank, &sub);
+    double t_fail = now_s(), t_kill = 0;
+    FILE *f = fopen(file, "r");
+    if (f == NULL || fscanf(f, "%lf", &t_kill) != 1) {
+        printf("FAIL rank %d: split returned %s (%s) but the victim left no time in %s\n",
+               rank, weft_status_str(st), st ? weft_last_error() : "", file);
+        return 1;
+    }
+    fclose(f);
+    snprintf(needle, sizeof(needle), "rank 0");
+    return expect(rank, "split, survivor", st, WEFT_ERR_PEER_LOST, needle, t_fail - t_kill,
+                  2.0);
+}
+
+/* Rank victim can open only k more descriptors (RLIMIT_NOFILE caps the number a new one
+ * gets, and a new one takes the lowest free number); then every rank splits. */
+static int split_fds(weft_comm_t *c, int rank, int victim, int k)
+{
+    struct rlimit old;
+    if (getrlimit(RLIMIT_NOFILE, &old) != 0)
+        return 1;
+    if (rank == victim) {
+        int lowest = dup(0);    /* the lowest free number */
+        if (lowest < 0)
+            return 1;
+        close(lowest);
+        struct rlimit lim = { (rlim_t)(lowest + k), old.rlim_max };
+        if (setrlimit(RLIMIT_NOFILE, &lim) != 0)
+            return 1;
+    }
+    double t0 = now_s();
+    weft_comm_t *sub = NULL;
+    weft_status_t st = weft_comm_split(c, 0, rank, &sub);
+    double t = now_s() - t0;
+    if (rank == victim)
+        setrlimit(RLIMIT_NOFILE, &old);
+    int bad;
+    if (rank == victim) {
+        bad = st == WEFT_OK || st == WEFT_ERR_PEER_LOST || st == WEFT_ERR_TIMEOUT || t > 2.0;
+        printf("%s rank %d (victim, %d more fds): split failed on its own in %.2f s: %s: %s\n",
+               bad ? "FAIL" : "ok", rank, k, t, weft_status_str(st), weft_last_error());
+    } else {
+        char needle[64];
+        snprintf(needle, sizeof(needle), "rank %d %s", victim,
+                 k == 0 ? "on" : "of the parent could not connect");
+        bad = expect(rank, "split with a rank short of fds", st, WEFT_ERR_PEER_LOST, needle,
+                     t, 2.0);
+        if (!bad && k == 0 && strstr(weft_last_error(), "could not set up") == NULL) {
+            printf("FAIL rank %d: the error does not say the setup failed: %s\n", rank,
+                   weft_last_error());
+            bad = 1;
+        }
+    }
+    if (sub)
+        weft_comm_destroy(sub);
+    /* the parent is untouched by the failed split */
+    float x = 1;
+    st = weft_allreduce(&x, &x, 1, WEFT_FLOAT32, WEFT_SUM, c);
+    bad |= expect(rank, "parent after the failed split", st, WEFT_OK, NULL, 0, 2.0);
+    if (st == WEFT_OK && x != (float)weft_comm_size(c)) {
+        printf("FAIL rank %d: parent all-reduce gave %g\n", rank, x);
+        bad = 1;
+    }
+    return bad;
+}
+
 static int count_fds(void)
 {
     int n = 0;
@@ -531,13 +650,19 @@ int main(int argc, char **argv)
         bad = abort_test(c, rank, nranks, buf);
     } else if (!strcmp(mode, "kill") && argc > 3) {
         bad = kill_test(c, rank, nranks, (unsigned)atoi(argv[2]), argv[3]);
+    } else if (!strcmp(mode, "split_kill") && argc > 2 && nranks == 3) {
+        bad = split_kill(c, rank, argv[2]);
+    } else if (!strcmp(mode, "split_fds") && argc > 3) {
+        bad = split_fds(c, rank, atoi(argv[2]), atoi(argv[3]));
+        weft_comm_destroy(c);
     } else if (!strcmp(mode, "dump")) {
         st = weft_comm_dump(c);
         bad = st != WEFT_OK;
         weft_comm_destroy(c);
     } else {
         fprintf(stderr, "usage: test_fail peer_exit|timeout|mismatch FIELD|abort|"
-                "kill SEED FILE|init_kill SEED FILE|connect_kill SEED FILE|leaks|dump\n");
+                "kill SEED FILE|init_kill SEED FILE|connect_kill SEED FILE|split_kill FILE (3 ranks)|"
+                "split_fds VICTIM K|leaks|dump\n");
         return 2;
     }
     fflush(stdout);
