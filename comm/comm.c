@@ -179,9 +179,15 @@ static weft_status_t split_watch(void *vctx)
             continue;
         tp_state_t s;
         weft_status_t ps = ep->ops->peer_state(ep, &s);
+        if (ps == WEFT_OK && s.kind != TP_STATE_SPLIT_FAILED)
+            ps = ep->ops->check_alive(ep);  /* shm: a member that exited */
         if (s.kind == TP_STATE_SPLIT_FAILED && (uint32_t)s.other == x->split_no)
             st = weft_error(WEFT_ERR_PEER_LOST, "comm_split: rank %d of the parent could not "
                             "connect the new communicator (%s; its own error says why)", r,
+                            weft_status_str(s.status));
+        else if (s.kind == TP_STATE_FAILED)     /* the parent failed: it will not connect */
+            st = weft_error(WEFT_ERR_PEER_LOST, "comm_split: rank %d of the parent failed "
+                            "(%s) while the new communicator connected", r,
                             weft_status_str(s.status));
         else if (ps < 0)
             st = weft_error(WEFT_ERR_PEER_LOST, "comm_split: rank %d of the parent was lost "
@@ -257,6 +263,8 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
         connect_agree_t flags = { 0 };
         memset(&dummy, 0, sizeof(dummy));
         dummy.rank = (uint32_t)newrank;
+        dummy.pid = (uint32_t)getpid();
+        (void)gethostname(dummy.hostname, sizeof(dummy.hostname) - 1);
         dummy.setup_failed = st != WEFT_OK;
         weft_status_t xs = split_exchange(&x, &dummy, NULL, sizeof(dummy));
         if (xs == WEFT_OK)
@@ -273,7 +281,9 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
     uint64_t h = hash_bytes(HASH_SEED, &comm->id, sizeof(comm->id));
     h = hash_bytes(h, &split_no, sizeof(split_no));
     comm_set_id(c, hash_bytes(h, &mine[0], sizeof(mine[0])));
+    c->parent_ranks = members;
     st = connect_all(c, split_exchange, split_watch, split_failed, &x);
+    c->parent_ranks = NULL;
     __atomic_store_n(&comm->hold_state, 0, __ATOMIC_RELAXED);
     if (st != WEFT_OK) {
         weft_comm_destroy(c);

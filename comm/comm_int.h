@@ -97,6 +97,8 @@ struct weft_comm {
     int has_secret;
 
     peer_info_t *peers;      /* [nranks], from the address exchange */
+    const int *parent_ranks; /* while a split connects: each rank's parent rank, which
+                                connect.c's messages name (NULL otherwise) */
     sock_watch_t setup_watch; /* while connecting: asks the bootstrap whether a rank was
                                  lost, so setup waits end then (fn NULL: no watch) */
     tp_ep_t **eps;           /* [nranks], NULL for self */

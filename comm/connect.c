@@ -201,15 +201,26 @@ static int local_rma(weft_comm_t *comm)
     return 1;
 }
 
+/* "rank P", or in a split "rank R of the parent (P here)": the rank the user knows. */
+static const char *rank_label(const weft_comm_t *comm, int p, char *buf, size_t n)
+{
+    if (comm->parent_ranks)
+        snprintf(buf, n, "rank %d of the parent (%d here)", comm->parent_ranks[p], p);
+    else
+        snprintf(buf, n, "rank %d", p);
+    return buf;
+}
+
 /* WEFT_OK unless a rank said in the address exchange that its setup failed: then no
  * rank connects (it would wait for that one until WEFT_TIMEOUT). */
 static weft_status_t check_setups(const weft_comm_t *comm)
 {
+    char who[64];
     for (int p = 0; p < comm->nranks; p++)
         if (p != comm->rank && comm->peers[p].setup_failed)
-            return weft_error(WEFT_ERR_PEER_LOST, "connect: rank %d on %.64s could not set "
-                              "up its transports (its own error says why)", p,
-                              comm->peers[p].hostname);
+            return weft_error(WEFT_ERR_PEER_LOST, "connect: %s on %.64s could not set up "
+                              "its side of the communicator (its own error says why)",
+                              rank_label(comm, p, who, sizeof(who)), comm->peers[p].hostname);
     return WEFT_OK;
 }
 
@@ -290,9 +301,11 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
         return xs;
     if (st != WEFT_OK)
         return weft_error_quiet(st, "%s", why);
-    if (!all_ok)
-        return weft_error(WEFT_ERR_PEER_LOST, "connect: rank %d failed to connect (its own "
-                          "error says why)", first_bad);
+    if (!all_ok) {
+        char who[64];
+        return weft_error(WEFT_ERR_PEER_LOST, "connect: %s failed to connect (its own error "
+                          "says why)", rank_label(comm, first_bad, who, sizeof(who)));
+    }
     comm->cma_all = cma && comm->nranks > 1;
     /* single copy by default only where no rank's reads are emulated over a network
      * (ucx held to tcp: the ring was 1.3-2x faster, docs/PERF.md) */

@@ -412,8 +412,8 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
         # a split in which one rank cannot set up (no fd left), or (tcp) cannot connect:
         # every rank fails at once, not after WEFT_TIMEOUT
         if [ "$t" != ucx ]; then
-            run "test_fail split_fds 1 0 -n 3 $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=5 \
-                "$WEFTRUN" -n 3 "$B/tests/test_fail" split_fds 1 0
+            run "test_fail split_fds 0 0 -n 3 $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=5 \
+                "$WEFTRUN" -n 3 "$B/tests/test_fail" split_fds 0 0
         fi
         if [ "$t" = tcp ]; then
             for v in 0 2; do
