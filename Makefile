@@ -271,6 +271,7 @@ $(BUILD)/bin/mpich_coll_perf: $(MPI_SRC) bench/perf_common.h include/weft.h
 
 $(TRAIN_OBJ) $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/trainer/weft_plan_cli.o \
     $(BUILD)/obj/tests/test_train.o $(BUILD)/obj/tests/test_nn.o \
+    $(BUILD)/obj/tests/test_shard_order.o \
     $(BUILD)/obj/tests/test_train_gpu.o: \
     CFLAGS += -Itrainer -Ishard -Ikernels/nn -fopenmp-simd -fno-math-errno
 
@@ -287,7 +288,8 @@ $(PLAN_BIN): $(BUILD)/obj/trainer/weft_plan_cli.o $(TRAIN_LIB) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
 
-$(BUILD)/tests/test_train $(BUILD)/tests/test_nn $(BUILD)/tests/test_train_gpu: $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TRAIN_LIB) $(LIBA)
+$(BUILD)/tests/test_train $(BUILD)/tests/test_nn $(BUILD)/tests/test_train_gpu \
+    $(BUILD)/tests/test_shard_order: $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TRAIN_LIB) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ -lopenblas $(LDLIBS)
 

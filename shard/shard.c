@@ -180,6 +180,11 @@ static const shard_mem_t host_mem = {
     .adamw = host_adamw, .coll = host_coll, .wait = host_wait, .test = host_test,
 };
 
+const shard_mem_t *shard_host_mem(void)
+{
+    return &host_mem;
+}
+
 /* a collective through the table; the time its start takes is exposed (a device table's
  * calls may block until the collective is done) */
 static weft_status_t coll_start(shard_t *sh, shard_coll_t kind, const void *send, void *recv,
@@ -378,6 +383,7 @@ static weft_status_t job_push(shard_t *sh, int unit)
     job_t *j = &sh->jobs[(sh->jhead + sh->jcount) % (2 * sh->nunits)];
     memset(j, 0, sizeof(*j));
     j->unit = unit;
+    j->epoch = sh->hook;
     int bf = sh->o.reduce_bf16;
     size_t es = bf ? 2 : 4;
     weft_dtype_t dt = bf ? WEFT_BFLOAT16 : WEFT_FLOAT32;
@@ -431,10 +437,20 @@ static weft_status_t job_advance(shard_t *sh, int wait, int *moved)
     *moved = 0;
     if (j->req) {
         int done = 0;
-        if (!wait)
+        /* Hybrid: a reduce-scatter's end starts an all-reduce on the other communicator,
+         * so it must come at the same point of the program on every rank, not when a
+         * test happens to say done: with blocking calls (the device table's) ranks that
+         * started the two communicators' next calls in different orders would wait for
+         * each other in a cycle. A job moves on at the first hook after the one that
+         * started its collective, waiting for it there. */
+        if (!wait && sh->rs_flow && sh->R > 1) {
+            if (j->epoch == sh->hook)
+                return WEFT_OK;
+        } else if (!wait) {
             RETURN_IF_ERR(sh->mem->test(sh->mem->ctx, j->req, &done));
-        if (!wait && !done)
-            return WEFT_OK;
+            if (!done)
+                return WEFT_OK;
+        }
         void *r = j->req;
         j->req = NULL;
         RETURN_IF_ERR(timed_wait(sh, r));
@@ -448,6 +464,7 @@ static weft_status_t job_advance(shard_t *sh, int wait, int *moved)
         j->stage = JOB_ADD;
         if (sh->R > 1) {
             j->stage = JOB_AR;
+            j->epoch = sh->hook;
             RETURN_IF_ERR(coll_start(sh, SHARD_COLL_ALLREDUCE, j->buf, j->buf, u->sn,
                                      bf ? WEFT_BFLOAT16 : WEFT_FLOAT32, sh->rcomm, &j->req));
             sh->st.comm_bytes += ar_bytes(sh, sh->R, u->sn, bf ? 2 : 4);
@@ -676,6 +693,7 @@ weft_status_t shard_micro_begin(shard_t *sh, int training, int sync)
         for (int i = n - 2; i >= 1; i--)
             sh->order[sh->norder++] = i;
     sh->pos = 0;
+    sh->hook++;
     return jobs_poll(sh, 0);
 }
 
@@ -700,6 +718,7 @@ weft_status_t shard_params(shard_t *sh, int i, int pass, float **params_p)
     if (i < 0 || i >= sh->nunits)
         return weft_error(WEFT_ERR_INVALID_ARG, "shard: no unit %d", i);
     unit_t *u = &sh->u[i];
+    sh->hook++;
     RETURN_IF_ERR(jobs_poll(sh, 0));
     if (sh->per_use && !u->full)
         RETURN_IF_ERR(gather_start(sh, i));
@@ -735,6 +754,7 @@ weft_status_t shard_grads_done(shard_t *sh, int i)
 {
     if (i < 0 || i >= sh->nunits || !sh->u[i].gfull)
         return weft_error(WEFT_ERR_INVALID_ARG, "shard: unit %d has no gradient", i);
+    sh->hook++;
     if (sh->sync)
         RETURN_IF_ERR(job_push(sh, i));
     return jobs_poll(sh, 0);

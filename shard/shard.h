@@ -81,6 +81,9 @@ typedef struct shard_mem {
     weft_status_t (*test)(void *ctx, void *req, int *done_p);
 } shard_mem_t;
 
+/* The host table (what opts.mem NULL means), for tables that wrap it. */
+const shard_mem_t *shard_host_mem(void);
+
 typedef struct {
     shard_strategy_t strategy;
     int group;              // hybrid: ranks per shard group; 0 = the ranks of one host

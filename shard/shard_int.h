@@ -32,6 +32,7 @@ typedef struct {
     float *gfull;       // (pad) the gradient being reduce-scattered, freed after
     void *buf;          // (pad or sn) the reduction's output: fp32 or bf16
     uint16_t *g16;      // (pad) bf16 copy of gfull being reduced (reduce_bf16)
+    unsigned epoch;     // the hook its collective started at (hybrid: job_advance)
 } job_t;
 
 struct shard {
@@ -49,6 +50,7 @@ struct shard {
     unit_t *u;
     job_t *jobs;        // FIFO of 2*nunits slots (a micro-batch's reductions, and the last's)
     int jhead, jcount;
+    unsigned hook;      // hooks so far (shard_micro_begin, shard_params, shard_grads_done)
     int *order, norder, pos;
     int training, sync;
     shard_stats_t st;

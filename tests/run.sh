@@ -79,7 +79,7 @@ found=0
 for t in "$B"/tests/test_*; do
     [ -f "$t" ] && [ -x "$t" ] || continue
     case $(basename "$t") in
-    test_coll | test_fail | test_progress | test_rma) continue ;;   # multi-process: below
+    test_coll | test_fail | test_progress | test_rma | test_shard_order) continue ;;   # multi-process: below
     esac
     found=1
     case $(basename "$t") in
@@ -526,6 +526,11 @@ if [ -x "$B/bin/weft-train" ] && [ -x "$B/tests/test_train" ]; then
     # data-parallel training (shard/): every strategy on 2-4 ranks against one process,
     # rerun, accumulation, memory, bf16, a configuration mismatch and a killed rank
     run "test_shard.py" /usr/bin/python3 tests/test_shard.py "$B"
+    # shard/'s collectives in one order on every rank, whatever a test of one says
+    for s in hybrid full zero1; do
+        [ -x "$B/tests/test_shard_order" ] && run "test_shard_order $s -n 4" \
+            "$WEFTRUN" -n 4 "$B/tests/test_shard_order" $s
+    done
     # a sharded checkpoint exported as an llm.c file, loaded by llm.c's own test program
     run "test_llmc.sh" bash tests/test_llmc.sh "$B"
     # checkpoints under a full disk (a small tmpfs) and a rank killed during a save

@@ -1,0 +1,151 @@
+/*
+ * test_shard_order.c - shard/ issues its collectives in the same order on every rank,
+ * whatever the timing.
+ *
+ *   weftrun -n 4 build/tests/test_shard_order [STRATEGY]     (default hybrid, groups of 2)
+ *
+ * Each rank trains three steps of a 5-unit model through a table that wraps the host
+ * table: its coll records (kind, communicator) in issue order, and its test answers "not
+ * done" at random (a seed per rank) where the host says done, as a device table's event
+ * query may by a few microseconds. Where calls block (the device table's), two ranks
+ * that start two communicators' calls in different orders wait for each other in a
+ * cycle, so the sequences must be equal: the ranks all-gather a hash of theirs and each
+ * compares. Also: the parameters after the steps are the same on every rank of a
+ * replica pair (hybrid: every rank holds the whole model after export).
+ * Prints ok/FAIL lines and exits 0 when every check passed.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shard.h"
+#include "weft.h"
+
+#define NUNITS 5
+#define MAXLOG 4096
+
+static const shard_mem_t *host;
+static unsigned rnd;
+static int nlog;
+static uint32_t logv[MAXLOG];
+static weft_comm_t *comms[8];
+static int ncomms;
+
+static weft_status_t rec_coll(void *ctx, shard_coll_t kind, const void *send, void *recv,
+                              size_t count, weft_dtype_t dt, weft_comm_t *comm, void **req_p)
+{
+    int c = 0;
+    while (c < ncomms && comms[c] != comm)
+        c++;
+    if (c == ncomms && ncomms < 8)
+        comms[ncomms++] = comm;
+    if (nlog < MAXLOG)
+        logv[nlog++] = (uint32_t)kind << 16 | (uint32_t)c << 8 | (uint32_t)(count & 0xff);
+    return host->coll(host->ctx, kind, send, recv, count, dt, comm, req_p);
+}
+
+static weft_status_t late_test(void *ctx, void *req, int *done_p)
+{
+    weft_status_t st = host->test(host->ctx, req, done_p);
+    if (st == WEFT_OK && *done_p && rand_r(&rnd) % 2)
+        *done_p = 0;
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    const char *sname = argc > 1 ? argv[1] : "hybrid";
+    weft_comm_t *world;
+    if (weft_comm_init(&world) != WEFT_OK) {
+        printf("FAIL init: %s\n", weft_last_error());
+        return 1;
+    }
+    int rank = weft_comm_rank(world), n = weft_comm_size(world), bad = 0;
+    host = shard_host_mem();
+    shard_mem_t mem = *host;
+    mem.coll = rec_coll;
+    mem.test = late_test;
+    rnd = 12345u + 7919u * (unsigned)rank;
+    shard_opts_t o = { .prefetch = 1, .mem = &mem };
+    if (shard_strategy_parse(sname, &o.strategy) != 0) {
+        printf("FAIL unknown strategy %s\n", sname);
+        return 2;
+    }
+    if (o.strategy == SHARD_HYBRID)
+        o.group = 2;
+    shard_unit_desc_t units[NUNITS];
+    size_t total = 0;
+    for (int i = 0; i < NUNITS; i++) {
+        units[i] = (shard_unit_desc_t){ .len = 1000 + 37 * (size_t)i, .nsegs = 1 };
+        units[i].segs[0] = (shard_seg_t){ 0, units[i].len, 1 };
+        total += units[i].len;
+    }
+    float *params = malloc(total * sizeof(float)), *out = malloc(total * sizeof(float));
+    float *ref = malloc(total * sizeof(float) * (size_t)n);
+    if (!params || !out || !ref)
+        return 1;
+    for (size_t k = 0; k < total; k++)
+        params[k] = (float)((k * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    shard_t *sh;
+    if (shard_create(&sh, world, &o, NUNITS, units, params) != WEFT_OK) {
+        printf("FAIL rank %d shard_create: %s\n", rank, weft_last_error());
+        return 1;
+    }
+    weft_status_t st = WEFT_OK;
+    for (int step = 1; st == WEFT_OK && step <= 3; step++) {
+        float *p, *g, norm;
+        st = shard_micro_begin(sh, 1, 1);
+        for (int i = 0; st == WEFT_OK && i < NUNITS; i++) {
+            st = shard_params(sh, i, 0, &p);
+            if (st == WEFT_OK)
+                st = shard_params_done(sh, i, 0);
+        }
+        for (int i = NUNITS - 1; st == WEFT_OK && i >= 0; i--) {
+            st = shard_params(sh, i, 1, &p);
+            if (st == WEFT_OK)
+                st = shard_grads(sh, i, &g);
+            for (size_t k = 0; st == WEFT_OK && k < units[i].len; k++)
+                g[k] = 0.01f * p[k] + 0.001f * (float)(rank + 1);   // each rank its own
+            if (st == WEFT_OK)
+                st = shard_grads_done(sh, i);
+            if (st == WEFT_OK)
+                st = shard_params_done(sh, i, 1);
+        }
+        if (st == WEFT_OK)
+            st = shard_clip(sh, 1.0f, &norm);
+        if (st == WEFT_OK)
+            st = shard_adamw(sh, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+    }
+    if (st == WEFT_OK)
+        st = shard_export(sh, out);
+    if (st != WEFT_OK) {
+        printf("FAIL rank %d training: %s\n", rank, weft_last_error());
+        return 1;
+    }
+    // every rank's issue order, as a hash, and the exported model
+    uint64_t h = 1469598103934665603ull, all[64];
+    for (int i = 0; i < nlog; i++)
+        h = (h ^ logv[i]) * 1099511628211ull;
+    if (n > 64 || weft_allgather(&h, all, 1, WEFT_UINT64, world) != WEFT_OK ||
+        weft_allgather(out, ref, total, WEFT_FLOAT32, world) != WEFT_OK) {
+        printf("FAIL rank %d all-gather: %s\n", rank, weft_last_error());
+        return 1;
+    }
+    int same = 1, equal = 1;
+    for (int r = 0; r < n; r++) {
+        same &= all[r] == h;
+        equal &= memcmp(ref + (size_t)r * total, out, total * sizeof(float)) == 0;
+    }
+    printf("%s rank %d %s: %d collectives on %d communicators, issued in the same order "
+           "on every rank\n", same ? "ok" : "FAIL", rank, sname, nlog, ncomms);
+    printf("%s rank %d %s: every rank exported the same model\n", equal ? "ok" : "FAIL",
+           rank, sname);
+    bad = !same || !equal;
+    shard_destroy(sh);
+    weft_comm_destroy(world);
+    free(params);
+    free(out);
+    free(ref);
+    return bad;
+}
