@@ -126,6 +126,7 @@ SIM_FAR_KEPT=0
 sim_near() {
     [ "$SIM_RTT" = 1 ] && [ -x "$B/bin/core_rtt" ] || return 0
     local i t n=1
+    SIM_RTT_LAST=
     [ -z "$SIM_RTT_LOW" ] && n=5
     for ((i = 0; i < n; i++)); do
         [ $i -gt 0 ] && sleep 0.2
@@ -167,7 +168,7 @@ sim_median() {
                 if [ "$try" -ge "$SIM_FAR_TRIES" ]; then what="; far: kept (tries ran out)"; fi
             fi
             # progress on stderr, so that a long run shows where its time goes
-            echo "$(basename "$0"): $1 $2 ${3:-}, launch $((i + 1)) of $r, try $try:" \
+            echo "$(basename "$0"): $1 ${2:-} ${3:-}, launch $((i + 1)) of $r, try $try:" \
                  "$((SECONDS - t0)) s; cores' round trip before/after $rtt0/${SIM_RTT_LAST:--} ns" \
                  "(lowest ${SIM_RTT_LOW:--})$what" >&2
             if [ -n "$near" ]; then break; fi

@@ -528,8 +528,11 @@ if [ -x "$B/bin/weft-train" ] && [ -x "$B/tests/test_train" ]; then
     run "test_shard.py" /usr/bin/python3 tests/test_shard.py "$B"
     # shard/'s collectives in one order on every rank, whatever a test of one says
     for s in hybrid full zero1; do
-        [ -x "$B/tests/test_shard_order" ] && run "test_shard_order $s -n 4" \
-            "$WEFTRUN" -n 4 "$B/tests/test_shard_order" $s
+        if [ -x "$B/tests/test_shard_order" ]; then
+            run "test_shard_order $s -n 4" "$WEFTRUN" -n 4 "$B/tests/test_shard_order" $s
+        else
+            missing "test_shard_order $s -n 4" "$B/tests/test_shard_order"
+        fi
     done
     # a sharded checkpoint exported as an llm.c file, loaded by llm.c's own test program
     run "test_llmc.sh" bash tests/test_llmc.sh "$B"

@@ -433,7 +433,10 @@ __attribute__((constructor)) static void find_connect(void)
 }
 
 int connect(int fd, const struct sockaddr *sa, socklen_t len)
-{    int type = 0;
+{
+    if (real_connect == NULL)   /* a library's constructor connecting before ours ran */
+        find_connect();
+    int type = 0;
     socklen_t tl = sizeof(type);
     if (kill_file && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 &&
         type == SOCK_STREAM && fd != kill_fds[0] && fd != kill_fds[1]) {

@@ -10,8 +10,9 @@
  * query may by a few microseconds. Where calls block (the device table's), two ranks
  * that start two communicators' calls in different orders wait for each other in a
  * cycle, so the sequences must be equal: the ranks all-gather a hash of theirs and each
- * compares. Also: the parameters after the steps are the same on every rank of a
- * replica pair (hybrid: every rank holds the whole model after export).
+ * compares (hybrid: two communicators, where the order can differ; full and zero1 use
+ * one each way, so there only the model is checked). Also: every rank exports the same
+ * model.
  * Prints ok/FAIL lines and exits 0 when every check passed.
  */
 #include <stdint.h>
