@@ -28,6 +28,7 @@
  * reduce-scatter, 2*(R-1)/R * bytes for an all-reduce over R ranks (nccl-tests' busbw).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -582,8 +583,13 @@ weft_status_t shard_create(shard_t **sh_p, weft_comm_t *world, const shard_opts_
      * differ where hosts hold different numbers of ranks): agreed before anything else,
      * so that all fail together instead of splitting differently and waiting */
     weft_status_t ck = check_opts(o, N, weft_comm_local_size(world), &G);
-    int32_t mine[2] = { ck == WEFT_OK ? G : -1, ck == WEFT_OK ? -G : 1 }, agg[2];
-    weft_status_t as = weft_allreduce(mine, agg, 2, WEFT_INT32, WEFT_MIN, world);
+    /* hybrid's default groups (ranks r / G) are hosts only where each host's ranks are
+     * consecutive: a launcher that deals ranks out cyclically (srun --distribution=cyclic,
+     * mpirun --map-by node) would make every group span hosts, silently */
+    int lr = weft_comm_local_rank(world);
+    int placed = !(o->strategy == SHARD_HYBRID && o->group == 0 && G > 1) || lr == r % G;
+    int32_t mine[3] = { ck == WEFT_OK ? G : -1, ck == WEFT_OK ? -G : 1, placed }, agg[3];
+    weft_status_t as = weft_allreduce(mine, agg, 3, WEFT_INT32, WEFT_MIN, world);
     if (ck != WEFT_OK)
         return ck;
     RETURN_IF_ERR(as);
@@ -595,6 +601,16 @@ weft_status_t shard_create(shard_t **sh_p, weft_comm_t *world, const shard_opts_
                           "group sizes (%d to %d): with --shard hybrid the default group is "
                           "a host's ranks, and the hosts hold different numbers; give "
                           "--shard-group", agg[0], -agg[1]);
+    if (!agg[2]) {
+        char who[128] = "another rank is out of its host's block";
+        if (!placed)
+            snprintf(who, sizeof(who), "rank %d is local rank %d on its host, not %d: its "
+                     "group %d would span hosts", r, lr, r % G, r / G);
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: --shard hybrid's default group is "
+                          "a host's ranks, but the ranks are not placed in blocks per host "
+                          "(%s); place them in blocks (srun --distribution=block, mpirun "
+                          "--map-by slot) or give --shard-group", who);
+    }
     shard_t *sh = calloc(1, sizeof(*sh));
     if (!sh)
         return oom("the shard state", sizeof(*sh));

@@ -13,8 +13,8 @@ global batch 12 so that 1, 2, 3 and 4 ranks split it evenly):
     bytes), plus a few units in flight;
   - bf16 gathers and reductions (--param-dtype/--reduce-dtype bf16) track fp32;
   - ranks whose configurations differ stop at start with one message naming the field;
-    hybrid's default group on hosts of unequal rank counts (WEFT_HOSTID) is refused by
-    all ranks at start;
+    hybrid's default group on hosts of unequal rank counts, or with ranks placed on the
+    hosts cyclically (WEFT_HOSTID), is refused by all ranks at start;
   - a rank killed mid-training makes every other rank exit non-zero within seconds,
     naming the lost rank;
   - training checkpoints: 10 steps + resume + 10 gives the 20-step run's losses and
@@ -201,6 +201,28 @@ def test_hybrid_uneven_hosts():
           "step 1 " not in p.stdout and dt < 30,
           f"--shard hybrid on hosts of 2, 1 and 1 ranks: refused at start in {dt:.1f}s "
           f"(\"{msg}\")")
+
+
+def test_hybrid_cyclic_hosts():
+    """hybrid's default group is a host's ranks, as ranks r / G: ranks dealt out to 2
+    hosts cyclically (0 and 2 on one, 1 and 3 on the other, WEFT_HOSTID) would make every
+    group span both hosts, which all ranks must refuse at start, together."""
+    wrapper = ("case $WEFT_RANK in 0|2) h=hA;; *) h=hB;; esac; "
+               "WEFT_HOSTID=$h exec \"$@\"")
+    args = [WEFTRUN, "-n", "4", "--timeout", "60", "sh", "-c", wrapper, "sh"] + \
+        train_args(4, 2) + ["--shard", "hybrid"]
+    t0 = time.time()
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=75)
+    dt = time.time() - t0
+    msg = "the ranks are not placed in blocks per host"
+    check(p.returncode not in (0, 124) and p.stdout.count(msg) >= 2 and
+          "rank 1 is local rank 0 on its host, not 1" in p.stdout and
+          "step 1 " not in p.stdout and dt < 30,
+          f"--shard hybrid with ranks placed cyclically on 2 hosts: refused at start in "
+          f"{dt:.1f}s (\"{msg}\")")
+    if p.returncode in (0, 124):
+        print(p.stdout[-1500:])
 
 
 def free_port():
@@ -475,6 +497,7 @@ def main():
     test_bf16(ref)
     test_mismatch()
     test_hybrid_uneven_hosts()
+    test_hybrid_cyclic_hosts()
     test_killed_rank()
     test_ckpt_exact()
     test_ckpt_reshard(ref)
