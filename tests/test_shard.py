@@ -185,44 +185,40 @@ def test_mismatch():
           f"\"{msg}\"")
 
 
-def test_hybrid_uneven_hosts():
-    """hybrid's default group is a host's ranks: hosts of 2, 1 and 1 ranks (WEFT_HOSTID)
-    give the ranks different groups, which all of them must refuse at start, together."""
-    wrapper = ("case $WEFT_RANK in 0|1) h=hA;; 2) h=hB;; *) h=hC;; esac; "
-               "WEFT_HOSTID=$h exec \"$@\"")
+def hybrid_refused(cases, needles, what):
+    """4 ranks of --shard hybrid (default group) on WEFT_HOSTID hosts given by a shell
+    case over WEFT_RANK: every rank must refuse at start, together, each needle in the
+    output (the first at least twice: more than one rank said it)."""
+    wrapper = f"case $WEFT_RANK in {cases} esac; WEFT_HOSTID=$h exec \"$@\""
     args = [WEFTRUN, "-n", "4", "--timeout", "60", "sh", "-c", wrapper, "sh"] + \
         train_args(4, 2) + ["--shard", "hybrid"]
     t0 = time.time()
     p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=75)
     dt = time.time() - t0
-    msg = "the ranks reach different shard group sizes (1 to 2)"
-    check(p.returncode not in (0, 124) and p.stdout.count(msg) >= 2 and
-          "step 1 " not in p.stdout and dt < 30,
-          f"--shard hybrid on hosts of 2, 1 and 1 ranks: refused at start in {dt:.1f}s "
-          f"(\"{msg}\")")
+    ok = (p.returncode not in (0, 124) and p.stdout.count(needles[0]) >= 2 and
+          all(n in p.stdout for n in needles[1:]) and "step 1 " not in p.stdout and dt < 30)
+    check(ok, f"--shard hybrid {what}: refused at start in {dt:.1f}s (\"{needles[0]}\")")
+    if not ok:
+        print(p.stdout[-1500:])
+
+
+def test_hybrid_uneven_hosts():
+    """hybrid's default group is a host's ranks: hosts of 2, 1 and 1 ranks give the
+    ranks different groups."""
+    hybrid_refused("0|1) h=hA;; 2) h=hB;; *) h=hC;;",
+                   ["the ranks reach different shard group sizes (1 to 2)"],
+                   "on hosts of 2, 1 and 1 ranks")
 
 
 def test_hybrid_cyclic_hosts():
     """hybrid's default group is a host's ranks, as ranks r / G: ranks dealt out to 2
-    hosts cyclically (0 and 2 on one, 1 and 3 on the other, WEFT_HOSTID) would make every
-    group span both hosts, which all ranks must refuse at start, together."""
-    wrapper = ("case $WEFT_RANK in 0|2) h=hA;; *) h=hB;; esac; "
-               "WEFT_HOSTID=$h exec \"$@\"")
-    args = [WEFTRUN, "-n", "4", "--timeout", "60", "sh", "-c", wrapper, "sh"] + \
-        train_args(4, 2) + ["--shard", "hybrid"]
-    t0 = time.time()
-    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=75)
-    dt = time.time() - t0
-    msg = "the ranks are not placed in blocks per host"
-    check(p.returncode not in (0, 124) and p.stdout.count(msg) >= 2 and
-          "rank 1 is local rank 0 on its host, not 1" in p.stdout and
-          "step 1 " not in p.stdout and dt < 30,
-          f"--shard hybrid with ranks placed cyclically on 2 hosts: refused at start in "
-          f"{dt:.1f}s (\"{msg}\")")
-    if p.returncode in (0, 124):
-        print(p.stdout[-1500:])
+    hosts cyclically (0 and 2 on one, 1 and 3 on the other) would make every group span
+    both hosts."""
+    hybrid_refused("0|2) h=hA;; *) h=hB;;",
+                   ["the ranks are not placed in blocks per host",
+                    "rank 1 is local rank 0 on its host, not 1"],
+                   "with ranks placed cyclically on 2 hosts")
 
 
 def free_port():
