@@ -588,7 +588,9 @@ weft_status_t shard_create(shard_t **sh_p, weft_comm_t *world, const shard_opts_
      * mpirun --map-by node) would make every group span hosts, silently */
     int lr = weft_comm_local_rank(world);
     int placed = !(o->strategy == SHARD_HYBRID && o->group == 0 && G > 1) || lr == r % G;
-    int32_t mine[3] = { ck == WEFT_OK ? G : -1, ck == WEFT_OK ? -G : 1, placed }, agg[3];
+    /* agg[2]: the first rank out of place (N where none is), so every rank names it */
+    int32_t mine[3] = { ck == WEFT_OK ? G : -1, ck == WEFT_OK ? -G : 1, placed ? N : r };
+    int32_t agg[3];
     weft_status_t as = weft_allreduce(mine, agg, 3, WEFT_INT32, WEFT_MIN, world);
     if (ck != WEFT_OK)
         return ck;
@@ -601,11 +603,15 @@ weft_status_t shard_create(shard_t **sh_p, weft_comm_t *world, const shard_opts_
                           "group sizes (%d to %d): with --shard hybrid the default group is "
                           "a host's ranks, and the hosts hold different numbers; give "
                           "--shard-group", agg[0], -agg[1]);
-    if (!agg[2]) {
-        char who[128] = "another rank is out of its host's block";
-        if (!placed)
-            snprintf(who, sizeof(who), "rank %d is local rank %d on its host, not %d: its "
-                     "group %d would span hosts", r, lr, r % G, r / G);
+    if (agg[2] < N) {
+        int f = agg[2];
+        char who[160];
+        if (f == r)   // the rank named knows where it is
+            snprintf(who, sizeof(who), "rank %d is not local rank %d on its host but %d: its "
+                     "group %d would span hosts", f, f % G, lr, f / G);
+        else
+            snprintf(who, sizeof(who), "rank %d is not local rank %d on its host: its "
+                     "group %d would span hosts", f, f % G, f / G);
         return weft_error(WEFT_ERR_INVALID_ARG, "shard: --shard hybrid's default group is "
                           "a host's ranks, but the ranks are not placed in blocks per host "
                           "(%s); place them in blocks (srun --distribution=block, mpirun "
