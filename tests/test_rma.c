@@ -63,6 +63,11 @@
  *            rank 1 sends a 1 MB frame and makes no progress for 1.5 s; rank 0 asks for
  *            the payload at its buffer and posts FAILED (a failing call's drain); once
  *            rank 1 progresses again, no byte lands in rank 0's buffer after the post.
+ * get_cancel (ucx) a get cancelled after a failed call lands nothing later: rank 1 sends
+ *            a key to a 3 MB buffer and makes no progress for 1.5 s (UCX's get within a
+ *            host runs as active messages, answered by the peer's worker); rank 0 posts
+ *            a get of it, cancels it as a failing call's end does, and once rank 1
+ *            progresses again no byte lands in rank 0's buffer.
  * cut        (ib) after a failed call nothing lands in an adopted post: rank 0 posts a
  *            weft_mem_alloc buffer (WEFT_IB_ZCOPY=reg keeps it registered after a
  *            withdrawal), rank 1 sends one frame into it, rank 0 withdraws it and ends
@@ -1042,6 +1047,71 @@ static void posted(weft_comm_t *comm, weft_comm_t *side)
     free(snap);
 }
 
+/* ---- get_cancel: a get still running when its call fails (ucx) ---- */
+
+/* rma_cancel ends the failed call's transfers: when it returns, the get must not write
+ * the caller's buffer any more, whenever the peer answers. */
+static void get_cancel(weft_comm_t *comm, weft_comm_t *side)
+{
+    tp_ep_t *ep = comm->eps[1 - rank];
+    if (strcmp(ep->ops->name, "ucx")) {
+        printf("rank %d: get_cancel is for ucx (%s)\n", rank, ep->ops->name);
+        return;
+    }
+    unsigned char *buf = malloc(BIG), *snap = malloc(BIG);
+    check(buf && snap, "allocate");
+    if (!buf || !snap) {
+        free(buf);
+        free(snap);
+        return;
+    }
+    tp_mem_t *m = NULL;
+    if (rank == 1) {
+        check(offer(comm, ep, buf, 3, &m) == WEFT_OK, "get_cancel: send the key");
+        usleep(1500000);                /* no progress: a get of ours waits for it */
+    } else {
+        offer_t o;
+        tp_rmem_t *rm = NULL;
+        check(weft_recv(&o, sizeof(o), WEFT_UINT8, 1, comm) == WEFT_OK,
+              "get_cancel: receive the key");
+        weft_status_t st = ep->ops->rkey_unpack(ep, &o.key, &rm);
+        check(st == WEFT_OK, "get_cancel: unpack the key");
+        memset(buf, 0xee, BIG);
+        tp_rma_t x = { NULL };
+        if (st == WEFT_OK)
+            st = ep->ops->get(ep, buf, rm, o.addr, BIG, &x);
+        double t0 = now_s();
+        while (st == WEFT_IN_PROGRESS && now_s() - t0 < 0.1) {
+            progress_all(comm);
+            st = ep->ops->rma_test(ep, &x);
+        }
+        char msg[160];
+        snprintf(msg, sizeof(msg), "get_cancel: the get is still running (%s) while rank 1 "
+                 "makes no progress", weft_status_str(st));
+        check(st == WEFT_IN_PROGRESS, msg);
+        if (x.req)
+            ep->ops->rma_cancel(ep, &x);
+        check(x.req == NULL, "get_cancel: the cancelled transfer's request is let go");
+        if (rm)
+            ep->ops->rkey_release(ep, rm);
+        memcpy(snap, buf, BIG);
+    }
+    check(weft_barrier(side) == WEFT_OK, "get_cancel: side barrier (rank 1 progresses "
+          "again)");
+    if (rank == 0) {
+        double t0 = now_s();
+        while (now_s() - t0 < 0.5)
+            progress_all(comm);
+        check(memcmp(buf, snap, BIG) == 0, "get_cancel: no byte landed in the buffer after "
+              "the cancel");
+    }
+    check(weft_barrier(side) == WEFT_OK, "get_cancel: side barrier (rank 0 has looked)");
+    if (m)
+        ep->ops->mem_dereg(comm, m);
+    free(buf);
+    free(snap);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "basic";
@@ -1066,7 +1136,8 @@ int main(int argc, char **argv)
     else if (!strcmp(mode, "regcache"))
         regcache(comm);
     else if (!strcmp(mode, "zcopy") || !strcmp(mode, "kept") || !strcmp(mode, "posted") ||
-             !strcmp(mode, "cut") || !strcmp(mode, "stale_key")) {
+             !strcmp(mode, "cut") || !strcmp(mode, "stale_key") ||
+             !strcmp(mode, "get_cancel")) {
         /* a second communicator (its own connection) orders the ranks' steps without
          * touching the first one's queues */
         weft_comm_t *side = NULL;
@@ -1081,13 +1152,15 @@ int main(int argc, char **argv)
                 kept(comm, side);
             else if (!strcmp(mode, "cut"))
                 cut(comm, side);
+            else if (!strcmp(mode, "get_cancel"))
+                get_cancel(comm, side);
             else
                 posted(comm, side);
             weft_comm_destroy(side);
         }
     }
     else {
-        printf("usage: test_rma basic|peer_exit|stale_key|left|regcache|zcopy|kept|posted|cut\n");
+        printf("usage: test_rma basic|peer_exit|stale_key|left|regcache|zcopy|kept|posted|get_cancel|cut\n");
         return 2;
     }
     /* after a lost peer too: destroy must still release everything (LeakSanitizer

@@ -567,7 +567,6 @@ void ucx_drain(ucx_ep_t *e, double max_s)
  * rendezvous send's registration, so the peer cannot read it either): until then a
  * request is still in progress and may still read its buffer. The remote keys go last,
  * once no transfer can still be using them. */
-#define FORCE_CLOSE_S 2
 static int force_close(ucx_ep_t *e)
 {
     if (e->ep == NULL)
@@ -596,7 +595,7 @@ static int force_close(ucx_ep_t *e)
  * any more, one running on another thread ends first. Our FAILED state gets 100 ms to
  * leave first (the drain did not wait for it): over shared memory nothing else tells
  * the peer that this endpoint closed. */
-static void withdraw(ucx_ep_t *e)
+void ucx_withdraw(ucx_ep_t *e)
 {
     uint64_t deadline = time_ns() + STATE_LEAVE_NS;
     while (ucx_states_busy(e) && time_ns() < deadline)
@@ -616,7 +615,7 @@ void ucx_withdraw_kept(ucx_ep_t *e)
     LOG_INFO(LOG_NET, "ucx: rank %d has not taken %d frame(s) sent from the failed call's "
              "buffers: closing the endpoint, so that UCX reads no more of them", e->base.peer,
              n);
-    withdraw(e);
+    ucx_withdraw(e);
 }
 
 void ucx_withdraw_posted(ucx_ep_t *e, uint64_t deadline)
@@ -638,7 +637,7 @@ void ucx_withdraw_posted(ucx_ep_t *e, uint64_t deadline)
      * completes the receive as cancelled); the rest of an eager message would still land */
     LOG_INFO(LOG_NET, "ucx: rank %d's frame is still coming into the failed call's buffer: "
              "closing the endpoint", e->base.peer);
-    withdraw(e);
+    ucx_withdraw(e);
     uint64_t end = time_ns() + FORCE_CLOSE_S * 1000000000ull;
     while (ucp_request_check_status(req) == UCS_INPROGRESS && time_ns() < end)
         ucp_worker_progress(e->x->worker);

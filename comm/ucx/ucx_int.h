@@ -161,6 +161,11 @@ void ucx_withdraw_kept(ucx_ep_t *e);
  * waited for until `deadline` (time_ns), then cancelled, and where UCX had matched it
  * already its endpoint is closed (and lost): nothing lands there after the call */
 void ucx_withdraw_posted(ucx_ep_t *e, uint64_t deadline);
+/* tp_ucx.c: gives the endpoint up for good (lost, cancelled) and closes it with
+ * UCP_EP_CLOSE_FLAG_FORCE, after our FAILED state had 100 ms to leave: UCX completes
+ * what it still held as cancelled, within FORCE_CLOSE_S */
+void ucx_withdraw(ucx_ep_t *e);
+#define FORCE_CLOSE_S 2
 weft_status_t ucx_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p, const void **payload_p);
 weft_status_t ucx_recv_payload(tp_ep_t *ep, void *dst, const void **payload_p);
 void ucx_recv_release(tp_ep_t *ep);

@@ -370,15 +370,31 @@ weft_status_t ucx_rma_test(tp_ep_t *ep, tp_rma_t *req)
     return s == UCS_OK ? WEFT_OK : rma_failed((ucx_ep_t *)ep, s, "one-sided transfer with");
 }
 
-/* Waits 100 ms at most for the transfer to end (a lost endpoint's are completed with an
- * error by UCX); after that UCX frees the request whenever it completes. */
+/* A failed call's transfer: waits 100 ms at most for it to end (a lost endpoint's are
+ * completed with an error by UCX). One still running then would go on writing the
+ * caller's buffer (a get: within a host UCX runs it as active messages, which land
+ * whenever the peer's worker answers) or reading it (a put): the endpoint is closed, and
+ * UCX completes the request as cancelled. */
 void ucx_rma_cancel(tp_ep_t *ep, tp_rma_t *req)
 {
     ucx_ep_t *e = (ucx_ep_t *)ep;
     uint64_t deadline = time_ns() + 100000000ull;
     while (req->req && ucx_req_test(&req->req) == UCS_INPROGRESS && time_ns() < deadline)
         ucp_worker_progress(e->x->worker);
-    if (req->req)
+    if (req->req == NULL)
+        return;
+    LOG_INFO(LOG_NET, "ucx: a one-sided transfer with rank %d is still running after the "
+             "failed call: closing the endpoint, so that it touches the call's buffer no "
+             "more", ep->peer);
+    ucx_withdraw(e);
+    deadline = time_ns() + FORCE_CLOSE_S * 1000000000ull;
+    while (ucx_req_test(&req->req) == UCS_INPROGRESS && time_ns() < deadline)
+        ucp_worker_progress(e->x->worker);
+    if (req->req) {
+        LOG_WARN(LOG_NET, "ucx: a one-sided transfer with rank %d was still running %d s "
+                 "after its endpoint closed: it may yet touch the failed call's buffer",
+                 ep->peer, FORCE_CLOSE_S);
         ucp_request_free(req->req);
-    req->req = NULL;
+        req->req = NULL;
+    }
 }
