@@ -376,6 +376,19 @@ static void release(shard_t *sh, int i)
 
 static weft_status_t job_advance(shard_t *sh, int wait, int *moved);
 
+/* Gives back what job_push took for a job it could not start: the job is not queued. */
+static void job_unpush(shard_t *sh, job_t *j, unit_t *u)
+{
+    size_t es = sh->o.reduce_bf16 ? 2 : 4;
+    free_transient(sh, j->g16, u->pad * 2);
+    if (sh->rs_flow) {
+        free_transient(sh, j->buf, u->sn * es);
+        if (j->gfull)
+            u->gfull = j->gfull;   // the gradient stays the unit's, freed with it
+    }
+    memset(j, 0, sizeof(*j));
+}
+
 static weft_status_t job_push(shard_t *sh, int unit)
 {
     unit_t *u = &sh->u[unit];
@@ -389,41 +402,47 @@ static weft_status_t job_push(shard_t *sh, int unit)
     size_t es = bf ? 2 : 4;
     weft_dtype_t dt = bf ? WEFT_BFLOAT16 : WEFT_FLOAT32;
     void *src = u->gfull;
+    weft_status_t st = WEFT_OK;
     if (bf) {
         if (!(j->g16 = take_transient(sh, u->pad * 2, 0)))
             return oom("a bf16 gradient", u->pad * 2);
-        RETURN_IF_ERR(sh->mem->to_bf16(sh->mem->ctx, j->g16, u->gfull, u->pad));
+        st = sh->mem->to_bf16(sh->mem->ctx, j->g16, u->gfull, u->pad);
         src = j->g16;
     }
-    if (!sh->rs_flow && sh->shard_grads) {   // zero1: only this rank's slice is needed
+    if (st == WEFT_OK && !sh->rs_flow) {   // reduced in place on gfull (or g16)
         j->stage = JOB_AR;
         j->buf = src;
-        char *mine = (char *)src + (size_t)sh->gr * u->sn * es;   // in place
-        RETURN_IF_ERR(coll_start(sh, SHARD_COLL_REDUCE_SCATTER, src, mine, u->sn, dt,
-                                 sh->gcomm, &j->req));
-        sh->st.comm_bytes += (double)(sh->G - 1) * u->sn * es;
-    } else if (!sh->rs_flow) {   // none: all-reduce the whole unit in place
-        weft_comm_t *c = sh->R > 1 ? sh->rcomm : sh->gcomm;
-        int n = sh->R > 1 ? sh->R : sh->G;
-        j->stage = JOB_AR;
-        j->buf = src;
-        if (n > 1)
-            RETURN_IF_ERR(coll_start(sh, SHARD_COLL_ALLREDUCE, src, src, u->len, dt, c,
-                                     &j->req));
-        sh->st.comm_bytes += ar_bytes(sh, n, u->len, es);
-    } else {              // reduce-scatter into a shard, then across replicas
-        j->gfull = u->gfull;
-        u->gfull = NULL;
-        if (!(j->buf = take_transient(sh, u->sn * es, 0)))
-            return oom("a gradient shard", u->sn * es);
-        j->stage = JOB_RS;
-        if (sh->G > 1) {
-            RETURN_IF_ERR(coll_start(sh, SHARD_COLL_REDUCE_SCATTER, src, j->buf, u->sn, dt,
-                                     sh->gcomm, &j->req));
+        if (sh->shard_grads) {   // zero1: only this rank's slice is needed
+            char *mine = (char *)src + (size_t)sh->gr * u->sn * es;
+            st = coll_start(sh, SHARD_COLL_REDUCE_SCATTER, src, mine, u->sn, dt, sh->gcomm,
+                            &j->req);
             sh->st.comm_bytes += (double)(sh->G - 1) * u->sn * es;
-        } else {
-            RETURN_IF_ERR(sh->mem->copy(sh->mem->ctx, j->buf, src, u->sn * es));
+        } else {                 // none: all-reduce the whole unit
+            weft_comm_t *c = sh->R > 1 ? sh->rcomm : sh->gcomm;
+            int n = sh->R > 1 ? sh->R : sh->G;
+            if (n > 1)
+                st = coll_start(sh, SHARD_COLL_ALLREDUCE, src, src, u->len, dt, c, &j->req);
+            sh->st.comm_bytes += ar_bytes(sh, n, u->len, es);
         }
+    } else if (st == WEFT_OK) {   // reduce-scatter into a shard, then across replicas
+        if (!(j->buf = take_transient(sh, u->sn * es, 0))) {
+            st = oom("a gradient shard", u->sn * es);
+        } else {
+            j->gfull = u->gfull;
+            u->gfull = NULL;
+            j->stage = JOB_RS;
+            if (sh->G > 1) {
+                st = coll_start(sh, SHARD_COLL_REDUCE_SCATTER, src, j->buf, u->sn, dt,
+                                sh->gcomm, &j->req);
+                sh->st.comm_bytes += (double)(sh->G - 1) * u->sn * es;
+            } else {
+                st = sh->mem->copy(sh->mem->ctx, j->buf, src, u->sn * es);
+            }
+        }
+    }
+    if (st != WEFT_OK) {
+        job_unpush(sh, j, u);
+        return st;
     }
     sh->jcount++;
     return WEFT_OK;

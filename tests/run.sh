@@ -528,10 +528,12 @@ if [ -x "$B/bin/weft-train" ] && [ -x "$B/tests/test_train" ]; then
     # data-parallel training (shard/): every strategy on 2-4 ranks against one process,
     # rerun, accumulation, memory, bf16, a configuration mismatch and a killed rank
     run "test_shard.py" /usr/bin/python3 tests/test_shard.py "$B"
-    # shard/'s collectives in one order on every rank, whatever a test of one says
-    for s in hybrid full zero1; do
+    # shard/'s collectives in one order on every rank, whatever a test of one says; and
+    # (fail) a gradient collective that fails stops training and leaks no buffer
+    for s in hybrid full zero1 "hybrid fail" "full fail" "zero1 fail"; do
         if [ -x "$B/tests/test_shard_order" ]; then
-            run "test_shard_order $s -n 4" "$WEFTRUN" -n 4 "$B/tests/test_shard_order" $s
+            run "test_shard_order $s -n 4" "$WEFTRUN" -n 4 --timeout 60 \
+                "$B/tests/test_shard_order" $s
         else
             missing "test_shard_order $s -n 4" "$B/tests/test_shard_order"
         fi

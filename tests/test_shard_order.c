@@ -2,7 +2,7 @@
  * test_shard_order.c - shard/ issues its collectives in the same order on every rank,
  * whatever the timing.
  *
- *   weftrun -n 4 build/tests/test_shard_order [STRATEGY]     (default hybrid, groups of 2)
+ *   weftrun -n 4 build/tests/test_shard_order [STRATEGY] [fail]  (default hybrid, groups of 2)
  *
  * Each rank trains three steps of a 5-unit model through a table that wraps the host
  * table: its coll records (kind, communicator) in issue order, and its test answers "not
@@ -13,6 +13,10 @@
  * compares (hybrid: two communicators, where the order can differ; full and zero1 use
  * one each way, so there only the model is checked). Also: every rank exports the same
  * model.
+ * fail: bf16 gradient reductions, and the table's coll fails the 7th gradient collective
+ * (step 2's backward), on every rank alike: training must stop with that error, and once
+ * shard_destroy returns every buffer the shard took from the table must have been given
+ * back (the table counts them), the failed reduction's transient ones among them.
  * Prints ok/FAIL lines and exits 0 when every check passed.
  */
 #include <stdint.h>
@@ -21,6 +25,7 @@
 #include <string.h>
 
 #include "shard.h"
+#include "status.h"
 #include "weft.h"
 
 #define NUNITS 5
@@ -32,6 +37,21 @@ static int nlog;
 static uint32_t logv[MAXLOG];
 static weft_comm_t *comms[8];
 static int ncomms;
+static int fail_at, ngrad;      /* fail mode: the gradient collective that fails (1-based) */
+static long live;               /* buffers taken from the table and not given back */
+
+static void *count_alloc(void *ctx, size_t bytes)
+{
+    void *p = host->alloc(host->ctx, bytes);
+    live += p != NULL;
+    return p;
+}
+
+static void count_free(void *ctx, void *p)
+{
+    live -= p != NULL;
+    host->free(host->ctx, p);
+}
 
 static weft_status_t rec_coll(void *ctx, shard_coll_t kind, const void *send, void *recv,
                               size_t count, weft_dtype_t dt, weft_comm_t *comm, void **req_p)
@@ -43,6 +63,9 @@ static weft_status_t rec_coll(void *ctx, shard_coll_t kind, const void *send, vo
         comms[ncomms++] = comm;
     if (nlog < MAXLOG)
         logv[nlog++] = (uint32_t)kind << 16 | (uint32_t)c << 8 | (uint32_t)(count & 0xff);
+    if (kind != SHARD_COLL_ALLGATHER && ++ngrad == fail_at)
+        return weft_error(WEFT_ERR_INTERNAL, "test_shard_order: gradient collective %d "
+                          "fails, as asked", ngrad);
     return host->coll(host->ctx, kind, send, recv, count, dt, comm, req_p);
 }
 
@@ -57,6 +80,7 @@ static weft_status_t late_test(void *ctx, void *req, int *done_p)
 int main(int argc, char **argv)
 {
     const char *sname = argc > 1 ? argv[1] : "hybrid";
+    int fail = argc > 2 && !strcmp(argv[2], "fail");
     weft_comm_t *world;
     if (weft_comm_init(&world) != WEFT_OK) {
         printf("FAIL init: %s\n", weft_last_error());
@@ -67,8 +91,11 @@ int main(int argc, char **argv)
     shard_mem_t mem = *host;
     mem.coll = rec_coll;
     mem.test = late_test;
+    mem.alloc = count_alloc;
+    mem.free = count_free;
     rnd = 12345u + 7919u * (unsigned)rank;
-    shard_opts_t o = { .prefetch = 1, .mem = &mem };
+    shard_opts_t o = { .prefetch = 1, .mem = &mem, .reduce_bf16 = fail };
+    fail_at = fail ? 7 : 0;
     if (shard_strategy_parse(sname, &o.strategy) != 0) {
         printf("FAIL unknown strategy %s\n", sname);
         return 2;
@@ -118,6 +145,20 @@ int main(int argc, char **argv)
         if (st == WEFT_OK)
             st = shard_adamw(sh, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
     }
+    if (fail) {
+        int said = st == WEFT_ERR_INTERNAL && strstr(weft_last_error(), "as asked") != NULL;
+        printf("%s rank %d %s fail: training stops at the failed gradient collective %d "
+               "(%s)\n", said ? "ok" : "FAIL", rank, sname, fail_at, weft_last_error());
+        shard_destroy(sh);
+        printf("%s rank %d %s fail: every buffer given back after shard_destroy (%ld "
+               "not)\n", live == 0 ? "ok" : "FAIL", rank, sname, live);
+        bad = !said || live != 0;
+        weft_comm_destroy(world);
+        free(params);
+        free(out);
+        free(ref);
+        return bad;
+    }
     if (st == WEFT_OK)
         st = shard_export(sh, out);
     if (st != WEFT_OK) {
@@ -144,6 +185,9 @@ int main(int argc, char **argv)
            rank, sname);
     bad = !same || !equal;
     shard_destroy(sh);
+    printf("%s rank %d %s: every buffer given back after shard_destroy (%ld not)\n",
+           live == 0 ? "ok" : "FAIL", rank, sname, live);
+    bad |= live != 0;
     weft_comm_destroy(world);
     free(params);
     free(out);
