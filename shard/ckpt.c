@@ -330,6 +330,11 @@ weft_status_t shard_ckpt_load(shard_t *sh, const char *dir, const ckpt_layout_t 
             return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: unit %d has %zu "
                                     "floats, this model's %zu", dir, u, old->len[u],
                                     sh->u[u].len);
+    for (int u = 0; u < sh->nunits; u++)
+        if (sh->u[u].held)
+            return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: unit %d's "
+                                    "parameters are in use (shard_params without "
+                                    "shard_params_done): load between steps", dir, u);
     RETURN_IF_ERR(shard_quiesce(sh));
     // everything into fresh buffers first: a failed read changes nothing
     size_t total = 0;
@@ -368,5 +373,7 @@ weft_status_t shard_ckpt_load(shard_t *sh, const char *dir, const ckpt_layout_t 
             st = mm->upload(mm->ctx, dst[w], b, x->sn * sizeof(float));
     }
     free(buf);
+    if (st == WEFT_OK)
+        shard_drop_gathered(sh);   // gathered from the old masters (a prefetch)
     return st;
 }

@@ -57,7 +57,9 @@ void ckpt_file_name(char *buf, size_t cap, int rank);
 
 /* shard/'s side: whether this rank writes a file, its data (host pointers: a device
  * table's runs are downloaded into a copy shard/ keeps until the next call), its layout;
- * and filling its shards from a checkpoint of any layout (every rank, no communication). */
+ * and filling its shards from a checkpoint of any layout (every rank, no communication;
+ * between steps, refused while a unit's parameters are in use; units gathered ahead of
+ * use are dropped and gathered again from the loaded shards). */
 int shard_ckpt_writer(const shard_t *sh);
 weft_status_t shard_ckpt_data(shard_t *sh, ckpt_rank_data_t *d, const float **p,
                               const float **m, const float **v, size_t *n);

@@ -523,6 +523,17 @@ weft_status_t shard_quiesce(shard_t *sh)
     return WEFT_OK;
 }
 
+void shard_drop_gathered(shard_t *sh)
+{
+    for (int i = 0; sh->per_use && i < sh->nunits; i++) {
+        unit_t *u = &sh->u[i];
+        if (u->full && !u->gather && !u->held) {
+            free_transient(sh, u->full, u->pad * 4);
+            u->full = NULL;
+        }
+    }
+}
+
 weft_status_t shard_round_bf16(shard_t *sh, float *x, size_t n)
 {
     return round_bf16(sh, x, n);

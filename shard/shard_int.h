@@ -61,6 +61,10 @@ struct shard {
 
 /* shard.c: waits for every gather and reduction in flight */
 weft_status_t shard_quiesce(shard_t *sh);
+/* shard.c: gives back the units gathered ahead of use (full, hybrid: a prefetch, units
+ * kept from forward to backward), once quiesced: their parameters are the masters' of
+ * before a load; the next use gathers again */
+void shard_drop_gathered(shard_t *sh);
 /* x (sh's memory) rounded to bf16 (nearest even) and back, in place: what a bf16
  * gather delivers */
 weft_status_t shard_round_bf16(shard_t *sh, float *x, size_t n);

@@ -528,9 +528,11 @@ if [ -x "$B/bin/weft-train" ] && [ -x "$B/tests/test_train" ]; then
     # data-parallel training (shard/): every strategy on 2-4 ranks against one process,
     # rerun, accumulation, memory, bf16, a configuration mismatch and a killed rank
     run "test_shard.py" /usr/bin/python3 tests/test_shard.py "$B"
-    # shard/'s collectives in one order on every rank, whatever a test of one says; and
-    # (fail) a gradient collective that fails stops training and leaks no buffer
-    for s in hybrid full zero1 "hybrid fail" "full fail" "zero1 fail"; do
+    # shard/'s collectives in one order on every rank, whatever a test of one says;
+    # (fail) a gradient collective that fails stops training and leaks no buffer;
+    # (reload) a checkpoint loaded after training reaches the next forward
+    for s in hybrid full zero1 "hybrid fail" "full fail" "zero1 fail" "hybrid reload" \
+             "full reload" "zero1 reload"; do
         if [ -x "$B/tests/test_shard_order" ]; then
             run "test_shard_order $s -n 4" "$WEFTRUN" -n 4 --timeout 60 \
                 "$B/tests/test_shard_order" $s

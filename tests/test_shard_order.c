@@ -2,7 +2,8 @@
  * test_shard_order.c - shard/ issues its collectives in the same order on every rank,
  * whatever the timing.
  *
- *   weftrun -n 4 build/tests/test_shard_order [STRATEGY] [fail]  (default hybrid, groups of 2)
+ *   weftrun -n 4 build/tests/test_shard_order [STRATEGY] [fail|reload]
+ *                                                       (default hybrid, groups of 2)
  *
  * Each rank trains three steps of a 5-unit model through a table that wraps the host
  * table: its coll records (kind, communicator) in issue order, and its test answers "not
@@ -17,13 +18,20 @@
  * (step 2's backward), on every rank alike: training must stop with that error, and once
  * shard_destroy returns every buffer the shard took from the table must have been given
  * back (the table counts them), the failed reduction's transient ones among them.
+ * reload: after the three steps, shard_ckpt_load of a one-process checkpoint of the
+ * initial parameters (rank 0 writes it): the next forward must see those parameters in
+ * every unit, the one gathered ahead by the last step's prefetch among them (before
+ * 2026-11-27 it kept the trained ones), and the export must be them; a load while a
+ * unit's parameters are in use is refused, naming it.
  * Prints ok/FAIL lines and exits 0 when every check passed.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "ckpt.h"
 #include "shard.h"
 #include "status.h"
 #include "weft.h"
@@ -77,10 +85,89 @@ static weft_status_t late_test(void *ctx, void *req, int *done_p)
     return st;
 }
 
+/* reload: the initial parameters back from a checkpoint, after training. 1 when a
+ * check failed. */
+static int reload(weft_comm_t *world, shard_t *sh, const shard_unit_desc_t *units,
+                  const float *params, size_t total, int rank, const char *sname)
+{
+    char dir[64] = "";
+    size_t len[NUNITS], off[NUNITS];
+    const float *pp[NUNITS], *zz[NUNITS];
+    float *zero = calloc(total, sizeof(float)), *out = malloc(total * sizeof(float));
+    int bad = !zero || !out;
+    for (size_t i = 0, o = 0; i < NUNITS; o += units[i].len, i++) {
+        len[i] = units[i].len;
+        off[i] = o;
+        pp[i] = params + o;
+        zz[i] = zero;
+    }
+    if (rank == 0 && !bad) {   // one process's checkpoint of the initial parameters
+        snprintf(dir, sizeof(dir), "/tmp/test_shard_order.XXXXXX");
+        char path[128];
+        uint64_t h, b;
+        ckpt_rank_data_t d = { NUNITS, pp, zz, zz, len };
+        bad = mkdtemp(dir) == NULL;
+        snprintf(path, sizeof(path), "%s/rank-00000.bin", dir);
+        if (!bad && ckpt_file_write(path, 0, 3, &d, &h, &b) != WEFT_OK) {
+            printf("FAIL rank 0 write a checkpoint: %s\n", weft_last_error());
+            bad = 1;
+        }
+    }
+    if (weft_broadcast(dir, dir, sizeof(dir), WEFT_UINT8, 0, world) != WEFT_OK || !dir[0]) {
+        printf("FAIL rank %d no checkpoint directory: %s\n", rank, weft_last_error());
+        free(zero);
+        free(out);
+        return 1;
+    }
+    ckpt_layout_t l = { 1, NUNITS, len, len };
+    float *p;
+    weft_status_t st = shard_micro_begin(sh, 0, 1);
+    if (st == WEFT_OK && (st = shard_params(sh, 1, 0, &p)) == WEFT_OK) {
+        weft_status_t held = shard_ckpt_load(sh, dir, &l);
+        int said = held == WEFT_ERR_INVALID_ARG && strstr(weft_last_error(), "unit 1");
+        printf("%s rank %d %s reload: a load while unit 1 is in use is refused (%s)\n",
+               said ? "ok" : "FAIL", rank, sname, weft_last_error());
+        bad |= !said;
+        st = shard_params_done(sh, 1, 0);
+    }
+    if (st == WEFT_OK)
+        st = shard_ckpt_load(sh, dir, &l);
+    int same = st == WEFT_OK;
+    if (st == WEFT_OK)
+        st = shard_micro_begin(sh, 0, 1);
+    for (int i = 0; st == WEFT_OK && i < NUNITS; i++) {
+        if ((st = shard_params(sh, i, 0, &p)) != WEFT_OK)
+            break;
+        if (memcmp(p, params + off[i], len[i] * sizeof(float))) {
+            printf("FAIL rank %d %s reload: unit %d's parameters in the forward after the "
+                   "load are not the checkpoint's\n", rank, sname, i);
+            same = 0;
+        }
+        st = shard_params_done(sh, i, 0);
+    }
+    if (st == WEFT_OK)
+        st = shard_export(sh, out);
+    same &= st == WEFT_OK && !memcmp(out, params, total * sizeof(float));
+    printf("%s rank %d %s reload: the forward after shard_ckpt_load sees the checkpoint's "
+           "parameters in every unit, and exports them (%s)\n", same ? "ok" : "FAIL", rank,
+           sname, st == WEFT_OK ? "ok" : weft_last_error());
+    weft_barrier(world);
+    if (rank == 0) {
+        char path[128];
+        snprintf(path, sizeof(path), "%s/rank-00000.bin", dir);
+        unlink(path);
+        rmdir(dir);
+    }
+    free(zero);
+    free(out);
+    return bad || !same;
+}
+
 int main(int argc, char **argv)
 {
     const char *sname = argc > 1 ? argv[1] : "hybrid";
     int fail = argc > 2 && !strcmp(argv[2], "fail");
+    int reloading = argc > 2 && !strcmp(argv[2], "reload");
     weft_comm_t *world;
     if (weft_comm_init(&world) != WEFT_OK) {
         printf("FAIL init: %s\n", weft_last_error());
@@ -153,6 +240,15 @@ int main(int argc, char **argv)
         printf("%s rank %d %s fail: every buffer given back after shard_destroy (%ld "
                "not)\n", live == 0 ? "ok" : "FAIL", rank, sname, live);
         bad = !said || live != 0;
+        weft_comm_destroy(world);
+        free(params);
+        free(out);
+        free(ref);
+        return bad;
+    }
+    if (reloading && st == WEFT_OK) {
+        bad = reload(world, sh, units, params, total, rank, sname);
+        shard_destroy(sh);
         weft_comm_destroy(world);
         free(params);
         free(out);
