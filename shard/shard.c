@@ -746,7 +746,13 @@ weft_status_t shard_micro_begin(shard_t *sh, int training, int sync)
             sh->order[sh->norder++] = i;
     sh->pos = 0;
     sh->hook++;
-    return jobs_poll(sh, 0);
+    RETURN_IF_ERR(jobs_poll(sh, 0));
+    /* the first units' gathers start now (the update started them for the step's first
+     * micro-batch; not for the next ones, or for validation batches) */
+    for (int k = 0; sh->per_use && k < sh->o.prefetch && k < sh->norder; k++)
+        if (!sh->u[sh->order[k]].full)
+            RETURN_IF_ERR(gather_start(sh, sh->order[k]));
+    return WEFT_OK;
 }
 
 static weft_status_t prefetch_after(shard_t *sh, int unit)

@@ -12,8 +12,10 @@
  * that start two communicators' calls in different orders wait for each other in a
  * cycle, so the sequences must be equal: the ranks all-gather a hash of theirs and each
  * compares (hybrid: two communicators, where the order can differ; full and zero1 use
- * one each way, so there only the model is checked). Also: every rank exports the same
- * model.
+ * one each way, so there only the model is checked). Also: three forward-only
+ * micro-batches after training (validation) find unit 0 gathered ahead of use (full,
+ * hybrid; before 2026-11-27 only the first did), every rank exports the same model, and
+ * shard_destroy gives back every buffer the table lent.
  * fail: bf16 gradient reductions, and the table's coll fails the 7th gradient collective
  * (step 2's backward), on every rank alike: training must stop with that error, and once
  * shard_destroy returns every buffer the shard took from the table must have been given
@@ -46,6 +48,7 @@ static uint32_t logv[MAXLOG];
 static weft_comm_t *comms[8];
 static int ncomms;
 static int fail_at, ngrad;      /* fail mode: the gradient collective that fails (1-based) */
+static int ngather;             /* all-gathers issued */
 static long live;               /* buffers taken from the table and not given back */
 
 static void *count_alloc(void *ctx, size_t bytes)
@@ -71,6 +74,7 @@ static weft_status_t rec_coll(void *ctx, shard_coll_t kind, const void *send, vo
         comms[ncomms++] = comm;
     if (nlog < MAXLOG)
         logv[nlog++] = (uint32_t)kind << 16 | (uint32_t)c << 8 | (uint32_t)(count & 0xff);
+    ngather += kind == SHARD_COLL_ALLGATHER;
     if (kind != SHARD_COLL_ALLGATHER && ++ngrad == fail_at)
         return weft_error(WEFT_ERR_INTERNAL, "test_shard_order: gradient collective %d "
                           "fails, as asked", ngrad);
@@ -255,6 +259,26 @@ int main(int argc, char **argv)
         free(ref);
         return bad;
     }
+    /* three forward-only micro-batches (validation): where units are gathered per use,
+     * unit 0's gather (prefetch 1) is issued before the batch asks for it, by the last
+     * step's update for the first, by shard_micro_begin for the others */
+    int per_use = o.strategy == SHARD_FULL || o.strategy == SHARD_HYBRID, ahead = 0;
+    for (int b = 0; st == WEFT_OK && b < 3; b++) {
+        float *p;
+        int before = ngather;
+        st = shard_micro_begin(sh, 0, 0);
+        ahead += ngather > before || b == 0;
+        for (int i = 0; st == WEFT_OK && i < NUNITS; i++) {
+            st = shard_params(sh, i, 0, &p);
+            if (st == WEFT_OK)
+                st = shard_params_done(sh, i, 0);
+        }
+    }
+    if (per_use) {
+        printf("%s rank %d %s: unit 0 gathered ahead of use in %d of 3 forward-only "
+               "micro-batches\n", ahead == 3 ? "ok" : "FAIL", rank, sname, ahead);
+        bad |= ahead != 3;
+    }
     if (st == WEFT_OK)
         st = shard_export(sh, out);
     if (st != WEFT_OK) {
@@ -279,7 +303,7 @@ int main(int argc, char **argv)
            "on every rank\n", same ? "ok" : "FAIL", rank, sname, nlog, ncomms);
     printf("%s rank %d %s: every rank exported the same model\n", equal ? "ok" : "FAIL",
            rank, sname);
-    bad = !same || !equal;
+    bad |= !same || !equal;
     shard_destroy(sh);
     printf("%s rank %d %s: every buffer given back after shard_destroy (%ld not)\n",
            live == 0 ? "ok" : "FAIL", rank, sname, live);
