@@ -735,6 +735,14 @@ void shard_destroy(shard_t *sh)
 
 weft_status_t shard_micro_begin(shard_t *sh, int training, int sync)
 {
+    /* none and zero1 reduce gfull in place, where the step's micro-batches add up: a
+     * micro-batch after the reduced one would be reduced again with it */
+    if (training && sh->step_synced && !sh->rs_flow)
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: a training micro-batch after this "
+                          "step's synchronized one (sync = 1 goes on the step's last "
+                          "micro-batch only; shard_adamw ends the step)");
+    sh->step_micro += training;
+    sh->step_synced |= training && sync;
     sh->training = training;
     sh->sync = sync || sh->rs_flow;
     int n = sh->nunits;
@@ -820,8 +828,19 @@ weft_status_t shard_grads_done(shard_t *sh, int i)
 
 /* ---- the step ---- */
 
+/* A step's gradients that were never reduced would update each rank its own way. */
+static weft_status_t check_reduced(const shard_t *sh, const char *what)
+{
+    if (sh->step_micro > 0 && !sh->step_synced && !sh->rs_flow)
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: %s after %d training micro-batch(es) "
+                          "none of which reduced its gradients (give sync = 1 to the "
+                          "step's last shard_micro_begin)", what, sh->step_micro);
+    return WEFT_OK;
+}
+
 weft_status_t shard_clip(shard_t *sh, float clip, float *norm_p)
 {
+    RETURN_IF_ERR(check_reduced(sh, "shard_clip"));
     RETURN_IF_ERR(jobs_poll(sh, 1));
     double ss = 0.0;
     const float **x = malloc((size_t)sh->nunits * sizeof(*x));
@@ -877,7 +896,10 @@ weft_status_t shard_adamw(shard_t *sh, float lr, float beta1, float beta2, float
 {
     if (t < 1)
         return weft_error(WEFT_ERR_INVALID_ARG, "shard: AdamW step %d < 1", t);
+    RETURN_IF_ERR(check_reduced(sh, "shard_adamw"));
     RETURN_IF_ERR(jobs_poll(sh, 1));
+    sh->step_micro = 0;
+    sh->step_synced = 0;
     for (int i = 0; i < sh->nunits; i++) {
         unit_t *u = &sh->u[i];
         RETURN_IF_ERR(adamw_unit(sh, u, lr, beta1, beta2, eps, wd, t));

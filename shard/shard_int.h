@@ -53,6 +53,8 @@ struct shard {
     unsigned hook;      // hooks so far (shard_micro_begin, shard_params, shard_grads_done)
     int *order, norder, pos;
     int training, sync;
+    int step_micro;     // training micro-batches since the last update
+    int step_synced;    // one of them reduced its gradients (none, zero1: the last may)
     shard_stats_t st;
     size_t transient;   // bytes of transient buffers alive now
     pooled_t *pool;     // freed transient buffers, for reuse

@@ -259,6 +259,27 @@ int main(int argc, char **argv)
         free(ref);
         return bad;
     }
+    /* none, zero1 (gradients reduced in place, where the micro-batches add up): a step
+     * whose micro-batches never synchronized, and a micro-batch after the synchronized
+     * one, are refused, changing nothing; the update after a synchronized one goes */
+    if (st == WEFT_OK && (o.strategy == SHARD_NONE || o.strategy == SHARD_ZERO1)) {
+        weft_status_t a = shard_micro_begin(sh, 1, 0), b = WEFT_OK, c = WEFT_OK, d;
+        if (a == WEFT_OK)
+            a = shard_adamw(sh, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4);
+        int ok1 = a == WEFT_ERR_INVALID_ARG && strstr(weft_last_error(), "none of which");
+        if ((b = shard_micro_begin(sh, 1, 1)) == WEFT_OK)
+            c = shard_micro_begin(sh, 1, 1);
+        int ok2 = b == WEFT_OK && c == WEFT_ERR_INVALID_ARG &&
+                  strstr(weft_last_error(), "after this step's synchronized");
+        d = shard_adamw(sh, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4);
+        printf("%s rank %d %s: an update after unsynchronized micro-batches is refused\n",
+               ok1 ? "ok" : "FAIL", rank, sname);
+        printf("%s rank %d %s: a micro-batch after the step's synchronized one is refused, "
+               "and the update then goes (%s)\n", ok2 && d == WEFT_OK ? "ok" : "FAIL", rank,
+               sname, weft_status_str(d));
+        bad |= !ok1 || !ok2 || d != WEFT_OK;
+        st = d;
+    }
     /* three forward-only micro-batches (validation): where units are gathered per use,
      * unit 0's gather (prefetch 1) is issued before the batch asks for it, by the last
      * step's update for the first, by shard_micro_begin for the others */
