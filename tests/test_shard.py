@@ -142,6 +142,19 @@ def test_accum(ref):
     e = worst_rel(recs, ref)
     check(rc == 0 and e <= 1e-5, f"none on 2 ranks (no sync on the first micro-batch), "
           f"--accum 2 matches (worst rel diff {e:.2e})")
+    # the other strategies' accumulation, and full's prefetch depths, over 8 steps
+    short = ref[:8]
+    for n, b, extra, what in (
+            (2, 3, ["--shard", "zero1", "--accum", "2"], "zero1 on 2 ranks, --accum 2"),
+            (2, 3, ["--shard", "grad_op", "--accum", "2"], "grad_op on 2 ranks, --accum 2"),
+            (4, 1, ["--shard", "hybrid", "--shard-group", "2", "--accum", "3"],
+             "hybrid (2 groups of 2), --accum 3 at -b 1"),
+            (2, 6, ["--shard", "full", "--prefetch", "0"], "full on 2 ranks, --prefetch 0"),
+            (2, 6, ["--shard", "full", "--prefetch", "2"], "full on 2 ranks, --prefetch 2")):
+        rc, recs, out = run(n, b, extra, steps=8, tag="acc-" + "-".join(extra[1::2]))
+        e = worst_rel(recs, short)
+        check(rc == 0 and e <= 1e-5, f"{what} matches 1 rank at -b {GLOBAL_B} over 8 steps "
+              f"(worst rel diff {e:.2e}){'' if rc == 0 else ' rc %d: %s' % (rc, out[-400:])}")
 
 
 def test_memory():
@@ -168,6 +181,12 @@ def test_bf16(ref):
     check(rc == 0 and 0 < e <= 2e-2 and recs[-1]["loss"] < recs[0]["loss"] - 0.5,
           f"bf16 gathers and reductions track fp32 (worst rel diff {e:.2e}, bar 2e-2, "
           f"and not identical)")
+    rc, recs, out = run(4, 3, ["--shard", "hybrid", "--shard-group", "2", "--param-dtype",
+                               "bf16", "--reduce-dtype", "bf16"], tag="bf16h")
+    e = worst_rel(recs, ref)
+    check(rc == 0 and 0 < e <= 2e-2 and recs[-1]["loss"] < recs[0]["loss"] - 0.5,
+          f"hybrid (2 groups of 2) with bf16 gathers and reductions (bf16 across the "
+          f"replicas too) tracks fp32 (worst rel diff {e:.2e}, bar 2e-2, not identical)")
 
 
 def test_mismatch():
