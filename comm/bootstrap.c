@@ -32,10 +32,13 @@ struct bootstrap {
     int *fds;               /* rank 0: [nranks] connections to the others; else fds[0] */
     uint64_t deadline;
     int lost;               /* rank 0: a rank bootstrap_watch saw go, or -1 */
+    int failed;             /* this rank could not connect (bootstrap_failed): its next
+                               record says so (boot_msg_t.pad = BOOT_PAD_FAILED) */
 };
 
 typedef struct {
-    uint32_t magic, nranks, len, pad;   /* a hello: len 0, pad the job tag */
+    uint32_t magic, nranks, len, pad;   /* a hello: len 0, pad the job tag; a record to
+                                           rank 0: pad BOOT_PAD_FAILED or 0 */
 } boot_msg_t;
 
 #define BOOT_MAGIC 0x544f4f42u   /* "BOOT" */
@@ -44,12 +47,16 @@ typedef struct {
                                   * the rank to blame, pad the weft_status_t */
 #define BOOT_DROP  0x504f5244u   /* "DROP": rank 0 refuses a rank that joined; pad is why
                                   * (DROP_*), len rank 0's size or the rank taken */
+#define BOOT_NOCONN 0x4e4f434eu  /* "NCON": rank 0 tells the others that rank len could not
+                                  * connect its data connections */
+#define BOOT_PAD_FAILED 1u
 enum { DROP_SIZE = 1, DROP_DUP = 2, DROP_JOB = 3 };
 
-/* Rank 0, failing: tells every connected rank who is to blame (best effort, 0.2 s). */
-static void tell_failure(bootstrap_t *bs, int culprit, weft_status_t st)
+/* Rank 0, failing: tells every connected rank who is to blame (best effort, 0.2 s):
+ * BOOT_FAIL (lost, or never arrived) or BOOT_NOCONN (could not connect). */
+static void tell_failure(bootstrap_t *bs, uint32_t magic, int culprit, weft_status_t st)
 {
-    boot_msg_t m = { BOOT_FAIL, (uint32_t)bs->nranks, (uint32_t)culprit, (uint32_t)st };
+    boot_msg_t m = { magic, (uint32_t)bs->nranks, (uint32_t)culprit, (uint32_t)st };
     uint64_t deadline = time_ns() + 200000000ull;
     char keep[512];
     snprintf(keep, sizeof(keep), "%s", weft_last_error());
@@ -77,13 +84,17 @@ weft_status_t bootstrap_check_msg(const void *buf, int nranks, size_t len)
                           "belongs to another job (its launcher's job id differs; two jobs "
                           "met at one rendezvous port: set WEFT_ADDR)");
     }
+    if (m.magic == BOOT_NOCONN && m.nranks == (uint32_t)nranks)
+        return weft_error(WEFT_ERR_PEER_LOST, "bootstrap: init failed: rank %u could not "
+                          "connect its data connections (rank 0 says; its own error says "
+                          "why)", m.len);
     if (m.magic == BOOT_FAIL && m.nranks == (uint32_t)nranks) {
         weft_status_t st = (int32_t)m.pad == WEFT_ERR_TIMEOUT ? WEFT_ERR_TIMEOUT
                                                               : WEFT_ERR_PEER_LOST;
-        if (m.len < (uint32_t)nranks)
+        if (m.len > 0 && m.len < (uint32_t)nranks)
             return weft_error(st, "bootstrap: init failed: rank %u %s (rank 0 says)", m.len,
                               st == WEFT_ERR_TIMEOUT ? "never arrived" : "was lost");
-        return weft_error(st, "bootstrap: init failed at rank 0");
+        return weft_error(st, "bootstrap: init failed at rank 0 (its own error says why)");
     }
     if (m.magic != BOOT_MAGIC || m.nranks != (uint32_t)nranks || m.len != len)
         return weft_error(WEFT_ERR_MISMATCH, "bootstrap: rank 0 sent a %u-byte record for %u "
@@ -125,7 +136,7 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
                              "other missing) did not%s%s: %s", have, bs->nranks, missing,
                              bs->dropped[0] ? "; refused: " : "", bs->dropped,
                              weft_last_error());
-            tell_failure(bs, missing, ast);
+            tell_failure(bs, BOOT_FAIL, missing, ast);
             return ast;
         }
         /* A real rank says hello as soon as it connects; a stranger that says nothing
@@ -159,6 +170,12 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
         }
         if (st != WEFT_OK) {
             close(fd);
+            if (st == WEFT_ERR_SYSTEM || st == WEFT_ERR_NO_MEMORY) {
+                /* rank 0's own failure (out of fds, memory), not a stranger's: the ranks
+                 * that joined are told, the others' connections close with the listener */
+                tell_failure(bs, BOOT_FAIL, 0, st);
+                return st;
+            }
             if (st == WEFT_ERR_TIMEOUT && time_ns() >= bs->deadline)
                 return st;
             continue;       /* a stray or hostile connection: keep waiting */
@@ -230,16 +247,40 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous, const
     return WEFT_OK;
 }
 
-/* Rank 0: waits until rank r has sent something, watching every other rank's connection
- * for a close meanwhile: a rank lost while r is still busy (r may be waiting for that
- * very rank) is reported at once. Returns the lost rank, or -1 when r's turn came (or the
- * deadline passed: r's recv words that). */
-static int wait_turn(bootstrap_t *bs, int r, struct pollfd *p)
+/* Rank 0: 1 when the record queued on fd says its rank could not connect, 0 when it is
+ * another record, -1 when no whole header is there yet. Reads nothing. */
+static int peek_failed(int fd)
 {
+    boot_msg_t m;
+    if (recv(fd, &m, sizeof(m), MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof(m))
+        return -1;
+    return m.magic == BOOT_MAGIC && m.pad == BOOT_PAD_FAILED;
+}
+
+/* Rank 0: a rank could not connect (its record says so): the others are told, and the
+ * exchange or watch that saw it fails. */
+static weft_status_t report_noconn(bootstrap_t *bs, int r)
+{
+    bs->lost = r;
+    weft_status_t st = weft_error(WEFT_ERR_PEER_LOST, "bootstrap: rank %d could not connect "
+                                  "its data connections (its own error says why)", r);
+    tell_failure(bs, BOOT_NOCONN, r, st);
+    return st;
+}
+
+/* Rank 0: waits until rank r has sent something, watching every other rank's connection
+ * meanwhile for a close, or a record saying it could not connect (seen[q]: q's record
+ * was looked at already): a rank lost or failed while r is still busy (r may be waiting
+ * for that very rank) is reported at once. Returns that rank (*noconn: it could not
+ * connect), or -1 when r's turn came (or the deadline passed: r's recv words that). */
+static int wait_turn(bootstrap_t *bs, int r, struct pollfd *p, char *seen, int *noconn)
+{
+    *noconn = 0;
     for (;;) {
         int n = 0;
         for (int q = 1; q < bs->nranks; q++)
-            p[n++] = (struct pollfd){ .fd = bs->fds[q], .events = q == r ? POLLIN : POLLRDHUP };
+            p[n++] = (struct pollfd){ .fd = bs->fds[q], .events = q == r ? POLLIN :
+                                      POLLRDHUP | (seen[q] ? 0 : POLLIN) };
         uint64_t now = time_ns();
         if (now >= bs->deadline)
             return -1;
@@ -248,16 +289,35 @@ static int wait_turn(bootstrap_t *bs, int r, struct pollfd *p)
             continue;
         if (p[r - 1].revents)
             return -1;
-        for (int q = 1; q < bs->nranks; q++)
+        for (int q = 1; q < bs->nranks; q++) {
+            int f = q != r && (p[q - 1].revents & POLLIN) ? peek_failed(bs->fds[q]) : -1;
+            if (f == 1) {
+                *noconn = 1;
+                return q;
+            }
+            seen[q] |= f == 0;
             if (p[q - 1].revents & (POLLRDHUP | POLLHUP | POLLERR))
                 return q;
+        }
     }
+}
+
+void bootstrap_failed(void *ctx, weft_status_t why)
+{
+    bootstrap_t *bs = ctx;
+    if (bs->rank != 0) {
+        bs->failed = 1;     /* the next record says so, and rank 0 tells the others */
+        return;
+    }
+    bs->lost = 0;
+    tell_failure(bs, BOOT_NOCONN, 0, why);
 }
 
 weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t len)
 {
     bootstrap_t *bs = ctx;
-    boot_msg_t m = { BOOT_MAGIC, (uint32_t)bs->nranks, (uint32_t)len, 0 };
+    boot_msg_t m = { BOOT_MAGIC, (uint32_t)bs->nranks, (uint32_t)len,
+                     bs->failed ? BOOT_PAD_FAILED : 0 };
     weft_status_t st;
     if (bs->rank != 0) {
         int fd = bs->fds[0];
@@ -278,7 +338,7 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
             snprintf(keep, sizeof(keep), "%s", weft_last_error());
             boot_msg_t f;
             if (sock_recv_all(fd, &f, sizeof(f), time_ns() + 100000000ull) == WEFT_OK &&
-                (f.magic == BOOT_FAIL || f.magic == BOOT_DROP))
+                (f.magic == BOOT_FAIL || f.magic == BOOT_DROP || f.magic == BOOT_NOCONN))
                 return bootstrap_check_msg(&f, bs->nranks, 0);
             weft_error_quiet(st, "%s", keep);
         }
@@ -293,17 +353,27 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
                                 "setup", bs->lost);
     memcpy(all, mine, len);
     struct pollfd *pfd = malloc((size_t)bs->nranks * sizeof(*pfd));
-    if (pfd == NULL)
+    char *seen = calloc((size_t)bs->nranks, 1);
+    if (pfd == NULL || seen == NULL) {
+        free(pfd);
+        free(seen);
         return weft_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
+    }
     for (int r = 1; r < bs->nranks; r++) {
         boot_msg_t got;
-        int lost = wait_turn(bs, r, pfd);
+        int noconn, lost = wait_turn(bs, r, pfd, seen, &noconn);
+        if (lost > 0 && noconn) {
+            free(pfd);
+            free(seen);
+            return report_noconn(bs, lost);
+        }
         if (lost > 0) {
             free(pfd);
+            free(seen);
             bs->lost = lost;
             st = weft_error(WEFT_ERR_PEER_LOST, "bootstrap: rank %d was lost (its rendezvous "
                             "connection closed)", lost);
-            tell_failure(bs, lost, st);
+            tell_failure(bs, BOOT_FAIL, lost, st);
             return st;
         }
         st = sock_recv_all(bs->fds[r], &got, sizeof(got), bs->deadline);
@@ -312,14 +382,21 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
                             "expected %zu (different weft versions?)", r, got.len, len);
         if (st == WEFT_OK)
             st = sock_recv_all(bs->fds[r], (char *)all + (size_t)r * len, len, bs->deadline);
+        if (st == WEFT_OK && got.pad == BOOT_PAD_FAILED) {
+            free(pfd);      /* others may be waiting for r to connect: stop them now */
+            free(seen);
+            return report_noconn(bs, r);
+        }
         if (st != WEFT_OK) {
             free(pfd);
+            free(seen);
             weft_error_quiet(st, "bootstrap: rank %d: %s", r, weft_last_error());
-            tell_failure(bs, r, st);
+            tell_failure(bs, BOOT_FAIL, r, st);
             return st;
         }
     }
     free(pfd);
+    free(seen);
     m.len = (uint32_t)(len * (size_t)bs->nranks);
     for (int r = 1; r < bs->nranks; r++) {
         st = sock_send_all(bs->fds[r], &m, sizeof(m), bs->deadline);
@@ -327,7 +404,7 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
             st = sock_send_all(bs->fds[r], all, len * (size_t)bs->nranks, bs->deadline);
         if (st != WEFT_OK) {
             weft_error_quiet(st, "bootstrap: rank %d: %s", r, weft_last_error());
-            tell_failure(bs, r, st);
+            tell_failure(bs, BOOT_FAIL, r, st);
             return st;
         }
     }
@@ -341,22 +418,29 @@ weft_status_t bootstrap_watch(void *ctx)
         return weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: rank %d was lost during "
                                 "setup", bs->lost);
     if (bs->rank != 0) {
-        /* rank 0 sends nothing between exchanges but a failure report */
+        /* rank 0 sends nothing between exchanges but a failure report: its words */
         struct pollfd p = { .fd = bs->fds[0], .events = POLLIN | POLLRDHUP };
-        if (bs->fds[0] >= 0 && poll(&p, 1, 0) > 0)
-            return weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: rank 0 stopped the "
-                                    "setup");
-        return WEFT_OK;
+        boot_msg_t f;
+        if (bs->fds[0] < 0 || poll(&p, 1, 0) <= 0)
+            return WEFT_OK;
+        if ((p.revents & POLLIN) &&
+            sock_recv_all(bs->fds[0], &f, sizeof(f), time_ns() + 100000000ull) == WEFT_OK &&
+            bootstrap_check_msg(&f, bs->nranks, 0) != WEFT_OK)
+            return weft_error_quiet(WEFT_ERR_PEER_LOST, "%s", weft_last_error());
+        return weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: rank 0 stopped the setup");
     }
-    /* the others may have sent their next record already: only a close is news */
+    /* the others may have sent their next record already: only a close, or a record
+     * saying its rank could not connect, is news */
     for (int r = 1; r < bs->nranks; r++) {
+        if (bs->fds[r] >= 0 && peek_failed(bs->fds[r]) == 1)
+            return report_noconn(bs, r);
         struct pollfd p = { .fd = bs->fds[r], .events = POLLRDHUP };
         if (bs->fds[r] >= 0 && poll(&p, 1, 0) > 0 &&
             (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
             bs->lost = r;
             weft_status_t st = weft_error(WEFT_ERR_PEER_LOST, "bootstrap: rank %d was lost "
                                           "during setup (its rendezvous connection closed)", r);
-            tell_failure(bs, r, st);
+            tell_failure(bs, BOOT_FAIL, r, st);
             return st;
         }
     }

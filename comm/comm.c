@@ -106,7 +106,7 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
     if (st != WEFT_OK)
         goto fail;
     comm_set_id(c, id);
-    GOTO_IF_ERR(connect_all(c, bootstrap_exchange, bootstrap_watch, NULL, bs), st, fail);
+    GOTO_IF_ERR(connect_all(c, bootstrap_exchange, bootstrap_watch, bootstrap_failed, bs), st, fail);
     bootstrap_close(bs);
     bs = NULL;
     GOTO_IF_ERR(comm_bind(c), st, fail);

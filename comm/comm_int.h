@@ -304,6 +304,10 @@ void bootstrap_close(bootstrap_t *bs);
  * sees a rank's rendezvous connection close and tells every other rank; they see that
  * report (or rank 0's own connection close) arrive. */
 weft_status_t bootstrap_watch(void *bs);
+/* A connect_all failed callback: this rank could not connect. Rank 0 tells the others at
+ * once; another rank's next record says so, and rank 0 then tells the others (from its
+ * watch, or the exchange it is in), so nobody waits for this rank until WEFT_TIMEOUT. */
+void bootstrap_failed(void *bs, weft_status_t why);
 /* Checks a header rank 0 sends (any bytes): WEFT_OK when it announces len bytes for
  * nranks; rank 0's failure report or garbage otherwise, with the error set. */
 weft_status_t bootstrap_check_msg(const void *buf, int nranks, size_t len);

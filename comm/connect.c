@@ -263,7 +263,11 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
         comm->setup_watch = (sock_watch_t){ NULL, NULL };
         others = st != WEFT_OK && rec.said;
     }
-    if (st != WEFT_OK && !others && failed)
+    /* a connection the peer dropped (PEER_LOST) is mostly a consequence of that peer's
+     * failure, which that peer tells: only a failure of this rank's own is told, so that
+     * the others name the rank to blame */
+    int told = st != WEFT_OK && !others && failed && st != WEFT_ERR_PEER_LOST;
+    if (told)
         failed(ctx, st);
     /* barrier, which also agrees on what every rank can do: nobody drops names before
      * everyone has connected, and single copy is used only if all ranks have it */
@@ -274,10 +278,12 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
                              st == WEFT_OK && local_slow(comm, &ratio),
                              st == WEFT_OK && local_net(comm) };
     int all_ok = 1, first_bad = -1, cma = 1, cma_min_k = mine.cma_min_k, blocks = 1, slow = 0, net = 0;
-    /* which failure to report: the barrier's when rank 0 said who was lost (this rank's
-     * own connect error is then mostly a consequence, "connection reset"), else this
-     * rank's own (a connect that took the whole timeout leaves the bootstrap's deadline
-     * spent, and the barrier's timeout would name rank 0 instead of the connection) */
+    /* which failure to report: this rank's own where it told the others it was this
+     * rank's, or where the watch or the address exchange named another rank; else the
+     * barrier's when it says who was lost (this rank's own connect error is then mostly
+     * a consequence, "connection reset"), but never the barrier's timeout (a connect
+     * that took the whole timeout leaves the bootstrap's deadline spent, and that
+     * timeout would name rank 0 instead of the connection) */
     char why[512] = "";
     if (st != WEFT_OK)
         snprintf(why, sizeof(why), "%s", weft_last_error());
@@ -297,7 +303,7 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
         cma_min_k = all[p].cma_min_k && cma_min_k ? WEFT_MAX(cma_min_k, all[p].cma_min_k) : 0;
     }
     free(all);
-    if (xs != WEFT_OK && (st == WEFT_OK || xs != WEFT_ERR_TIMEOUT))
+    if (xs != WEFT_OK && (st == WEFT_OK || (xs != WEFT_ERR_TIMEOUT && !others && !told)))
         return xs;
     if (st != WEFT_OK)
         return weft_error_quiet(st, "%s", why);
@@ -363,8 +369,9 @@ weft_status_t connect_accept(weft_comm_t *comm, int lfd, uint64_t deadline, cons
             return WEFT_OK;
         }
         close(fd);
-        if (st == WEFT_ERR_TIMEOUT && time_ns() >= deadline)
-            return st;
+        if ((st == WEFT_ERR_TIMEOUT && time_ns() >= deadline) || st == WEFT_ERR_SYSTEM ||
+            st == WEFT_ERR_NO_MEMORY)
+            return st;      /* this rank's own failure (out of fds, memory), not a stranger */
         if (comm->setup_watch.fn)   /* the watch's news ended it: not a stranger */
             RETURN_IF_ERR(comm->setup_watch.fn(comm->setup_watch.ctx));
     }

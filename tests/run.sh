@@ -422,6 +422,12 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
                 run "test_fail split_fds $v 1 -n 3 tcp" env WEFT_TRANSPORT=tcp WEFT_TIMEOUT=5 \
                     "$WEFTRUN" -n 3 "$B/tests/test_fail" split_fds $v 1
             done
+            # the same in weft_comm_init, once the victim has joined the rendezvous: its
+            # accept (2) or a handshake's nonce (3, 4 for rank 0) finds no fd left
+            for vk in "2 2" "2 3" "0 4"; do
+                run "test_fail init_fds $vk -n 3 tcp" env WEFT_TRANSPORT=tcp WEFT_TIMEOUT=10 \
+                    "$WEFTRUN" -n 3 "$B/tests/test_fail" init_fds $vk
+            done
         fi
         # (ucx: UCX's tcp transport listens while a communicator is up, by design)
         [ "$t" != ucx ] && run "test_fail leaks -n 3 $t" env WEFT_TRANSPORT=$t \

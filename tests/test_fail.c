@@ -43,6 +43,12 @@
  *               every rank within 2 s, the victim with its own error, the others with
  *               PEER_LOST naming its parent rank ("set up" for K 0, "connect" for K 1),
  *               and the parent still all-reduces afterwards
+ * init_fds V K  split_fds's case in weft_comm_init: rank V can open only K more
+ *               descriptors when it calls it (K 1: its bootstrap connection opens, its
+ *               local setup does not; K 2 on tcp: its listener opens too, its first data
+ *               connection or accept does not). Init fails on every rank within 2 s, the
+ *               victim with its own error, the others with PEER_LOST naming rank V, not
+ *               after WEFT_TIMEOUT (before 2026-11-27 K 2 left them waiting that long)
  * leaks         four communicators made and destroyed (one aborted): no listening
  *               socket once each is up, and no fd and no shm segment of this process
  *               is left afterwards
@@ -523,6 +529,44 @@ static int split_fds(weft_comm_t *c, int rank, int victim, int k)
     return bad;
 }
 
+/* init_fds: as split_fds, in weft_comm_init (the rank is known from the launcher's
+ * environment before init: WEFT_RANK). */
+static int init_fds(int victim, int k)
+{
+    const char *r = getenv("WEFT_RANK");
+    int rank = r ? atoi(r) : -1;
+    struct rlimit old;
+    if (rank < 0 || getrlimit(RLIMIT_NOFILE, &old) != 0)
+        return 1;
+    if (rank == victim) {
+        int lowest = dup(0);
+        if (lowest < 0)
+            return 1;
+        close(lowest);
+        struct rlimit lim = { (rlim_t)(lowest + k), old.rlim_max };
+        if (setrlimit(RLIMIT_NOFILE, &lim) != 0)
+            return 1;
+    }
+    double t0 = now_s();
+    weft_comm_t *c = NULL;
+    weft_status_t st = weft_comm_init(&c);
+    double t = now_s() - t0;
+    int bad;
+    if (rank == victim) {
+        bad = st == WEFT_OK || st == WEFT_ERR_PEER_LOST || st == WEFT_ERR_TIMEOUT || t > 2.0;
+        printf("%s rank %d (victim, %d more fds): init failed on its own in %.2f s: %s: %s\n",
+               bad ? "FAIL" : "ok", rank, k, t, weft_status_str(st), weft_last_error());
+    } else {
+        char needle[32];
+        snprintf(needle, sizeof(needle), "rank %d", victim);
+        bad = expect(rank, "init with a rank short of fds", st, WEFT_ERR_PEER_LOST, needle,
+                     t, 2.0);
+    }
+    if (c)
+        weft_comm_destroy(c);
+    return bad;
+}
+
 static int count_fds(void)
 {
     int n = 0;
@@ -597,6 +641,11 @@ int main(int argc, char **argv)
         fflush(stdout);
         return bad;
     }
+    if (!strcmp(mode, "init_fds") && argc > 3) {
+        int bad = init_fds(atoi(argv[2]), atoi(argv[3]));
+        fflush(stdout);
+        _exit(bad);
+    }
     if ((!strcmp(mode, "init_kill") || !strcmp(mode, "connect_kill")) && argc > 3) {
         int bad = init_kill((unsigned)atoi(argv[2]), argv[3], !strcmp(mode, "connect_kill"));
         fflush(stdout);
@@ -665,7 +714,7 @@ int main(int argc, char **argv)
     } else {
         fprintf(stderr, "usage: test_fail peer_exit|timeout|mismatch FIELD|abort|"
                 "kill SEED FILE|init_kill SEED FILE|connect_kill SEED FILE|split_kill FILE (3 ranks)|"
-                "split_fds VICTIM K|leaks|dump\n");
+                "split_fds VICTIM K|init_fds VICTIM K|leaks|dump\n");
         return 2;
     }
     fflush(stdout);
