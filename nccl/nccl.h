@@ -167,6 +167,40 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 
+/* Every call again under NCCL's profiling name, pnccl*: a tool defines ncclX, does its
+ * work, and calls pncclX (the same function). */
+extern __typeof__(ncclAllGather) pncclAllGather;
+extern __typeof__(ncclAllReduce) pncclAllReduce;
+extern __typeof__(ncclBcast) pncclBcast;
+extern __typeof__(ncclBroadcast) pncclBroadcast;
+extern __typeof__(ncclCommAbort) pncclCommAbort;
+extern __typeof__(ncclCommCount) pncclCommCount;
+extern __typeof__(ncclCommCuDevice) pncclCommCuDevice;
+extern __typeof__(ncclCommDeregister) pncclCommDeregister;
+extern __typeof__(ncclCommDestroy) pncclCommDestroy;
+extern __typeof__(ncclCommFinalize) pncclCommFinalize;
+extern __typeof__(ncclCommGetAsyncError) pncclCommGetAsyncError;
+extern __typeof__(ncclCommInitAll) pncclCommInitAll;
+extern __typeof__(ncclCommInitRank) pncclCommInitRank;
+extern __typeof__(ncclCommInitRankConfig) pncclCommInitRankConfig;
+extern __typeof__(ncclCommRegister) pncclCommRegister;
+extern __typeof__(ncclCommSplit) pncclCommSplit;
+extern __typeof__(ncclCommUserRank) pncclCommUserRank;
+extern __typeof__(ncclGetErrorString) pncclGetErrorString;
+extern __typeof__(ncclGetLastError) pncclGetLastError;
+extern __typeof__(ncclGetUniqueId) pncclGetUniqueId;
+extern __typeof__(ncclGetVersion) pncclGetVersion;
+extern __typeof__(ncclGroupEnd) pncclGroupEnd;
+extern __typeof__(ncclGroupStart) pncclGroupStart;
+extern __typeof__(ncclMemAlloc) pncclMemAlloc;
+extern __typeof__(ncclMemFree) pncclMemFree;
+extern __typeof__(ncclRecv) pncclRecv;
+extern __typeof__(ncclRedOpCreatePreMulSum) pncclRedOpCreatePreMulSum;
+extern __typeof__(ncclRedOpDestroy) pncclRedOpDestroy;
+extern __typeof__(ncclReduce) pncclReduce;
+extern __typeof__(ncclReduceScatter) pncclReduceScatter;
+extern __typeof__(ncclSend) pncclSend;
+
 #ifdef __cplusplus
 }
 #endif

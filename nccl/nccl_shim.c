@@ -1073,3 +1073,38 @@ SHIM_EXPORT ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t d
     return coll("ncclRecv", G_RECV, NULL, recvbuff, count, datatype, 0, ncclSum, peer, comm,
                 stream);
 }
+
+/* pnccl*: NCCL exports every call under a second name, its profiling interface's (a tool
+ * that defines ncclX reaches the library's through pncclX): the same functions. */
+#define PNCCL(f) extern __typeof__(f) p##f __attribute__((alias(#f))) SHIM_EXPORT;
+PNCCL(ncclAllGather)
+PNCCL(ncclAllReduce)
+PNCCL(ncclBcast)
+PNCCL(ncclBroadcast)
+PNCCL(ncclCommAbort)
+PNCCL(ncclCommCount)
+PNCCL(ncclCommCuDevice)
+PNCCL(ncclCommDeregister)
+PNCCL(ncclCommDestroy)
+PNCCL(ncclCommFinalize)
+PNCCL(ncclCommGetAsyncError)
+PNCCL(ncclCommInitAll)
+PNCCL(ncclCommInitRank)
+PNCCL(ncclCommInitRankConfig)
+PNCCL(ncclCommRegister)
+PNCCL(ncclCommSplit)
+PNCCL(ncclCommUserRank)
+PNCCL(ncclGetErrorString)
+PNCCL(ncclGetLastError)
+PNCCL(ncclGetUniqueId)
+PNCCL(ncclGetVersion)
+PNCCL(ncclGroupEnd)
+PNCCL(ncclGroupStart)
+PNCCL(ncclMemAlloc)
+PNCCL(ncclMemFree)
+PNCCL(ncclRecv)
+PNCCL(ncclRedOpCreatePreMulSum)
+PNCCL(ncclRedOpDestroy)
+PNCCL(ncclReduce)
+PNCCL(ncclReduceScatter)
+PNCCL(ncclSend)

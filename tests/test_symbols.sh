@@ -57,6 +57,13 @@ if [ -e "$SHIM" ]; then
     check "$([ -z "$other" ] && [ "$n" -ge 30 ] && [ "$ssoname" = libnccl.so.2 ] &&
              [ -e "$B/lib/libnccl.so" ] && echo 0 || echo 1)" \
         "libweft_nccl.so exports $n nccl* symbols and nothing else${other:+ (also: $other)}, soname $ssoname, libnccl.so links to it"
+    # NCCL's profiling names: pncclX for every ncclX, the same function (address)
+    unpaired=$(nm -D --defined-only "$SHIM" | awk '$3 ~ /^p?nccl/ { a[$3] = $1 }
+        END { for (s in a) if (s ~ /^nccl/ && a["p" s] != a[s]) printf "%s ", s;
+              for (s in a) if (s ~ /^pnccl/ && !(substr(s, 2) in a)) printf "%s ", s }')
+    np=$(nm -D --defined-only "$SHIM" | grep -c ' pnccl')
+    check "$([ -z "$unpaired" ] && [ "$np" = "$n" ] && echo 0 || echo 1)" \
+        "libweft_nccl.so exports pncclX at ncclX's address for each of its $n calls ($np pnccl*)${unpaired:+; unpaired: $unpaired}"
 fi
 
 soname=$(readelf -d "$LIB" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
