@@ -32,6 +32,10 @@ struct bootstrap {
     int *fds;               /* rank 0: [nranks] connections to the others; else fds[0] */
     uint64_t deadline;
     int lost;               /* rank 0: a rank bootstrap_watch saw go, or -1 */
+    weft_status_t news_st;  /* the failure the watch learnt (rank 0: saw; the others:
+                               read rank 0's report), and its message, which every later
+                               watch and exchange returns: a report is read only once */
+    char news[320];
     int failed;             /* this rank could not connect (bootstrap_failed): its next
                                record says so (boot_msg_t.pad = BOOT_PAD_FAILED) */
 };
@@ -128,6 +132,10 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
     while (have < bs->nranks) {
         int fd, peer;
         weft_status_t ast = sock_accept(lfd, bs->deadline, &fd);
+        if (ast == WEFT_ERR_SYSTEM || ast == WEFT_ERR_NO_MEMORY) {
+            tell_failure(bs, BOOT_FAIL, 0, ast);    /* rank 0's own (out of fds) */
+            return ast;
+        }
         if (ast != WEFT_OK) {
             int missing = 1;
             while (missing < bs->nranks && bs->fds[missing] >= 0)
@@ -257,6 +265,14 @@ static int peek_failed(int fd)
     return m.magic == BOOT_MAGIC && m.pad == BOOT_PAD_FAILED;
 }
 
+/* Keeps the failure just set (weft_last_error) as the setup's news, and returns it. */
+static weft_status_t keep_news(bootstrap_t *bs, weft_status_t st)
+{
+    bs->news_st = st;
+    snprintf(bs->news, sizeof(bs->news), "%s", weft_last_error());
+    return st;
+}
+
 /* Rank 0: a rank could not connect (its record says so): the others are told, and the
  * exchange or watch that saw it fails. */
 static weft_status_t report_noconn(bootstrap_t *bs, int r)
@@ -265,7 +281,7 @@ static weft_status_t report_noconn(bootstrap_t *bs, int r)
     weft_status_t st = weft_error(WEFT_ERR_PEER_LOST, "bootstrap: rank %d could not connect "
                                   "its data connections (its own error says why)", r);
     tell_failure(bs, BOOT_NOCONN, r, st);
-    return st;
+    return keep_news(bs, st);
 }
 
 /* Rank 0: waits until rank r has sent something, watching every other rank's connection
@@ -348,7 +364,9 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
                              weft_last_error());
         return st;
     }
-    if (bs->lost >= 0)      /* the others have been told (bootstrap_watch) */
+    if (bs->news_st != WEFT_OK)     /* the others have been told (bootstrap_watch) */
+        return weft_error_quiet(bs->news_st, "%s", bs->news);
+    if (bs->lost >= 0)
         return weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: rank %d was lost during "
                                 "setup", bs->lost);
     memcpy(all, mine, len);
@@ -414,6 +432,8 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
 weft_status_t bootstrap_watch(void *ctx)
 {
     bootstrap_t *bs = ctx;
+    if (bs->news_st != WEFT_OK)
+        return weft_error_quiet(bs->news_st, "%s", bs->news);
     if (bs->lost >= 0)
         return weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: rank %d was lost during "
                                 "setup", bs->lost);
@@ -426,8 +446,10 @@ weft_status_t bootstrap_watch(void *ctx)
         if ((p.revents & POLLIN) &&
             sock_recv_all(bs->fds[0], &f, sizeof(f), time_ns() + 100000000ull) == WEFT_OK &&
             bootstrap_check_msg(&f, bs->nranks, 0) != WEFT_OK)
-            return weft_error_quiet(WEFT_ERR_PEER_LOST, "%s", weft_last_error());
-        return weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: rank 0 stopped the setup");
+            return keep_news(bs, weft_error_quiet(WEFT_ERR_PEER_LOST, "%s",
+                                                  weft_last_error()));
+        return keep_news(bs, weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: rank 0 stopped "
+                                              "the setup"));
     }
     /* the others may have sent their next record already: only a close, or a record
      * saying its rank could not connect, is news */
@@ -441,7 +463,7 @@ weft_status_t bootstrap_watch(void *ctx)
             weft_status_t st = weft_error(WEFT_ERR_PEER_LOST, "bootstrap: rank %d was lost "
                                           "during setup (its rendezvous connection closed)", r);
             tell_failure(bs, BOOT_FAIL, r, st);
-            return st;
+            return keep_news(bs, st);
         }
     }
     return WEFT_OK;

@@ -248,7 +248,7 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
     peer_info_t self;
     enable_transports(comm);
     weft_status_t st = local_setup(comm, &self);
-    self.setup_failed = st != WEFT_OK;
+    int setup_own = self.setup_failed = st != WEFT_OK;
     RETURN_IF_ERR(exchange(ctx, &self, comm->peers, sizeof(self)));
     compute_local(comm);
     int others = 0;     /* the failure is another rank's: it knows, nobody waits for us */
@@ -263,10 +263,12 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
         comm->setup_watch = (sock_watch_t){ NULL, NULL };
         others = st != WEFT_OK && rec.said;
     }
-    /* a connection the peer dropped (PEER_LOST) is mostly a consequence of that peer's
-     * failure, which that peer tells: only a failure of this rank's own is told, so that
-     * the others name the rank to blame */
-    int told = st != WEFT_OK && !others && failed && st != WEFT_ERR_PEER_LOST;
+    /* only a failure of this rank's own is told (its local setup, or no fd or memory
+     * while connecting), so that the others name the rank to blame: a connection the
+     * peer dropped or that timed out is mostly a consequence of that peer's state,
+     * which that peer tells, or which WEFT_TIMEOUT reports as a timeout */
+    int told = st != WEFT_OK && !others && failed &&
+               (setup_own || st == WEFT_ERR_SYSTEM || st == WEFT_ERR_NO_MEMORY);
     if (told)
         failed(ctx, st);
     /* barrier, which also agrees on what every rank can do: nobody drops names before

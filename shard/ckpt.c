@@ -336,6 +336,10 @@ weft_status_t shard_ckpt_load(shard_t *sh, const char *dir, const ckpt_layout_t 
                                     "parameters are in use (shard_params without "
                                     "shard_params_done): load between steps", dir, u);
     RETURN_IF_ERR(shard_quiesce(sh));
+    /* units gathered ahead of use hold the old masters: dropped on every rank whatever
+     * the load does here (a cache, gathered again at the next use), so that all ranks
+     * issue the same gathers next */
+    shard_drop_gathered(sh);
     // everything into fresh buffers first: a failed read changes nothing
     size_t total = 0;
     for (int u = 0; u < sh->nunits; u++)
@@ -373,7 +377,5 @@ weft_status_t shard_ckpt_load(shard_t *sh, const char *dir, const ckpt_layout_t 
             st = mm->upload(mm->ctx, dst[w], b, x->sn * sizeof(float));
     }
     free(buf);
-    if (st == WEFT_OK)
-        shard_drop_gathered(sh);   // gathered from the old masters (a prefetch)
     return st;
 }

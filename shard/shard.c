@@ -737,7 +737,7 @@ weft_status_t shard_micro_begin(shard_t *sh, int training, int sync)
 {
     /* none and zero1 reduce gfull in place, where the step's micro-batches add up: a
      * micro-batch after the reduced one would be reduced again with it */
-    if (training && sh->step_synced && !sh->rs_flow)
+    if (training && sh->step_synced && !sh->rs_flow && sh->nranks > 1)
         return weft_error(WEFT_ERR_INVALID_ARG, "shard: a training micro-batch after this "
                           "step's synchronized one (sync = 1 goes on the step's last "
                           "micro-batch only; shard_adamw ends the step)");
@@ -828,10 +828,11 @@ weft_status_t shard_grads_done(shard_t *sh, int i)
 
 /* ---- the step ---- */
 
-/* A step's gradients that were never reduced would update each rank its own way. */
+/* A step's gradients that were never reduced would update each rank its own way (one
+ * rank has nothing to reduce). */
 static weft_status_t check_reduced(const shard_t *sh, const char *what)
 {
-    if (sh->step_micro > 0 && !sh->step_synced && !sh->rs_flow)
+    if (sh->step_micro > 0 && !sh->step_synced && !sh->rs_flow && sh->nranks > 1)
         return weft_error(WEFT_ERR_INVALID_ARG, "shard: %s after %d training micro-batch(es) "
                           "none of which reduced its gradients (give sync = 1 to the "
                           "step's last shard_micro_begin)", what, sh->step_micro);
@@ -898,6 +899,8 @@ weft_status_t shard_adamw(shard_t *sh, float lr, float beta1, float beta2, float
         return weft_error(WEFT_ERR_INVALID_ARG, "shard: AdamW step %d < 1", t);
     RETURN_IF_ERR(check_reduced(sh, "shard_adamw"));
     RETURN_IF_ERR(jobs_poll(sh, 1));
+    for (int i = 0; i < sh->nunits; i++)   // a gather in flight reads the master we update
+        RETURN_IF_ERR(gather_wait(sh, i));
     sh->step_micro = 0;
     sh->step_synced = 0;
     for (int i = 0; i < sh->nunits; i++) {

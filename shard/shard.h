@@ -22,9 +22,9 @@
  * blocking calls on the world never queue behind them.
  *
  * Use, per optimizer step: shard_micro_begin for each micro-batch (sync = 1 on the last,
- * or always where the strategy reduces every micro-batch; with none and zero1 a training
- * micro-batch after a synchronized one in the same step, and a step none of whose
- * micro-batches synchronized, are refused), the model's forward/backward
+ * or always where the strategy reduces every micro-batch; with none and zero1 on more than
+ * one rank, a training micro-batch after a synchronized one in the same step, and a step
+ * none of whose micro-batches synchronized, are refused), the model's forward/backward
  * calling shard_params / shard_params_done / shard_grads / shard_grads_done, then
  * shard_clip (waits for the reductions, global norm) and shard_adamw (updates the shards
  * and starts the gathers the next step needs).

@@ -57,6 +57,7 @@
  */
 #define _GNU_SOURCE     /* RTLD_NEXT */
 #include <dirent.h>
+#include <fcntl.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
@@ -490,7 +491,7 @@ static int split_fds(weft_comm_t *c, int rank, int victim, int k)
     if (getrlimit(RLIMIT_NOFILE, &old) != 0)
         return 1;
     if (rank == victim) {
-        int lowest = dup(0);    /* the lowest free number */
+        int lowest = open("/dev/null", O_RDONLY);    /* the lowest free number */
         if (lowest < 0)
             return 1;
         close(lowest);
@@ -539,7 +540,7 @@ static int init_fds(int victim, int k)
     if (rank < 0 || getrlimit(RLIMIT_NOFILE, &old) != 0)
         return 1;
     if (rank == victim) {
-        int lowest = dup(0);
+        int lowest = open("/dev/null", O_RDONLY);
         if (lowest < 0)
             return 1;
         close(lowest);

@@ -301,7 +301,7 @@ static int ucx_can_connect(const weft_comm_t *comm, const peer_info_t *self,
     return self->addr[slot].len > 0 && peer->addr[slot].len > 0;
 }
 
-static int peer_exited(const ucx_ep_t *e)
+int ucx_peer_exited(const ucx_ep_t *e)
 {
     return e->same_host && kill(e->peer_pid, 0) != 0 && errno == ESRCH;
 }
@@ -391,7 +391,7 @@ static weft_status_t ucx_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     ucs_status_t s = ucp_ep_create(x->worker, &p, &e->ep);
     free(raddr);
     if (s != UCS_OK) {
-        weft_status_t st = peer_exited(e)
+        weft_status_t st = ucx_peer_exited(e)
             ? weft_error(WEFT_ERR_PEER_LOST, "ucx: rank %d (pid %d) has exited", peer,
                          (int)e->peer_pid)
             : weft_error(WEFT_ERR_SYSTEM, "ucx: cannot create an endpoint to rank %d: %s",
@@ -480,7 +480,7 @@ static weft_status_t peer_down(ucx_ep_t *e, int quiet)
     ucp_worker_progress(e->x->worker);
     ucx_states_poll(e, 0);
     int lost = __atomic_load_n(&e->lost, __ATOMIC_ACQUIRE);
-    int exited = !lost && peer_exited(e);
+    int exited = !lost && ucx_peer_exited(e);
     if (!lost && !exited && !e->gone)
         return WEFT_OK;
     for (int i = 0; i < 16; i++)    /* take what it sent before it went */
@@ -528,7 +528,7 @@ static int give_up(ucx_ep_t *e, uint64_t start, uint64_t limit_ns, long spins,
         return 0;
     *next_check = now + 10000000ull;
     ucx_states_poll(e, 0);
-    if (!e->gone && !e->lost && !peer_exited(e) && !(limit_ns && now - start > limit_ns))
+    if (!e->gone && !e->lost && !ucx_peer_exited(e) && !(limit_ns && now - start > limit_ns))
         return 0;
     LOG_DEBUG(LOG_NET, "ucx: rank %d did not take every frame we sent", e->base.peer);
     return 1;

@@ -165,6 +165,8 @@ void ucx_withdraw_posted(ucx_ep_t *e, uint64_t deadline);
  * UCP_EP_CLOSE_FLAG_FORCE, after our FAILED state had 100 ms to leave: UCX completes
  * what it still held as cancelled, within FORCE_CLOSE_S */
 void ucx_withdraw(ucx_ep_t *e);
+/* tp_ucx.c: 1 when the peer is a process on this host that no longer exists */
+int ucx_peer_exited(const ucx_ep_t *e);
 #define FORCE_CLOSE_S 2
 weft_status_t ucx_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p, const void **payload_p);
 weft_status_t ucx_recv_payload(tp_ep_t *ep, void *dst, const void **payload_p);

@@ -371,10 +371,13 @@ weft_status_t ucx_rma_test(tp_ep_t *ep, tp_rma_t *req)
 }
 
 /* A failed call's transfer: waits 100 ms at most for it to end (a lost endpoint's are
- * completed with an error by UCX). One still running then would go on writing the
- * caller's buffer (a get: within a host UCX runs it as active messages, which land
- * whenever the peer's worker answers) or reading it (a put): the endpoint is closed, and
- * UCX completes the request as cancelled. */
+ * completed with an error by UCX). One still running then, towards a peer that is still
+ * there, would go on writing the caller's buffer (a get: within a host UCX runs it as
+ * active messages, which land whenever the peer's worker answers) or reading it (a put):
+ * the endpoint is closed, and UCX completes the request as cancelled. A peer that failed
+ * or exited answers nothing more: its request is left to UCX, which frees it whenever it
+ * ends (within a host a get to a dead peer stays in progress even after a forced close,
+ * and waiting for it would delay the failure's report). */
 void ucx_rma_cancel(tp_ep_t *ep, tp_rma_t *req)
 {
     ucx_ep_t *e = (ucx_ep_t *)ep;
@@ -383,17 +386,20 @@ void ucx_rma_cancel(tp_ep_t *ep, tp_rma_t *req)
         ucp_worker_progress(e->x->worker);
     if (req->req == NULL)
         return;
-    LOG_INFO(LOG_NET, "ucx: a one-sided transfer with rank %d is still running after the "
-             "failed call: closing the endpoint, so that it touches the call's buffer no "
-             "more", ep->peer);
-    ucx_withdraw(e);
-    deadline = time_ns() + FORCE_CLOSE_S * 1000000000ull;
-    while (ucx_req_test(&req->req) == UCS_INPROGRESS && time_ns() < deadline)
-        ucp_worker_progress(e->x->worker);
+    if (!__atomic_load_n(&e->lost, __ATOMIC_SEQ_CST) && !ucx_peer_exited(e)) {
+        LOG_INFO(LOG_NET, "ucx: a one-sided transfer with rank %d is still running after "
+                 "the failed call: closing the endpoint, so that it touches the call's "
+                 "buffer no more", ep->peer);
+        ucx_withdraw(e);
+        deadline = time_ns() + FORCE_CLOSE_S * 1000000000ull;
+        while (ucx_req_test(&req->req) == UCS_INPROGRESS && time_ns() < deadline)
+            ucp_worker_progress(e->x->worker);
+        if (req->req)
+            LOG_WARN(LOG_NET, "ucx: a one-sided transfer with rank %d was still running %d "
+                     "s after its endpoint closed: it may yet touch the failed call's buffer",
+                     ep->peer, FORCE_CLOSE_S);
+    }
     if (req->req) {
-        LOG_WARN(LOG_NET, "ucx: a one-sided transfer with rank %d was still running %d s "
-                 "after its endpoint closed: it may yet touch the failed call's buffer",
-                 ep->peer, FORCE_CLOSE_S);
         ucp_request_free(req->req);
         req->req = NULL;
     }
