@@ -284,6 +284,8 @@ else
             "$WEFTRUN" -n 2 "$B/tests/test_rma" posted
         [ "$HAVE_UCX" = 1 ] && run "test_rma get_cancel ucx" env WEFT_TRANSPORT=ucx \
             WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 "$B/tests/test_rma" get_cancel
+        [ "$HAVE_UCX" = 1 ] && run "test_rma goodbyes ucx" env WEFT_TRANSPORT=ucx \
+            WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 "$B/tests/test_rma" goodbyes
     else
         missing "test_rma" "$B/tests/test_rma"
     fi

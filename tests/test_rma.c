@@ -68,6 +68,11 @@
  *            host runs as active messages, answered by the peer's worker); rank 0 posts
  *            a get of it, cancels it as a failing call's end does, and once rank 1
  *            progresses again no byte lands in rank 0's buffer.
+ * goodbyes   (ucx) late goodbyes do not pile up in the shared worker: 4 times, the ranks
+ *            split a communicator and rank 1 destroys it 0.2 s before rank 0, whose
+ *            goodbye then reaches receives rank 1 has cancelled; rank 1 sees such a
+ *            message held (the case happened), then after one more split, which rank 1
+ *            destroys last, none is left (each creation and close takes them).
  * cut        (ib) after a failed call nothing lands in an adopted post: rank 0 posts a
  *            weft_mem_alloc buffer (WEFT_IB_ZCOPY=reg keeps it registered after a
  *            withdrawal), rank 1 sends one frame into it, rank 0 withdraws it and ends
@@ -85,6 +90,9 @@
 #include <unistd.h>
 
 #include "comm_int.h"
+#ifdef WEFT_HAVE_UCX
+#include "ucx/ucx_int.h"
+#endif
 
 #define BIG (3u << 20)
 
@@ -1047,6 +1055,46 @@ static void posted(weft_comm_t *comm, weft_comm_t *side)
     free(snap);
 }
 
+/* ---- goodbyes: late goodbyes of closed communicators (ucx) ---- */
+
+#ifdef WEFT_HAVE_UCX
+/* A split of comm that `first` destroys 0.2 s before the other rank. */
+static void split_close(weft_comm_t *comm, int first, const char *what)
+{
+    weft_comm_t *c = NULL;
+    check(weft_comm_split(comm, 0, rank, &c) == WEFT_OK, what);
+    if (rank != first)
+        usleep(200000);
+    if (c)
+        weft_comm_destroy(c);
+    check(weft_barrier(comm) == WEFT_OK, "goodbyes: barrier after a split's destroy");
+}
+
+static void goodbyes(weft_comm_t *comm)
+{
+    if (strcmp(comm->eps[1 - rank]->ops->name, "ucx")) {
+        printf("rank %d: goodbyes is for ucx (%s)\n", rank, comm->eps[1 - rank]->ops->name);
+        return;
+    }
+    for (int i = 0; i < 4; i++)
+        split_close(comm, 1, "goodbyes: split (rank 1 destroys first)");
+    int before = ucx_closed_messages();
+    split_close(comm, 0, "goodbyes: split (rank 1 destroys last)");
+    int after = ucx_closed_messages();
+    if (rank == 1) {
+        check(before, "goodbyes: rank 0's late goodbyes reached rank 1's closed receives "
+              "(the case this checks happened)");
+        check(!after, "goodbyes: none of them is left in the worker after one more "
+              "communicator's creation and close");
+    }
+}
+#else
+static void goodbyes(weft_comm_t *comm)
+{
+    printf("rank %d: goodbyes is for ucx (not built)\n", rank);
+}
+#endif
+
 /* ---- get_cancel: a get still running when its call fails (ucx) ---- */
 
 /* rma_cancel ends the failed call's transfers: when it returns, the get must not write
@@ -1135,6 +1183,8 @@ int main(int argc, char **argv)
         left(&comm);
     else if (!strcmp(mode, "regcache"))
         regcache(comm);
+    else if (!strcmp(mode, "goodbyes"))
+        goodbyes(comm);
     else if (!strcmp(mode, "zcopy") || !strcmp(mode, "kept") || !strcmp(mode, "posted") ||
              !strcmp(mode, "cut") || !strcmp(mode, "stale_key") ||
              !strcmp(mode, "get_cancel")) {
@@ -1160,7 +1210,7 @@ int main(int argc, char **argv)
         }
     }
     else {
-        printf("usage: test_rma basic|peer_exit|stale_key|left|regcache|zcopy|kept|posted|get_cancel|cut\n");
+        printf("usage: test_rma basic|peer_exit|stale_key|left|regcache|zcopy|kept|posted|get_cancel|goodbyes|cut\n");
         return 2;
     }
     /* after a lost peer too: destroy must still release everything (LeakSanitizer

@@ -106,15 +106,15 @@ static struct {
     ucp_worker_h worker;
 } shared = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-/* Takes the messages nobody will receive (goodbyes and states that reached endpoints
- * already closed), so the worker goes without UCX warning about each; 100 ms at most. */
-static void drain_unexpected(ucp_worker_h w)
+/* Takes the messages that match (tag, mask) and that nobody will receive (goodbyes and
+ * states that reached endpoints already closed), so that they neither pile up in the
+ * worker nor make UCX warn about each at its end; until `deadline` (time_ns) at most. */
+static void drain_unexpected(ucp_worker_h w, ucp_tag_t tag, ucp_tag_t mask, uint64_t deadline)
 {
-    uint64_t deadline = time_ns() + 100000000ull;
     while (time_ns() < deadline) {
         ucp_tag_recv_info_t info;
         ucp_worker_progress(w);
-        ucp_tag_message_h m = ucp_tag_probe_nb(w, 0, 0, 1, &info);
+        ucp_tag_message_h m = ucp_tag_probe_nb(w, tag, mask, 1, &info);
         if (m == NULL)
             return;
         void *buf = malloc(info.length ? info.length : 1), *req;
@@ -133,11 +133,54 @@ static void drain_unexpected(ucp_worker_h w)
     }
 }
 
-static void shared_release(void)
+/* Communicators closed while the worker lives (the last UCX_CLOSED_IDS): a peer that
+ * closes after this rank sends its goodbye (and maybe a state) to receives cancelled
+ * already, and the worker would keep those messages for its whole life, a few per peer
+ * and communicator. Every communicator's creation and close takes what arrived for
+ * these (10 ms at most). With shared.lock held. */
+#define UCX_CLOSED_IDS 64
+static struct {
+    uint32_t id[UCX_CLOSED_IDS];
+    int n, next;
+} closed;
+
+#define UCX_TAG_COMM_MASK ((ucp_tag_t)0xffffffffu)   /* the communicator's bits */
+
+static void sweep_closed(void)
+{
+    uint64_t deadline = time_ns() + 10000000ull;
+    for (int i = 0; i < closed.n; i++)
+        drain_unexpected(shared.worker, closed.id[i], UCX_TAG_COMM_MASK, deadline);
+}
+
+int ucx_closed_messages(void)
+{
+    int found = 0;
+    pthread_mutex_lock(&shared.lock);
+    for (int i = 0; shared.worker && i < closed.n && !found; i++) {
+        ucp_tag_recv_info_t info;
+        ucp_worker_progress(shared.worker);
+        found = ucp_tag_probe_nb(shared.worker, closed.id[i], UCX_TAG_COMM_MASK, 0,
+                                 &info) != NULL;
+    }
+    pthread_mutex_unlock(&shared.lock);
+    return found;
+}
+
+/* comm_id: the communicator whose context goes (0: one that never had an id). */
+static void shared_release(uint32_t comm_id)
 {
     pthread_mutex_lock(&shared.lock);
-    if (--shared.users == 0) {
-        drain_unexpected(shared.worker);
+    if (comm_id != 0) {
+        closed.id[closed.next] = comm_id;
+        closed.next = (closed.next + 1) % UCX_CLOSED_IDS;
+        closed.n += closed.n < UCX_CLOSED_IDS;
+    }
+    if (--shared.users > 0)
+        sweep_closed();
+    if (shared.users == 0) {
+        drain_unexpected(shared.worker, 0, 0, time_ns() + 100000000ull);
+        closed.n = closed.next = 0;
         ucx_reg_purge();
         ucp_worker_destroy(shared.worker);
         ucp_cleanup(shared.ucp);
@@ -236,6 +279,7 @@ static weft_status_t shared_acquire(int nranks, ucp_worker_h *worker_p)
     if (shared.users == 0)
         st = shared_create(nranks);
     if (st == WEFT_OK) {
+        sweep_closed();
         shared.users++;
         *worker_p = shared.worker;
     }
@@ -246,7 +290,7 @@ static weft_status_t shared_acquire(int nranks, ucp_worker_h *worker_p)
 static void ctx_free(ucx_ctx_t *x)
 {
     if (x->worker)
-        shared_release();
+        shared_release(x->comm_id);
     free(x->eps);
     free(x);
 }

@@ -176,6 +176,10 @@ void ucx_recv_release(tp_ep_t *ep);
  * can no longer, or max_s passed (0: no limit) */
 void ucx_drain(ucx_ep_t *e, double max_s);
 
+/* tp_ucx.c: 1 when the shared worker holds a message for a communicator closed while it
+ * lived (a late goodbye or state not swept yet; for tests) */
+int ucx_closed_messages(void);
+
 /* tp_ucx.c: the process's context (for registrations) */
 ucp_context_h ucx_context(void);
 
