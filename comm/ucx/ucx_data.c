@@ -250,9 +250,10 @@ weft_status_t ucx_send_kept(tp_ep_t *ep, const frame_hdr_t *hdr, const void *pay
 /* -- receives -- */
 
 /* A header's message arrived: the header alone, or a small frame whole (its payload then
- * held here). length: its bytes, as a completed request reports them; 0 when it
- * completed at the post, where UCX 1.13 leaves recv_info untouched (a message longer
- * than the buffer fails with UCS_ERR_MESSAGE_TRUNCATED either way). */
+ * held here). length: its bytes, as a completed request reports them, or as a receive
+ * completed at its post does where UCX fills recv_info then; 0 when unknown (UCX 1.13
+ * may leave recv_info untouched there; a message longer than the buffer fails with
+ * UCS_ERR_MESSAGE_TRUNCATED either way). */
 static weft_status_t hdr_arrived(ucx_ep_t *e, size_t length)
 {
     const frame_hdr_t *h = &e->rx_in->hdr;
@@ -278,7 +279,9 @@ static weft_status_t hdr_post(ucx_ep_t *e)
                                    &e->rx_hdr_req, &info);
     if (s < 0)
         return ucx_failed(e, s, "receive from");
-    return s == UCS_OK ? hdr_arrived(e, 0) : WEFT_OK;
+    /* info.length stays the buffer's size where UCX leaves it untouched: unknown then */
+    return s == UCS_OK ? hdr_arrived(e, info.length == sizeof(*e->rx_in) ? 0 : info.length)
+                       : WEFT_OK;
 }
 
 /* A posted receive: WEFT_IN_PROGRESS while it runs (or the peer's loss), else frees the
