@@ -485,20 +485,27 @@ static int split_kill(weft_comm_t *c, int rank, const char *file)
 
 /* Rank victim can open only k more descriptors (RLIMIT_NOFILE caps the number a new one
  * gets, and a new one takes the lowest free number); then every rank splits. */
+/* The victim's RLIMIT_NOFILE lowered so that only k more descriptors open (old: the
+ * limit before, for every rank). 0, or 1 when it could not be done. */
+static int limit_fds(int victim_here, int k, struct rlimit *old)
+{
+    if (getrlimit(RLIMIT_NOFILE, old) != 0)
+        return 1;
+    if (!victim_here)
+        return 0;
+    int lowest = open("/dev/null", O_RDONLY);    /* the lowest free number */
+    if (lowest < 0)
+        return 1;
+    close(lowest);
+    struct rlimit lim = { (rlim_t)(lowest + k), old->rlim_max };
+    return setrlimit(RLIMIT_NOFILE, &lim) != 0;
+}
+
 static int split_fds(weft_comm_t *c, int rank, int victim, int k)
 {
     struct rlimit old;
-    if (getrlimit(RLIMIT_NOFILE, &old) != 0)
+    if (limit_fds(rank == victim, k, &old))
         return 1;
-    if (rank == victim) {
-        int lowest = open("/dev/null", O_RDONLY);    /* the lowest free number */
-        if (lowest < 0)
-            return 1;
-        close(lowest);
-        struct rlimit lim = { (rlim_t)(lowest + k), old.rlim_max };
-        if (setrlimit(RLIMIT_NOFILE, &lim) != 0)
-            return 1;
-    }
     double t0 = now_s();
     weft_comm_t *sub = NULL;
     weft_status_t st = weft_comm_split(c, 0, weft_comm_size(c) - 1 - rank, &sub);
@@ -537,17 +544,8 @@ static int init_fds(int victim, int k)
     const char *r = getenv("WEFT_RANK");
     int rank = r ? atoi(r) : -1;
     struct rlimit old;
-    if (rank < 0 || getrlimit(RLIMIT_NOFILE, &old) != 0)
+    if (rank < 0 || limit_fds(rank == victim, k, &old))
         return 1;
-    if (rank == victim) {
-        int lowest = open("/dev/null", O_RDONLY);
-        if (lowest < 0)
-            return 1;
-        close(lowest);
-        struct rlimit lim = { (rlim_t)(lowest + k), old.rlim_max };
-        if (setrlimit(RLIMIT_NOFILE, &lim) != 0)
-            return 1;
-    }
     double t0 = now_s();
     weft_comm_t *c = NULL;
     weft_status_t st = weft_comm_init(&c);
