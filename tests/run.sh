@@ -286,6 +286,14 @@ else
             WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 "$B/tests/test_rma" get_cancel
         [ "$HAVE_UCX" = 1 ] && run "test_rma goodbyes ucx" env WEFT_TRANSPORT=ucx \
             WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 "$B/tests/test_rma" goodbyes
+        # UCX's shared-memory segments of 64K or more corrupt lengths (16 bits): refused
+        # at init with the reason, not a stall or a "payload has 0 bytes" later
+        [ "$HAVE_UCX" = 1 ] && run "ucx refuses UCX_SYSV_SEG_SIZE=64k" sh -c \
+            'out=$(UCX_SYSV_SEG_SIZE=64k WEFT_TRANSPORT=ucx WEFT_TIMEOUT=10 timeout 30 \
+                   "$1" -n 2 "$2" basic 2>&1); rc=$?; echo "$out" | tail -3
+             [ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+             echo "$out" | grep -q "UCX_SYSV_SEG_SIZE=64k: .* length in 16 bits"' \
+            sh "$WEFTRUN" "$B/tests/test_rma"
     else
         missing "test_rma" "$B/tests/test_rma"
     fi

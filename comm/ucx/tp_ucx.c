@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <uct/api/uct.h>
 
 #include "ucx_int.h"
@@ -238,10 +239,45 @@ static void mm_error_handling(ucp_config_t *cfg)
                  "transports with error handling (tcp)", ucs_status_string(s));
 }
 
+/* UCX's shared-memory transports (posix, sysv) keep a message's length in 16 bits: with
+ * UCX_{MM,POSIX,SYSV}_SEG_SIZE at 64K or more, UCX 1.13 aborts (65536) or delivers
+ * eager messages of 64K with length 0 and stalls larger ones (65600: weft's 64K frames
+ * failed as "payload has 0 bytes", 256K ones timed out). Refused here, with the reason,
+ * before UCX reads it. A value UCX would not parse is left to UCX. */
+static weft_status_t mm_seg_check(void)
+{
+    static const char *const names[] = { "UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE",
+                                         "UCX_SYSV_SEG_SIZE" };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && mm_allowed(); i++) {
+        const char *v = getenv(names[i]);
+        char *end;
+        if (v == NULL || *v == '\0')
+            continue;
+        unsigned long long n = strtoull(v, &end, 10);
+        int shift = 0;
+        switch (*end) {
+        case 'k': case 'K': shift = 10; end++; break;
+        case 'm': case 'M': shift = 20; end++; break;
+        case 'g': case 'G': shift = 30; end++; break;
+        case 'b': case 'B': end++; break;
+        default: break;
+        }
+        if (end == v || (*end != '\0' && strcasecmp(end, "b") != 0))
+            continue;
+        if (n > 65535 || (n << shift) > 65535)
+            return weft_error(WEFT_ERR_INVALID_ARG, "ucx: %s=%s: UCX's shared-memory "
+                              "transports keep a message's length in 16 bits, and segments "
+                              "of 64K or more corrupt or abort transfers (UCX %u.%u); use at "
+                              "most 65535", names[i], v, UCP_API_MAJOR, UCP_API_MINOR);
+    }
+    return WEFT_OK;
+}
+
 /* Reads UCX_* from the environment (the first communicator's) and makes the worker. */
 static weft_status_t shared_create(int nranks)
 {
     ucp_config_t *cfg;
+    RETURN_IF_ERR(mm_seg_check());
     ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
     if (s != UCS_OK)
         return weft_error(WEFT_ERR_SYSTEM, "ucx: cannot read the UCX_* configuration: %s",
