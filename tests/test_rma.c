@@ -68,11 +68,12 @@
  *            host runs as active messages, answered by the peer's worker); rank 0 posts
  *            a get of it, cancels it as a failing call's end does, and once rank 1
  *            progresses again no byte lands in rank 0's buffer.
- * goodbyes   (ucx) late goodbyes do not pile up in the shared worker: 4 times, the ranks
- *            split a communicator and rank 1 destroys it 0.2 s before rank 0, whose
- *            goodbye then reaches receives rank 1 has cancelled; rank 1 sees such a
- *            message held (the case happened), then after one more split, which rank 1
- *            destroys last, none is left (each creation and close takes them).
+ * goodbyes   (ucx) late goodbyes do not pile up in the shared worker: the ranks split a
+ *            communicator, rank 1 destroys it, then (after a barrier on the parent) rank
+ *            0, whose goodbye reaches receives rank 1 has cancelled, ahead of the next
+ *            barrier's message; rank 1 sees such a message held (the case happened), then
+ *            after one more split, which rank 0 destroys first, none is left (each
+ *            creation and close takes them).
  * cut        (ib) after a failed call nothing lands in an adopted post: rank 0 posts a
  *            weft_mem_alloc buffer (WEFT_IB_ZCOPY=reg keeps it registered after a
  *            withdrawal), rank 1 sends one frame into it, rank 0 withdraws it and ends
@@ -1058,16 +1059,20 @@ static void posted(weft_comm_t *comm, weft_comm_t *side)
 /* ---- goodbyes: late goodbyes of closed communicators (ucx) ---- */
 
 #ifdef WEFT_HAVE_UCX
-/* A split of comm that `first` destroys 0.2 s before the other rank. */
+/* A split of comm that `first` destroys, then the other rank, ordered by barriers on
+ * comm: the second's goodbye reaches the first's worker ahead of the second barrier's
+ * message (one shared-memory fifo, in order). */
 static void split_close(weft_comm_t *comm, int first, const char *what)
 {
     weft_comm_t *c = NULL;
     check(weft_comm_split(comm, 0, rank, &c) == WEFT_OK, what);
-    if (rank != first)
-        usleep(200000);
-    if (c)
-        weft_comm_destroy(c);
-    check(weft_barrier(comm) == WEFT_OK, "goodbyes: barrier after a split's destroy");
+    for (int turn = 0; turn < 2; turn++) {
+        if (c && (rank == first) == (turn == 0)) {
+            weft_comm_destroy(c);
+            c = NULL;
+        }
+        check(weft_barrier(comm) == WEFT_OK, "goodbyes: barrier after a split's destroy");
+    }
 }
 
 static void goodbyes(weft_comm_t *comm)
@@ -1076,10 +1081,9 @@ static void goodbyes(weft_comm_t *comm)
         printf("rank %d: goodbyes is for ucx (%s)\n", rank, comm->eps[1 - rank]->ops->name);
         return;
     }
-    for (int i = 0; i < 4; i++)
-        split_close(comm, 1, "goodbyes: split (rank 1 destroys first)");
+    split_close(comm, 1, "goodbyes: split (rank 1 destroys first)");
     int before = ucx_closed_messages();
-    split_close(comm, 0, "goodbyes: split (rank 1 destroys last)");
+    split_close(comm, 0, "goodbyes: split (rank 0 destroys first)");
     int after = ucx_closed_messages();
     if (rank == 1) {
         check(before, "goodbyes: rank 0's late goodbyes reached rank 1's closed receives "

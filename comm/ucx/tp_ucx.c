@@ -105,6 +105,7 @@ static struct {
     int users;
     ucp_context_h ucp;
     ucp_worker_h worker;
+    ucx_ctx_t *live;                /* every context using the worker */
 } shared = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* Takes the messages that match (tag, mask) and that nobody will receive (goodbyes and
@@ -138,7 +139,8 @@ static void drain_unexpected(ucp_worker_h w, ucp_tag_t tag, ucp_tag_t mask, uint
  * closes after this rank sends its goodbye (and maybe a state) to receives cancelled
  * already, and the worker would keep those messages for its whole life, a few per peer
  * and communicator. Every communicator's creation and close takes what arrived for
- * these (10 ms at most). With shared.lock held. */
+ * these (10 ms at most), but never for an id a live context of this process still has.
+ * With shared.lock held. */
 #define UCX_CLOSED_IDS 64
 static struct {
     uint32_t id[UCX_CLOSED_IDS];
@@ -147,11 +149,22 @@ static struct {
 
 #define UCX_TAG_COMM_MASK ((ucp_tag_t)0xffffffffu)   /* the communicator's bits */
 
+/* 1 when a live context of this process has communicator id `id` (two ranks of one
+ * communicator in one process, as threads): its messages are not stray. */
+static int id_live(uint32_t id)
+{
+    for (const ucx_ctx_t *c = shared.live; c; c = c->next)
+        if (c->comm_id == id)
+            return 1;
+    return 0;
+}
+
 static void sweep_closed(void)
 {
     uint64_t deadline = time_ns() + 10000000ull;
     for (int i = 0; i < closed.n; i++)
-        drain_unexpected(shared.worker, closed.id[i], UCX_TAG_COMM_MASK, deadline);
+        if (!id_live(closed.id[i]))
+            drain_unexpected(shared.worker, closed.id[i], UCX_TAG_COMM_MASK, deadline);
 }
 
 int ucx_closed_messages(void)
@@ -168,11 +181,18 @@ int ucx_closed_messages(void)
     return found;
 }
 
-/* comm_id: the communicator whose context goes (0: one that never had an id). */
-static void shared_release(uint32_t comm_id)
+/* x: the context that goes (its communicator's id is recorded as closed unless another
+ * live context has it). */
+static void shared_release(ucx_ctx_t *x)
 {
     pthread_mutex_lock(&shared.lock);
-    if (comm_id != 0) {
+    for (ucx_ctx_t **pp = &shared.live; *pp; pp = &(*pp)->next)
+        if (*pp == x) {
+            *pp = x->next;
+            break;
+        }
+    uint32_t comm_id = x->comm_id;
+    if (comm_id != 0 && !id_live(comm_id)) {
         closed.id[closed.next] = comm_id;
         closed.next = (closed.next + 1) % UCX_CLOSED_IDS;
         closed.n += closed.n < UCX_CLOSED_IDS;
@@ -239,36 +259,68 @@ static void mm_error_handling(ucp_config_t *cfg)
                  "transports with error handling (tcp)", ucs_status_string(s));
 }
 
-/* UCX's shared-memory transports (posix, sysv) keep a message's length in 16 bits: with
- * UCX_{MM,POSIX,SYSV}_SEG_SIZE at 64K or more, UCX 1.13 aborts (65536) or delivers
- * eager messages of 64K with length 0 and stalls larger ones (65600: weft's 64K frames
- * failed as "payload has 0 bytes", 256K ones timed out). Refused here, with the reason,
- * before UCX reads it. A value UCX would not parse is left to UCX. */
+/* Whether UCX_TLS leaves UCX the shared-memory transport `tl` (posix, sysv, xpmem). */
+static int tl_allowed(const char *tl)
+{
+    const char *tls = getenv("UCX_TLS");
+    if (tls == NULL || *tls == '\0')
+        return 1;
+    int excl = *tls == '^';
+    const char *l = tls + excl;
+    int named = tls_names(l, "sm") || tls_names(l, "shm") || tls_names(l, "mm") ||
+                tls_names(l, tl);
+    return excl ? !named : named || tls_names(l, "all");
+}
+
+/* A UCX size setting's bytes, or -1 where weft does not read it the way UCX would (left
+ * to UCX): digits, then k, m, g or t, optionally followed by b. */
+static long long ucx_size(const char *v)
+{
+    char *end;
+    if (v == NULL || *v < '0' || *v > '9')
+        return -1;
+    unsigned long long n = strtoull(v, &end, 10);
+    int shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: break;
+    }
+    if (*end == 'b' || *end == 'B')
+        end++;
+    if (*end != '\0')
+        return -1;
+    return n > (1ull << 20) ? (long long)(1ull << 60) : (long long)(n << shift);
+}
+
+/* UCX's shared-memory transports (posix, sysv, xpmem) keep a message's length in 16 bits:
+ * with a segment (UCX_<TL>_SEG_SIZE, else UCX_MM_SEG_SIZE, as UCX's parser gives the
+ * transport's own prefix the last word) of 64K or more, UCX 1.13 aborts (65536) or
+ * delivers eager messages of 64K with length 0 and stalls larger ones (65600: weft's 64K
+ * frames failed as "payload has 0 bytes", 256K ones timed out). Refused here, with the
+ * reason, for the transports UCX_TLS leaves, before UCX reads it; values UCX reads from
+ * its ucx.conf are not seen. */
 static weft_status_t mm_seg_check(void)
 {
-    static const char *const names[] = { "UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE",
-                                         "UCX_SYSV_SEG_SIZE" };
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && mm_allowed(); i++) {
-        const char *v = getenv(names[i]);
-        char *end;
-        if (v == NULL || *v == '\0')
-            continue;
-        unsigned long long n = strtoull(v, &end, 10);
-        int shift = 0;
-        switch (*end) {
-        case 'k': case 'K': shift = 10; end++; break;
-        case 'm': case 'M': shift = 20; end++; break;
-        case 'g': case 'G': shift = 30; end++; break;
-        case 'b': case 'B': end++; break;
-        default: break;
+    static const char *const tls[] = { "posix", "sysv", "xpmem" };
+    for (size_t i = 0; i < sizeof(tls) / sizeof(tls[0]); i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "UCX_%s_SEG_SIZE", tls[i]);
+        for (char *c = name + 4; *c; c++)
+            *c = (char)(*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c);
+        const char *v = getenv(name);
+        if (v == NULL || *v == '\0') {
+            snprintf(name, sizeof(name), "UCX_MM_SEG_SIZE");
+            v = getenv(name);
         }
-        if (end == v || (*end != '\0' && strcasecmp(end, "b") != 0))
+        if (v == NULL || !tl_allowed(tls[i]) || ucx_size(v) <= 65535)
             continue;
-        if (n > 65535 || (n << shift) > 65535)
-            return weft_error(WEFT_ERR_INVALID_ARG, "ucx: %s=%s: UCX's shared-memory "
-                              "transports keep a message's length in 16 bits, and segments "
-                              "of 64K or more corrupt or abort transfers (UCX %u.%u); use at "
-                              "most 65535", names[i], v, UCP_API_MAJOR, UCP_API_MINOR);
+        return weft_error(WEFT_ERR_INVALID_ARG, "ucx: %s=%s: UCX's shared-memory transport "
+                          "%s keeps a message's length in 16 bits, and segments of 64K or "
+                          "more corrupt or abort transfers (UCX %u.%u); use at most 65535",
+                          name, v, tls[i], UCP_API_MAJOR, UCP_API_MINOR);
     }
     return WEFT_OK;
 }
@@ -308,16 +360,18 @@ ucp_context_h ucx_context(void)
     return shared.ucp;
 }
 
-static weft_status_t shared_acquire(int nranks, ucp_worker_h *worker_p)
+static weft_status_t shared_acquire(ucx_ctx_t *x)
 {
     weft_status_t st = WEFT_OK;
     pthread_mutex_lock(&shared.lock);
     if (shared.users == 0)
-        st = shared_create(nranks);
+        st = shared_create(x->nranks);
     if (st == WEFT_OK) {
+        x->next = shared.live;
+        shared.live = x;
         sweep_closed();
         shared.users++;
-        *worker_p = shared.worker;
+        x->worker = shared.worker;
     }
     pthread_mutex_unlock(&shared.lock);
     return st;
@@ -326,7 +380,7 @@ static weft_status_t shared_acquire(int nranks, ucp_worker_h *worker_p)
 static void ctx_free(ucx_ctx_t *x)
 {
     if (x->worker)
-        shared_release(x->comm_id);
+        shared_release(x);
     free(x->eps);
     free(x);
 }
@@ -342,7 +396,7 @@ static weft_status_t ctx_create(weft_comm_t *comm, ucx_ctx_t **x_p)
     x->rank = comm->rank;
     x->comm_id = comm->id32;
     x->timeout_s = comm->cfg.timeout_s;
-    weft_status_t st = shared_acquire(comm->nranks, &x->worker);
+    weft_status_t st = shared_acquire(x);
     if (st != WEFT_OK) {
         ctx_free(x);
         return st;

@@ -251,9 +251,10 @@ weft_status_t ucx_send_kept(tp_ep_t *ep, const frame_hdr_t *hdr, const void *pay
 
 /* A header's message arrived: the header alone, or a small frame whole (its payload then
  * held here). length: its bytes, as a completed request reports them, or as a receive
- * completed at its post does where UCX fills recv_info then; 0 when unknown (UCX 1.13
- * may leave recv_info untouched there; a message longer than the buffer fails with
- * UCS_ERR_MESSAGE_TRUNCATED either way). */
+ * completed at its post does from UCX 1.16 on; 0 when unknown (before 1.16 UCX leaves
+ * recv_info untouched there, openucx/ucx#9425: on Debian 12's 1.13 such a header goes
+ * unchecked; a message longer than the buffer fails with UCS_ERR_MESSAGE_TRUNCATED
+ * either way). */
 static weft_status_t hdr_arrived(ucx_ep_t *e, size_t length)
 {
     const frame_hdr_t *h = &e->rx_in->hdr;

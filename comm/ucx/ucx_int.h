@@ -41,6 +41,7 @@ typedef struct ucx_ctx {
     int rank;                       /* this rank: the sender field of our tags */
     uint32_t comm_id;
     double timeout_s;               /* how long teardown waits for peers to take our frames */
+    struct ucx_ctx *next;           /* the process's live contexts (tp_ucx.c: shared.live) */
 } ucx_ctx_t;
 
 /* A frame that send took: UCX reads header and payload from here until both complete. */
