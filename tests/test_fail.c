@@ -501,6 +501,16 @@ static int limit_fds(int victim_here, int k, struct rlimit *old)
     return setrlimit(RLIMIT_NOFILE, &lim) != 0;
 }
 
+/* The fd-starved victim's own verdict: `what` (split, init) failed with its own error
+ * (not a peer's loss or a timeout) within 2 s. 1 when not. */
+static int victim_failed(int rank, int k, const char *what, weft_status_t st, double t)
+{
+    int bad = st == WEFT_OK || st == WEFT_ERR_PEER_LOST || st == WEFT_ERR_TIMEOUT || t > 2.0;
+    printf("%s rank %d (victim, %d more fds): %s failed on its own in %.2f s: %s: %s\n",
+           bad ? "FAIL" : "ok", rank, k, what, t, weft_status_str(st), weft_last_error());
+    return bad;
+}
+
 static int split_fds(weft_comm_t *c, int rank, int victim, int k)
 {
     struct rlimit old;
@@ -514,9 +524,7 @@ static int split_fds(weft_comm_t *c, int rank, int victim, int k)
         setrlimit(RLIMIT_NOFILE, &old);
     int bad;
     if (rank == victim) {
-        bad = st == WEFT_OK || st == WEFT_ERR_PEER_LOST || st == WEFT_ERR_TIMEOUT || t > 2.0;
-        printf("%s rank %d (victim, %d more fds): split failed on its own in %.2f s: %s: %s\n",
-               bad ? "FAIL" : "ok", rank, k, t, weft_status_str(st), weft_last_error());
+        bad = victim_failed(rank, k, "split", st, t);
     } else {
         char needle[64];
         snprintf(needle, sizeof(needle), "rank %d of the parent", victim);
@@ -552,9 +560,7 @@ static int init_fds(int victim, int k)
     double t = now_s() - t0;
     int bad;
     if (rank == victim) {
-        bad = st == WEFT_OK || st == WEFT_ERR_PEER_LOST || st == WEFT_ERR_TIMEOUT || t > 2.0;
-        printf("%s rank %d (victim, %d more fds): init failed on its own in %.2f s: %s: %s\n",
-               bad ? "FAIL" : "ok", rank, k, t, weft_status_str(st), weft_last_error());
+        bad = victim_failed(rank, k, "init", st, t);
     } else {
         char needle[32];
         snprintf(needle, sizeof(needle), "rank %d", victim);

@@ -35,7 +35,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <uct/api/uct.h>
 
 #include "ucx_int.h"
@@ -272,36 +271,14 @@ static int tl_allowed(const char *tl)
     return excl ? !named : named || tls_names(l, "all");
 }
 
-/* A UCX size setting's bytes, or -1 where weft does not read it the way UCX would (left
- * to UCX): digits, then k, m, g or t, optionally followed by b. */
-static long long ucx_size(const char *v)
-{
-    char *end;
-    if (v == NULL || *v < '0' || *v > '9')
-        return -1;
-    unsigned long long n = strtoull(v, &end, 10);
-    int shift = 0;
-    switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    case 't': case 'T': shift = 40; end++; break;
-    default: break;
-    }
-    if (*end == 'b' || *end == 'B')
-        end++;
-    if (*end != '\0')
-        return -1;
-    return n > (1ull << 20) ? (long long)(1ull << 60) : (long long)(n << shift);
-}
-
 /* UCX's shared-memory transports (posix, sysv, xpmem) keep a message's length in 16 bits:
  * with a segment (UCX_<TL>_SEG_SIZE, else UCX_MM_SEG_SIZE, as UCX's parser gives the
  * transport's own prefix the last word) of 64K or more, UCX 1.13 aborts (65536) or
  * delivers eager messages of 64K with length 0 and stalls larger ones (65600: weft's 64K
  * frames failed as "payload has 0 bytes", 256K ones timed out). Refused here, with the
  * reason, for the transports UCX_TLS leaves, before UCX reads it; values UCX reads from
- * its ucx.conf are not seen. */
+ * its ucx.conf, and sizes beyond weft's own syntax (cfg_parse_size: a T suffix), are not
+ * seen. */
 static weft_status_t mm_seg_check(void)
 {
     static const char *const tls[] = { "posix", "sysv", "xpmem" };
@@ -315,7 +292,9 @@ static weft_status_t mm_seg_check(void)
             snprintf(name, sizeof(name), "UCX_MM_SEG_SIZE");
             v = getenv(name);
         }
-        if (v == NULL || !tl_allowed(tls[i]) || ucx_size(v) <= 65535)
+        size_t bytes;   /* a value weft's size syntax does not read is left to UCX */
+        if (v == NULL || !tl_allowed(tls[i]) || cfg_parse_size(v, &bytes) != 0 ||
+            bytes <= 65535)
             continue;
         return weft_error(WEFT_ERR_INVALID_ARG, "ucx: %s=%s: UCX's shared-memory transport "
                           "%s keeps a message's length in 16 bits, and segments of 64K or "
