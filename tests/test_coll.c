@@ -178,35 +178,31 @@ static double avg_of(double sum, weft_dtype_t dt, int n)
     }
 }
 
-/* The reduction over all ranks of input index i. */
-static double fold(const ctx_t *c, size_t i, weft_dtype_t dt, weft_op_t op)
+/* gen() of rank r over indices base..base+n-1, as doubles (small integers, exact). */
+static void gen_run(const ctx_t *c, int r, size_t base, size_t n, weft_dtype_t dt, weft_op_t op,
+                    double *out)
 {
-    double acc = (double)gen(c, 0, i, dt, op);
-    for (int r = 1; r < c->nranks; r++) {
-        double v = (double)gen(c, r, i, dt, op);
-        switch (op) {
-        case WEFT_PROD: acc *= v; break;
-        case WEFT_MIN:  acc = v < acc ? v : acc; break;
-        case WEFT_MAX:  acc = v > acc ? v : acc; break;
-        default:        acc += v; break;
-        }
-    }
-    return op == WEFT_AVG ? avg_of(acc, dt, c->nranks) : acc;
+    for (size_t i = 0; i < n; i++)
+        out[i] = (double)gen(c, r, base + i, dt, op);
 }
 
-static void put(void *b, size_t i, weft_dtype_t dt, double v)
+enum { RUN_ELEMS = 2048 };      /* the fill functions work in runs of this many elements */
+
+static void put_run(void *b, weft_dtype_t dt, const double *v, size_t n)
 {
     switch (dt) {
-    case WEFT_INT8:     ((int8_t *)b)[i] = (int8_t)(int64_t)v; break;
-    case WEFT_UINT8:    ((uint8_t *)b)[i] = (uint8_t)(int64_t)v; break;
-    case WEFT_INT32:    ((int32_t *)b)[i] = (int32_t)(int64_t)v; break;
-    case WEFT_UINT32:   ((uint32_t *)b)[i] = (uint32_t)(int64_t)v; break;
-    case WEFT_INT64:    ((int64_t *)b)[i] = (int64_t)v; break;
-    case WEFT_UINT64:   ((uint64_t *)b)[i] = (uint64_t)(int64_t)v; break;
-    case WEFT_FLOAT16:  ((uint16_t *)b)[i] = f32_to_f16((float)v); break;
-    case WEFT_BFLOAT16: ((uint16_t *)b)[i] = f32_to_bf16((float)v); break;
-    case WEFT_FLOAT32:  ((float *)b)[i] = (float)v; break;
-    case WEFT_FLOAT64:  ((double *)b)[i] = v; break;
+#define PUT_RUN(T, conv) for (size_t i = 0; i < n; i++) ((T *)b)[i] = conv; break
+    case WEFT_INT8:     PUT_RUN(int8_t, (int8_t)(int64_t)v[i]);
+    case WEFT_UINT8:    PUT_RUN(uint8_t, (uint8_t)(int64_t)v[i]);
+    case WEFT_INT32:    PUT_RUN(int32_t, (int32_t)(int64_t)v[i]);
+    case WEFT_UINT32:   PUT_RUN(uint32_t, (uint32_t)(int64_t)v[i]);
+    case WEFT_INT64:    PUT_RUN(int64_t, (int64_t)v[i]);
+    case WEFT_UINT64:   PUT_RUN(uint64_t, (uint64_t)(int64_t)v[i]);
+    case WEFT_FLOAT16:  PUT_RUN(uint16_t, f32_to_f16((float)v[i]));
+    case WEFT_BFLOAT16: PUT_RUN(uint16_t, f32_to_bf16((float)v[i]));
+    case WEFT_FLOAT32:  PUT_RUN(float, (float)v[i]);
+    case WEFT_FLOAT64:  PUT_RUN(double, v[i]);
+#undef PUT_RUN
     }
 }
 
@@ -410,18 +406,116 @@ static void fail_line(ctx_t *c, const tcase_t *t, const char *fmt, ...)
     }
 }
 
+/* The last few inputs and folds made, by what made them: consecutive cases (in and out of
+ * place, each root, the ops that share inputs) ask for the same ones, and a copy costs a
+ * small part of making them again. Bounded in bytes; the oldest entry goes first. */
+#define MEMO_MAX 8
+#define MEMO_BYTES (96u << 20)
+typedef struct {
+    int kind, r, op, dt;        /* kind 0: rank r's input (op: PROD or not); 1: the fold */
+    int nranks, range;          /* of the communicator it was made for */
+    size_t base, n;
+    void *bytes;                /* NULL: an empty slot */
+    unsigned long used;         /* when it was last made or read */
+} memo_t;
+static memo_t memo[MEMO_MAX];
+static size_t memo_total;
+static unsigned long memo_clock;
+
+static memo_t *memo_find(const ctx_t *c, int kind, int r, int op, weft_dtype_t dt,
+                         size_t base, size_t n)
+{
+    for (int k = 0; k < MEMO_MAX; k++) {
+        memo_t *m = &memo[k];
+        if (m->bytes && m->kind == kind && m->r == r && m->op == op && m->dt == (int)dt &&
+            m->nranks == c->nranks && m->range == c->range && m->base == base && m->n == n) {
+            m->used = ++memo_clock;
+            return m;
+        }
+    }
+    return NULL;
+}
+
+static void memo_keep(const ctx_t *c, int kind, int r, int op, weft_dtype_t dt, size_t base,
+                      size_t n, const void *src)
+{
+    size_t bytes = n * dts[dt].size;
+    if (bytes == 0 || bytes > MEMO_BYTES / 2)
+        return;
+    for (;;) {                  /* evict the oldest until a slot and the bytes are free */
+        int oldest = -1, free_slot = -1;
+        for (int k = 0; k < MEMO_MAX; k++) {
+            if (!memo[k].bytes)
+                free_slot = k;
+            else if (oldest < 0 || memo[k].used < memo[oldest].used)
+                oldest = k;
+        }
+        if (free_slot >= 0 && memo_total + bytes <= MEMO_BYTES) {
+            memo_t *m = &memo[free_slot];
+            m->bytes = malloc(bytes);
+            if (!m->bytes)
+                return;         /* only a cache: go without */
+            memcpy(m->bytes, src, bytes);
+            *m = (memo_t){ kind, r, op, (int)dt, c->nranks, c->range, base, n, m->bytes,
+                           ++memo_clock };
+            memo_total += bytes;
+            return;
+        }
+        memo_total -= memo[oldest].n * dts[memo[oldest].dt].size;
+        free(memo[oldest].bytes);
+        memo[oldest].bytes = NULL;
+    }
+}
+
 static void fill_input(const ctx_t *c, void *dst, int r, size_t base, size_t n,
                        weft_dtype_t dt, weft_op_t op)
 {
-    for (size_t i = 0; i < n; i++)
-        put(dst, i, dt, (double)gen(c, r, base + i, dt, op));
+    double v[RUN_ELEMS];
+    size_t es = dts[dt].size;
+    int prod = op == WEFT_PROD;         /* gen() tells PROD from the rest, nothing more */
+    memo_t *m = memo_find(c, 0, r, prod, dt, base, n);
+    if (m) {
+        memcpy(dst, m->bytes, n * es);
+        return;
+    }
+    for (size_t i = 0; i < n; i += RUN_ELEMS) {
+        size_t k = n - i < RUN_ELEMS ? n - i : RUN_ELEMS;
+        gen_run(c, r, base + i, k, dt, op, v);
+        put_run((char *)dst + i * es, dt, v, k);
+    }
+    memo_keep(c, 0, r, prod, dt, base, n, dst);
 }
 
+/* The reduction over all ranks of inputs base..base+n-1 (AVG: the exact sum, divided as
+ * the API defines it) into dst. */
 static void fill_fold(const ctx_t *c, void *dst, size_t base, size_t n, weft_dtype_t dt,
                       weft_op_t op)
 {
-    for (size_t i = 0; i < n; i++)
-        put(dst, i, dt, fold(c, base + i, dt, op));
+    double acc[RUN_ELEMS], v[RUN_ELEMS];
+    size_t es = dts[dt].size;
+    memo_t *m = memo_find(c, 1, -1, op, dt, base, n);
+    if (m) {
+        memcpy(dst, m->bytes, n * es);
+        return;
+    }
+    for (size_t i = 0; i < n; i += RUN_ELEMS) {
+        size_t k = n - i < RUN_ELEMS ? n - i : RUN_ELEMS;
+        gen_run(c, 0, base + i, k, dt, op, acc);
+        for (int r = 1; r < c->nranks; r++) {
+            gen_run(c, r, base + i, k, dt, op, v);
+            switch (op) {
+            case WEFT_PROD: for (size_t j = 0; j < k; j++) acc[j] *= v[j]; break;
+            case WEFT_MIN:  for (size_t j = 0; j < k; j++) acc[j] = v[j] < acc[j] ? v[j] : acc[j]; break;
+            case WEFT_MAX:  for (size_t j = 0; j < k; j++) acc[j] = v[j] > acc[j] ? v[j] : acc[j]; break;
+            default:        for (size_t j = 0; j < k; j++) acc[j] += v[j]; break;
+            }
+        }
+        if (op == WEFT_AVG)
+            for (size_t j = 0; j < k; j++)
+                acc[j] = avg_of(acc[j], dt, c->nranks);
+        put_run((char *)dst + i * es, dt, acc, k);
+    }
+    memo_keep(c, 1, -1, op, dt, base, n, dst);
 }
 
 static tbuf_t *add_buf(ctx_t *c, tcase_t *t, const char *name, size_t elems)
