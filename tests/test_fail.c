@@ -6,8 +6,9 @@
  * peer_exit     the last rank exits in the middle of the job; every other rank's next
  *               all-reduce returns WEFT_ERR_PEER_LOST naming it within 2 s (or its last
  *               warm-up call does, when a faster rank tells it first)
- * timeout       rank 1 stays silent for 4 s; rank 0 (WEFT_TIMEOUT=1) gets WEFT_ERR_TIMEOUT
- *               after about 1 s, naming rank 1, with the flight recorder printed
+ * timeout       rank 1 stays silent (up to 4 s) until rank 0 (WEFT_TIMEOUT=1) has had
+ *               WEFT_ERR_TIMEOUT, after about 1 s, naming rank 1, with the flight
+ *               recorder printed
  * mismatch F    rank 1 calls something different in field F (count, dtype, op, root,
  *               coll, reduce_root; count0: a count of 0, then the others' call); every
  *               rank gets WEFT_ERR_MISMATCH within 2 s with a message holding both
@@ -63,6 +64,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +79,41 @@ static double now_s(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);   /* one clock for every process on the host */
     return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* The job's ranks meet outside weft (whose communicator may have failed by now): each
+ * appends a byte to a file named by the job's WEFT_SECRET (weftrun's, unique to the job)
+ * and waits until all have, then appends a second; rank 0 removes the file once every
+ * rank has appended both. Gives up after limit_s (a rank that died never comes). Without
+ * a secret (another launcher) or a file, it sleeps alone_s instead. */
+static void meet(const char *tag, int rank, int nranks, double limit_s, double alone_s)
+{
+    const char *secret = getenv("WEFT_SECRET"), *tmp = getenv("TMPDIR");
+    if (secret == NULL || strlen(secret) < 16) {
+        usleep((useconds_t)(alone_s * 1e6));
+        return;
+    }
+    char path[512];
+    snprintf(path, sizeof(path), "%s/weft_test_fail.%.16s.%s", tmp && *tmp ? tmp : "/tmp",
+             secret, tag);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (fd < 0) {
+        usleep((useconds_t)(alone_s * 1e6));
+        return;
+    }
+    double end = now_s() + limit_s;
+    for (int round = 1; round <= 2; round++) {
+        if (write(fd, "x", 1) != 1)
+            break;
+        if (round == 2 && rank != 0)
+            break;              /* only rank 0 waits for the second bytes */
+        struct stat sb;
+        while (stat(path, &sb) == 0 && sb.st_size < (off_t)round * nranks && now_s() < end)
+            usleep(1000);
+    }
+    close(fd);
+    if (rank == 0)
+        unlink(path);
 }
 
 /* got == want within max_secs, and the message holds every needle (NULL-terminated). */
@@ -691,18 +728,19 @@ int main(int argc, char **argv)
                       "failed earlier", 0, 1.0);
     } else if (!strcmp(mode, "timeout")) {
         if (rank == 1) {
-            sleep(4);
+            meet("timeout", rank, nranks, 4.0, 4.0);   /* silent until rank 0's call is over */
             _exit(0);                   /* rank 0 has failed by now: nothing to finish */
         }
         t0 = now_s();
         st = weft_allreduce(buf, buf, 8, WEFT_FLOAT32, WEFT_SUM, c);
         bad = expect(rank, "silent peer", st, WEFT_ERR_TIMEOUT, "rank(s) 1", now_s() - t0, 3.0);
+        meet("timeout", rank, nranks, 4.0, 0);
     } else if (!strcmp(mode, "mismatch") && argc > 2) {
         bad = mismatch(c, rank, argv[2], buf);
-        /* before exiting, give a rank still finishing the warm-up time to finish it: over
-         * ib a peer that exited failed a call whose frames had all arrived (issue 22's
-         * notes: its buffered frames should still be read) */
-        usleep(500000);
+        /* no rank exits before every rank's mismatched call is over: over ib a peer
+         * that exited failed a call whose frames had all arrived (issue 22's notes:
+         * its buffered frames should still be read) */
+        meet("mismatch", rank, nranks, 10.0, 0.5);
     } else if (!strcmp(mode, "abort")) {
         bad = abort_test(c, rank, nranks, buf);
     } else if (!strcmp(mode, "kill") && argc > 3) {
