@@ -503,11 +503,13 @@ static void fill_fold(const ctx_t *c, void *dst, size_t base, size_t n, weft_dty
         gen_run(c, 0, base + i, k, dt, op, acc);
         for (int r = 1; r < c->nranks; r++) {
             gen_run(c, r, base + i, k, dt, op, v);
-            switch (op) {
-            case WEFT_PROD: for (size_t j = 0; j < k; j++) acc[j] *= v[j]; break;
-            case WEFT_MIN:  for (size_t j = 0; j < k; j++) acc[j] = v[j] < acc[j] ? v[j] : acc[j]; break;
-            case WEFT_MAX:  for (size_t j = 0; j < k; j++) acc[j] = v[j] > acc[j] ? v[j] : acc[j]; break;
-            default:        for (size_t j = 0; j < k; j++) acc[j] += v[j]; break;
+            for (size_t j = 0; j < k; j++) {
+                switch (op) {      /* the same in every pass: well predicted */
+                case WEFT_PROD: acc[j] *= v[j]; break;
+                case WEFT_MIN:  acc[j] = v[j] < acc[j] ? v[j] : acc[j]; break;
+                case WEFT_MAX:  acc[j] = v[j] > acc[j] ? v[j] : acc[j]; break;
+                default:        acc[j] += v[j]; break;
+                }
             }
         }
         if (op == WEFT_AVG)
