@@ -237,6 +237,11 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous, const
     if (rank == 0 && nranks > 1) {
         int lfd;
         st = sock_listen(&addr, nranks, &lfd);
+        if (st != WEFT_OK)
+            st = weft_error(st, "bootstrap: rank 0 of %d cannot listen at the rendezvous %s: "
+                            "%s (it must name this host, and its port must be free: another "
+                            "job, or a second process that also took rank 0?)", nranks,
+                            rendezvous, weft_last_error());
         if (st == WEFT_OK) {
             st = accept_all(bs, lfd, secret);
             close(lfd);

@@ -91,6 +91,12 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
     fr_install_signal();
     GOTO_IF_ERR(comm_alloc(rank, nranks, &cfg, &c), st, fail);
     GOTO_IF_ERR(sock_parse_addr(rendezvous, &c->rdv_addr), st, fail);
+    if (nranks > 1 && c->rdv_addr.sin_port == 0) {
+        st = weft_error(WEFT_ERR_INVALID_ARG, "comm_init: rendezvous '%s' has port 0: rank 0 "
+                        "would listen on a port of the kernel's choosing that no other rank "
+                        "knows; name a port (WEFT_ADDR=host:port)", rendezvous);
+        goto fail;
+    }
     GOTO_IF_ERR(bootstrap_open(rank, nranks, rendezvous, c->has_secret ? c->secret : NULL,
                                job_tag, cfg.timeout_s, &bs), st, fail);
     uint64_t id = 0, *ids = malloc((size_t)nranks * sizeof(uint64_t));

@@ -5,17 +5,23 @@
  * of them, such as a WORLD_SIZE exported for another tool, is passed over): weftrun
  * (WEFT_RANK/WEFT_WORLD_SIZE/WEFT_ADDR), torchrun (RANK/WORLD_SIZE/MASTER_ADDR/
  * MASTER_PORT), Open MPI (OMPI_COMM_WORLD_*), PMI (PMI_RANK/PMI_SIZE, MPICH's hydra),
- * Slurm (SLURM_PROCID, and SLURM_STEP_NUM_TASKS, srun's count for the step, else
- * SLURM_NTASKS). The rendezvous is WEFT_ADDR, else MASTER_ADDR:MASTER_PORT, except under
+ * Slurm (SLURM_PROCID and SLURM_STEP_NUM_TASKS, which srun sets for each task of a step:
+ * a batch script's own process also has SLURM_PROCID=0 and SLURM_NTASKS, and is refused
+ * with a message rather than taken for rank 0 of a job whose other ranks never come).
+ * The rendezvous is WEFT_ADDR, else MASTER_ADDR:MASTER_PORT, except under
  * torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True: torchrun's own store
  * already listens on MASTER_PORT), where rank 0 listens on MASTER_PORT + 1. Under MPI or
  * Slurm without either, a job whose ranks all run on one host meets on 127.0.0.1 at a
- * port derived from the job id; a multi-host job must set WEFT_ADDR (or
- * MASTER_ADDR/MASTER_PORT).
+ * port derived from the job id (Open MPI 4's OMPI_MCA_ess_base_jobid, else PMIx's
+ * PMIX_NAMESPACE, which Open MPI 5 sets; PMI_JOBID, else under MPICH's hydra, which sets
+ * none, its proxy process on this host; SLURM_JOB_ID and SLURM_STEP_ID); a multi-host job
+ * must set WEFT_ADDR (or MASTER_ADDR/MASTER_PORT).
  */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm_int.h"
 #include "log.h"
@@ -37,24 +43,76 @@ static int env_int(const char *name, int *out)
 }
 
 typedef struct {
-    const char *source, *rank, *size, *local_rank, *local_size, *jobid;
+    const char *source, *rank, *size, *local_rank, *local_size, *jobid[2];
 } launcher_t;
 
 static const launcher_t launchers[] = {
-    { "weftrun", "WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", NULL },
-    { "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", NULL },
+    { "weftrun", "WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", { 0 } },
+    { "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", { 0 } },
     { "Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-      "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid" },
-    { "PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMI_JOBID" },
-    { "Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "SLURM_JOB_ID" },
+      "OMPI_COMM_WORLD_LOCAL_SIZE", { "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE" } },
+    { "PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", { "PMI_JOBID" } },
+    { "Slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", NULL,
+      { "SLURM_JOB_ID" } },
 };
 
+/* "NAME:PID:START" of the nearest ancestor of this process whose command is `name`
+ * (/proc/PID/stat: its start time tells it from a later process with the same pid), or
+ * "" when there is none within a few generations. */
+static void ancestor_id(const char *name, char *out, size_t cap)
+{
+    long pid = (long)getppid();
+    out[0] = '\0';
+    for (int depth = 0; depth < 8 && pid > 1; depth++) {
+        char path[64], buf[1024];
+        snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            return;
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+        if (open == NULL || close == NULL || close < open)
+            return;
+        /* after ") ": state, ppid, pgrp, session, tty, tpgid, flags, minflt, cminflt,
+         * majflt, cmajflt, utime, stime, cutime, cstime, priority, nice, threads,
+         * itrealvalue, starttime (field 22) */
+        long ppid = 0;
+        unsigned long long start = 0;
+        char *p = close + 2;
+        for (int field = 3; *p && field <= 22; field++) {
+            if (field == 4)
+                ppid = strtol(p, NULL, 10);
+            if (field == 22)
+                start = strtoull(p, NULL, 10);
+            while (*p && !isspace((unsigned char)*p))
+                p++;
+            while (*p && isspace((unsigned char)*p))
+                p++;
+        }
+        if ((size_t)(close - open - 1) == strlen(name) && !strncmp(open + 1, name, strlen(name))) {
+            snprintf(out, cap, "%s:%ld:%llu", name, pid, start);
+            return;
+        }
+        pid = ppid;
+    }
+}
+
 /* The launcher's job (its job id, and under Slurm the step): 0 when it names none.
- * Every rank of one job computes the same; the job-id port and the bootstrap's job tag
- * are made from it. */
+ * Every rank of one job computes the same (MPICH's hydra: the ranks of one host, which
+ * is where the job-id port is used); the job-id port and the bootstrap's job tag are
+ * made from it. */
 static uint64_t job_hash(const launcher_t *l)
 {
-    const char *jobid = l->jobid ? getenv(l->jobid) : NULL, *step = getenv("SLURM_STEP_ID");
+    const char *jobid = NULL, *step = getenv("SLURM_STEP_ID");
+    char proxy[128];
+    for (int k = 0; k < 2 && (jobid == NULL || *jobid == '\0'); k++)
+        jobid = l->jobid[k] ? getenv(l->jobid[k]) : NULL;
+    if ((jobid == NULL || *jobid == '\0') && !strcmp(l->source, "PMI")) {
+        ancestor_id("hydra_pmi_proxy", proxy, sizeof(proxy));
+        jobid = proxy;
+    }
     if (jobid == NULL || *jobid == '\0')
         return 0;
     uint64_t h = hash_bytes(HASH_SEED, jobid, strlen(jobid));
@@ -120,10 +178,13 @@ weft_status_t env_detect(launch_env_t *env)
     for (size_t i = 0; i < WEFT_ARRAY_LEN(launchers); i++) {
         const launcher_t *l = &launchers[i];
         const char *size = l->size;
-        /* srun's count of the step's tasks: SLURM_NTASKS is the allocation's */
-        if (!strcmp(l->source, "Slurm") && getenv("SLURM_STEP_NUM_TASKS"))
-            size = "SLURM_STEP_NUM_TASKS";
         int r = env_int(l->rank, &env->rank), s = env_int(size, &env->nranks);
+        if (!strcmp(l->source, "Slurm") && r != 0 && s == 0 && getenv("SLURM_NTASKS"))
+            return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: SLURM_PROCID and "
+                              "SLURM_NTASKS are set but not SLURM_STEP_NUM_TASKS: this "
+                              "process runs in a Slurm job (a batch script or an allocation's "
+                              "shell), not as a task that srun started; start the ranks with "
+                              "srun (or weftrun, mpirun, torchrun)");
         if (r == 0 || s == 0)
             continue;           /* not this launcher's job (or only part of its variables) */
         if (r != 1 || s != 1 || env->nranks < 1 || env->rank >= env->nranks)

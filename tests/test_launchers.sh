@@ -3,11 +3,13 @@
 #
 #   bash tests/test_launchers.sh [build/bin]
 #
-# Starts 2-rank jobs the way torchrun, Open MPI's mpirun, MPICH/PMI and Slurm would (their
-# environment variables, set by hand where the launcher is not installed; the real mpirun
-# and torchrun where they are), runs all_reduce_perf (which checks its results and exits non-zero on a
-# wrong element), and checks the failure paths: no launcher environment, a wrong secret,
-# a rank that disagrees about the job size. Every job runs under `timeout`.
+# Starts 2-rank jobs the way torchrun, Open MPI's mpirun (4 and 5), MPICH/PMI and Slurm
+# would (their environment variables, set by hand where the launcher is not installed; the
+# real mpirun, mpirun.mpich and torchrun where they are), runs all_reduce_perf (which checks
+# its results and exits non-zero on a wrong element), and checks the failure paths: no
+# launcher environment, a batch script's own process under Slurm, a rendezvous with port 0
+# or a taken port, a wrong secret, a rank that disagrees about the job size. Every job
+# runs under `timeout`.
 set -u
 BIN=${1:-build/bin}
 PERF=$BIN/all_reduce_perf
@@ -25,8 +27,10 @@ port() { echo $((30000 + RANDOM % 30000)); }
 clean_env() {
     env -u WEFT_RANK -u WEFT_WORLD_SIZE -u WEFT_ADDR -u WEFT_LOCAL_RANK -u WEFT_LOCAL_SIZE \
         -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT -u OMPI_COMM_WORLD_RANK \
-        -u OMPI_COMM_WORLD_SIZE -u PMI_RANK -u PMI_SIZE -u SLURM_PROCID -u SLURM_NTASKS \
-        -u SLURM_STEP_NUM_TASKS -u TORCHELASTIC_USE_AGENT_STORE "$@"
+        -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_LOCAL_SIZE -u OMPI_MCA_ess_base_jobid \
+        -u PMIX_NAMESPACE -u PMI_RANK -u PMI_SIZE -u PMI_JOBID -u MPI_LOCALNRANKS \
+        -u SLURM_PROCID -u SLURM_NTASKS -u SLURM_STEP_NUM_TASKS \
+        -u TORCHELASTIC_USE_AGENT_STORE "$@"
 }
 
 # two_ranks NAME VARS_FOR_RANK_0 -- VARS_FOR_RANK_1: both must exit 0.
@@ -75,8 +79,48 @@ two_ranks "Slurm variables with SLURM_STEP_NUM_TASKS=2 of SLURM_NTASKS=4, WORLD_
 
 job=$((100000 + RANDOM))
 two_ranks "Slurm variables on one node, rendezvous port from the job id" \
-    "SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_NNODES=1 SLURM_JOB_ID=$job SLURM_STEP_ID=0" \
-    "SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_LOCALID=1 SLURM_NNODES=1 SLURM_JOB_ID=$job SLURM_STEP_ID=0"
+    "SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2 SLURM_LOCALID=0 SLURM_NNODES=1 SLURM_JOB_ID=$job SLURM_STEP_ID=0" \
+    "SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2 SLURM_LOCALID=1 SLURM_NNODES=1 SLURM_JOB_ID=$job SLURM_STEP_ID=0"
+
+# Open MPI 5 (PRRTE) sets PMIx's PMIX_NAMESPACE, not Open MPI 4's OMPI_MCA_ess_base_jobid:
+# the job-id port comes from it.
+ns="prterun-vm-$RANDOM@1"
+two_ranks "Open MPI 5 variables on one host (PMIX_NAMESPACE, no ess jobid), port from the namespace" \
+    "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=2 PMIX_NAMESPACE=$ns" \
+    "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=1 OMPI_COMM_WORLD_LOCAL_SIZE=2 PMIX_NAMESPACE=$ns"
+
+# A process of a batch script (or an allocation's shell) has SLURM_PROCID=0 and the job's
+# SLURM_NTASKS but is no task of an srun step (no SLURM_STEP_NUM_TASKS): refused at once,
+# not taken for rank 0 of 2 waiting for a rank 1 that never comes.
+if clean_env WEFT_TIMEOUT=20 SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_NNODES=1 SLURM_JOB_ID=$job \
+        timeout 15 "$PERF" "${ARGS[@]}" >"$OUT/batch" 2>&1; then
+    bad "a batch script's process (no SLURM_STEP_NUM_TASKS): should fail" "$OUT/batch"
+elif grep -q "not as a task that srun started" "$OUT/batch"; then
+    ok "a batch script's process (no SLURM_STEP_NUM_TASKS): refused, start the ranks with srun"
+else
+    bad "a batch script's process (no SLURM_STEP_NUM_TASKS): message" "$OUT/batch"
+fi
+
+# A rendezvous with port 0, and a rank 0 whose rendezvous port is taken: a clear error.
+if clean_env WEFT_RANK=0 WEFT_WORLD_SIZE=2 WEFT_ADDR=127.0.0.1:0 timeout 15 "$PERF" "${ARGS[@]}" \
+        >"$OUT/port0" 2>&1 || ! grep -q "has port 0" "$OUT/port0"; then
+    bad "WEFT_ADDR with port 0: a clear error" "$OUT/port0"
+else
+    ok "WEFT_ADDR with port 0: refused, name a port"
+fi
+p=$(port)
+/usr/bin/python3 -c "import socket, sys, time
+s = socket.socket(); s.bind(('127.0.0.1', $p)); s.listen(1); print('up', flush=True); time.sleep(20)" \
+    >"$OUT/holder" 2>&1 &
+holder=$!
+for _ in $(seq 50); do grep -q up "$OUT/holder" && break; sleep 0.1; done
+if clean_env WEFT_RANK=0 WEFT_WORLD_SIZE=2 WEFT_ADDR=127.0.0.1:$p timeout 15 "$PERF" "${ARGS[@]}" \
+        >"$OUT/busy" 2>&1 || ! grep -q "cannot listen at the rendezvous.*must name this host" "$OUT/busy"; then
+    bad "rank 0's rendezvous port taken: a clear error" "$OUT/busy"
+else
+    ok "rank 0's rendezvous port taken: says it must name this host and a free port"
+fi
+kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
 
 # The job-id port stays below the kernel's ephemeral range, where an outgoing connection's
 # local port could hold it (one did: "bind: Address already in use"): 6 job ids, 1 rank
@@ -84,7 +128,7 @@ two_ranks "Slurm variables on one node, rendezvous port from the job id" \
 read -r elo _ < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || elo=32768
 ports=""
 for j in $(seq 1 6); do
-    ports+=" $(clean_env SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_NNODES=1 SLURM_JOB_ID=$((7000 + j * 37)) \
+    ports+=" $(clean_env SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_STEP_NUM_TASKS=1 SLURM_NNODES=1 SLURM_JOB_ID=$((7000 + j * 37)) \
         SLURM_STEP_ID=0 WEFT_DEBUG=INFO timeout 20 "$PERF" -b 8 -e 8 -n 1 -w 0 2>&1 |
         sed -n 's/.*from Slurm, rendezvous 127\.0\.0\.1:\([0-9]*\).*/\1/p' | head -n 1)"
 done
@@ -117,6 +161,18 @@ if command -v mpirun >/dev/null 2>&1; then
         timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$PERF" "${ARGS[@]}"
 else
     bad "Open MPI mpirun: not installed (make deps installs openmpi-bin)"
+fi
+
+# MPICH's hydra sets no job id (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS,
+# PMI_FD only): on one host the ranks meet at a port from their hydra proxy, also when a
+# shell stands between the proxy and the program.
+if command -v mpirun.mpich >/dev/null 2>&1; then
+    launched "MPICH mpirun -n 2 (PMI_*, no job id: port from hydra's proxy)" mpich \
+        timeout 60 mpirun.mpich -n 2 "$PERF" "${ARGS[@]}"
+    launched "MPICH mpirun -n 2 through a shell (the proxy is the grandparent)" mpich_sh \
+        timeout 60 mpirun.mpich -n 2 sh -c '"$0" "$@"; exit $?' "$PERF" "${ARGS[@]}"
+else
+    bad "MPICH mpirun: not installed (make deps installs mpich)"
 fi
 
 # No launcher at all: a clear error, not a hang.
@@ -161,8 +217,8 @@ two_fail "wrong WEFT_SECRET: refused, both ranks fail within the timeout" "auth"
 p=$(port)
 two_fail "ranks of two Slurm jobs at one port: dropped as another job's (and told), both fail within the timeout" \
     "belongs to another job" \
-    "SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_JOB_ID=4111 SLURM_STEP_ID=0 WEFT_ADDR=127.0.0.1:$p" \
-    "SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_JOB_ID=4222 SLURM_STEP_ID=0 WEFT_ADDR=127.0.0.1:$p"
+    "SLURM_PROCID=0 SLURM_STEP_NUM_TASKS=2 SLURM_JOB_ID=4111 SLURM_STEP_ID=0 WEFT_ADDR=127.0.0.1:$p" \
+    "SLURM_PROCID=1 SLURM_STEP_NUM_TASKS=2 SLURM_JOB_ID=4222 SLURM_STEP_ID=0 WEFT_ADDR=127.0.0.1:$p"
 
 # A rank that thinks the job is bigger is dropped, and told why; nothing hangs.
 p=$(port)
