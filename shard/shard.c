@@ -302,9 +302,25 @@ static double ar_bytes(const shard_t *sh, int R, size_t n, size_t es)
 
 /* ---- parameter gathers ---- */
 
+/* A gather that could not start leaves nothing behind that looks gathered: a later
+ * shard_params would otherwise skip the gather and hand out what the buffer held. */
+static weft_status_t gather_failed(shard_t *sh, unit_t *u, weft_status_t st)
+{
+    free_transient(sh, u->full16, u->pad * 2);
+    free_transient(sh, u->master16, u->sn * 2);
+    u->full16 = NULL;
+    u->master16 = NULL;
+    if (sh->per_use) {
+        free_transient(sh, u->full, u->pad * 4);
+        u->full = NULL;
+    }
+    return st;
+}
+
 static weft_status_t gather_start(shard_t *sh, int i)
 {
     unit_t *u = &sh->u[i];
+    weft_status_t st = WEFT_OK;
     if (u->gather)
         return WEFT_OK;
     if (sh->per_use && !u->full) {
@@ -313,24 +329,29 @@ static weft_status_t gather_start(shard_t *sh, int i)
     }
     if (sh->G == 1) {   // nothing to gather: the compute copy of the master
         if (u->full != u->master)
-            RETURN_IF_ERR(sh->mem->copy(sh->mem->ctx, u->full, u->master, u->sn * 4));
-        if (sh->o.param_bf16)
-            RETURN_IF_ERR(round_bf16(sh, u->full, u->sn));
-        return WEFT_OK;
+            st = sh->mem->copy(sh->mem->ctx, u->full, u->master, u->sn * 4);
+        if (st == WEFT_OK && sh->o.param_bf16)
+            st = round_bf16(sh, u->full, u->sn);
+        return st == WEFT_OK ? st : gather_failed(sh, u, st);
     }
     if (sh->o.param_bf16) {
         u->master16 = take_transient(sh, u->sn * 2, 0);
         u->full16 = take_transient(sh, u->pad * 2, 0);
         if (!u->master16 || !u->full16)
-            return oom("a bf16 gather", u->pad * 2);
-        RETURN_IF_ERR(sh->mem->to_bf16(sh->mem->ctx, u->master16, u->master, u->sn));
-        RETURN_IF_ERR(coll_start(sh, SHARD_COLL_ALLGATHER, u->master16, u->full16, u->sn,
-                                 WEFT_BFLOAT16, sh->gcomm, &u->gather));
+            return gather_failed(sh, u, oom("a bf16 gather", u->pad * 2));
+        st = sh->mem->to_bf16(sh->mem->ctx, u->master16, u->master, u->sn);
+        if (st == WEFT_OK)
+            st = coll_start(sh, SHARD_COLL_ALLGATHER, u->master16, u->full16, u->sn,
+                            WEFT_BFLOAT16, sh->gcomm, &u->gather);
+        if (st != WEFT_OK)
+            return gather_failed(sh, u, st);
         sh->st.comm_bytes += (double)(sh->G - 1) * u->sn * 2;
         return WEFT_OK;
     }
-    RETURN_IF_ERR(coll_start(sh, SHARD_COLL_ALLGATHER, u->master, u->full, u->sn,
-                             WEFT_FLOAT32, sh->gcomm, &u->gather));
+    st = coll_start(sh, SHARD_COLL_ALLGATHER, u->master, u->full, u->sn, WEFT_FLOAT32,
+                    sh->gcomm, &u->gather);
+    if (st != WEFT_OK)
+        return gather_failed(sh, u, st);
     sh->st.comm_bytes += (double)(sh->G - 1) * u->sn * 4;
     return WEFT_OK;
 }
@@ -603,9 +624,35 @@ static weft_status_t setup_unit(shard_t *sh, int i, const shard_unit_desc_t *d,
     return WEFT_OK;
 }
 
+/* Each unit's AdamW runs: within the unit, in order, not overlapping (a float updated
+ * twice a step, or one past the unit's parameters, would be wrong without a word). */
+static weft_status_t check_units(int nunits, const shard_unit_desc_t *units)
+{
+    for (int i = 0; i < nunits; i++) {
+        const shard_unit_desc_t *d = &units[i];
+        if (d->nsegs < 0 || d->nsegs > SHARD_MAX_SEGS)
+            return weft_error(WEFT_ERR_INVALID_ARG, "shard: unit %d has %d segments "
+                              "(0-%d)", i, d->nsegs, SHARD_MAX_SEGS);
+        size_t end = 0;
+        for (int k = 0; k < d->nsegs; k++) {
+            const shard_seg_t *g = &d->segs[k];
+            if (g->off < end || g->len > d->len || g->off > d->len - g->len)
+                return weft_error(WEFT_ERR_INVALID_ARG, "shard: unit %d's segment %d "
+                                  "(floats %zu + %zu) is not within its %zu floats after "
+                                  "the segment before it", i, k, g->off, g->len, d->len);
+            end = g->off + g->len;
+        }
+    }
+    return WEFT_OK;
+}
+
 weft_status_t shard_create(shard_t **sh_p, weft_comm_t *world, const shard_opts_t *o,
                            int nunits, const shard_unit_desc_t *units, const float *params)
 {
+    if (!sh_p || !world || !o || !units || !params)
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: shard_create given a NULL %s",
+                          !sh_p ? "sh_p" : !world ? "world" : !o ? "o" : !units ? "units"
+                                                                              : "params");
     int N = weft_comm_size(world), r = weft_comm_rank(world), G = 1;
     if (nunits < 2)
         return weft_error(WEFT_ERR_INVALID_ARG, "shard: %d units (need at least 2)", nunits);
@@ -613,6 +660,8 @@ weft_status_t shard_create(shard_t **sh_p, weft_comm_t *world, const shard_opts_
      * differ where hosts hold different numbers of ranks): agreed before anything else,
      * so that all fail together instead of splitting differently and waiting */
     weft_status_t ck = check_opts(o, N, weft_comm_local_size(world), &G);
+    if (ck == WEFT_OK)
+        ck = check_units(nunits, units);
     /* hybrid's default groups (ranks r / G) are hosts only where each host's ranks are
      * consecutive: a launcher that deals ranks out cyclically (srun --distribution=cyclic,
      * mpirun --map-by node) would make every group span hosts, silently */
@@ -741,6 +790,7 @@ weft_status_t shard_micro_begin(shard_t *sh, int training, int sync)
         return weft_error(WEFT_ERR_INVALID_ARG, "shard: a training micro-batch after this "
                           "step's synchronized one (sync = 1 goes on the step's last "
                           "micro-batch only; shard_adamw ends the step)");
+    sh->micro++;
     sh->step_micro += training;
     sh->step_synced |= training && sync;
     sh->training = training;
@@ -820,6 +870,13 @@ weft_status_t shard_grads_done(shard_t *sh, int i)
 {
     if (i < 0 || i >= sh->nunits || !sh->u[i].gfull)
         return weft_error(WEFT_ERR_INVALID_ARG, "shard: unit %d has no gradient", i);
+    /* none and zero1 keep gfull, so the check above passes a second report, which would
+     * reduce (and add up) the unit's gradient twice */
+    if (sh->micro != 0 && sh->u[i].grads_micro == sh->micro)
+        return weft_error(WEFT_ERR_INVALID_ARG, "shard: unit %d's gradient was already "
+                          "reported in this micro-batch (shard_grads_done once per unit "
+                          "after each shard_micro_begin)", i);
+    sh->u[i].grads_micro = sh->micro;
     sh->hook++;
     if (sh->sync)
         RETURN_IF_ERR(job_push(sh, i));
@@ -918,8 +975,12 @@ weft_status_t shard_adamw(shard_t *sh, float lr, float beta1, float beta2, float
                 RETURN_IF_ERR(gather_start(sh, i));
         }
     } else {
-        for (int i = 0; i < sh->o.prefetch && i < sh->nunits; i++)
-            RETURN_IF_ERR(gather_start(sh, i));
+        /* the first units for the next forward, and any unit still gathered (a forward
+         * without its backward, such as an evaluation, leaves the first and last held):
+         * what they hold predates this update */
+        for (int i = 0; i < sh->nunits; i++)
+            if (i < sh->o.prefetch || sh->u[i].full)
+                RETURN_IF_ERR(gather_start(sh, i));
     }
     return WEFT_OK;
 }

@@ -126,7 +126,9 @@ int shard_strategy_parse(const char *name, shard_strategy_t *s);
 /* Collective over world. params: the whole model, units concatenated in order, in host
  * memory (every rank passes the same values); shard/ copies what this rank keeps (into
  * opts->mem's memory), so the caller may free them afterwards. The pointers the hooks
- * hand out are opts->mem's memory. */
+ * hand out are opts->mem's memory. Each unit's AdamW segments (0 to SHARD_MAX_SEGS) must
+ * lie within it, in order, without overlap; options or units refused on any rank fail
+ * the call on every rank. */
 weft_status_t shard_create(shard_t **sh_p, weft_comm_t *world, const shard_opts_t *opts,
                            int nunits, const shard_unit_desc_t *units, const float *params);
 void shard_destroy(shard_t *sh);
@@ -138,7 +140,8 @@ int shard_group_size(const shard_t *sh);
  * reduced (the strategies that reduce-scatter always do). */
 weft_status_t shard_micro_begin(shard_t *sh, int training, int sync);
 
-/* The hooks (model.h's contract): pass 0 forward, 1 backward. */
+/* The hooks (model.h's contract): pass 0 forward, 1 backward. shard_grads_done once per
+ * unit and micro-batch (a second report is refused). */
 weft_status_t shard_params(shard_t *sh, int unit, int pass, float **params_p);
 weft_status_t shard_params_done(shard_t *sh, int unit, int pass);
 weft_status_t shard_grads(shard_t *sh, int unit, float **grads_p);
@@ -148,7 +151,9 @@ weft_status_t shard_grads_done(shard_t *sh, int unit);
  * (one all-reduce of local sums of squares); when clip > 0 and the norm exceeds it,
  * scales the gradient by clip / (norm + 1e-6). */
 weft_status_t shard_clip(shard_t *sh, float clip, float *norm_p);
-/* AdamW (t >= 1) on this rank's shards, then starts the gathers the next forward needs. */
+/* AdamW (t >= 1) on this rank's shards, then starts the gathers the next forward needs,
+ * and gathers again every unit still gathered (one a forward without its backward left
+ * held), so no unit hands out parameters from before the update. */
 weft_status_t shard_adamw(shard_t *sh, float lr, float beta1, float beta2, float eps,
                           float wd, int t);
 /* Collective: the whole model's parameters, units concatenated, into params (host

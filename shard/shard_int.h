@@ -17,6 +17,7 @@ typedef struct {
     uint16_t *full16, *master16;   // bf16 gather buffers while a gather is in flight
     void *gather;                  // in flight (mem->coll's request)
     int held;                      // between shard_params and shard_params_done
+    unsigned grads_micro;          // the micro-batch (shard.micro) of its last grads_done
 } unit_t;
 
 enum { JOB_RS, JOB_AR, JOB_ADD };
@@ -53,6 +54,7 @@ struct shard {
     unsigned hook;      // hooks so far (shard_micro_begin, shard_params, shard_grads_done)
     int *order, norder, pos;
     int training, sync;
+    unsigned micro;     // shard_micro_begin calls so far (from 1: 0 means none yet)
     int step_micro;     // training micro-batches since the last update
     int step_synced;    // one of them reduced its gradients (none, zero1: the last may)
     shard_stats_t st;

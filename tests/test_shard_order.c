@@ -2,7 +2,7 @@
  * test_shard_order.c - shard/ issues its collectives in the same order on every rank,
  * whatever the timing.
  *
- *   weftrun -n 4 build/tests/test_shard_order [STRATEGY] [fail|reload]
+ *   weftrun -n 4 build/tests/test_shard_order [STRATEGY] [fail|reload|misuse]
  *                                                       (default hybrid, groups of 2)
  *
  * Each rank trains three steps of a 5-unit model through a table that wraps the host
@@ -25,6 +25,13 @@
  * every unit, the one gathered ahead by the last step's prefetch among them (before
  * 2026-11-27 it kept the trained ones), and the export must be them; a load while a
  * unit's parameters are in use is refused, naming it.
+ * misuse: (every strategy) shard_create refuses unit descriptors it cannot honour (17
+ * segments, overlapping ones, one past the unit) on every rank, and a unit's gradient
+ * reported twice in one micro-batch is refused (none and zero1 keep the buffer, so
+ * before 2026-11-27 the second report reduced it again); (full, hybrid) an update
+ * refreshes the units an evaluation forward left held (before, the last unit kept its
+ * old parameters into the next micro-batch), and a gather that could not start leaves
+ * nothing that passes for gathered (before, asking again returned a stale buffer).
  * Prints ok/FAIL lines and exits 0 when every check passed.
  */
 #include <stdint.h>
@@ -49,6 +56,7 @@ static weft_comm_t *comms[8];
 static int ncomms;
 static int fail_at, ngrad;      /* fail mode: the gradient collective that fails (1-based) */
 static int ngather;             /* all-gathers issued */
+static int fail_gather_at;      /* misuse mode: the all-gather that fails (1-based; 0: none) */
 static long live;               /* buffers taken from the table and not given back */
 
 static void *count_alloc(void *ctx, size_t bytes)
@@ -75,6 +83,9 @@ static weft_status_t rec_coll(void *ctx, shard_coll_t kind, const void *send, vo
     if (nlog < MAXLOG)
         logv[nlog++] = (uint32_t)kind << 16 | (uint32_t)c << 8 | (uint32_t)(count & 0xff);
     ngather += kind == SHARD_COLL_ALLGATHER;
+    if (kind == SHARD_COLL_ALLGATHER && ngather == fail_gather_at)
+        return weft_error(WEFT_ERR_INTERNAL, "test_shard_order: all-gather %d fails, as "
+                          "asked", ngather);
     if (kind != SHARD_COLL_ALLGATHER && ++ngrad == fail_at)
         return weft_error(WEFT_ERR_INTERNAL, "test_shard_order: gradient collective %d "
                           "fails, as asked", ngrad);
@@ -167,11 +178,140 @@ static int reload(weft_comm_t *world, shard_t *sh, const shard_unit_desc_t *unit
     return bad || !same;
 }
 
+/* misuse, before the model: descriptors shard_create must refuse, on every rank. */
+static int bad_units(weft_comm_t *world, const shard_opts_t *o, const shard_unit_desc_t *good,
+                     const float *params, int rank, const char *sname)
+{
+    static const char *what[3] = { "17 segments", "overlapping segments",
+                                   "a segment past the unit" };
+    int bad = 0;
+    for (int k = 0; k < 3; k++) {
+        shard_unit_desc_t u[NUNITS];
+        memcpy(u, good, sizeof(u));
+        if (k == 0) {
+            u[2].nsegs = SHARD_MAX_SEGS + 1;
+        } else if (k == 1) {
+            u[2].nsegs = 2;
+            u[2].segs[0] = (shard_seg_t){ 0, 600, 1 };
+            u[2].segs[1] = (shard_seg_t){ 500, u[2].len - 500, 0 };
+        } else {
+            u[2].segs[0] = (shard_seg_t){ 10, u[2].len, 1 };
+        }
+        shard_t *sh = NULL;
+        weft_status_t st = shard_create(&sh, world, o, NUNITS, u, params);
+        int said = st == WEFT_ERR_INVALID_ARG && strstr(weft_last_error(), "unit 2") != NULL;
+        printf("%s rank %d %s misuse: shard_create refuses %s (%s)\n", said ? "ok" : "FAIL",
+               rank, sname, what[k], weft_last_error());
+        if (st == WEFT_OK)
+            shard_destroy(sh);
+        bad |= !said;
+    }
+    return bad;
+}
+
+/* misuse, after training: an evaluation forward's held units refreshed by the update, a
+ * failed gather retried, and (every strategy) a gradient reported twice. */
+static int misuse(shard_t *sh, const shard_unit_desc_t *units, size_t total, int per_use,
+                  int rank, const char *sname)
+{
+    float *want = malloc(total * sizeof(float)), *p, *g, norm;
+    size_t off[NUNITS];
+    int bad = want == NULL;
+    for (size_t i = 0, o = 0; i < NUNITS; o += units[i].len, i++)
+        off[i] = o;
+    weft_status_t st = bad ? WEFT_ERR_NO_MEMORY : WEFT_OK;
+    if (per_use && st == WEFT_OK) {
+        /* a training micro-batch, then an evaluation forward that keeps units 0 and 4
+         * (the trainer's forward with targets does), then the update */
+        st = shard_micro_begin(sh, 1, 1);
+        for (int i = 0; st == WEFT_OK && i < NUNITS; i++)
+            if ((st = shard_params(sh, i, 0, &p)) == WEFT_OK)
+                st = shard_params_done(sh, i, 0);
+        for (int i = NUNITS - 1; st == WEFT_OK && i >= 0; i--) {
+            if ((st = shard_params(sh, i, 1, &p)) == WEFT_OK && (st = shard_grads(sh, i, &g)) == WEFT_OK)
+                for (size_t k = 0; k < units[i].len; k++)
+                    g[k] = 0.02f * p[k] - 0.003f * (float)(rank + 1);
+            if (st == WEFT_OK && (st = shard_grads_done(sh, i)) == WEFT_OK)
+                st = shard_params_done(sh, i, 1);
+        }
+        if (st == WEFT_OK)
+            st = shard_micro_begin(sh, 0, 0);
+        for (int i = 0; st == WEFT_OK && i < NUNITS; i++)
+            if ((st = shard_params(sh, i, 0, &p)) == WEFT_OK && i != 0 && i != NUNITS - 1)
+                st = shard_params_done(sh, i, 0);
+        if (st == WEFT_OK && (st = shard_clip(sh, 1.0f, &norm)) == WEFT_OK)
+            st = shard_adamw(sh, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4);
+        if (st == WEFT_OK)
+            st = shard_export(sh, want);
+        int fresh = st == WEFT_OK;
+        if (st == WEFT_OK)
+            st = shard_micro_begin(sh, 1, 1);
+        for (int i = 0; st == WEFT_OK && i < NUNITS; i++) {
+            if ((st = shard_params(sh, i, 0, &p)) != WEFT_OK)
+                break;
+            if (memcmp(p, want + off[i], units[i].len * sizeof(float))) {
+                printf("FAIL rank %d %s misuse: unit %d's parameters after the update are "
+                       "the ones from before it\n", rank, sname, i);
+                fresh = 0;
+            }
+            st = shard_params_done(sh, i, 0);
+        }
+        printf("%s rank %d %s misuse: the update refreshes the units an evaluation "
+               "forward left held (%s)\n", fresh ? "ok" : "FAIL", rank, sname,
+               st == WEFT_OK ? "ok" : weft_last_error());
+        bad |= !fresh;
+        /* a forward whose second gather fails to start (every rank alike), then unit 1
+         * asked for again: the gather runs now, and its parameters are the model's */
+        int retried = 0;
+        if (st == WEFT_OK)
+            st = shard_micro_begin(sh, 0, 0);
+        if (st == WEFT_OK) {
+            fail_gather_at = ngather + 1;   /* the prefetch of unit 1, from unit 0's call */
+            weft_status_t f = shard_params(sh, 0, 0, &p);
+            fail_gather_at = 0;
+            int failed = f == WEFT_ERR_INTERNAL && strstr(weft_last_error(), "as asked");
+            if (f == WEFT_OK || failed)
+                st = shard_params(sh, 1, 0, &p);
+            retried = failed && st == WEFT_OK &&
+                      !memcmp(p, want + off[1], units[1].len * sizeof(float));
+            if (st == WEFT_OK)
+                st = shard_params_done(sh, 1, 0);
+            for (int i = 2; st == WEFT_OK && i < NUNITS; i++)
+                if ((st = shard_params(sh, i, 0, &p)) == WEFT_OK)
+                    st = shard_params_done(sh, i, 0);
+            if (st == WEFT_OK)
+                st = shard_params_done(sh, 0, 0);
+        }
+        printf("%s rank %d %s misuse: after a gather that could not start, unit 1 asked "
+               "again is gathered afresh (%s)\n", retried ? "ok" : "FAIL", rank, sname,
+               st == WEFT_OK ? "ok" : weft_last_error());
+        bad |= !retried;
+    }
+    /* a unit's gradient reported twice in one micro-batch */
+    if (st == WEFT_OK)
+        st = shard_micro_begin(sh, 1, 1);
+    if (st == WEFT_OK && (st = shard_params(sh, NUNITS - 1, 1, &p)) == WEFT_OK &&
+        (st = shard_grads(sh, NUNITS - 1, &g)) == WEFT_OK)
+        st = shard_grads_done(sh, NUNITS - 1);
+    int twice = 0;
+    if (st == WEFT_OK) {
+        weft_status_t t = shard_grads_done(sh, NUNITS - 1);
+        twice = t == WEFT_ERR_INVALID_ARG;
+        printf("%s rank %d %s misuse: a gradient reported twice in one micro-batch is "
+               "refused (%s)\n", twice ? "ok" : "FAIL", rank, sname, weft_last_error());
+    } else {
+        printf("FAIL rank %d %s misuse: %s\n", rank, sname, weft_last_error());
+    }
+    free(want);
+    return bad || !twice;
+}
+
 int main(int argc, char **argv)
 {
     const char *sname = argc > 1 ? argv[1] : "hybrid";
     int fail = argc > 2 && !strcmp(argv[2], "fail");
     int reloading = argc > 2 && !strcmp(argv[2], "reload");
+    int misusing = argc > 2 && !strcmp(argv[2], "misuse");
     weft_comm_t *world;
     if (weft_comm_init(&world) != WEFT_OK) {
         printf("FAIL init: %s\n", weft_last_error());
@@ -206,6 +346,8 @@ int main(int argc, char **argv)
         return 1;
     for (size_t k = 0; k < total; k++)
         params[k] = (float)((k * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    if (misusing && bad_units(world, &o, units, params, rank, sname))
+        bad = 1;
     shard_t *sh;
     if (shard_create(&sh, world, &o, NUNITS, units, params) != WEFT_OK) {
         printf("FAIL rank %d shard_create: %s\n", rank, weft_last_error());
@@ -244,6 +386,16 @@ int main(int argc, char **argv)
         printf("%s rank %d %s fail: every buffer given back after shard_destroy (%ld "
                "not)\n", live == 0 ? "ok" : "FAIL", rank, sname, live);
         bad = !said || live != 0;
+        weft_comm_destroy(world);
+        free(params);
+        free(out);
+        free(ref);
+        return bad;
+    }
+    if (misusing && st == WEFT_OK) {
+        bad |= misuse(sh, units, total, o.strategy == SHARD_FULL || o.strategy == SHARD_HYBRID,
+                      rank, sname);
+        shard_destroy(sh);
         weft_comm_destroy(world);
         free(params);
         free(out);

@@ -1,5 +1,5 @@
 /*
- * sample.c - evaluation (mean loss over held-out batches) and text generation.
+ * sample.c - text generation (the mean loss over held-out batches is train.c's run_val).
  *
  * Generation runs the full forward on the last min(len, T) tokens for every new token
  * (no KV cache: the models here are small) and draws from softmax(logits) at
@@ -11,22 +11,6 @@
 #include "nn.h"
 #include "status.h"
 #include "train.h"
-
-weft_status_t train_eval(float *loss_p, train_gpt2_t *m, train_loader_t *ld, int batches,
-                         int *inputs, int *targets)
-{
-    double sum = 0.0;
-    train_loader_reset(ld);
-    for (int i = 0; i < batches; i++) {
-        train_loader_next(ld, inputs, targets);
-        weft_status_t st = train_gpt2_forward(m, inputs, targets, ld->part_n, ld->T);
-        if (st != WEFT_OK)
-            return st;
-        sum += m->mean_loss;
-    }
-    *loss_p = (float)(sum / (batches > 0 ? batches : 1));
-    return WEFT_OK;
-}
 
 static void put_token(FILE *out, int tok, int text)
 {

@@ -233,22 +233,25 @@ static weft_status_t run_val(train_gpt2_t *m, train_cuda_t *g, run_data_t *d,
     int nb = o->val_batches;
     if ((size_t)nb > fit)
         nb = fit > 0 ? (int)fit : 1;
-    float vl;
-    if (dist->sh)
-        RETURN_IF_ERR(shard_micro_begin(dist->sh, 0, 0));
-    if (g) {   // train_eval's loop, on the device
-        double sum = 0.0;
-        train_loader_reset(&d->val_ld);
-        for (int i = 0; i < nb; i++) {
-            float l;
-            train_loader_next(&d->val_ld, x, y);
+    double sum = 0.0;
+    train_loader_reset(&d->val_ld);
+    for (int i = 0; i < nb; i++) {   // the mean loss over nb batches, no gradients
+        float l;
+        /* each forward-only batch is a micro-batch of its own: its first units' gathers
+         * start here, ahead of use (one call for all batches left every batch after the
+         * first waiting for each unit's gather) */
+        if (dist->sh)
+            RETURN_IF_ERR(shard_micro_begin(dist->sh, 0, 0));
+        train_loader_next(&d->val_ld, x, y);
+        if (g) {
             RETURN_IF_ERR(train_cuda_forward(g, x, y, d->val_ld.part_n, d->val_ld.T, &l));
-            sum += l;
+        } else {
+            RETURN_IF_ERR(train_gpt2_forward(m, x, y, d->val_ld.part_n, d->val_ld.T));
+            l = m->mean_loss;
         }
-        vl = (float)(sum / nb);
-    } else {
-        RETURN_IF_ERR(train_eval(&vl, m, &d->val_ld, nb, x, y));
+        sum += l;
     }
+    float vl = (float)(sum / nb);
     if (dist->world) {   // each rank evaluated its rows of the same global batches
         double v = vl;
         RETURN_IF_ERR(train_dist_sum(dist, &v, 1));

@@ -66,9 +66,6 @@ double train_peak_rss_mib(void);
 void train_log_step(FILE *out, FILE *json, const train_stats_t *s);
 void train_log_val(FILE *out, FILE *json, int step, float val_loss, int batches);
 
-/* sample.c: mean loss over `batches` batches of ld (restarted first), no gradients */
-weft_status_t train_eval(float *loss_p, train_gpt2_t *m, train_loader_t *ld, int batches,
-                         int *inputs, int *targets);
 /* Generates n tokens after `prompt` (np tokens) and prints prompt and continuation to
  * out: bytes when text, else token ids. */
 weft_status_t train_sample(train_gpt2_t *m, const int *prompt, int np, int n, int text,
