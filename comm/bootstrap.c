@@ -236,6 +236,15 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous, const
     weft_status_t st = WEFT_OK;
     if (rank == 0 && nranks > 1) {
         int lfd;
+        if (sock_named_loopback(rendezvous, &addr)) {
+            /* its name resolves to a loopback address here only (/etc/hosts): the
+             * other hosts reach this one by another address, at the same port */
+            char as[64];
+            LOG_INFO(LOG_BOOT, "rendezvous %s resolves to %s on this host: rank 0 listens "
+                     "on every interface at port %d", rendezvous,
+                     sock_addr_str(&addr, as, sizeof(as)), ntohs(addr.sin_port));
+            addr.sin_addr.s_addr = htonl(INADDR_ANY);
+        }
         st = sock_listen(&addr, nranks, &lfd);
         if (st != WEFT_OK)
             st = weft_error(st, "bootstrap: rank 0 of %d cannot listen at the rendezvous %s: "

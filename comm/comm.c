@@ -70,6 +70,24 @@ static void comm_set_id(weft_comm_t *c, uint64_t id)
     c->id32 = (uint32_t)(id ^ (id >> 32));
 }
 
+weft_status_t comm_local_addr(const weft_comm_t *c, struct sockaddr_in *out)
+{
+    const char *ifname = c->cfg.socket_ifname;
+    if (!*ifname && c->rdv_named_lo) {
+        /* the route to a loopback rendezvous is the loopback: ranks on other hosts
+         * could not reach an address on it. The first other interface instead. */
+        if (sock_local_addr(NULL, "^lo", out) == WEFT_OK) {
+            char as[64];
+            LOG_INFO(LOG_NET, "the rendezvous resolves to a loopback address on this host: "
+                     "data connections listen on %s (WEFT_SOCKET_IFNAME chooses)",
+                     sock_addr_str(out, as, sizeof(as)));
+            return WEFT_OK;
+        }
+        weft_error_clear();    /* no other interface: a host on its own */
+    }
+    return sock_local_addr(&c->rdv_addr, ifname, out);
+}
+
 static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
                                uint32_t job_tag, weft_comm_t **comm_p)
 {
@@ -91,6 +109,7 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
     fr_install_signal();
     GOTO_IF_ERR(comm_alloc(rank, nranks, &cfg, &c), st, fail);
     GOTO_IF_ERR(sock_parse_addr(rendezvous, &c->rdv_addr), st, fail);
+    c->rdv_named_lo = nranks > 1 && sock_named_loopback(rendezvous, &c->rdv_addr);
     if (nranks > 1 && c->rdv_addr.sin_port == 0) {
         st = weft_error(WEFT_ERR_INVALID_ARG, "comm_init: rendezvous '%s' has port 0: rank 0 "
                         "would listen on a port of the kernel's choosing that no other rank "
@@ -284,6 +303,7 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
         goto out;
     }
     c->rdv_addr = comm->rdv_addr;
+    c->rdv_named_lo = comm->rdv_named_lo;
     uint64_t h = hash_bytes(HASH_SEED, &comm->id, sizeof(comm->id));
     h = hash_bytes(h, &split_no, sizeof(split_no));
     comm_set_id(c, hash_bytes(h, &mine[0], sizeof(mine[0])));

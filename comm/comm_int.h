@@ -154,6 +154,8 @@ struct weft_comm {
     uint64_t last_check_ns;  /* when idle waits last looked for lost peers */
     flight_t flight;         /* the last FLIGHT_SIZE calls */
     struct sockaddr_in rdv_addr;    /* where the bootstrap met */
+    int rdv_named_lo;               /* rdv_addr came from a name that resolved to a
+                                       loopback address here (sock_named_loopback) */
 
     void *cuda;              /* kernels/cuda/ipc.c: peers' mapped GPU memory (CUDA builds) */
     void *cuda_q;            /* kernels/cuda/queue.c: the stream calls' queue and thread */
@@ -272,6 +274,10 @@ typedef struct connect_agree {
 /* WEFT_BIND (bind.c): binds this process by the topology, once, after its first
  * communicator knows its local rank; errors only for an explicit WEFT_BIND=cores:. */
 weft_status_t comm_bind(const weft_comm_t *c);
+/* comm.c: the address the network transports listen on: WEFT_SOCKET_IFNAME's interface,
+ * else the one that reaches the rendezvous, except where the rendezvous's name resolved
+ * to a loopback address here (rdv_named_lo): then the first other interface. */
+weft_status_t comm_local_addr(const weft_comm_t *c, struct sockaddr_in *out);
 /* watch (may be NULL) is asked every 50 ms of a connection wait whether to go on;
  * failed (may be NULL) is told, before the closing barrier, that this rank's own setup
  * or connections failed (not a watch's news), so that it can tell the ranks that may be

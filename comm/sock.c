@@ -531,6 +531,19 @@ weft_status_t sock_local_addr(const struct sockaddr_in *to, const char *ifname,
 
 /* ---- options ------------------------------------------------------------------ */
 
+int sock_named_loopback(const char *hostport, const struct sockaddr_in *resolved)
+{
+    char host[256];
+    const char *colon = hostport ? strrchr(hostport, ':') : NULL;
+    struct in_addr lit;
+    if (colon == NULL || (size_t)(colon - hostport) >= sizeof(host) ||
+        (ntohl(resolved->sin_addr.s_addr) >> 24) != 127)
+        return 0;
+    memcpy(host, hostport, (size_t)(colon - hostport));
+    host[colon - hostport] = '\0';
+    return inet_pton(AF_INET, host, &lit) != 1 && strncasecmp(host, "localhost", 9) != 0;
+}
+
 weft_status_t sock_set_nonblock(int fd)
 {
     int fl = fcntl(fd, F_GETFL);

@@ -48,6 +48,10 @@ weft_status_t sock_recv_all_watched(int fd, void *buf, size_t n, uint64_t deadli
  * WEFT_ERR_INVALID_ARG naming the interfaces there are. */
 weft_status_t sock_local_addr(const struct sockaddr_in *to, const char *ifname,
                               struct sockaddr_in *out);
+/* 1 when hostport names its host (not a dotted quad, not "localhost...") and that name
+ * resolved to a loopback address (*resolved): Debian and Ubuntu map a host's own name to
+ * 127.0.1.1 in /etc/hosts, while the other hosts resolve it to an address they reach. */
+int sock_named_loopback(const char *hostport, const struct sockaddr_in *resolved);
 weft_status_t sock_set_nonblock(int fd);
 void sock_tune(int fd, size_t buf_bytes);   /* TCP_NODELAY; buffers if buf_bytes != 0 */
 /* "1.2.3.4:5678" into buf. */

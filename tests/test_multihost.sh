@@ -13,8 +13,9 @@
 # WEFT_TRANSPORT unset (auto).
 #
 # Layouts: 2 hosts x 2 ranks (ranks 0,1 on a, 2,3 on b), 3 hosts x 1 rank, 2 hosts x 3
-# ranks (round robin: rank r on host r % 2), and hosts of unequal counts (ranks 0,1,3 on
-# a, 2,4 on b; matrix only). Across hosts the tuner picks the hierarchical algorithm
+# ranks (round robin: rank r on host r % 2), hosts of unequal counts (ranks 0,1,3 on
+# a, 2,4 on b; matrix only), and 2 x 2 again with WEFT_ADDR a name that resolves to
+# 127.0.1.1 on rank 0's host (matrix only). Across hosts the tuner picks the hierarchical algorithm
 # (comm/algo_hier.c) where it runs a call and no knob reserves the size, so the layouts
 # with several ranks per host run it; the last two run the matrix with WEFT_ALGO=hier
 # (every size; on unequal hosts hier runs all-reduce, broadcast and reduce, the usual
@@ -68,7 +69,7 @@ remove_ns() {
 }
 cleanup() {
     remove_ns "${HOSTS[@]/#/$NS}" "${NS}h"
-    rm -rf "$D"
+    rm -rf "$D" "${HOSTS[@]/#//etc/netns/$NS}"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -156,7 +157,8 @@ launch() {
         h=$(host_of $r)
         (
             env -u WEFT_TRANSPORT WEFT_RANK=$r WEFT_WORLD_SIZE=$N WEFT_LOCAL_RANK=$(local_of $r) \
-                WEFT_LOCAL_SIZE=$(local_size $r) WEFT_ADDR=$SUBNET.1:$port WEFT_SECRET=$secret \
+                WEFT_LOCAL_SIZE=$(local_size $r) WEFT_ADDR=${RDV_HOST:-$SUBNET.1}:$port \
+                WEFT_SECRET=$secret \
                 WEFT_SPIN=0 timeout -k 5 "$RANK_TIMEOUT" \
                 ip netns exec "$NS$h" unshare --uts \
                 sh -c 'hostname "$0" && exec "$@"' "$NS$h" "$@" >"$D/$name.$r" 2>&1 </dev/null
@@ -268,6 +270,24 @@ kill_case 29506 3
 matrix 29507 hier
 layout_map a a b a b
 matrix 29508 hier
+
+# Rank 0's host name resolves to 127.0.1.1 on that host (Debian's /etc/hosts for a host's
+# own name) and to its address on the others: `ip netns exec` puts /etc/netns/NS/hosts
+# in place of /etc/hosts. Rank 0 must listen where the others reach it, and the ranks of
+# its host must not offer data addresses on the loopback (before 2026-11-27 the other
+# host's ranks waited for the rendezvous until the timeout).
+RDV_NAME=weftmh-rdv-$$
+for h in "${HOSTS[@]}"; do
+    mkdir -p "/etc/netns/$NS$h"
+    if [ "$h" = a ]; then
+        printf '127.0.0.1 localhost\n127.0.1.1 %s\n' "$RDV_NAME" >"/etc/netns/$NS$h/hosts"
+    else
+        printf '127.0.0.1 localhost\n%s.1 %s\n' "$SUBNET" "$RDV_NAME" >"/etc/netns/$NS$h/hosts"
+    fi
+done
+layout 2 2
+L="2x2, WEFT_ADDR=$RDV_NAME (127.0.1.1 on rank 0's host)"
+RDV_HOST=$RDV_NAME WEFT_TIMEOUT=20 RANK_TIMEOUT=40 matrix 29509
 
 echo "test_multihost.sh: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

@@ -501,7 +501,7 @@ static weft_status_t ib_local_setup(weft_comm_t *comm, tp_addr_t *self)
     }
     struct sockaddr_in sa;
     if (st == WEFT_OK)
-        st = sock_local_addr(&comm->rdv_addr, comm->cfg.socket_ifname, &sa);
+        st = comm_local_addr(comm, &sa);
     if (st == WEFT_OK) {
         sa.sin_port = 0;
         st = sock_listen(&sa, comm->nranks, &c->lfd);

@@ -98,7 +98,7 @@ static weft_status_t tcp_local_setup(weft_comm_t *comm, tp_addr_t *self)
     l->pending = pending;
     l->lfd = -1;
     struct sockaddr_in addr;
-    weft_status_t st = sock_local_addr(&comm->rdv_addr, comm->cfg.socket_ifname, &addr);
+    weft_status_t st = comm_local_addr(comm, &addr);
     if (st == WEFT_OK) {
         addr.sin_port = 0;
         st = sock_listen(&addr, comm->nranks, &l->lfd);
