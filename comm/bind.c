@@ -12,6 +12,8 @@
  *              weftrun --bind-to core, taskset) keeps its binding; an oversubscribed host
  *              (more local ranks than cores) is left unbound, as Open MPI does.
  *   none       never bind.
+ * Several ranks in one process (threads) leave it unbound: a binding holds every thread,
+ * and one rank's block would hold them all.
  *   cores:LIST local rank i on the i-th comma-separated item of LIST (an OS cpu or a
  *              range): a clear error when LIST has fewer items than local ranks or names
  *              cpus this process may not use.
@@ -107,11 +109,33 @@ static int want_devices(void)
 #endif
 }
 
+/* Ranks of this communicator that run in this process besides this one (ranks as
+ * threads: ncclCommInitAll, nccl-tests -g, weft_comm_init_rank from several threads). */
+static int ranks_in_process(const weft_comm_t *c)
+{
+    int n = 0;
+    for (int p = 0; p < c->nranks; p++)
+        n += p != c->rank && c->peers[p].host_id == c->peers[c->rank].host_id &&
+             c->peers[p].pid == c->peers[c->rank].pid;
+    return n;
+}
+
 weft_status_t comm_bind(const weft_comm_t *c)
 {
     static atomic_int done;
     if (!strcmp(c->cfg.bind, "none") || atomic_exchange(&done, 1))
         return WEFT_OK;
+    int others = ranks_in_process(c);
+    if (others > 0) {   /* a binding is the process's: one rank's block would hold them all */
+        if (!strcmp(c->cfg.bind, "auto"))
+            LOG_INFO(LOG_TOPO, "bind: %d ranks run in this process (threads): left unbound",
+                     others + 1);
+        else
+            LOG_WARN(LOG_TOPO, "bind: %d ranks run in this process (threads), and a binding "
+                     "is the whole process's: WEFT_BIND=%s not applied", others + 1,
+                     c->cfg.bind);
+        return WEFT_OK;
+    }
     if (c->cfg.topo_file[0] && !strcmp(c->cfg.bind, "auto")) {
         LOG_INFO(LOG_TOPO, "bind: WEFT_TOPO_FILE describes another machine: not binding");
         return WEFT_OK;

@@ -6,7 +6,8 @@
 # build/tests/probe_bind prints the cpus a rank may use after init. Checked: by default
 # (auto) 2 ranks on a host with 2 or more cores end on disjoint cpu sets; WEFT_BIND=none
 # and weftrun --bind-to none leave every cpu; WEFT_BIND=cores:LIST puts local rank i on
-# LIST's i-th item; a rank the launcher already bound (taskset) keeps its cpus; more
+# LIST's i-th item; a rank the launcher already bound (taskset) keeps its cpus; ranks that
+# are threads of one process leave it unbound; more
 # local ranks than cores stay unbound; WEFT_HOSTID decides which ranks share a host (and
 # so the blocks); a list with too few items, cpus this process may not use, or a
 # malformed value (WEFT_BIND, WEFT_HOSTID) fail init with a message saying which. This
@@ -69,6 +70,16 @@ if [ "$NCPU" -ge 2 ]; then
         else
             bad "taskset -c 1: $(tr '\n' ' ' <"$OUT/ts")" "$OUT/ts.err"
         fi
+    fi
+    # 3b. two ranks as threads of one process (ncclCommInitAll's way): a binding holds the
+    # whole process, so auto leaves it on every cpu (before 2026-11-27 one rank's block
+    # held both)
+    p=$((30000 + RANDOM % 20000))
+    if env -u WEFT_BIND -u WEFT_RANK -u WEFT_WORLD_SIZE timeout 60 "$P" threads "127.0.0.1:$p" \
+            >"$OUT/thr" 2>"$OUT/thr.err" && [ "$(awk '{print $3}' "$OUT/thr")" = "$ALL" ]; then
+        ok "two ranks as threads of one process: left on every cpu ($ALL)"
+    else
+        bad "two ranks as threads: $(cat "$OUT/thr")" "$OUT/thr.err"
     fi
 else
     echo "skip - auto, cores:LIST and launcher binding: fewer than 2 cpus"
