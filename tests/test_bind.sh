@@ -71,6 +71,16 @@ if [ "$NCPU" -ge 2 ]; then
             bad "taskset -c 1: $(tr '\n' ' ' <"$OUT/ts")" "$OUT/ts.err"
         fi
     fi
+    # 3a. weftrun --bind-to core places its ranks within its own binding (before
+    # 2026-11-27 it planned over the whole machine: taskset -c 1 gave rank 0 cpu 0)
+    if command -v taskset >/dev/null; then
+        if env -u WEFT_BIND taskset -c 1 timeout 60 "$W" -n 1 --bind-to core "$P" \
+                2>"$OUT/wb.err" | awk '{print $2, $6}' >"$OUT/wb" && [ "$(cpus_of wb 0)" = 1 ]; then
+            ok "weftrun --bind-to core under taskset -c 1 keeps rank 0 on cpu 1"
+        else
+            bad "weftrun --bind-to core under taskset -c 1: $(tr '\n' ' ' <"$OUT/wb")" "$OUT/wb.err"
+        fi
+    fi
     # 3b. two ranks as threads of one process (ncclCommInitAll's way): a binding holds the
     # whole process, so auto leaves it on every cpu (before 2026-11-27 one rank's block
     # held both)

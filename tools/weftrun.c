@@ -135,8 +135,9 @@ static void usage(FILE *f)
         "  -x VAR=VALUE        set VAR in every rank's environment (repeatable)\n"
         "  --bind-to core|none core: bind each rank to its own block of cores before it\n"
         "                      starts, as Open MPI does by default for 2 ranks (hwloc\n"
-        "                      placement: NUMA-aware, ranks share cores only when there\n"
-        "                      are more than cores; see weft-topo); none: no binding, not\n"
+        "                      placement: NUMA-aware, within the cpus weftrun may use,\n"
+        "                      ranks share cores only when there are more than cores;\n"
+        "                      see weft-topo); none: no binding, not\n"
         "                      even the library's (sets WEFT_BIND=none). Default: weftrun\n"
         "                      binds nothing, and weft's init binds each rank the same way\n"
         "                      when the host has a core per rank (WEFT_BIND=auto)\n"
@@ -378,11 +379,12 @@ static void setup_signals(job_t *job)
 
 /* ---- launching -------------------------------------------------------------------- */
 
-/* --bind-to core: this machine's topology and each rank's place, before any fork. */
+/* --bind-to core: this machine's topology and each rank's place, before any fork, within
+ * the cpus weftrun itself may use (taskset, numactl, srun -c: not a core beyond them). */
 static void plan_bindings(job_t *job)
 {
     int n = job->o->n;
-    if (topo_load(NULL, &job->topo) != WEFT_OK)
+    if (topo_load_bound(&job->topo) != WEFT_OK)
         die("--bind-to core: cannot read this machine's topology: %s", weft_last_error());
     job->places = calloc((size_t)n, sizeof(*job->places));
     if (!job->places)

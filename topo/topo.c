@@ -107,7 +107,7 @@ static int numa_of_cpuset(const topo_t *t, hwloc_const_cpuset_t set)
 
 /* ---- loading ------------------------------------------------------------------- */
 
-static weft_status_t hw_open(topo_t *t, const char *xml_path, int io)
+static weft_status_t hw_open(topo_t *t, const char *xml_path, int io, int bound)
 {
     int from_xml = xml_path && xml_path[0];
 
@@ -120,6 +120,10 @@ static weft_status_t hw_open(topo_t *t, const char *xml_path, int io)
     }
     if (io)         /* else hwloc's default: no I/O objects, no pci plugin loaded */
         hwloc_topology_set_io_types_filter(t->hw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (bound && hwloc_topology_set_flags(t->hw, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM |
+                                                     HWLOC_TOPOLOGY_FLAG_RESTRICT_TO_CPUBINDING))
+        return weft_error(WEFT_ERR_SYSTEM, "topo: cannot restrict hwloc to this process's "
+                          "binding: %m");
     if (from_xml && hwloc_topology_set_xml(t->hw, xml_path) != 0)
         return weft_error(WEFT_ERR_INVALID_ARG,
                           "topo: '%s' is not a valid hwloc XML topology (%m)", xml_path);
@@ -356,7 +360,7 @@ static weft_status_t scan_nics(topo_t *t)
     return WEFT_OK;
 }
 
-static weft_status_t load(const char *xml_path, int io, topo_t **topo_p)
+static weft_status_t load(const char *xml_path, int io, int bound, topo_t **topo_p)
 {
     weft_status_t st;
     if (!topo_p)
@@ -365,7 +369,7 @@ static weft_status_t load(const char *xml_path, int io, topo_t **topo_p)
     if (!t)
         return weft_error(WEFT_ERR_NO_MEMORY, "topo: out of memory");
 
-    GOTO_IF_ERR(hw_open(t, xml_path, io), st, fail);
+    GOTO_IF_ERR(hw_open(t, xml_path, io, bound), st, fail);
     scan_counts(t);
     GOTO_IF_ERR(scan_cores(t), st, fail);
     GOTO_IF_ERR(scan_gpus(t), st, fail);
@@ -382,12 +386,17 @@ fail:
 
 weft_status_t topo_load(const char *xml_path, topo_t **topo_p)
 {
-    return load(xml_path, 1, topo_p);
+    return load(xml_path, 1, 0, topo_p);
 }
 
 weft_status_t topo_load_cpus(topo_t **topo_p)
 {
-    return load(NULL, 0, topo_p);
+    return load(NULL, 0, 0, topo_p);
+}
+
+weft_status_t topo_load_bound(topo_t **topo_p)
+{
+    return load(NULL, 1, 1, topo_p);
 }
 
 void topo_free(topo_t *t)

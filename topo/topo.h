@@ -82,6 +82,9 @@ weft_status_t topo_load(const char *xml_path, topo_t **topo_p);
  * (hwloc's pci plugin, slower, and it leaves libpciaccess allocations behind). Enough
  * for binding: topo_place's cores do not depend on the devices. */
 weft_status_t topo_load_cpus(topo_t **topo_p);
+/* This machine as topo_load sees it, restricted to the cpus this process is bound to
+ * (taskset, numactl, a launcher's binding): what a launcher may hand out to its ranks. */
+weft_status_t topo_load_bound(topo_t **topo_p);
 void topo_free(topo_t *t);
 
 /* 1 when loaded from XML (or otherwise not describing the running machine). */
