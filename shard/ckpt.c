@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -320,8 +321,22 @@ void shard_ckpt_layout(const shard_t *sh, ckpt_layout_t *l, size_t *len, size_t 
     *l = (ckpt_layout_t){ sh->G, sh->nunits, len, sn };
 }
 
+weft_status_t ckpt_layout_check(const ckpt_layout_t *l, const char *dir)
+{
+    if (l == NULL || l->G < 1 || l->nunits < 0 || (l->nunits > 0 && (!l->len || !l->sn)))
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: no layout (%d files)",
+                                dir, l ? l->G : 0);
+    for (int u = 0; u < l->nunits; u++)
+        if (l->sn[u] > SIZE_MAX / (size_t)l->G || l->sn[u] * (size_t)l->G < l->len[u])
+            return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: unit %d's %zu "
+                                    "floats do not fit in %d pieces of %zu", dir, u,
+                                    l->len[u], l->G, l->sn[u]);
+    return WEFT_OK;
+}
+
 weft_status_t shard_ckpt_load(shard_t *sh, const char *dir, const ckpt_layout_t *old)
 {
+    RETURN_IF_ERR(ckpt_layout_check(old, dir));
     if (old->nunits != sh->nunits)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: %d units, this model "
                                 "has %d", dir, old->nunits, sh->nunits);

@@ -52,6 +52,11 @@ weft_status_t ckpt_file_check(const char *path, const ckpt_layout_t *l, int rank
  * as zero. */
 weft_status_t ckpt_read_range(const char *dir, const ckpt_layout_t *l, int u, int which,
                               size_t lo, size_t n, float *dst);
+/* The layout can describe a checkpoint: G >= 1 files, and in each unit G pieces of sn
+ * floats cover its len (sn * G >= len, without overflow). Else WEFT_ERR_INVALID_ARG
+ * naming dir and the unit (a crafted or damaged manifest would otherwise read as
+ * zeros past G * sn). */
+weft_status_t ckpt_layout_check(const ckpt_layout_t *l, const char *dir);
 /* "rank-00003.bin" */
 void ckpt_file_name(char *buf, size_t cap, int rank);
 

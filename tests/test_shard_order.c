@@ -136,6 +136,23 @@ static int reload(weft_comm_t *world, shard_t *sh, const shard_unit_desc_t *unit
     }
     ckpt_layout_t l = { 1, NUNITS, len, len };
     float *p;
+    /* layouts that cannot describe a checkpoint: no files, pieces short of a unit (the
+     * floats past them read as zeros before 2026-11-27), pieces whose total wraps */
+    size_t shortn[NUNITS], huge[NUNITS];
+    for (int i = 0; i < NUNITS; i++) {
+        shortn[i] = len[i] - (i == 3);
+        huge[i] = i == 3 ? SIZE_MAX / 2 + 1 : len[i];
+    }
+    ckpt_layout_t bads[3] = { { 0, NUNITS, len, len }, { 1, NUNITS, len, shortn },
+                              { 2, NUNITS, len, huge } };
+    for (int k = 0; k < 3; k++) {
+        weft_status_t b = shard_ckpt_load(sh, dir, &bads[k]);
+        int said = b == WEFT_ERR_INVALID_ARG && (k == 0 || strstr(weft_last_error(), "unit 3"));
+        printf("%s rank %d %s reload: a layout of %s is refused (%s)\n", said ? "ok" : "FAIL",
+               rank, sname, k == 0 ? "no files" : k == 1 ? "pieces short of a unit" :
+               "pieces that wrap", weft_last_error());
+        bad |= !said;
+    }
     weft_status_t st = shard_micro_begin(sh, 0, 1);
     if (st == WEFT_OK && (st = shard_params(sh, 1, 0, &p)) == WEFT_OK) {
         weft_status_t held = shard_ckpt_load(sh, dir, &l);

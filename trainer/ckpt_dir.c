@@ -517,12 +517,12 @@ static weft_status_t check_model(const manifest_t *mf, const train_gpt2_t *m, co
                                     "%lld, this run's has %lld", path, f[i].what, f[i].ck,
                                     f[i].mine);
     for (int u = 0; u < m->nunits; u++)
-        if (mf->len[u] != train_unit_len(&m->cfg, u) || mf->sn[u] * (size_t)mf->G <
-            mf->len[u])
-            return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: unit %d layout "
-                                    "(%zu floats in %d pieces of %zu) does not fit this model",
-                                    path, u, mf->len[u], mf->G, mf->sn[u]);
-    return WEFT_OK;
+        if (mf->len[u] != train_unit_len(&m->cfg, u))
+            return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: unit %d has %zu "
+                                    "floats, this model's %zu", path, u, mf->len[u],
+                                    train_unit_len(&m->cfg, u));
+    ckpt_layout_t l = { mf->G, mf->nunits, mf->len, mf->sn };
+    return ckpt_layout_check(&l, path);
 }
 
 /* one process: whole units into fresh p, m, v, swapped in when all reads worked */
