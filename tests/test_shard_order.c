@@ -100,6 +100,25 @@ static weft_status_t late_test(void *ctx, void *req, int *done_p)
     return st;
 }
 
+/* A forward-only micro-batch whose every unit must hold want's floats (units at off[i],
+ * len[i] long); *same drops to 0, with a FAIL line saying `what`, where one does not. */
+static weft_status_t forward_sees(shard_t *sh, const float *want, const size_t *off,
+                                  const size_t *len, int *same, int rank, const char *what)
+{
+    float *p;
+    weft_status_t st = shard_micro_begin(sh, 0, 1);
+    for (int i = 0; st == WEFT_OK && i < NUNITS; i++) {
+        if ((st = shard_params(sh, i, 0, &p)) != WEFT_OK)
+            break;
+        if (memcmp(p, want + off[i], len[i] * sizeof(float))) {
+            printf("FAIL rank %d: unit %d's parameters %s\n", rank, i, what);
+            *same = 0;
+        }
+        st = shard_params_done(sh, i, 0);
+    }
+    return st;
+}
+
 /* reload: the initial parameters back from a checkpoint, after training. 1 when a
  * check failed. */
 static int reload(weft_comm_t *world, shard_t *sh, const shard_unit_desc_t *units,
@@ -166,17 +185,8 @@ static int reload(weft_comm_t *world, shard_t *sh, const shard_unit_desc_t *unit
         st = shard_ckpt_load(sh, dir, &l);
     int same = st == WEFT_OK;
     if (st == WEFT_OK)
-        st = shard_micro_begin(sh, 0, 1);
-    for (int i = 0; st == WEFT_OK && i < NUNITS; i++) {
-        if ((st = shard_params(sh, i, 0, &p)) != WEFT_OK)
-            break;
-        if (memcmp(p, params + off[i], len[i] * sizeof(float))) {
-            printf("FAIL rank %d %s reload: unit %d's parameters in the forward after the "
-                   "load are not the checkpoint's\n", rank, sname, i);
-            same = 0;
-        }
-        st = shard_params_done(sh, i, 0);
-    }
+        st = forward_sees(sh, params, off, len, &same, rank, "in the forward after the load "
+                          "are not the checkpoint's");
     if (st == WEFT_OK)
         st = shard_export(sh, out);
     same &= st == WEFT_OK && !memcmp(out, params, total * sizeof(float));
@@ -232,10 +242,12 @@ static int misuse(shard_t *sh, const shard_unit_desc_t *units, size_t total, int
                   int rank, const char *sname)
 {
     float *want = malloc(total * sizeof(float)), *p, *g, norm;
-    size_t off[NUNITS];
+    size_t off[NUNITS], lens[NUNITS];
     int bad = want == NULL;
-    for (size_t i = 0, o = 0; i < NUNITS; o += units[i].len, i++)
+    for (size_t i = 0, o = 0; i < NUNITS; o += units[i].len, i++) {
         off[i] = o;
+        lens[i] = units[i].len;
+    }
     weft_status_t st = bad ? WEFT_ERR_NO_MEMORY : WEFT_OK;
     if (per_use && st == WEFT_OK) {
         /* a training micro-batch, then an evaluation forward that keeps units 0 and 4
@@ -262,17 +274,8 @@ static int misuse(shard_t *sh, const shard_unit_desc_t *units, size_t total, int
             st = shard_export(sh, want);
         int fresh = st == WEFT_OK;
         if (st == WEFT_OK)
-            st = shard_micro_begin(sh, 1, 1);
-        for (int i = 0; st == WEFT_OK && i < NUNITS; i++) {
-            if ((st = shard_params(sh, i, 0, &p)) != WEFT_OK)
-                break;
-            if (memcmp(p, want + off[i], units[i].len * sizeof(float))) {
-                printf("FAIL rank %d %s misuse: unit %d's parameters after the update are "
-                       "the ones from before it\n", rank, sname, i);
-                fresh = 0;
-            }
-            st = shard_params_done(sh, i, 0);
-        }
+            st = forward_sees(sh, want, off, lens, &fresh, rank, "after the update are the "
+                              "ones from before it");
         printf("%s rank %d %s misuse: the update refreshes the units an evaluation "
                "forward left held (%s)\n", fresh ? "ok" : "FAIL", rank, sname,
                st == WEFT_OK ? "ok" : weft_last_error());
@@ -409,18 +412,12 @@ int main(int argc, char **argv)
         free(ref);
         return bad;
     }
-    if (misusing && st == WEFT_OK) {
-        bad |= misuse(sh, units, total, o.strategy == SHARD_FULL || o.strategy == SHARD_HYBRID,
-                      rank, sname);
-        shard_destroy(sh);
-        weft_comm_destroy(world);
-        free(params);
-        free(out);
-        free(ref);
-        return bad;
-    }
-    if (reloading && st == WEFT_OK) {
-        bad = reload(world, sh, units, params, total, rank, sname);
+    if ((misusing || reloading) && st == WEFT_OK) {
+        if (misusing)
+            bad |= misuse(sh, units, total,
+                          o.strategy == SHARD_FULL || o.strategy == SHARD_HYBRID, rank, sname);
+        else
+            bad = reload(world, sh, units, params, total, rank, sname);
         shard_destroy(sh);
         weft_comm_destroy(world);
         free(params);
