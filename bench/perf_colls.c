@@ -48,10 +48,12 @@ unsigned perf_coll_flags(perf_kind_t kind)
     }
 }
 
-void perf_coll_counts(perf_kind_t kind, size_t count, int nranks, int scatter_at_start,
-                      perf_counts_t *c)
+void perf_coll_counts(perf_kind_t kind, size_t count, size_t esz, int nranks,
+                      int scatter_at_start, perf_counts_t *c)
 {
-    size_t n = (size_t)nranks, base = count / n;
+    /* a rank's block: count / n, rounded down to 16 bytes as nccl-tests does (an
+     * all-gather of 32 B on 4 ranks has blocks of 0) */
+    size_t n = (size_t)nranks, base = (count / n) & ~(16 / (esz ? esz : 1) - 1);
     memset(c, 0, sizeof(*c));
     switch (kind) {
     case PERF_COLL_REDUCE_SCATTER:

@@ -51,7 +51,7 @@ typedef struct {
 
 static void setup_args(perf_run_t *r, size_t bytes)
 {
-    perf_coll_counts(r->kind, bytes / r->a.type->size, r->job.nranks,
+    perf_coll_counts(r->kind, bytes / r->a.type->size, r->a.type->size, r->job.nranks,
                      r->be->scatter_at_start, &r->a.c);
 }
 
@@ -184,8 +184,9 @@ static void time_test(perf_run_t *r, const char *op_name)
     long cycles = r->o.run_cycles;
 
     r->be->barrier(r->ctx);
-    warmup(r, r->max_bytes);
-    warmup(r, r->o.min_bytes);
+    /* every doubling size from the smallest, as nccl-tests 2.19.6 warms up */
+    for (size_t size = r->o.min_bytes; size <= r->max_bytes; size = size ? 2 * size : 1)
+        warmup(r, size);
     do {
         for (size_t size = r->o.min_bytes;;) {
             setup_args(r, size);
@@ -380,7 +381,7 @@ int perf_main(int argc, char **argv, int kind, const perf_backend_t *be, void *c
 
     if (r->job.rank == 0) {
         be->notes(ctx, &r->o, r->kind);
-        perf_print_params(&r->o);
+        perf_print_params(&r->o, r->prog);
         if (r->o.local_register && be->reg_alloc)
             printf("# Buffers: send and recv from %s (-R %d): peers on this host "
                    "read them in place\n", be->reg_alloc, r->o.local_register);
@@ -398,7 +399,7 @@ int perf_main(int argc, char **argv, int kind, const perf_backend_t *be, void *c
     int errors = (int)sum_over_ranks(r, (uint64_t)r->errors);
     double avg_bw = r->bw_count ? r->bw_sum / r->bw_count : 0.0;
     if (r->job.rank == 0)
-        perf_print_footer(errors, avg_bw, &r->bound, be->last_error(ctx));
+        perf_print_footer(errors, avg_bw, &r->bound, be->last_error(ctx), r->prog);
     rc = perf_exit_code(errors, avg_bw);
 
     perf_bound_free(&r->bound);

@@ -301,7 +301,7 @@ static inline void perf_opts_default(perf_opts_t *o)
     o->step_factor = 1;
     o->iters = 20;
     o->agg_iters = 1;
-    o->warmup = 5;
+    o->warmup = 1;               /* nccl-tests' default; every doubling size is warmed */
     o->run_cycles = 1;
     o->check = 1;
     o->average = 1;
@@ -792,14 +792,19 @@ static inline void perf_hostname(char *buf, size_t len)
         *dot = '\0';
 }
 
-static inline void perf_print_params(const perf_opts_t *o)
+/* The opening lines, as nccl-tests 2.19.6 prints them (its first names its version and
+ * NCCL's; ours weft's and that format). graph: 0, as no CUDA graph runs. */
+static inline void perf_print_params(const perf_opts_t *o, const char *prog)
 {
+    printf("# weft %d.%d.%d perf tool, nccl-tests 2.19.6 format\n", WEFT_VERSION_MAJOR,
+           WEFT_VERSION_MINOR, WEFT_VERSION_PATCH);
+    printf("# Collective test starting: %s\n", prog);
     printf("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
-           "iters: %d agg iters: %d validation: %d graph: %d\n",
+           "iters: %d agg iters: %d validation: %d graph: %d unalign: %d\n",
            o->nthreads, o->ngpus, o->min_bytes, o->max_bytes,
            o->step_factor > 1 ? o->step_factor : o->step_bytes,
            o->step_factor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->agg_iters,
-           o->check, 0);
+           o->check, 0, 0);
     if (o->blocking)
         printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
     if (o->parallel_init)
@@ -824,10 +829,10 @@ static inline void perf_print_header(int cputime)
     printf("#\n");
     printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place"
            "          \n", "", "", "", "", "");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "size",
            "count", "type", "redop", "root", t, "algbw", "busbw", "#wrong", t, "algbw", "busbw",
            "#wrong");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "(B)",
            "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
            "");
 }
@@ -838,26 +843,37 @@ static inline void perf_print_row_start(size_t bytes, size_t count, const char *
     printf("%12zu  %12zu  %8s  %6s  %6i", bytes, count, type, op, root);
 }
 
-/* One column group; wrong < 0 prints N/A (checks off with -c 0). */
+/* value in width characters: two decimals, else one, else none, else an exponent
+ * (nccl-tests' getFloatStr). */
+static inline void perf_float_str(double value, int width, char *str)
+{
+    if (snprintf(str, (size_t)width + 1, "%*.2f", width, value) <= width)
+        return;
+    if (snprintf(str, (size_t)width + 1, "%*.1f", width, value) <= width)
+        return;
+    if (snprintf(str, (size_t)width + 1, "%*.0f", width, value) <= width)
+        return;
+    snprintf(str, (size_t)width + 1, width >= 7 ? "%*.1e" : "%*.0e", width, value);
+}
+
+/* One column group; wrong < 0 prints N/A (checks off with -c 0, or no check for this
+ * column, as nccl-tests' in-place alltoall). */
 static inline void perf_print_result(double usec, double algbw, double busbw, long wrong)
 {
-    char t[32];
-    if (usec >= 10000.0)
-        snprintf(t, sizeof(t), "%7.0f", usec);
-    else if (usec >= 100.0)
-        snprintf(t, sizeof(t), "%7.1f", usec);
-    else
-        snprintf(t, sizeof(t), "%7.2f", usec);
+    char t[8], a[7], b[7];
+    perf_float_str(usec, 7, t);
+    perf_float_str(algbw, 6, a);
+    perf_float_str(busbw, 6, b);
     if (wrong >= 0)
-        printf("  %7s  %6.2f  %6.2f  %5g", t, algbw, busbw, (double)wrong);
+        printf("  %7s  %6s  %6s  %6g", t, a, b, (double)wrong);
     else
-        printf("  %7s  %6.2f  %6.2f  %5s", t, algbw, busbw, "N/A");
+        printf("  %7s  %6s  %6s    N/A", t, a, b);
 }
 
 /* A column group for a call that does not exist (weft refuses in-place sendrecv). */
 static inline void perf_print_na(void)
 {
-    printf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
+    printf("  %7s  %6s  %6s    N/A", "N/A", "N/A", "N/A");
 }
 
 /* The threshold from NCCL_TESTS_MIN_BW / WEFT_TESTS_MIN_BW, or -1. */
@@ -869,26 +885,34 @@ static inline double perf_min_bw(void)
     return s ? atof(s) : -1.0;
 }
 
-/* The exit code: 1 on wrong results or an average bandwidth below the floor, else 0. */
+/* The exit code: nccl-tests' 7 (testNumResults) on wrong results or an average bandwidth
+ * below the floor, else 0. */
+#define PERF_EXIT_FAILED 7
 static inline int perf_exit_code(int errors, double avg_bw)
 {
     double min_bw = perf_min_bw();
-    return errors || (min_bw != -1.0 && avg_bw < min_bw * 0.9) ? 1 : 0;
+    return errors || (min_bw != -1.0 && avg_bw < min_bw * 0.9) ? PERF_EXIT_FAILED : 0;
 }
 
-/* The closing lines, as nccl-tests prints them (its last line is the library's last error),
- * with the bound section (NULL: none) after the average. */
+/* The closing lines, as nccl-tests 2.19.6 prints them, with the bound section (NULL: none)
+ * where it prints its memory report: the average, "concluded", then the library's last
+ * error ("# error: ...", or an empty line). */
 static inline void perf_print_footer(int errors, double avg_bw, const perf_bound_t *bound,
-                                     const char *last_error)
+                                     const char *last_error, const char *prog)
 {
     double min_bw = perf_min_bw();
     printf("# Out of bounds values : %d %s\n", errors, errors ? "FAILED" : "OK");
     printf("# Avg bus bandwidth    : %g %s\n", avg_bw,
            min_bw == -1.0 ? "" : (avg_bw < min_bw * 0.9 ? "FAILED" : "OK"));
+    printf("#\n");
+    printf("# Collective test concluded: %s\n", prog);
     if (bound)
         perf_bound_print(bound);
     printf("#\n");
-    printf("%s\n", last_error);
+    if (last_error && *last_error)
+        printf("# error: %s\n", last_error);
+    else
+        printf("\n");
 }
 
 /* ---- Part 2: one row, the collectives, the backends ------------------------------ */
@@ -926,7 +950,8 @@ enum {
  * reduce_scatter leaves the result at the start of the buffer (MPI_IN_PLACE) instead of
  * at rank*recvcount (NCCL, weft). */
 unsigned perf_coll_flags(perf_kind_t kind);
-void perf_coll_counts(perf_kind_t kind, size_t count, int nranks, int scatter_at_start,
+void perf_coll_counts(perf_kind_t kind, size_t count, size_t esz, int nranks,
+                      int scatter_at_start,
                       perf_counts_t *c);
 /* algbw and busbw in GB/s (1e9 bytes/s) for paramcount `count` taking `sec`. */
 void perf_coll_bw(perf_kind_t kind, size_t count, size_t typesize, double sec, int nranks,

@@ -530,6 +530,8 @@ if [ -x "$WEFTRUN" ]; then
             run "${p}_perf -n 3" "$WEFTRUN" -n 3 "$bin" -b 8 -e 64K -f 8 -n 2 -w 1 -B 0
         fi
     done
+    # nccl-tests 2.19.6's lines, column layout, per-rank rounding and exit status
+    run "test_perf_format.sh" bash tests/test_perf_format.sh "$B"
 fi
 
 # 4b. bench/compare end to end on a tiny sweep, in a top-level build (not a sanitizer

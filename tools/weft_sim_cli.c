@@ -140,7 +140,7 @@ static int run_algo(const simtime_cluster_t *c, const algo_t *al, const sim_opts
     for (size_t size = o->min; size <= o->max;
          size = o->factor > 1 ? size * o->factor : size + o->step) {
         perf_counts_t pc;
-        perf_coll_counts(o->kind, size / t->size, n, 0, &pc);
+        perf_coll_counts(o->kind, size / t->size, t->size, n, 0, &pc);
         double sec[2] = { -1, -1 };
         for (int ip = 0; ip < 2; ip++) {
             if (ip && !o->inplace)
