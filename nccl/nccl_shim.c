@@ -255,8 +255,8 @@ static void comm_init_now(ncclComm_t c)
 
 /* ---- the queue of a group -------------------------------------------------------- */
 
-typedef enum { G_INIT, G_ALLREDUCE, G_REDUCE_SCATTER, G_ALLGATHER, G_BROADCAST, G_REDUCE,
-               G_SEND, G_RECV } gkind_t;
+typedef enum { G_INIT, G_SPLIT, G_ALLREDUCE, G_REDUCE_SCATTER, G_ALLGATHER, G_BROADCAST,
+               G_REDUCE, G_SEND, G_RECV } gkind_t;
 
 typedef struct {
     gkind_t kind;
@@ -266,7 +266,9 @@ typedef struct {
     size_t count;               /* elements; G_SEND/G_RECV: bytes */
     weft_dtype_t dtype;
     weft_op_t op;
-    int peer;                   /* root, or the p2p peer */
+    int peer;                   /* root, or the p2p peer; G_SPLIT: the color */
+    int key;                    /* G_SPLIT: the key */
+    ncclComm_t child;           /* G_SPLIT: the new communicator (NULL: NOCOLOR) */
     cudaStream_t stream;
     premul_t pm;                /* pm.used: a PreMulSum op's scalar (op is then SUM) */
 } gop_t;
@@ -274,6 +276,17 @@ typedef struct {
 static __thread int group_depth;
 static __thread gop_t *group_ops;
 static __thread size_t group_n, group_cap;
+/* The first call of the open group that was refused: ncclGroupEnd then runs none of the
+ * group's calls and returns it (NCCL's rule), so no rank runs half of a group. */
+static __thread ncclResult_t group_err;
+
+/* A call refused inside a group also fails the group. */
+static ncclResult_t group_note(ncclResult_t r)
+{
+    if (r != ncclSuccess && group_depth > 0 && group_err == ncclSuccess)
+        group_err = r;
+    return r;
+}
 
 /* A pair's receive stream waits for what was enqueued on its send stream (the call ran
  * there): later work on either stream sees the received bytes. */
@@ -453,6 +466,20 @@ static ncclResult_t run_one(const gop_t *g)
     case G_INIT:
         comm_init_now(c);
         return c->async;
+    case G_SPLIT: {
+        weft_comm_t *nw = NULL;
+        weft_status_t st = weft_comm_split(c->w, g->peer < 0 ? WEFT_UNDEFINED : g->peer,
+                                           g->key, &nw);
+        ncclResult_t r = from_weft(st);
+        if (g->child != NULL && st == WEFT_OK && nw != NULL) {
+            g->child->w = nw;
+            g->child->rank = weft_comm_rank(nw);
+            g->child->nranks = weft_comm_size(nw);
+        } else if (g->child != NULL) {
+            g->child->async = r != ncclSuccess ? r : ncclInternalError;
+        }
+        return r;
+    }
     case G_ALLREDUCE:
         w = weft_allreduce_stream(send, g->recv, g->count, g->dtype, g->op, c->w, g->stream);
         break;
@@ -632,18 +659,30 @@ SHIM_EXPORT ncclResult_t ncclGroupEnd(void)
         return fail(ncclInvalidUsage, "ncclGroupEnd: no matching ncclGroupStart");
     if (--group_depth > 0)
         return ncclSuccess;
-    int dev = caller_device();
-    ncclResult_t r = run_ops(group_ops, group_n);
-    restore_device(dev);
+    ncclResult_t r = group_err;
+    if (r != ncclSuccess) {     /* nothing of the group runs; its new comms are unusable */
+        for (size_t i = 0; i < group_n; i++) {
+            ncclComm_t c = group_ops[i].kind == G_INIT ? group_ops[i].comm : group_ops[i].child;
+            if ((group_ops[i].kind == G_INIT || group_ops[i].kind == G_SPLIT) && c)
+                c->async = r;
+        }
+        fail(r, "ncclGroupEnd: a call of the group was refused, so none of it ran (its "
+             "own error came back from that call)");
+    } else {
+        int dev = caller_device();
+        r = run_ops(group_ops, group_n);
+        restore_device(dev);
+    }
     group_n = 0;
+    group_err = ncclSuccess;
     return r;
 }
 
 /* ---- communicators --------------------------------------------------------------- */
 
-static ncclResult_t init_rank(const char *fn, ncclComm_t *comm, int nranks,
-                              const ncclUniqueId *id, int rank, int dev,
-                              const ncclConfig_t *cfg)
+static ncclResult_t init_checked(const char *fn, ncclComm_t *comm, int nranks,
+                                 const ncclUniqueId *id, int rank, int dev,
+                                 const ncclConfig_t *cfg)
 {
     if (comm == NULL)
         return fail(ncclInvalidArgument, "%s: comm is NULL", fn);
@@ -677,6 +716,13 @@ static ncclResult_t init_rank(const char *fn, ncclComm_t *comm, int nranks,
     return r;
 }
 
+static ncclResult_t init_rank(const char *fn, ncclComm_t *comm, int nranks,
+                              const ncclUniqueId *id, int rank, int dev,
+                              const ncclConfig_t *cfg)
+{
+    return group_note(init_checked(fn, comm, nranks, id, rank, dev, cfg));
+}
+
 static int current_dev(void)
 {
     int d = -1;
@@ -703,16 +749,26 @@ SHIM_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniq
 
 SHIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
 {
-    if (comms == NULL || ndev < 1)
+    if (comms == NULL || ndev < 0)
         return fail(ncclInvalidArgument, "ncclCommInitAll: %s", comms == NULL ? "comms is NULL"
-                    : "ndev is not positive");
+                    : "ndev is negative");
+    if (ndev == 0)
+        return ncclSuccess;         /* no communicators asked for (NCCL's answer too) */
     int ndevs = 0;
     if (mem_cuda_visible(NULL) && cudaGetDeviceCount(&ndevs) != cudaSuccess)
         ndevs = 0;
-    for (int i = 0; devlist && i < ndev; i++)
+    if (ndevs > 0 && ndev > ndevs)
+        return fail(ncclInvalidArgument, "ncclCommInitAll: %d ranks, but %d devices are "
+                    "visible (one rank per device)", ndev, ndevs);
+    for (int i = 0; devlist && i < ndev; i++) {
         if (devlist[i] < 0 || (ndevs > 0 && devlist[i] >= ndevs))
             return fail(ncclInvalidArgument, "ncclCommInitAll: devlist[%d] = %d is not a "
                         "device (%d visible)", i, devlist[i], ndevs);
+        for (int j = 0; j < i; j++)
+            if (devlist[j] == devlist[i])
+                return fail(ncclInvalidUsage, "ncclCommInitAll: device %d is listed twice "
+                            "(devlist[%d] and devlist[%d])", devlist[i], j, i);
+    }
     ncclUniqueId id;
     ncclResult_t r = ncclGetUniqueId(&id);
     if (r != ncclSuccess)
@@ -720,7 +776,7 @@ SHIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int 
     ncclGroupStart();
     for (int i = 0; i < ndev && r == ncclSuccess; i++) {
         /* no GPU: ranks without a device (host-side use and tests); else the listed ones */
-        int dev = ndevs == 0 ? -1 : devlist ? devlist[i] : i % ndevs;
+        int dev = ndevs == 0 ? -1 : devlist ? devlist[i] : i;
         r = init_rank("ncclCommInitAll", &comms[i], ndev, &id, i, dev, NULL);
     }
     ncclResult_t e = ncclGroupEnd();
@@ -732,31 +788,33 @@ SHIM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
 {
     ncclResult_t r = check_comm("ncclCommSplit", comm, 1);
     if (r != ncclSuccess)
-        return r;
+        return group_note(r);
     if (newcomm == NULL)
-        return fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
+        return group_note(fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL"));
     if (check_config("ncclCommSplit", config) != ncclSuccess)
-        return ncclInvalidArgument;
+        return group_note(ncclInvalidArgument);
     if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
-        return fail(ncclInvalidArgument, "ncclCommSplit: color %d is negative", color);
-    ncclComm_t c = calloc(1, sizeof(*c));
-    if (c == NULL)
-        return fail(ncclSystemError, "ncclCommSplit: out of memory");
-    weft_comm_t *w = NULL;
-    weft_status_t st = weft_comm_split(comm->w, color < 0 ? WEFT_UNDEFINED : color, key, &w);
-    if (st != WEFT_OK || w == NULL) {
-        free(c);
-        if (st == WEFT_OK)
-            *newcomm = NULL;
-        return from_weft(st);
+        return group_note(fail(ncclInvalidArgument, "ncclCommSplit: color %d is negative",
+                               color));
+    ncclComm_t c = NULL;
+    if (color >= 0 && (c = calloc(1, sizeof(*c))) == NULL)
+        return group_note(fail(ncclSystemError, "ncclCommSplit: out of memory"));
+    if (c) {
+        c->magic = COMM_MAGIC;
+        c->dev = comm->dev;
     }
-    c->magic = COMM_MAGIC;
-    c->w = w;
-    c->rank = weft_comm_rank(w);
-    c->nranks = weft_comm_size(w);
-    c->dev = comm->dev;
+    /* in a group the split runs at ncclGroupEnd, each parent's on a thread of its own (one
+     * thread splitting several ranks' communicators), as NCCL defers it */
+    gop_t g = { .kind = G_SPLIT, .comm = comm, .peer = color, .key = key, .child = c };
+    r = submit(&g);
+    if (r != ncclSuccess && group_depth == 0) {    /* nothing is left behind */
+        if (c)
+            c->magic = 0;
+        free(c);
+        return r;
+    }
     *newcomm = c;
-    return ncclSuccess;
+    return r;
 }
 
 SHIM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm)
@@ -806,14 +864,16 @@ static ncclResult_t comm_free(const char *fn, ncclComm_t comm, int abort)
     return abort ? ncclSuccess : from_weft(st);
 }
 
+/* A NULL communicator: nothing to do, success (NCCL's answer; cleanup after a failed
+ * init calls these with NULL). */
 SHIM_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
-    return comm_free("ncclCommDestroy", comm, 0);
+    return comm == NULL ? ncclSuccess : comm_free("ncclCommDestroy", comm, 0);
 }
 
 SHIM_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
-    return comm_free("ncclCommAbort", comm, 1);
+    return comm == NULL ? ncclSuccess : comm_free("ncclCommAbort", comm, 1);
 }
 
 SHIM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err)
@@ -973,9 +1033,9 @@ SHIM_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
 
 /* Checks what every collective has (comm, dtype, op when has_op, root/peer when rooted,
  * a GPU) and queues or runs it. */
-static ncclResult_t coll(const char *fn, gkind_t kind, const void *send, void *recv,
-                         size_t count, ncclDataType_t datatype, int has_op, ncclRedOp_t op,
-                         int root, ncclComm_t comm, cudaStream_t stream)
+static ncclResult_t coll_queue(const char *fn, gkind_t kind, const void *send, void *recv,
+                               size_t count, ncclDataType_t datatype, int has_op,
+                               ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
 {
     gop_t g = { .kind = kind, .comm = comm, .send = send, .recv = recv, .count = count,
                 .peer = root, .stream = stream };
@@ -1004,6 +1064,14 @@ static ncclResult_t coll(const char *fn, gkind_t kind, const void *send, void *r
         g.count = count * esz;
     }
     return submit(&g);
+}
+
+static ncclResult_t coll(const char *fn, gkind_t kind, const void *send, void *recv,
+                         size_t count, ncclDataType_t datatype, int has_op, ncclRedOp_t op,
+                         int root, ncclComm_t comm, cudaStream_t stream)
+{
+    return group_note(coll_queue(fn, kind, send, recv, count, datatype, has_op, op, root,
+                                 comm, stream));
 }
 
 SHIM_EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,

@@ -113,7 +113,9 @@ static void test_init_errors(void)
               "init: config not from NCCL_CONFIG_INITIALIZER");
     check(c == (ncclComm_t)0x1, "failed inits leave *comm alone");
     check_err(ncclCommInitAll(NULL, 2, NULL), ncclInvalidArgument, "ncclCommInitAll(NULL)");
-    check_err(ncclCommInitAll(&c, 0, NULL), ncclInvalidArgument, "ncclCommInitAll ndev 0");
+    check_err(ncclCommInitAll(&c, -1, NULL), ncclInvalidArgument, "ncclCommInitAll ndev -1");
+    check(ncclCommInitAll(&c, 0, NULL) == ncclSuccess && c == (ncclComm_t)0x1,
+          "ncclCommInitAll ndev 0: success, nothing made (NCCL's answer)");
     int bad = -3;
     check_err(ncclCommInitAll(&c, 1, &bad), ncclInvalidArgument, "ncclCommInitAll devlist -3");
 }
@@ -149,17 +151,20 @@ static void test_coll_errors(ncclComm_t c)
     check(ncclGroupStart() == ncclSuccess, "ncclGroupStart");
     check_err(ncclReduce(NULL, host, 4, ncclFloat, op, 0, c, 0), ncclInvalidArgument,
               "reduce with a PreMulSum op and sendbuff NULL, in a group");
-    check(ncclGroupEnd() == ncclSuccess, "... and the group ends with nothing queued");
+    check_err(ncclGroupEnd(), ncclInvalidArgument, "... and the group ends with that error, "
+              "as NCCL's (ncclGroupError)");
     check(ncclRedOpDestroy(op, c) == ncclSuccess, "ncclRedOpDestroy");
     check_err(ncclRedOpDestroy(op, c), ncclInvalidArgument, "ncclRedOpDestroy twice");
     check_err(ncclRedOpDestroy(ncclSum, c), ncclInvalidArgument, "ncclRedOpDestroy(ncclSum)");
     check_err(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, (ncclScalarResidence_t)7, c),
               ncclInvalidArgument, "PreMulSum residence 7");
-    /* a bad call inside a group fails at once and queues nothing */
+    /* a bad call inside a group fails at once, and the group ends with its error */
     check(ncclGroupStart() == ncclSuccess, "ncclGroupStart");
     check_err(ncclAllGather(host, host, 4, (ncclDataType_t)-2, c, 0), ncclInvalidArgument,
               "allgather in a group: dtype -2");
-    check(ncclGroupEnd() == ncclSuccess, "the group with nothing queued ends");
+    check_err(ncclGroupEnd(), ncclInvalidArgument, "the group ends with the call's error");
+    check(ncclGroupStart() == ncclSuccess && ncclGroupEnd() == ncclSuccess,
+          "the next group starts clean");
     if (!gpu_visible()) {
         check_err(ncclAllReduce(host, host, 4, ncclFloat, ncclSum, c, 0),
                   ncclUnhandledCudaError, "allreduce without a GPU");
@@ -329,7 +334,8 @@ int main(void)
     check_err(ncclAllReduce(&n, &n, 1, ncclInt, ncclSum, c, 0), ncclInvalidUsage,
               "allreduce after finalize");
     check(ncclCommDestroy(c) == ncclSuccess, "destroy");
-    check_err(ncclCommDestroy(NULL), ncclInvalidArgument, "destroy NULL");
+    check(ncclCommDestroy(NULL) == ncclSuccess && ncclCommAbort(NULL) == ncclSuccess,
+          "destroy and abort of NULL succeed, as NCCL's (cleanup after a failed init)");
 
     test_threads(2);
     test_threads(4);
@@ -344,6 +350,34 @@ int main(void)
     for (int i = 0; i < 3; i++) {
         check(ncclCommUserRank(g[i], &r) == ncclSuccess && r == i, "grouped init: rank");
         check(ncclCommAbort(g[i]) == ncclSuccess, "abort frees the comm");
+    }
+    /* one thread, two ranks: splits in a group run together at ncclGroupEnd (before
+     * 2026-11-27 the first blocked, waiting for the second, until WEFT_TIMEOUT) */
+    ncclComm_t two[2], sub[2] = { NULL, NULL };
+    check(ncclCommInitAll(two, 2, NULL) == ncclSuccess, "ncclCommInitAll, 2 ranks");
+    ncclGroupStart();
+    for (int i = 0; i < 2; i++)
+        ncclCommSplit(two[i], 7, 1 - i, &sub[i], NULL);
+    check(ncclGroupEnd() == ncclSuccess, "2 splits in one group on one thread");
+    for (int i = 0; i < 2; i++)
+        check(sub[i] && ncclCommUserRank(sub[i], &r) == ncclSuccess && r == 1 - i &&
+              ncclCommCount(sub[i], &n) == ncclSuccess && n == 2,
+              "grouped split: rank by key, count 2");
+    /* a group with a refused call runs none of its calls: rank 1's split alone would
+     * wait for rank 0's until the timeout */
+    ncclComm_t lone = NULL;
+    ncclGroupStart();
+    check_err(ncclCommSplit(two[0], -5, 0, &sub[0], NULL), ncclInvalidArgument,
+              "in a group: split with color -5");
+    check(ncclCommSplit(two[1], 3, 0, &lone, NULL) == ncclSuccess, "... then a good split");
+    check_err(ncclGroupEnd(), ncclInvalidArgument, "the group fails, nothing of it ran");
+    ncclResult_t ae = ncclSuccess;
+    check(lone != NULL && ncclCommGetAsyncError(lone, &ae) == ncclSuccess &&
+          ae == ncclInvalidArgument, "... and the good split's communicator carries the error");
+    ncclCommDestroy(lone);
+    for (int i = 0; i < 2; i++) {
+        ncclCommDestroy(sub[i]);
+        ncclCommDestroy(two[i]);
     }
     ncclComm_t all[4];
     check(ncclCommInitAll(all, 4, NULL) == ncclSuccess, "ncclCommInitAll, 4 ranks");
