@@ -71,7 +71,19 @@ struct ncclComm {
 
 /* ---- errors ---------------------------------------------------------------------- */
 
+/* This thread's last error (carried back from ncclGroupEnd's worker threads), and the
+ * process's, which ncclGetLastError returns: NCCL keeps one for the process, so that a
+ * thread watching the communicators (PyTorch's watchdog) reads what another's call hit. */
 static __thread char last_err[512];
+static char last_err_any[512];
+static pthread_mutex_t last_err_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void publish_error(void)
+{
+    pthread_mutex_lock(&last_err_lock);
+    memcpy(last_err_any, last_err, sizeof(last_err_any));
+    pthread_mutex_unlock(&last_err_lock);
+}
 
 __attribute__((format(printf, 2, 3)))
 static ncclResult_t fail(ncclResult_t r, const char *fmt, ...)
@@ -80,6 +92,7 @@ static ncclResult_t fail(ncclResult_t r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(last_err, sizeof(last_err), fmt, ap);
     va_end(ap);
+    publish_error();
     return r;
 }
 
@@ -89,6 +102,7 @@ static ncclResult_t from_weft(weft_status_t st)
     if (st >= 0)
         return ncclSuccess;
     snprintf(last_err, sizeof(last_err), "weft: %s", weft_last_error());
+    publish_error();
     switch (st) {
     case WEFT_ERR_INVALID_ARG: return ncclInvalidArgument;
     case WEFT_ERR_NO_MEMORY:
@@ -120,7 +134,7 @@ SHIM_EXPORT const char *ncclGetErrorString(ncclResult_t r)
 
 SHIM_EXPORT const char *ncclGetLastError(ncclComm_t comm)
 {
-    return last_err;
+    return last_err_any;
 }
 
 SHIM_EXPORT ncclResult_t ncclGetVersion(int *version)

@@ -309,6 +309,29 @@ static void test_threads(int nranks)
     check(ok, what);
 }
 
+static void *fail_elsewhere(void *v)
+{
+    int n;
+    *(ncclResult_t *)v = ncclCommCount(NULL, &n);
+    return NULL;
+}
+
+/* ncclGetLastError is the process's, as NCCL's: a thread that watches the communicators
+ * reads what another thread's call hit (before 2026-11-27 it was per thread). */
+static void test_last_error_shared(void)
+{
+    pthread_t t;
+    ncclResult_t r = ncclSuccess;
+    ncclGetVersion(NULL);       /* this thread's own last error first */
+    if (pthread_create(&t, NULL, fail_elsewhere, &r) != 0) {
+        check(0, "a thread for the shared last error");
+        return;
+    }
+    pthread_join(t, NULL);
+    check(r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "ncclCommCount") != NULL,
+          "ncclGetLastError shows another thread's error");
+}
+
 int main(void)
 {
     int gpu = gpu_visible();
@@ -318,6 +341,7 @@ int main(void)
     test_basics();
     test_unique_id();
     test_init_errors();
+    test_last_error_shared();
 
     ncclUniqueId id;
     ncclComm_t c = NULL, s = (ncclComm_t)0x1;
