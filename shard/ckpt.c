@@ -218,11 +218,12 @@ weft_status_t ckpt_file_check(const char *path, const ckpt_layout_t *l, int rank
     if (h.rank != rank || h.nunits != l->nunits || h.step != step || h.payload != want ||
         !ok_stat || (uint64_t)sb.st_size != CKPT_HDR + want)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: rank %d, %d units, "
-                                "step %llu, %llu bytes; the manifest says rank %d, %d units, "
-                                "step %llu, %llu bytes", path, h.rank, h.nunits,
-                                (unsigned long long)h.step,
+                                "step %llu, a payload of %llu bytes in a file of %llu; the "
+                                "manifest says rank %d, %d units, step %llu, a payload of "
+                                "%llu bytes in a file of %llu", path, h.rank, h.nunits,
+                                (unsigned long long)h.step, (unsigned long long)h.payload,
                                 (unsigned long long)(ok_stat ? sb.st_size : 0), rank,
-                                l->nunits, (unsigned long long)step,
+                                l->nunits, (unsigned long long)step, (unsigned long long)want,
                                 (unsigned long long)(CKPT_HDR + want));
     return WEFT_OK;
 }
