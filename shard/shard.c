@@ -725,10 +725,21 @@ weft_status_t shard_create(shard_t **sh_p, weft_comm_t *world, const shard_opts_
     if (sh->R > 1)
         GOTO_IF_ERR(weft_comm_split(world, r % G, r, &sh->rcomm), st, fail);
     size_t off = 0;
-    for (int i = 0; i < nunits; i++) {
-        GOTO_IF_ERR(setup_unit(sh, i, &units[i], params + off), st, fail);
+    for (int i = 0; st == WEFT_OK && i < nunits; i++) {
+        st = setup_unit(sh, i, &units[i], params + off);
         off += units[i].len;
     }
+    /* every rank set up, or none goes on: a rank that ran out of memory here would never
+     * start the gathers the others would soon wait for */
+    int32_t ok = st == WEFT_OK, all_ok = 0;
+    weft_status_t agreed = weft_allreduce(&ok, &all_ok, 1, WEFT_INT32, WEFT_MIN, world);
+    if (st == WEFT_OK && agreed != WEFT_OK)
+        st = agreed;
+    else if (st == WEFT_OK && !all_ok)
+        st = weft_error(WEFT_ERR_PEER_LOST, "shard: another rank could not set up its shards "
+                        "(its own error says why)");
+    if (st != WEFT_OK)
+        goto fail;
     *sh_p = sh;
     return WEFT_OK;
 fail:

@@ -127,8 +127,8 @@ int shard_strategy_parse(const char *name, shard_strategy_t *s);
  * memory (every rank passes the same values); shard/ copies what this rank keeps (into
  * opts->mem's memory), so the caller may free them afterwards. The pointers the hooks
  * hand out are opts->mem's memory. Each unit's AdamW segments (0 to SHARD_MAX_SEGS) must
- * lie within it, in order, without overlap; options or units refused on any rank fail
- * the call on every rank. */
+ * lie within it, in order, without overlap; options or units refused on any rank, or a
+ * rank that cannot set up (out of memory), fail the call on every rank. */
 weft_status_t shard_create(shard_t **sh_p, weft_comm_t *world, const shard_opts_t *opts,
                            int nunits, const shard_unit_desc_t *units, const float *params);
 void shard_destroy(shard_t *sh);

@@ -550,10 +550,10 @@ if [ -x "$B/bin/weft-train" ] && [ -x "$B/tests/test_train" ]; then
     # (fail) a gradient collective that fails stops training and leaks no buffer;
     # (reload) a checkpoint loaded after training reaches the next forward; (misuse) bad
     # unit descriptors, a gradient reported twice, units an evaluation left held, a
-    # gather that could not start
+    # gather that could not start; (create_fail) one rank out of memory in shard_create
     for s in hybrid full zero1 "hybrid fail" "full fail" "zero1 fail" "hybrid reload" \
              "full reload" "zero1 reload" "hybrid misuse" "full misuse" "zero1 misuse" \
-             "none misuse"; do
+             "none misuse" "hybrid create_fail"; do
         if [ -x "$B/tests/test_shard_order" ]; then
             run "test_shard_order $s -n 4" "$WEFTRUN" -n 4 --timeout 60 \
                 "$B/tests/test_shard_order" $s

@@ -2,7 +2,7 @@
  * test_shard_order.c - shard/ issues its collectives in the same order on every rank,
  * whatever the timing.
  *
- *   weftrun -n 4 build/tests/test_shard_order [STRATEGY] [fail|reload|misuse]
+ *   weftrun -n 4 build/tests/test_shard_order [STRATEGY] [fail|reload|misuse|create_fail]
  *                                                       (default hybrid, groups of 2)
  *
  * Each rank trains three steps of a 5-unit model through a table that wraps the host
@@ -32,6 +32,9 @@
  * refreshes the units an evaluation forward left held (before, the last unit kept its
  * old parameters into the next micro-batch), and a gather that could not start leaves
  * nothing that passes for gathered (before, asking again returned a stale buffer).
+ * create_fail: rank 1 runs out of memory inside shard_create: the call fails on every
+ * rank (before 2026-11-27 the others went on, to wait for its gathers), and each gives
+ * back what it took.
  * Prints ok/FAIL lines and exits 0 when every check passed.
  */
 #include <stdint.h>
@@ -58,9 +61,12 @@ static int fail_at, ngrad;      /* fail mode: the gradient collective that fails
 static int ngather;             /* all-gathers issued */
 static int fail_gather_at;      /* misuse mode: the all-gather that fails (1-based; 0: none) */
 static long live;               /* buffers taken from the table and not given back */
+static int alloc_fail_at, nalloc;   /* create_fail: this rank's allocation that fails */
 
 static void *count_alloc(void *ctx, size_t bytes)
 {
+    if (alloc_fail_at && ++nalloc == alloc_fail_at)
+        return NULL;
     void *p = host->alloc(host->ctx, bytes);
     live += p != NULL;
     return p;
@@ -332,6 +338,7 @@ int main(int argc, char **argv)
     int fail = argc > 2 && !strcmp(argv[2], "fail");
     int reloading = argc > 2 && !strcmp(argv[2], "reload");
     int misusing = argc > 2 && !strcmp(argv[2], "misuse");
+    int create_fail = argc > 2 && !strcmp(argv[2], "create_fail");
     weft_comm_t *world;
     if (weft_comm_init(&world) != WEFT_OK) {
         printf("FAIL init: %s\n", weft_last_error());
@@ -368,6 +375,23 @@ int main(int argc, char **argv)
         params[k] = (float)((k * 2654435761u) % 1000) / 1000.0f - 0.5f;
     if (misusing && bad_units(world, &o, units, params, rank, sname))
         bad = 1;
+    if (create_fail) {   /* rank 1 runs out of memory setting up its shards */
+        alloc_fail_at = rank == 1 ? 3 : 0;
+        shard_t *sh = NULL;
+        weft_status_t cs = shard_create(&sh, world, &o, NUNITS, units, params);
+        int said = rank == 1 ? cs == WEFT_ERR_NO_MEMORY
+                             : cs != WEFT_OK && strstr(weft_last_error(), "another rank");
+        printf("%s rank %d %s create_fail: shard_create fails on every rank when rank 1 "
+               "cannot set up (%s), and gives back what it took (%ld not)\n",
+               said && live == 0 ? "ok" : "FAIL", rank, sname, weft_last_error(), live);
+        if (cs == WEFT_OK)
+            shard_destroy(sh);
+        weft_comm_destroy(world);
+        free(params);
+        free(out);
+        free(ref);
+        return !said || live != 0;
+    }
     shard_t *sh;
     if (shard_create(&sh, world, &o, NUNITS, units, params) != WEFT_OK) {
         printf("FAIL rank %d shard_create: %s\n", rank, weft_last_error());
