@@ -31,6 +31,7 @@ import json
 import os
 import signal
 import socket
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -489,6 +490,50 @@ def test_plan():
               f"{'; not judged under a sanitizer' if SANITIZED else ''})")
 
 
+def test_launch_detection(ref):
+    """weft-train tells a lone process from a rank as weft_comm_init does (a rank's and a
+    size's variable of one launcher): a WORLD_SIZE exported for another tool neither
+    makes a lone process wait for ranks nor splits an mpirun job into lone processes."""
+    js = os.path.join(tmp, "lone.json")
+    env = dict(os.environ, WORLD_SIZE="2")
+    for k in ("RANK", "WEFT_RANK", "WEFT_WORLD_SIZE"):
+        env.pop(k, None)
+    p = subprocess.run(train_args(GLOBAL_B, extra=["--json", js]), env=env, text=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=RUN_LIMIT)
+    recs = []
+    if os.path.exists(js):
+        with open(js) as f:
+            recs = [r for r in (json.loads(l) for l in f if l.strip()) if "loss" in r]
+    e = worst_rel(recs, ref)
+    check(p.returncode == 0 and len(recs) == STEPS and e <= 1e-6,
+          f"WORLD_SIZE=2 exported, one process: trains alone ({len(recs)} steps, worst loss "
+          f"rel diff {e:.2e}){'' if p.returncode == 0 else ' rc %d: %s' % (p.returncode, p.stdout[-300:])}")
+    mpirun = shutil.which("mpirun.openmpi") or shutil.which("mpirun")
+    if not mpirun:
+        print("skip - WORLD_SIZE=1 under mpirun: no mpirun")
+        return
+    js = os.path.join(tmp, "mpi.json")
+    env = dict(os.environ, WORLD_SIZE="1")
+    for k in ("RANK", "WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_ADDR"):
+        env.pop(k, None)
+    args = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2"] + \
+        train_args(GLOBAL_B // 2, extra=["--shard", "none", "--json", js])
+    try:
+        p = subprocess.run(args, env=env, text=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=RUN_LIMIT + 15)
+        out, rc = p.stdout, p.returncode
+    except subprocess.TimeoutExpired:
+        out, rc = "", 124
+    recs = []
+    if os.path.exists(js):
+        with open(js) as f:
+            recs = [r for r in (json.loads(l) for l in f if l.strip()) if "loss" in r]
+    e = worst_rel(recs, ref)
+    check(rc == 0 and len(recs) == STEPS and e <= 1e-5,
+          f"WORLD_SIZE=1 exported, mpirun -np 2: one job of 2 ranks ({len(recs)} steps, "
+          f"worst loss rel diff {e:.2e} vs 1 process){'' if rc == 0 else ' rc %d: %s' % (rc, out[-300:])}")
+
+
 def main():
     global DATA
     if not os.path.exists(TRAIN) or not os.path.exists(WEFTRUN):
@@ -518,6 +563,7 @@ def main():
     test_ckpt_reshard(ref)
     test_ckpt_faults()
     test_plan()
+    test_launch_detection(ref)
     subprocess.run(["rm", "-rf", tmp])
     print(f"test_shard.py: {passed} passed, {failed} failed")
     return 1 if failed else 0

@@ -16,15 +16,8 @@
 
 int train_dist_launched_size(void)
 {
-    // the launchers' size variables in the order weft_comm_init reads them (comm/env.c)
-    static const char *const vars[] = { "WEFT_WORLD_SIZE", "WORLD_SIZE",
-                                        "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS" };
-    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v)
-            return atoi(v) > 1 ? atoi(v) : 1;
-    }
-    return 1;
+    int n = weft_launch_size();   // weft_comm_init's own reading of the launcher
+    return n > 1 ? n : 1;
 }
 
 weft_status_t train_dist_init(train_dist_t *d)
