@@ -146,16 +146,6 @@ fail:
     return st;
 }
 
-int weft_launch_size(void)
-{
-    launch_env_t env;
-    if (env_detect(&env) != WEFT_OK) {
-        weft_error_clear();     /* not an error of the caller's: only an answer */
-        return 0;
-    }
-    return env.nranks;
-}
-
 weft_status_t weft_comm_init(weft_comm_t **comm_p)
 {
     launch_env_t env;

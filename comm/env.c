@@ -172,39 +172,70 @@ static weft_status_t find_rendezvous(const launcher_t *l, launch_env_t *env)
                       "MASTER_ADDR and MASTER_PORT", l->source);
 }
 
+/* The launcher whose rank and size variables are both set (the first, in the table's
+ * order), its values in *rank and *size: the launcher, or NULL with *why 0 where none
+ * is, 1 where a Slurm batch script's own process is (no srun step), 2 where the values
+ * do not describe a rank (*bad: that launcher). Touches no error state. */
+static const launcher_t *find_launcher(int *rank, int *size, int *why,
+                                       const launcher_t **bad)
+{
+    *why = 0;
+    for (size_t i = 0; i < WEFT_ARRAY_LEN(launchers); i++) {
+        const launcher_t *l = &launchers[i];
+        int r = env_int(l->rank, rank), s = env_int(l->size, size);
+        if (!strcmp(l->source, "Slurm") && r != 0 && s == 0 && getenv("SLURM_NTASKS")) {
+            *why = 1;
+            return NULL;
+        }
+        if (r == 0 || s == 0)
+            continue;           /* not this launcher's job (or only part of its variables) */
+        if (r != 1 || s != 1 || *size < 1 || *rank >= *size) {
+            *why = 2;
+            *bad = l;
+            return NULL;
+        }
+        return l;
+    }
+    return NULL;
+}
+
+int weft_launch_size(void)
+{
+    int rank, size, why;
+    const launcher_t *bad;
+    return find_launcher(&rank, &size, &why, &bad) ? size : 0;
+}
+
 weft_status_t env_detect(launch_env_t *env)
 {
     memset(env, 0, sizeof(*env));
-    for (size_t i = 0; i < WEFT_ARRAY_LEN(launchers); i++) {
-        const launcher_t *l = &launchers[i];
-        const char *size = l->size;
-        int r = env_int(l->rank, &env->rank), s = env_int(size, &env->nranks);
-        if (!strcmp(l->source, "Slurm") && r != 0 && s == 0 && getenv("SLURM_NTASKS"))
-            return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: SLURM_PROCID and "
-                              "SLURM_NTASKS are set but not SLURM_STEP_NUM_TASKS: this "
-                              "process runs in a Slurm job (a batch script or an allocation's "
-                              "shell), not as a task that srun started; start the ranks with "
-                              "srun (or weftrun, mpirun, torchrun)");
-        if (r == 0 || s == 0)
-            continue;           /* not this launcher's job (or only part of its variables) */
-        if (r != 1 || s != 1 || env->nranks < 1 || env->rank >= env->nranks)
-            return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: %s=%s and %s=%s do not "
-                              "describe a rank in a job", l->rank, getenv(l->rank) ?: "",
-                              size, getenv(size) ?: "");
-        env->source = l->source;
-        env->local_rank = -1;
-        env->local_size = -1;
-        if (l->local_rank)
-            env_int(l->local_rank, &env->local_rank);
-        if (l->local_size)
-            env_int(l->local_size, &env->local_size);
-        uint64_t job = job_hash(l);
-        if (job)                    /* two jobs that meet at one port never mix */
-            env->job_tag = (uint32_t)(job ^ (job >> 32)) | 1u;
-        return find_rendezvous(l, env);
-    }
-    return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: no launcher environment found "
-                      "(WEFT_RANK/WEFT_WORLD_SIZE, RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK, "
-                      "PMI_RANK or SLURM_PROCID); start the job with weftrun, torchrun, "
-                      "mpirun or srun, or call weft_comm_init_rank");
+    int why = 0;
+    const launcher_t *bad = NULL;
+    const launcher_t *l = find_launcher(&env->rank, &env->nranks, &why, &bad);
+    if (why == 1)
+        return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: SLURM_PROCID and "
+                          "SLURM_NTASKS are set but not SLURM_STEP_NUM_TASKS: this "
+                          "process runs in a Slurm job (a batch script or an allocation's "
+                          "shell), not as a task that srun started; start the ranks with "
+                          "srun (or weftrun, mpirun, torchrun)");
+    if (why == 2)
+        return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: %s=%s and %s=%s do not "
+                          "describe a rank in a job", bad->rank, getenv(bad->rank) ?: "",
+                          bad->size, getenv(bad->size) ?: "");
+    if (l == NULL)
+        return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: no launcher environment found "
+                          "(WEFT_RANK/WEFT_WORLD_SIZE, RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK, "
+                          "PMI_RANK or SLURM_PROCID); start the job with weftrun, torchrun, "
+                          "mpirun or srun, or call weft_comm_init_rank");
+    env->source = l->source;
+    env->local_rank = -1;
+    env->local_size = -1;
+    if (l->local_rank)
+        env_int(l->local_rank, &env->local_rank);
+    if (l->local_size)
+        env_int(l->local_size, &env->local_size);
+    uint64_t job = job_hash(l);
+    if (job)                    /* two jobs that meet at one port never mix */
+        env->job_tag = (uint32_t)(job ^ (job >> 32)) | 1u;
+    return find_rendezvous(l, env);
 }

@@ -17,6 +17,7 @@
 #    whose text was edited (its data position) or lost its manifest_hash line is refused;
 #    resuming with another -t, or shuffled data with another --seed, is refused; ranks that
 #    disagree on --ckpt-every stop at start instead of waiting in a save.
+# 4. --ckpt-dir checked at start, --resume appending to --json, bad numbers refused.
 # Ends "test_ckpt_faults.sh: N passed, N failed".
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -144,6 +145,37 @@ check "$([ $rc != 0 ] && [ $rc != 124 ] && [ $dt -lt 30 ] &&
          grep -q 'ranks disagree on --ckpt-every' "$TMP/b9.out" && ! grep -q '^step 1 ' "$TMP/b9.out" &&
          echo 0 || echo 1)" \
     "--ckpt-every on rank 1 only: the job stops at start in ${dt}s (exit $rc): $(grep -m1 -o 'ranks disagree[^(]*' "$TMP/b9.out")"
+
+# 4. Where checkpoints go is checked at start: missing parents are made; a path under a
+# file fails before step 1 (before 2026-11-27: at the first save, the run going on without
+# checkpoints). A resumed run appends to its --json log (it truncated it before), and
+# numbers that are empty, negative or not finite are refused.
+ONE="--data $TMP/text.txt --layers 2 --dim 64 --heads 4 --ctx 32 --lr 1e-3 -b 4"
+timeout 120 "$TRAIN" $ONE --steps 4 --ckpt-dir "$TMP/deep/er/ck" --ckpt-every 2 \
+    --json "$TMP/log.json" >"$TMP/deep.out" 2>&1
+rc=$?
+check "$([ $rc = 0 ] && [ "$(cat "$TMP/deep/er/ck/latest" 2>/dev/null)" = step-00000004 ] &&
+         echo 0 || echo 1)" "--ckpt-dir with missing parents: made, latest step-00000004 (exit $rc)"
+timeout 120 "$TRAIN" $ONE --steps 6 --ckpt-dir "$TMP/deep/er/ck" --ckpt-every 2 --resume \
+    --json "$TMP/log.json" >"$TMP/append.out" 2>&1
+rc=$?
+steps=$(grep -c '"loss"' "$TMP/log.json")
+check "$([ $rc = 0 ] && [ "$steps" = 6 ] && echo 0 || echo 1)" \
+    "--resume appends to the --json log: $steps step records (want 6: 1-4, then 5-6) (exit $rc)"
+timeout 60 "$TRAIN" $ONE --steps 4 --ckpt-dir "$TMP/text.txt/ck" --ckpt-every 2 \
+    >"$TMP/badck.out" 2>&1
+rc=$?
+check "$([ $rc != 0 ] && grep -q 'ckpt-dir.*cannot create' "$TMP/badck.out" &&
+         ! grep -q '^step 1 ' "$TMP/badck.out" && echo 0 || echo 1)" \
+    "--ckpt-dir under a file: refused before step 1 (exit $rc): $(grep -m1 'ckpt-dir' "$TMP/badck.out" | cut -c1-120)"
+bad=""
+for a in "--lr=" "--steps=-3" "--lr=nan" "--seed=-1" "--lr=-1e-3" "--ckpt-every="; do
+    timeout 20 "$TRAIN" $ONE "${a%%=*}" "${a#*=}" >"$TMP/val.out" 2>&1
+    rc=$?
+    [ $rc = 2 ] && grep -q "needs a valid value" "$TMP/val.out" || bad="$bad $a(exit $rc)"
+done
+check "$([ -z "$bad" ] && echo 0 || echo 1)" \
+    "empty, negative and non-finite numbers refused (exit 2)${bad:+: not refused:$bad}"
 
 echo "test_ckpt_faults.sh: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

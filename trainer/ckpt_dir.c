@@ -649,6 +649,32 @@ weft_status_t train_ckpt_resume(const char *dir, train_gpt2_t *m, train_dist_t *
     return st;
 }
 
+weft_status_t train_ckpt_prepare(const char *dir)
+{
+    char path[PATH_MAX];
+    struct stat sb;
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--ckpt-dir: path too long");
+    for (char *p = path + 1; *p; p++) {   // each parent, then the directory itself
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return weft_error_quiet(WEFT_ERR_SYSTEM, "--ckpt-dir %s: cannot create %s: %s",
+                                    dir, path, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return weft_error_quiet(WEFT_ERR_SYSTEM, "--ckpt-dir %s: cannot create it: %s", dir,
+                                strerror(errno));
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--ckpt-dir %s: not a directory", dir);
+    if (access(path, W_OK | X_OK) != 0)
+        return weft_error_quiet(WEFT_ERR_SYSTEM, "--ckpt-dir %s: cannot write there: %s",
+                                dir, strerror(errno));
+    return WEFT_OK;
+}
+
 weft_status_t train_ckpt_export(const char *dir, const char *path)
 {
     // the model's sizes from the manifest that latest names, then an ordinary resume

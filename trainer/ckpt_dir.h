@@ -36,5 +36,9 @@ weft_status_t train_ckpt_resume(const char *dir, train_gpt2_t *m, train_dist_t *
 /* One process: the model of DIR/latest (any world size and strategy) as an llm.c GPT-2
  * checkpoint at path (what llm.c's train_gpt2.c loads). */
 weft_status_t train_ckpt_export(const char *dir, const char *path);
+/* At start, where checkpoints will be saved: dir and its missing parents are made, and
+ * it must be a directory this process can write (else a clear error now, not a failed
+ * save at step N). */
+weft_status_t train_ckpt_prepare(const char *dir);
 
 #endif

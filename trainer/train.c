@@ -363,6 +363,8 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
                                 "not be negative");
     if (o->device == TRAIN_DEVICE_CUDA)   // say it before reading any data
         RETURN_IF_ERR(train_cuda_probe(NULL));
+    if (o->ckpt_every > 0)   // every rank writes there: each finds out now, not at step N
+        RETURN_IF_ERR(train_ckpt_prepare(o->ckpt_dir));
     if (train_dist_launched_size() > 1) {
         GOTO_IF_ERR(train_dist_init(&dist), st, cleanup);
         if (dist.rank != 0 && !o->log_all) {
@@ -398,7 +400,8 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
                     st, cleanup);
         GOTO_IF_ERR(train_loader_init(&d.val_ld, &d.val, o->B, T, 0, o->seed), st, cleanup);
     }
-    if (lead && o->json_path && !(json = fopen(o->json_path, "w"))) {
+    /* a resumed run continues the log it resumes (as llm.c's), a new one starts it */
+    if (lead && o->json_path && !(json = fopen(o->json_path, o->resume ? "a" : "w"))) {
         st = weft_error_quiet(WEFT_ERR_SYSTEM, "cannot create %s", o->json_path);
         goto cleanup;
     }

@@ -14,6 +14,7 @@
  */
 #include <cblas.h>
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,15 +146,21 @@ static void usage(FILE *f)
         "tok/s counts the global batch.\n");
 }
 
+/* Every number weft-train takes is a count, a size or a rate: an empty value (an unset
+ * shell variable), a negative one, or a float that is not finite is refused, not read
+ * as 0 or as "never". */
 static int parse_value(const cli_opt_t *o, const char *v, train_opts_t *t)
 {
     char *end = NULL;
     void *p = (char *)t + o->offset;
     errno = 0;
+    int number = o->kind == OPT_INT || o->kind == OPT_U64 || o->kind == OPT_FLOAT;
+    if (number && (*v == '\0' || (strchr(v, '-') != NULL && o->kind != OPT_FLOAT)))
+        return -1;
     switch (o->kind) {
     case OPT_INT: {
         long x = strtol(v, &end, 10);
-        if (*end || errno || x < -2147483647L || x > 2147483647L)
+        if (*end || errno || x < 0 || x > 2147483647L)
             return -1;
         *(int *)p = (int)x;
         return 0;
@@ -161,9 +168,13 @@ static int parse_value(const cli_opt_t *o, const char *v, train_opts_t *t)
     case OPT_U64:
         *(uint64_t *)p = strtoull(v, &end, 10);
         return (*end || errno) ? -1 : 0;
-    case OPT_FLOAT:
-        *(float *)p = strtof(v, &end);
-        return (*end || errno) ? -1 : 0;
+    case OPT_FLOAT: {
+        float x = strtof(v, &end);
+        if (*end || errno || !isfinite(x) || x < 0.0f)
+            return -1;
+        *(float *)p = x;
+        return 0;
+    }
     case OPT_STR:
         *(const char **)p = v;
         return 0;
@@ -245,7 +256,9 @@ int main(int argc, char **argv)
             continue;
         }
         if (i + 1 >= argc || parse_value(o, argv[i + 1], &t) != 0) {
-            fprintf(stderr, "weft-train: %s needs a valid value (see --help)\n", argv[i]);
+            fprintf(stderr, "weft-train: %s needs a valid value (see --help)%s%s%s\n",
+                    argv[i], i + 1 < argc ? ": got '" : "", i + 1 < argc ? argv[i + 1] : "",
+                    i + 1 < argc ? "'" : "");
             return 2;
         }
         i++;
