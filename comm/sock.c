@@ -566,6 +566,20 @@ void sock_tune(int fd, size_t buf_bytes)
     (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
 }
 
+void sock_dead_after(int fd, long dead_s)
+{
+    if (dead_s <= 0)
+        return;
+    int on = 1, idle = (int)(dead_s / 2 > 0 ? dead_s / 2 : 1), intvl = 1,
+        cnt = (int)(dead_s - idle > 0 ? dead_s - idle : 1);
+    unsigned int user_ms = (unsigned int)(dead_s * 1000);
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms));
+}
+
 void sock_fixed_ports(int *lo_p, int *span_p)
 {
     int lo = 0, hi = 0;

@@ -32,6 +32,8 @@ typedef struct weft_config {
     char hostid[64];          /* WEFT_HOSTID: "" = hostname/boot/machine id (topo_host_id) */
     size_t buffsize;          /* WEFT_BUFFSIZE: bytes of staging per connection */
     size_t socket_buffsize;   /* WEFT_SOCKET_BUFFSIZE: SO_SNDBUF/SO_RCVBUF; 0 = autotuning */
+    long tcp_dead_s;          /* WEFT_TCP_DEAD: seconds of silence from a peer's host after
+                                 which its tcp connection is lost; 0 = the kernel's */
     size_t chunk;             /* WEFT_CHUNK: bytes per frame, 0 = tuner decides */
     long nchannels;           /* WEFT_NCHANNELS: rings per call (slices of the buffer) */
     size_t direct_max;        /* WEFT_DIRECT_MAX: largest message for the direct algo */

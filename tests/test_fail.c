@@ -18,6 +18,9 @@
  *               root it is named by). With
  *               WEFT_ROOT_CHECK=0 a rank whose part of the call was consistent may
  *               complete it (docs/FAILURES.md); its next call must then fail that way.
+ * netcut        all-reduces in a loop while test_multihost.sh takes one host's network away
+ *               (the processes live on): the failing call must be PEER_LOST within
+ *               WEFT_TCP_DEAD + 5 s on every rank
  * abort         rank 0 is blocked in a receive; another thread calls weft_comm_abort
  *               after 0.3 s: rank 0 gets WEFT_ERR_ABORTED, every other rank (blocked
  *               too) WEFT_ERR_PEER_LOST naming rank 0, within 2 s of the abort (first,
@@ -322,6 +325,28 @@ static void *kill_later(void *p)
     }
     raise(SIGKILL);
     return NULL;
+}
+
+/* netcut: all-reduces in a loop until one fails (at most 60 s); the call that fails must
+ * be PEER_LOST within WEFT_TCP_DEAD + 5 s of its start (test_multihost.sh takes a host's
+ * network away meanwhile, its processes alive). */
+static int netcut_test(weft_comm_t *c, int rank)
+{
+    float x[256] = { 0 };
+    const char *d = getenv("WEFT_TCP_DEAD");
+    double limit = (d ? atof(d) : 10.0) + 5.0, t0 = now_s(), t_call = t0;
+    weft_status_t st = WEFT_OK;
+    signal(SIGTERM, SIG_IGN);           /* report first */
+    while (st == WEFT_OK && now_s() - t0 < 60.0) {
+        t_call = now_s();
+        st = weft_allreduce(x, x, 256, WEFT_FLOAT32, WEFT_SUM, c);
+    }
+    double took = now_s() - t_call;
+    int ok = st == WEFT_ERR_PEER_LOST && took < limit;
+    printf("%s rank %d netcut: the call failed after %.2f s with %s (want peer lost within "
+           "%.0f s): %s\n", ok ? "ok" : "FAIL", rank, took, weft_status_str(st), limit,
+           weft_last_error());
+    return !ok;
 }
 
 static int kill_test(weft_comm_t *c, int rank, int nranks, unsigned seed, const char *file)
@@ -741,6 +766,10 @@ int main(int argc, char **argv)
          * that exited failed a call whose frames had all arrived (issue 22's notes:
          * its buffered frames should still be read) */
         meet("mismatch", rank, nranks, 10.0, 0.5);
+    } else if (!strcmp(mode, "netcut")) {
+        bad = netcut_test(c, rank);
+        fflush(stdout);
+        _exit(bad);                     /* no destroy: the connections are gone */
     } else if (!strcmp(mode, "abort")) {
         bad = abort_test(c, rank, nranks, buf);
     } else if (!strcmp(mode, "kill") && argc > 3) {

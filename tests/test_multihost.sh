@@ -290,5 +290,21 @@ L="2x2, WEFT_ADDR=$RDV_NAME (127.0.1.1 on rank 0's host)"
 RDV_HOST=$RDV_NAME WEFT_TIMEOUT=20 RANK_TIMEOUT=40 MATRIX_ARGS="--quick --colls allreduce,allgather" \
     matrix 29509
 
+# A host vanishes without closing its connections (its network goes down, its processes
+# live on): every rank's call fails with PEER_LOST within WEFT_TCP_DEAD (here 4 s) + 5 s,
+# not at WEFT_TIMEOUT (before 2026-11-27: the tcp connections had no keepalive and no
+# TCP_USER_TIMEOUT, so the ranks waited for WEFT_TIMEOUT).
+layout 2 1
+name=netcut
+( sleep 3; ip -n "${NS}b" link set eth0 down ) &
+WEFT_TIMEOUT=60 WEFT_TCP_DEAD=4 RANK_TIMEOUT=50 launch "$name" 29510 "$B/tests/test_fail" netcut
+wait
+bad=""
+for ((r = 0; r < N; r++)); do
+    grep -q "^ok rank $r netcut" "$D/$name.$r" || bad="$bad rank $r did not report it in time;"
+done
+report "$bad" "2x1: host b's network taken away, its process alive: $(grep -h -o 'failed after [0-9.]* s with [a-z ]*' "$D/$name".[0-9] | tr '\n' ';')" "$name"
+ip -n "${NS}b" link set eth0 up
+
 echo "test_multihost.sh: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

@@ -125,6 +125,7 @@ static weft_status_t new_ep(weft_comm_t *comm, int fd, tp_ep_t **ep_p)
     e->fd = fd;
     e->max_frame = comm->cfg.buffsize;
     sock_tune(fd, comm->cfg.socket_buffsize);
+    sock_dead_after(fd, comm->cfg.tcp_dead_s);
     weft_status_t st = sock_set_nonblock(fd);
     if (st != WEFT_OK) {
         close(fd);
@@ -213,6 +214,10 @@ static weft_status_t io_error(tcp_ep_t *e, const char *what)
     if (errno == EPIPE || errno == ECONNRESET || errno == 0)
         return err(WEFT_ERR_PEER_LOST, "tcp: connection to rank %d %s", e->base.peer,
                    errno == 0 ? "closed by the peer" : "reset");
+    if (errno == ETIMEDOUT || errno == EHOSTUNREACH || errno == ENETUNREACH ||
+        errno == EHOSTDOWN)   /* its host stopped answering (WEFT_TCP_DEAD) */
+        return err(WEFT_ERR_PEER_LOST, "tcp: rank %d's host stopped answering (%m): host "
+                   "down or network cut", e->base.peer);
     return err(WEFT_ERR_SYSTEM, "tcp: %s rank %d: %m", what, e->base.peer);
 }
 
