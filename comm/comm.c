@@ -76,7 +76,7 @@ weft_status_t comm_local_addr(const weft_comm_t *c, struct sockaddr_in *out)
     if (!*ifname && c->rdv_named_lo) {
         /* the route to a loopback rendezvous is the loopback: ranks on other hosts
          * could not reach an address on it. The first other interface instead. */
-        if (sock_local_addr(NULL, "^lo", out) == WEFT_OK) {
+        if (sock_local_addr(NULL, "^lo,docker,virbr", out) == WEFT_OK) {
             char as[64];
             LOG_INFO(LOG_NET, "the rendezvous resolves to a loopback address on this host: "
                      "data connections listen on %s (WEFT_SOCKET_IFNAME chooses)",

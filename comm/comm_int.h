@@ -276,7 +276,8 @@ typedef struct connect_agree {
 weft_status_t comm_bind(const weft_comm_t *c);
 /* comm.c: the address the network transports listen on: WEFT_SOCKET_IFNAME's interface,
  * else the one that reaches the rendezvous, except where the rendezvous's name resolved
- * to a loopback address here (rdv_named_lo): then the first other interface. */
+ * to a loopback address here (rdv_named_lo): then the first other interface that is up
+ * (not a docker or libvirt bridge, as NCCL's default skips them). */
 weft_status_t comm_local_addr(const weft_comm_t *c, struct sockaddr_in *out);
 /* watch (may be NULL) is asked every 50 ms of a connection wait whether to go on;
  * failed (may be NULL) is told, before the closing barrier, that this rank's own setup

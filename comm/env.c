@@ -100,16 +100,17 @@ static void ancestor_id(const char *name, char *out, size_t cap)
 }
 
 /* The launcher's job (its job id, and under Slurm the step): 0 when it names none.
- * Every rank of one job computes the same (MPICH's hydra: the ranks of one host, which
- * is where the job-id port is used); the job-id port and the bootstrap's job tag are
- * made from it. */
-static uint64_t job_hash(const launcher_t *l)
+ * Every rank of one job computes the same, and the bootstrap's job tag is made from it.
+ * one_host: for the job-id port of a job all on one host, where MPICH's hydra, which
+ * names no job, stands in with its proxy process on this host (one proxy per host: as
+ * a job tag it would set the hosts of one job apart). */
+static uint64_t job_hash(const launcher_t *l, int one_host)
 {
     const char *jobid = NULL, *step = getenv("SLURM_STEP_ID");
     char proxy[128];
     for (int k = 0; k < 2 && (jobid == NULL || *jobid == '\0'); k++)
         jobid = l->jobid[k] ? getenv(l->jobid[k]) : NULL;
-    if ((jobid == NULL || *jobid == '\0') && !strcmp(l->source, "PMI")) {
+    if ((jobid == NULL || *jobid == '\0') && one_host && !strcmp(l->source, "PMI")) {
         ancestor_id("hydra_pmi_proxy", proxy, sizeof(proxy));
         jobid = proxy;
     }
@@ -155,7 +156,7 @@ static weft_status_t find_rendezvous(const launcher_t *l, launch_env_t *env)
         snprintf(env->rendezvous, sizeof(env->rendezvous), "%s:%s", maddr, mport);
         return WEFT_OK;
     }
-    uint64_t job = job_hash(l);
+    uint64_t job = job_hash(l, 1);
     int single_host = env->local_size == env->nranks ||
                       (getenv("SLURM_NNODES") && !strcmp(getenv("SLURM_NNODES"), "1"));
     if (job && single_host) {
@@ -184,6 +185,10 @@ static const launcher_t *find_launcher(int *rank, int *size, int *why,
         const launcher_t *l = &launchers[i];
         int r = env_int(l->rank, rank), s = env_int(l->size, size);
         if (!strcmp(l->source, "Slurm") && r != 0 && s == 0 && getenv("SLURM_NTASKS")) {
+            /* a batch script's own process: the job's only task where it has one (sbatch
+             * -n 1 running the program directly), else not a rank of it */
+            if (env_int("SLURM_NTASKS", size) == 1 && *size == 1)
+                return l;
             *why = 1;
             return NULL;
         }
@@ -203,7 +208,9 @@ int weft_launch_size(void)
 {
     int rank, size, why;
     const launcher_t *bad;
-    return find_launcher(&rank, &size, &why, &bad) ? size : 0;
+    if (find_launcher(&rank, &size, &why, &bad))
+        return size;
+    return why ? -1 : 0;
 }
 
 weft_status_t env_detect(launch_env_t *env)
@@ -234,7 +241,7 @@ weft_status_t env_detect(launch_env_t *env)
         env_int(l->local_rank, &env->local_rank);
     if (l->local_size)
         env_int(l->local_size, &env->local_size);
-    uint64_t job = job_hash(l);
+    uint64_t job = job_hash(l, 0);
     if (job)                    /* two jobs that meet at one port never mix */
         env->job_tag = (uint32_t)(job ^ (job >> 32)) | 1u;
     return find_rendezvous(l, env);

@@ -439,7 +439,8 @@ static void fill_addr(const struct ifaddrs *i, struct sockaddr_in *out)
 
 static int is_ipv4(const struct ifaddrs *i)
 {
-    return i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET;
+    return i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET &&
+           (i->ifa_flags & IFF_UP);   /* an interface that is down reaches nobody */
 }
 
 /* The interface WEFT_SOCKET_IFNAME picks, in NCCL's syntax (topo.h's device filter):
@@ -570,14 +571,23 @@ void sock_dead_after(int fd, long dead_s)
 {
     if (dead_s <= 0)
         return;
-    int on = 1, idle = (int)(dead_s / 2 > 0 ? dead_s / 2 : 1), intvl = 1,
-        cnt = (int)(dead_s - idle > 0 ? dead_s - idle : 1);
-    unsigned int user_ms = (unsigned int)(dead_s * 1000);
+    /* half the time idle, then up to 127 probes (the kernel's most) spread over the rest */
+    int on = 1, idle = (int)(dead_s / 2 > 0 ? dead_s / 2 : 1);
+    long rest = dead_s - idle > 0 ? dead_s - idle : 1;
+    int cnt = (int)(rest < 127 ? rest : 127), intvl = (int)((rest + cnt - 1) / cnt);
     (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
     (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
     (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
     (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms));
+}
+
+int sock_unanswered_ms(int fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 || ti.tcpi_unacked == 0)
+        return 0;
+    return (int)(ti.tcpi_last_ack_recv > INT32_MAX ? INT32_MAX : ti.tcpi_last_ack_recv);
 }
 
 void sock_fixed_ports(int *lo_p, int *span_p)

@@ -54,10 +54,16 @@ weft_status_t sock_local_addr(const struct sockaddr_in *to, const char *ifname,
 int sock_named_loopback(const char *hostport, const struct sockaddr_in *resolved);
 weft_status_t sock_set_nonblock(int fd);
 void sock_tune(int fd, size_t buf_bytes);   /* TCP_NODELAY; buffers if buf_bytes != 0 */
-/* The connection fails (ETIMEDOUT) after about dead_s seconds without an answer from the
- * peer's host: keepalive probes while idle (half the time idle, then a probe a second),
- * and TCP_USER_TIMEOUT for data left unacknowledged. 0: the kernel's defaults. */
+/* An idle connection fails (ETIMEDOUT) after about dead_s seconds without an answer from
+ * the peer's host: keepalive probes (half the time idle, then probes over the rest).
+ * 0: the kernel's defaults. (Not TCP_USER_TIMEOUT: since Linux 5.11 it also ends a
+ * connection whose peer, alive, keeps its window closed that long, a rank busy outside
+ * weft; sock_unanswered_ms covers data in flight instead.) */
 void sock_dead_after(int fd, long dead_s);
+/* Milliseconds since the peer's host last acknowledged anything, where data sent is
+ * still unacknowledged (TCP_INFO); 0 where nothing is. A closed window that the peer's
+ * kernel answers is not unanswered. */
+int sock_unanswered_ms(int fd);
 /* "1.2.3.4:5678" into buf. */
 const char *sock_addr_str(const struct sockaddr_in *a, char *buf, size_t cap);
 

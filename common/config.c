@@ -173,7 +173,8 @@ static const cfg_knob_t knobs[] = {
       "(smaller windows stall on zero-window probes)",
       SIZE(socket_buffsize), NULL },
     { "WEFT_TCP_DEAD", "10", "seconds a tcp data connection may go without an answer from "
-      "the peer's host (keepalive probes while idle, acknowledgements of data sent) before "
+      "the peer's host (keepalive probes while idle; while data sent is unacknowledged, any "
+      "acknowledgement) before "
       "the peer counts as lost (WEFT_ERR_PEER_LOST): a host that vanishes without closing "
       "its connections (power loss, a cut network) is found in about this time instead of "
       "at WEFT_TIMEOUT; 0 = the kernel's defaults (about 15 minutes of retransmissions)",
@@ -314,9 +315,9 @@ weft_status_t cfg_load(weft_config_t *out)
         (cfg.socket_buffsize < 64 * 1024 || cfg.socket_buffsize > ((size_t)1 << 30)))
         return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_SOCKET_BUFFSIZE=%zu must be 0 "
                           "or in [64K, 1G]", cfg.socket_buffsize);
-    if (cfg.tcp_dead_s != 0 && (cfg.tcp_dead_s < 2 || cfg.tcp_dead_s > 86400))
+    if (cfg.tcp_dead_s != 0 && (cfg.tcp_dead_s < 2 || cfg.tcp_dead_s > 3600))
         return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_TCP_DEAD=%ld must be 0 or in "
-                          "[2, 86400] seconds", cfg.tcp_dead_s);
+                          "[2, 3600] seconds", cfg.tcp_dead_s);
     if (cfg.chunk != 0 && (cfg.chunk < 256 || cfg.chunk > cfg.buffsize / 2))
         return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_CHUNK=%zu must be 0 or in "
                           "[256, WEFT_BUFFSIZE/2 = %zu]", cfg.chunk, cfg.buffsize / 2);

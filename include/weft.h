@@ -84,9 +84,10 @@ weft_status_t weft_comm_init(weft_comm_t **comm_p);
 weft_status_t weft_comm_init_rank(int rank, int nranks, const char *rendezvous,
                                   weft_comm_t **comm_p);
 /* The job's size as weft_comm_init would read it from the launcher's environment,
- * without starting anything: 0 where no launcher's variables (rank and size both) are
- * found or they do not describe a rank, so a program can tell a lone process from a
- * rank of a job before it calls weft_comm_init. */
+ * without starting anything or touching weft_last_error: 0 where no launcher's
+ * variables (rank and size both) are found, -1 where they are but weft_comm_init would
+ * refuse them (saying why), so a program can tell a lone process from a rank of a job
+ * before it calls weft_comm_init. */
 int weft_launch_size(void);
 /* Like MPI_Comm_split: ranks with the same color form a communicator, ordered by key
  * then by rank in comm. A negative color (WEFT_UNDEFINED) yields *comm_p = NULL. */

@@ -134,7 +134,11 @@ SHIM_EXPORT const char *ncclGetErrorString(ncclResult_t r)
 
 SHIM_EXPORT const char *ncclGetLastError(ncclComm_t comm)
 {
-    return last_err_any;
+    static __thread char view[sizeof(last_err_any)];   /* a copy another thread cannot tear */
+    pthread_mutex_lock(&last_err_lock);
+    memcpy(view, last_err_any, sizeof(view));
+    pthread_mutex_unlock(&last_err_lock);
+    return view;
 }
 
 SHIM_EXPORT ncclResult_t ncclGetVersion(int *version)
@@ -532,6 +536,17 @@ static ncclResult_t run_comm(ncclComm_t c, const gop_t *ops, size_t n)
     return r;
 }
 
+/* The communicators that comm c's splits among ops[from..n) would have made carry r:
+ * those splits never ran (ncclCommGetAsyncError says so). */
+static void fail_children(ncclComm_t c, const gop_t *ops, size_t n, size_t from,
+                          ncclResult_t r)
+{
+    for (size_t i = from; i < n; i++)
+        if (ops[i].comm == c && ops[i].kind == G_SPLIT && ops[i].child &&
+            ops[i].child->async == ncclSuccess && ops[i].child->w == NULL)
+            ops[i].child->async = r;
+}
+
 static ncclResult_t run_comm_calls(ncclComm_t c, const gop_t *ops, size_t n)
 {
     int p2p_done = 0;
@@ -540,9 +555,11 @@ static ncclResult_t run_comm_calls(ncclComm_t c, const gop_t *ops, size_t n)
     for (size_t i = 0; i < n; i++) {
         if (ops[i].comm != c)
             continue;
-        if (ops[i].kind != G_INIT && c->w == NULL)
-            return fail(c->async != ncclSuccess ? c->async : ncclInvalidUsage,
-                        "comm failed to initialize");
+        if (ops[i].kind != G_INIT && c->w == NULL) {
+            ncclResult_t r = c->async != ncclSuccess ? c->async : ncclInvalidUsage;
+            fail_children(c, ops, n, i, r);
+            return fail(r, "comm failed to initialize");
+        }
         ncclResult_t r;
         if (ops[i].kind == G_SEND || ops[i].kind == G_RECV) {
             if (p2p_done)
@@ -556,6 +573,7 @@ static ncclResult_t run_comm_calls(ncclComm_t c, const gop_t *ops, size_t n)
             if (ops[i].kind != G_INIT && c->async == ncclSuccess &&
                 (r == ncclRemoteError || r == ncclSystemError))
                 c->async = r;
+            fail_children(c, ops, n, i + 1, r);
             return r;
         }
     }
@@ -680,8 +698,7 @@ SHIM_EXPORT ncclResult_t ncclGroupEnd(void)
             if ((group_ops[i].kind == G_INIT || group_ops[i].kind == G_SPLIT) && c)
                 c->async = r;
         }
-        fail(r, "ncclGroupEnd: a call of the group was refused, so none of it ran (its "
-             "own error came back from that call)");
+        /* the last error stays the refused call's own, which says why */
     } else {
         int dev = caller_device();
         r = run_ops(group_ops, group_n);

@@ -738,8 +738,19 @@ weft_status_t shard_create(shard_t **sh_p, weft_comm_t *world, const shard_opts_
     else if (st == WEFT_OK && !all_ok)
         st = weft_error(WEFT_ERR_PEER_LOST, "shard: another rank could not set up its shards "
                         "(its own error says why)");
-    if (st != WEFT_OK)
-        goto fail;
+    if (st != WEFT_OK) {
+        /* gathers setup_unit started (bf16 parameters) wait for the failed rank's part:
+         * the abort ends them at once, so shard_destroy does not wait WEFT_TIMEOUT; the
+         * error said first is the one the caller gets */
+        char why[512];
+        snprintf(why, sizeof(why), "%s", weft_last_error());
+        if (sh->gcomm)
+            weft_comm_abort(sh->gcomm);
+        if (sh->rcomm)
+            weft_comm_abort(sh->rcomm);
+        shard_destroy(sh);
+        return weft_error_quiet(st, "%s", why);
+    }
     *sh_p = sh;
     return WEFT_OK;
 fail:

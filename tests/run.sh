@@ -375,6 +375,9 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
             run "test_fail $m $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=1 \
                 "$WEFTRUN" -n 2 "$B/tests/test_fail" "$m"
         done
+        # a peer busy outside weft (its windows closed) is late, not lost (WEFT_TCP_DEAD)
+        [ "$t" = tcp ] && run "test_fail busy tcp" env WEFT_TRANSPORT=tcp WEFT_TCP_DEAD=2 \
+            "$WEFTRUN" -n 2 "$B/tests/test_fail" busy
         run "test_fail peer_exit -n 4 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 4 \
             "$B/tests/test_fail" peer_exit
         run "test_fail abort -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
@@ -555,7 +558,7 @@ if [ -x "$B/bin/weft-train" ] && [ -x "$B/tests/test_train" ]; then
     # gather that could not start; (create_fail) one rank out of memory in shard_create
     for s in hybrid full zero1 "hybrid fail" "full fail" "zero1 fail" "hybrid reload" \
              "full reload" "zero1 reload" "hybrid misuse" "full misuse" "zero1 misuse" \
-             "none misuse" "hybrid create_fail"; do
+             "none misuse" "hybrid create_fail" "zero1 create_fail"; do
         if [ -x "$B/tests/test_shard_order" ]; then
             run "test_shard_order $s -n 4" "$WEFTRUN" -n 4 --timeout 60 \
                 "$B/tests/test_shard_order" $s

@@ -18,9 +18,11 @@
  *               root it is named by). With
  *               WEFT_ROOT_CHECK=0 a rank whose part of the call was consistent may
  *               complete it (docs/FAILURES.md); its next call must then fail that way.
- * netcut        all-reduces in a loop while test_multihost.sh takes one host's network away
- *               (the processes live on): the failing call must be PEER_LOST within
- *               WEFT_TCP_DEAD + 5 s on every rank
+ * busy          (2 ranks) rank 1 busy 6 s outside weft while rank 0 sends a 64 MB
+ *               all-reduce: with WEFT_TCP_DEAD=2 both complete (a late peer is not lost)
+ * netcut F      each rank creates F.RANK once up, then all-reduces in a loop while
+ *               test_multihost.sh takes one host's network away (the processes live on):
+ *               the failing call must be PEER_LOST within WEFT_TCP_DEAD + 5 s on every rank
  * abort         rank 0 is blocked in a receive; another thread calls weft_comm_abort
  *               after 0.3 s: rank 0 gets WEFT_ERR_ABORTED, every other rank (blocked
  *               too) WEFT_ERR_PEER_LOST naming rank 0, within 2 s of the abort (first,
@@ -330,9 +332,14 @@ static void *kill_later(void *p)
 /* netcut: all-reduces in a loop until one fails (at most 60 s); the call that fails must
  * be PEER_LOST within WEFT_TCP_DEAD + 5 s of its start (test_multihost.sh takes a host's
  * network away meanwhile, its processes alive). */
-static int netcut_test(weft_comm_t *c, int rank)
+static int netcut_test(weft_comm_t *c, int rank, const char *ready)
 {
     float x[256] = { 0 };
+    char path[512];
+    snprintf(path, sizeof(path), "%s.%d", ready, rank);   /* up: the script may cut now */
+    FILE *f = fopen(path, "w");
+    if (f)
+        fclose(f);
     const char *d = getenv("WEFT_TCP_DEAD");
     double limit = (d ? atof(d) : 10.0) + 5.0, t0 = now_s(), t_call = t0;
     weft_status_t st = WEFT_OK;
@@ -347,6 +354,26 @@ static int netcut_test(weft_comm_t *c, int rank)
            "%.0f s): %s\n", ok ? "ok" : "FAIL", rank, took, weft_status_str(st), limit,
            weft_last_error());
     return !ok;
+}
+
+/* busy: rank 1 is busy outside weft for 6 s (its sockets unread, the windows closed)
+ * while rank 0 already sends a 64 MB all-reduce: a peer that is alive but late is not a
+ * lost one, whatever WEFT_TCP_DEAD (run with 2 s): both calls complete. */
+static int busy_test(weft_comm_t *c, int rank)
+{
+    size_t n = (size_t)16 << 20;
+    float *x = calloc(n, sizeof(float));
+    if (x == NULL)
+        return 1;
+    if (rank == 1)
+        sleep(6);
+    double t0 = now_s();
+    weft_status_t st = weft_allreduce(x, x, n, WEFT_FLOAT32, WEFT_SUM, c);
+    printf("%s rank %d busy: a 64 MB all-reduce with a peer busy for 6 s: %s after %.1f s%s%s\n",
+           st == WEFT_OK ? "ok" : "FAIL", rank, weft_status_str(st), now_s() - t0,
+           st == WEFT_OK ? "" : ": ", st == WEFT_OK ? "" : weft_last_error());
+    free(x);
+    return st != WEFT_OK;
 }
 
 static int kill_test(weft_comm_t *c, int rank, int nranks, unsigned seed, const char *file)
@@ -766,8 +793,10 @@ int main(int argc, char **argv)
          * that exited failed a call whose frames had all arrived (issue 22's notes:
          * its buffered frames should still be read) */
         meet("mismatch", rank, nranks, 10.0, 0.5);
-    } else if (!strcmp(mode, "netcut")) {
-        bad = netcut_test(c, rank);
+    } else if (!strcmp(mode, "busy") && nranks == 2) {
+        bad = busy_test(c, rank);
+    } else if (!strcmp(mode, "netcut") && argc > 2) {
+        bad = netcut_test(c, rank, argv[2]);
         fflush(stdout);
         _exit(bad);                     /* no destroy: the connections are gone */
     } else if (!strcmp(mode, "abort")) {

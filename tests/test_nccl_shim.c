@@ -395,6 +395,8 @@ int main(void)
               "in a group: split with color -5");
     check(ncclCommSplit(two[1], 3, 0, &lone, NULL) == ncclSuccess, "... then a good split");
     check_err(ncclGroupEnd(), ncclInvalidArgument, "the group fails, nothing of it ran");
+    check(strstr(ncclGetLastError(NULL), "color -5") != NULL,
+          "... and the last error is still the refused call's own");
     ncclResult_t ae = ncclSuccess;
     check(lone != NULL && ncclCommGetAsyncError(lone, &ae) == ncclSuccess &&
           ae == ncclInvalidArgument, "... and the good split's communicator carries the error");

@@ -17,7 +17,7 @@
 int train_dist_launched_size(void)
 {
     int n = weft_launch_size();   // weft_comm_init's own reading of the launcher
-    return n > 1 ? n : 1;
+    return n == 0 ? 1 : n;        // -1: launched, but init will refuse it and say why
 }
 
 weft_status_t train_dist_init(train_dist_t *d)

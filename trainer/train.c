@@ -363,9 +363,7 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
                                 "not be negative");
     if (o->device == TRAIN_DEVICE_CUDA)   // say it before reading any data
         RETURN_IF_ERR(train_cuda_probe(NULL));
-    if (o->ckpt_every > 0)   // every rank writes there: each finds out now, not at step N
-        RETURN_IF_ERR(train_ckpt_prepare(o->ckpt_dir));
-    if (train_dist_launched_size() > 1) {
+    if (train_dist_launched_size() != 1) {   // a job's rank, or init's error why not
         GOTO_IF_ERR(train_dist_init(&dist), st, cleanup);
         if (dist.rank != 0 && !o->log_all) {
             if (!(devnull = fopen("/dev/null", "w"))) {
@@ -375,6 +373,10 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
             out = devnull;
         }
     }
+    /* where checkpoints go, made and checked by every rank now (each writes there), not
+     * at step N; a rank that cannot stops here, and the others at their next collective */
+    if (o->ckpt_every > 0)
+        GOTO_IF_ERR(train_ckpt_prepare(o->ckpt_dir), st, cleanup);
     int lead = dist.rank == 0;   // writes the json, the checkpoint and the sample
     // the data first (its kind picks the default vocabulary), then the model
     int T_req = o->T > 0 ? o->T : o->ctx;

@@ -70,6 +70,7 @@ typedef struct tcp_ep {
     char *rx_buf;
     size_t rx_cap;
     size_t max_frame;
+    int dead_ms;            /* WEFT_TCP_DEAD: data unacknowledged this long, the host is gone */
 } tcp_ep_t;
 
 static int tcp_can_connect(const weft_comm_t *comm, const peer_info_t *self,
@@ -124,6 +125,7 @@ static weft_status_t new_ep(weft_comm_t *comm, int fd, tp_ep_t **ep_p)
     }
     e->fd = fd;
     e->max_frame = comm->cfg.buffsize;
+    e->dead_ms = (int)(comm->cfg.tcp_dead_s * 1000);
     sock_tune(fd, comm->cfg.socket_buffsize);
     sock_dead_after(fd, comm->cfg.tcp_dead_s);
     weft_status_t st = sock_set_nonblock(fd);
@@ -381,10 +383,23 @@ static void tcp_recv_release(tp_ep_t *ep)
     ((tcp_ep_t *)ep)->rx_got = 0;
 }
 
-/* A lost peer shows up as EOF or a reset on the socket, which recv and send report. */
+/* A lost peer shows up as EOF or a reset on the socket, which recv and send report; an
+ * idle connection to a host that vanished fails by its keepalive probes (sock_dead_after).
+ * Here (every 20 ms of a wait on the peer): data sent that its host has not acknowledged,
+ * nor anything else, for WEFT_TCP_DEAD: the host is gone, where the kernel would go on
+ * retransmitting for about 15 minutes. */
 static weft_status_t tcp_check_alive(tp_ep_t *ep)
 {
-    return WEFT_OK;
+    tcp_ep_t *e = (tcp_ep_t *)ep;
+    if (e->dead_ms <= 0 || e->broken)
+        return WEFT_OK;
+    int ms = sock_unanswered_ms(e->fd);
+    if (ms < e->dead_ms)
+        return WEFT_OK;
+    e->broken = 1;
+    return weft_error(WEFT_ERR_PEER_LOST, "tcp: rank %d's host stopped answering: data sent "
+                      "%d ms ago is unacknowledged (WEFT_TCP_DEAD): host down or network cut",
+                      e->base.peer, ms);
 }
 
 /* recv without a message: 1 once got reached want, 0 when the stream has no more. */
