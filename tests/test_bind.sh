@@ -84,7 +84,8 @@ if [ "$NCPU" -ge 2 ]; then
     # 3b. two ranks as threads of one process (ncclCommInitAll's way): a binding holds the
     # whole process, so auto leaves it on every cpu (before 2026-11-27 one rank's block
     # held both)
-    p=$((30000 + RANDOM % 20000))
+    # a port the kernel finds free now (a fixed range could collide with another job)
+    p=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     if env -u WEFT_BIND -u WEFT_RANK -u WEFT_WORLD_SIZE timeout 60 "$P" threads "127.0.0.1:$p" \
             >"$OUT/thr" 2>"$OUT/thr.err" && [ "$(awk '{print $3}' "$OUT/thr")" = "$ALL" ]; then
         ok "two ranks as threads of one process: left on every cpu ($ALL)"
