@@ -97,6 +97,17 @@ typedef struct emu_cq_h { struct ibv_cq cq; int idx; } emu_cq_h_t;
 typedef struct emu_qp_h { struct ibv_qp qp; int idx; } emu_qp_h_t;
 
 static emu_fabric_t *fab;
+/* This process's pid: getpid() is a system call, and the emulator asked it several
+ * times per WR. Reset in a forked child. */
+static int32_t self_pid;
+static void self_pid_reset(void) { self_pid = 0; }
+static int32_t me(void)
+{
+    if (self_pid == 0)
+        self_pid = (int32_t)getpid();
+    return self_pid;
+}
+
 static emu_dev_t edev;
 static pthread_once_t fab_once = PTHREAD_ONCE_INIT;
 
@@ -136,6 +147,7 @@ static void fabric_open(void)
     close(fd);
     if (f != MAP_FAILED)
         fab = f;
+    pthread_atfork(NULL, NULL, self_pid_reset);
 }
 
 /* Takes the fabric lock. A robust mutex recovers from a holder that dies, but not from
@@ -164,11 +176,25 @@ static void lock(void)
 
 static void unlock(void) { pthread_mutex_unlock(&fab->lock); }
 
-/* Whether pid still runs (a zombie does not: its memory is gone). */
-static int pid_alive(int32_t pid)
+/* Whether pid still runs (a zombie does not: its memory is gone). Reading
+ * /proc/PID/stat on every WR was a fifth of the emulated tests' time, so a process seen
+ * running is taken as running for the next millisecond (PID_FRESH_NS): a death is seen
+ * that much later, and a WR that moves bytes into a dead process fails anyway (xfer).
+ * The caller holds the lock. */
+#define PID_FRESH_NS 1000000
+#define PID_SEEN 16
+static struct { int32_t pid; int64_t at; } pid_seen[PID_SEEN];
+static unsigned pid_seen_next;
+
+static int64_t now_ns(void)
 {
-    if (pid == getpid())
-        return 1;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static int pid_running(int32_t pid)
+{
     char path[64], buf[256];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY);
@@ -181,6 +207,26 @@ static int pid_alive(int32_t pid)
     buf[n] = 0;
     const char *p = strrchr(buf, ')');
     return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+}
+
+static int pid_alive(int32_t pid)
+{
+    if (pid == me())
+        return 1;
+    int64_t t = now_ns();
+    for (int i = 0; i < PID_SEEN; i++)
+        if (pid_seen[i].pid == pid) {
+            if (t - pid_seen[i].at < PID_FRESH_NS)
+                return 1;
+            pid_seen[i].pid = 0;
+            break;
+        }
+    if (!pid_running(pid))
+        return 0;
+    unsigned k = pid_seen_next++ % PID_SEEN;
+    pid_seen[k].pid = pid;
+    pid_seen[k].at = t;
+    return 1;
 }
 
 /* A free entry (pid 0, or its pid gone); the caller holds the lock. */
@@ -297,7 +343,7 @@ static struct ibv_mr *emu_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int 
         return NULL;
     }
     uint32_t key = (uint32_t)i | ((++fab->gen & 0xffffu) << 16);
-    fab->mr[i] = (emu_mr_t){ .pid = getpid(), .key = key, .addr = (uintptr_t)addr,
+    fab->mr[i] = (emu_mr_t){ .pid = me(), .key = key, .addr = (uintptr_t)addr,
                              .len = len, .access = access };
     unlock();
     mr->context = pd->context;
@@ -313,7 +359,7 @@ static int emu_dereg_mr(struct ibv_mr *mr)
 {
     lock();
     emu_mr_t *m = &fab->mr[mr->handle];
-    if (m->pid == getpid() && m->key == mr->lkey)
+    if (m->pid == me() && m->key == mr->lkey)
         m->pid = 0;
     unlock();
     free(mr);
@@ -354,7 +400,7 @@ static struct ibv_cq *emu_create_cq(struct ibv_context *c, int cqe, void *cq_ctx
         return NULL;
     }
     emu_cq_t *q = &fab->cq[i];
-    q->pid = getpid();
+    q->pid = me();
     q->cqe = (uint32_t)cqe;
     q->head = q->tail = 0;
     unlock();
@@ -369,7 +415,7 @@ static int emu_destroy_cq(struct ibv_cq *cq)
 {
     emu_cq_h_t *h = (emu_cq_h_t *)cq;
     lock();
-    if (fab->cq[h->idx].pid == getpid())
+    if (fab->cq[h->idx].pid == me())
         fab->cq[h->idx].pid = 0;
     unlock();
     free(h);
@@ -443,7 +489,7 @@ static struct ibv_qp *emu_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
     }
     emu_qp_t *q = &fab->qp[i];
     memset(q, 0, offsetof(emu_qp_t, rq));
-    q->pid = getpid();
+    q->pid = me();
     q->state = IBV_QPS_RESET;
     q->send_cq = ((emu_cq_h_t *)a->send_cq)->idx;
     q->recv_cq = ((emu_cq_h_t *)a->recv_cq)->idx;
@@ -536,7 +582,7 @@ static int emu_destroy_qp(struct ibv_qp *qp)
 {
     emu_qp_h_t *h = (emu_qp_h_t *)qp;
     lock();
-    if (fab->qp[h->idx].pid == getpid()) {
+    if (fab->qp[h->idx].pid == me()) {
         fab->qp[h->idx].pid = 0;
         fab->qp[h->idx].state = IBV_QPS_RESET;
     }
@@ -583,7 +629,7 @@ static int xfer(int32_t pid, int to, uint64_t local, uint64_t remote, size_t len
 {
     if (len == 0)
         return 0;
-    if (pid == getpid()) {
+    if (pid == me()) {
         if (to)
             memmove((void *)(uintptr_t)remote, (void *)(uintptr_t)local, len);
         else
@@ -625,7 +671,7 @@ static enum ibv_wc_status execute(emu_qp_t *q, uint32_t qpn, struct ibv_send_wr 
     int need_local = wr->opcode == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0;
     for (int k = 0; k < wr->num_sge; k++) {
         const struct ibv_sge *g = &wr->sg_list[k];
-        if (g->length && !mr_check(getpid(), g->lkey, g->addr, g->length, need_local))
+        if (g->length && !mr_check(me(), g->lkey, g->addr, g->length, need_local))
             return IBV_WC_LOC_PROT_ERR;
         len += g->length;
     }
