@@ -23,6 +23,8 @@ global batch 12 so that 1, 2, 3 and 4 ranks split it evenly):
     4, on the uninterrupted trajectory; a corrupted, truncated or missing file, another
     model's or format's manifest are refused naming the file, a format-1 manifest (no
     manifest_hash) still resumes, and a half-written save is ignored;
+  - a rank 0 --sample longer than WEFT_TIMEOUT fails no rank (it follows the last
+    collective); a checkpoint is written at the last step as well as every N;
   - weft-plan: the ZeRO paper's 70B example (1120 / 283.28 / 143.83 / 4.38 GB), and for
     weft-train runs the model-state bytes exactly and the peak RSS within 15%.
 Every run has a time bound (a hang is a failure). The last line is "N passed, N failed".
@@ -329,7 +331,7 @@ def test_ckpt_exact():
         a1 = os.path.join(tmp, "straight.bin")
         a2 = os.path.join(tmp, "resumed.bin")
         rc1, l1, o1 = ck_run(n, b, 20, extra + ["--save-model", a1], "s")
-        rc2, l2, o2 = ck_run(n, b, 10, extra + ["--ckpt-dir", d, "--ckpt-every", "5"], "a")
+        rc2, l2, o2 = ck_run(n, b, 10, extra + ["--ckpt-dir", d, "--ckpt-every", "4"], "a")
         rc3, l3, o3 = ck_run(n, b, 20, extra + ["--ckpt-dir", d, "--resume",
                                                "--save-model", a2], "b")
         same = (rc1 == rc2 == rc3 == 0 and len(l1) == 20 and l2 + l3 == l1 and
@@ -365,6 +367,22 @@ def test_ckpt_reshard(ref):
     e = worst_rel([{"loss": x} for x in l1 + l2], ref)
     check(rc1 == rc2 == 0 and len(l1 + l2) == STEPS and e <= 1e-5,
           f"one process's checkpoint resumed on 4 ranks (full): within {e:.2e} (bar 1e-5)")
+
+
+def test_long_sample():
+    """Rank 0's --sample comes after the last collective: the other ranks do not wait for
+    it (they timed out at a final barrier when it outlasted WEFT_TIMEOUT)."""
+    args = [WEFTRUN, "-n", "2", "--timeout", str(RUN_LIMIT)] + train_args(
+        2, 2, ["--ctx", "128", "--shard", "full", "--sample", "3000"])
+    env = dict(os.environ, WEFT_TIMEOUT="1")
+    t0 = time.time()
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                       timeout=RUN_LIMIT + 15)
+    out = p.stdout.decode(errors="replace")
+    check(p.returncode == 0 and "sample (3000 " in out,
+          f"full on 2 ranks, WEFT_TIMEOUT=1, rank 0 samples 3000 bytes "
+          f"({time.time() - t0:.1f} s in all): rc {p.returncode}"
+          f"{'' if p.returncode == 0 else ': ' + out[-300:]}")
 
 
 def test_ckpt_faults():
@@ -562,6 +580,7 @@ def main():
     test_ckpt_exact()
     test_ckpt_reshard(ref)
     test_ckpt_faults()
+    test_long_sample()
     test_plan()
     test_launch_detection(ref)
     subprocess.run(["rm", "-rf", tmp])

@@ -444,7 +444,9 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
         pr.tokens += (uint64_t)tokens;
         if (d.have_data)
             train_loader_tell(&d.train_ld, &pr.epoch, &pr.cursor);
-        if (o->ckpt_dir && o->ckpt_every > 0 && step % o->ckpt_every == 0) {
+        /* every N steps and at the last one (as llm.c): a run's end is never lost */
+        if (o->ckpt_dir && o->ckpt_every > 0 && (step % o->ckpt_every == 0 ||
+                                                 step == o->steps)) {
             double c0 = time_s();
             uint64_t cbytes = 0;
             if (g && !dist.sh)   // sharded, shard/ brings its device state down itself
@@ -472,6 +474,13 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
         GOTO_IF_ERR(train_cuda_download(g, m, 0), st, cleanup);
     if (dist.sh && (o->save_path || o->sample > 0))
         GOTO_IF_ERR(train_dist_export(&dist, m), st, cleanup);   // the whole model, again
+    /* the last collective: what follows is rank 0's alone (the model is whole there), and
+     * the others must not wait for it at a barrier, where a long --sample outlasted
+     * WEFT_TIMEOUT and failed them. Rank 0 lets go of the communicator too. */
+    if (dist.world) {
+        GOTO_IF_ERR(weft_barrier(dist.world), st, cleanup);
+        train_dist_destroy(&dist);
+    }
     if (o->save_path && lead) {
         GOTO_IF_ERR(train_checkpoint_write(m, o->save_path), st, cleanup);
         fprintf(out, "weft-train: saved %s\n", o->save_path);
@@ -485,8 +494,6 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
         GOTO_IF_ERR(train_sample(m, x, np, o->sample, text,
                                  o->seed, out), st, cleanup);
     }
-    if (dist.world)   // nobody leaves while another rank may still need it
-        GOTO_IF_ERR(weft_barrier(dist.world), st, cleanup);
 cleanup:;
     // the cause, kept: tearing down a failed communicator records errors of its own
     char why[1024];

@@ -91,8 +91,8 @@ static const cli_opt_t opts[] = {
       "rank 0 only)" },
     { "--ckpt-dir", NULL, OPT_STR, F(ckpt_dir), "training checkpoints go to DIR/step-N "
       "(a file per writing rank and a manifest; DIR/latest names the newest complete one)" },
-    { "--ckpt-every", NULL, OPT_INT, F(ckpt_every), "save one every N steps (default 0 = "
-      "never)" },
+    { "--ckpt-every", NULL, OPT_INT, F(ckpt_every), "save one every N steps and at the "
+      "last step (default 0 = never)" },
     { "--ckpt-keep", NULL, OPT_INT, F(ckpt_keep), "keep the newest K (default 2; 0 = all)" },
     { "--ckpt-fail", NULL, OPT_FAIL, F(ckpt_fail_stop), "continue | stop: what a failed "
       "save (a full disk) does; the previous checkpoint stays either way (default "
