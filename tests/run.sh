@@ -570,6 +570,9 @@ if [ -x "$B/bin/weft-train" ] && [ -x "$B/tests/test_train" ]; then
     run "test_llmc.sh" bash tests/test_llmc.sh "$B"
     # checkpoints under a full disk (a small tmpfs) and a rank killed during a save
     run "test_ckpt_faults.sh" bash tests/test_ckpt_faults.sh "$B"
+    # --val of another kind than --data refused, too little data warned of, the val split
+    # cut for a --model's context
+    run "test_train_data.sh" bash tests/test_train_data.sh "$B"
     # the GPU benchmark script's shard, figures and refusals (no GPU needed)
     run "test_gpu_bench.sh" bash tests/test_gpu_bench.sh "$B"
     # weft-train --device cuda end to end over the host emulation of CUDA (CUDA builds)

@@ -97,16 +97,31 @@ typedef struct {
     int have_data, have_val;
 } run_data_t;
 
-static weft_status_t load_data(run_data_t *d, const train_opts_t *o, int T)
+/* Reads --data and --val; without --val the last tenth of --data is held out, once the
+ * window T is known (split_val: a --model's context when -t is not given). */
+static weft_status_t load_data(run_data_t *d, const train_opts_t *o)
 {
     if (!o->data_path)
         return WEFT_OK;
     RETURN_IF_ERR(train_tokens_read(&d->train, o->data_path));
     d->have_data = 1;
-    if (o->val_path)
+    if (o->val_path) {
         RETURN_IF_ERR(train_tokens_read(&d->val, o->val_path));
-    else
-        RETURN_IF_ERR(train_tokens_split(&d->train, &d->val, T));
+        d->have_val = 1;
+        if (d->val.is_text != d->train.is_text)
+            return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--val %s is %s but --data %s is "
+                                    "%s: both must be text or both llm.c token shards",
+                                    o->val_path, d->val.is_text ? "text" : "an llm.c shard",
+                                    o->data_path, d->train.is_text ? "text" : "an llm.c shard");
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t split_val(run_data_t *d, int T)
+{
+    if (!d->have_data || d->have_val)
+        return WEFT_OK;
+    RETURN_IF_ERR(train_tokens_split(&d->train, &d->val, T));
     d->have_val = 1;
     return WEFT_OK;
 }
@@ -133,6 +148,19 @@ static void print_header(FILE *out, const train_gpt2_t *m, const train_opts_t *o
         fprintf(out, "weft-train: data %s (%s), %zu train tokens, %zu val tokens%s\n",
                 o->data_path, d->train.is_text ? "text bytes" : "llm.c shard", d->train.n,
                 d->val.n, o->val_path ? "" : " (last 10% held out)");
+    /* a loader wraps around: data of fewer windows than a step takes repeats them in
+     * every step (llm.c refuses a shard smaller than one batch; overfitting a tiny set on
+     * purpose is allowed here, but said) */
+    int N = dist->world ? dist->nranks : 1;
+    size_t step_rows = (size_t)o->B * N * o->accum, val_rows = (size_t)o->B * N * o->val_batches;
+    if (d->have_data && T > 0 && (d->train.n - 1) / (size_t)T < step_rows)
+        fprintf(out, "weft-train: warning: %s has %zu train windows of %d tokens, fewer than "
+                "a step's %zu rows (-b x ranks x --accum): windows repeat within every step\n",
+                o->data_path, (d->train.n - 1) / (size_t)T, T, step_rows);
+    if (d->have_data && T > 0 && o->val_every > 0 && (d->val.n - 1) / (size_t)T < val_rows)
+        fprintf(out, "weft-train: warning: the val data has %zu windows of %d tokens, fewer "
+                "than an evaluation's %zu rows (-b x ranks x --val-batches): windows repeat\n",
+                (d->val.n - 1) / (size_t)T, T, val_rows);
     fprintf(out, "weft-train: B=%d T=%d accum=%d steps=%d lr=%g %s warmup=%d wd=%g "
             "clip=%g %s %s threads=%d seed=%llu\n", o->B, T, o->accum, o->steps, o->lr,
             o->schedule == TRAIN_SCHED_COSINE ? "cosine" : "constant", o->warmup, o->wd,
@@ -379,10 +407,10 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
         GOTO_IF_ERR(train_ckpt_prepare(o->ckpt_dir), st, cleanup);
     int lead = dist.rank == 0;   // writes the json, the checkpoint and the sample
     // the data first (its kind picks the default vocabulary), then the model
-    int T_req = o->T > 0 ? o->T : o->ctx;
-    GOTO_IF_ERR(load_data(&d, o, T_req), st, cleanup);
+    GOTO_IF_ERR(load_data(&d, o), st, cleanup);
     GOTO_IF_ERR(build_model(&m, o, d.have_data ? d.train.is_text : 1), st, cleanup);
     int T = o->T > 0 ? o->T : m->cfg.max_seq_len;
+    GOTO_IF_ERR(split_val(&d, T), st, cleanup);
     GOTO_IF_ERR(check_vocab(&d, m->cfg.vocab_size), st, cleanup);
     if (dist.world)
         GOTO_IF_ERR(setup_dist(&dist, m, &d, o, T, &g), st, cleanup);
