@@ -378,6 +378,9 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
         # a peer busy outside weft (its windows closed) is late, not lost (WEFT_TCP_DEAD)
         [ "$t" = tcp ] && run "test_fail busy tcp" env WEFT_TRANSPORT=tcp WEFT_TCP_DEAD=2 \
             "$WEFTRUN" -n 2 "$B/tests/test_fail" busy
+        # a rank that fails with a frame half sent ends the stream: the peer is told at once
+        [ "$t" = tcp ] && run "test_fail cutframe tcp" env WEFT_TRANSPORT=tcp WEFT_TIMEOUT=2 \
+            "$WEFTRUN" -n 2 "$B/tests/test_fail" cutframe
         run "test_fail peer_exit -n 4 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 4 \
             "$B/tests/test_fail" peer_exit
         run "test_fail abort -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \

@@ -20,6 +20,9 @@
  *               complete it (docs/FAILURES.md); its next call must then fail that way.
  * busy          (2 ranks) rank 1 busy 6 s outside weft while rank 0 sends a 64 MB
  *               all-reduce: with WEFT_TCP_DEAD=2 both complete (a late peer is not lost)
+ * cutframe      (2 ranks, tcp, WEFT_TIMEOUT=2) rank 0 times out with a frame half sent
+ *               to rank 1 (away for 3 s) and keeps its communicator: rank 1's call
+ *               fails at once with PEER_LOST naming rank 0, not at its own timeout
  * netcut F      each rank creates F.RANK once up, then all-reduces in a loop while
  *               test_multihost.sh takes one host's network away (the processes live on):
  *               the failing call must be PEER_LOST within WEFT_TCP_DEAD + 5 s on every rank
@@ -374,6 +377,33 @@ static int busy_test(weft_comm_t *c, int rank)
            st == WEFT_OK ? "" : ": ", st == WEFT_OK ? "" : weft_last_error());
     free(x);
     return st != WEFT_OK;
+}
+
+/* cutframe (tcp, WEFT_TIMEOUT=2): rank 0's 64 MB all-reduce fills its socket while rank
+ * 1 is away for 3 s, and times out with a frame half sent; rank 0 then stays up, holding
+ * the communicator. That frame can never be finished, and its FAILED state cannot pass
+ * it: rank 1, once in the call, must fail at once (PEER_LOST naming rank 0), not wait for
+ * its own timeout behind the cut frame. */
+static int cutframe_test(weft_comm_t *c, int rank)
+{
+    size_t n = (size_t)16 << 20;
+    float *x = calloc(n, sizeof(float));
+    if (x == NULL)
+        return 1;
+    int bad;
+    if (rank == 1)
+        sleep(3);
+    double t0 = now_s();
+    weft_status_t st = weft_allreduce(x, x, n, WEFT_FLOAT32, WEFT_SUM, c);
+    if (rank == 0)
+        bad = expect(rank, "cutframe: peer away for 3 s", st, WEFT_ERR_TIMEOUT, "rank(s) 1",
+                     now_s() - t0, 4.0);
+    else
+        bad = expect(rank, "cutframe: the peer failed in the middle of a frame", st,
+                     WEFT_ERR_PEER_LOST, "rank 0", now_s() - t0, 1.5);
+    meet("cutframe", rank, 2, 10.0, 5.0);   /* rank 0 holds its comm until rank 1 is done */
+    free(x);
+    return bad;
 }
 
 static int kill_test(weft_comm_t *c, int rank, int nranks, unsigned seed, const char *file)
@@ -795,6 +825,8 @@ int main(int argc, char **argv)
         meet("mismatch", rank, nranks, 10.0, 0.5);
     } else if (!strcmp(mode, "busy") && nranks == 2) {
         bad = busy_test(c, rank);
+    } else if (!strcmp(mode, "cutframe") && nranks == 2) {
+        bad = cutframe_test(c, rank);
     } else if (!strcmp(mode, "netcut") && argc > 2) {
         bad = netcut_test(c, rank, argv[2]);
         fflush(stdout);
@@ -813,7 +845,7 @@ int main(int argc, char **argv)
         bad = st != WEFT_OK;
         weft_comm_destroy(c);
     } else {
-        fprintf(stderr, "usage: test_fail peer_exit|timeout|mismatch FIELD|abort|"
+        fprintf(stderr, "usage: test_fail peer_exit|timeout|mismatch FIELD|busy|cutframe|netcut F|abort|"
                 "kill SEED FILE|init_kill SEED FILE|connect_kill SEED FILE|split_kill FILE (3 ranks)|"
                 "split_fds VICTIM K|init_fds VICTIM K|leaks|dump\n");
         return 2;

@@ -214,8 +214,10 @@ static weft_status_t io_error(tcp_ep_t *e, const char *what)
         e->quiet ? weft_error_quiet : weft_error;
     e->broken = 1;
     if (errno == EPIPE || errno == ECONNRESET || errno == 0)
-        return err(WEFT_ERR_PEER_LOST, "tcp: connection to rank %d %s", e->base.peer,
-                   errno == 0 ? "closed by the peer" : "reset");
+        return err(WEFT_ERR_PEER_LOST, "tcp: connection to rank %d %s%s", e->base.peer,
+                   errno == 0 ? "closed by the peer" : "reset",
+                   e->rx_got > 0 ? " in the middle of a frame (its call failed there, or "
+                   "it exited: its log says why)" : "");
     if (errno == ETIMEDOUT || errno == EHOSTUNREACH || errno == ENETUNREACH ||
         errno == EHOSTDOWN)   /* its host stopped answering (WEFT_TCP_DEAD) */
         return err(WEFT_ERR_PEER_LOST, "tcp: rank %d's host stopped answering (%m): host "
@@ -247,6 +249,14 @@ static weft_status_t flush_states(tcp_ep_t *e)
 static void tcp_post_state(tp_ep_t *ep, const tp_state_t *s)
 {
     tcp_ep_t *e = (tcp_ep_t *)ep;
+    if (s->kind == TP_STATE_FAILED && e->tx_off > 0) {
+        /* This communicator failed with a data frame half sent: nothing finishes that
+         * frame now, and a state cannot pass it, so the peer would wait in it until its
+         * own WEFT_TIMEOUT. Ending the stream here makes its read fail at once
+         * (PEER_LOST naming this rank; test_fail cutframe); the reason is this rank's. */
+        shutdown(e->fd, SHUT_WR);
+        return;
+    }
     if (e->st_pending && e->st_off > 0) {   /* the one on the wire must finish first */
         e->st_next = *s;
         e->st_pending = 2;
