@@ -363,6 +363,15 @@ case_options() {
         sh -c 'echo $FOO $BAZ $WEFT_ADDR' | sort -u)
     if [ "$out" = "bar a=b 127.0.0.1:4321" ]; then ok "-np, -x and --addr"
     else fail "-np, -x and --addr" "got '$out'"; fi
+    # -x VAR alone passes on this shell's value, as mpirun -x (it unset VAR before)
+    out=$(FOO=here timeout 20 "$W" -n 2 -x FOO sh -c 'echo ${FOO-unset}' | sort -u)
+    if [ "$out" = "here" ]; then ok "-x VAR alone passes its value on"
+    else fail "-x VAR alone" "the ranks saw '$out'"; fi
+    # --report-bindings without --bind-to core says the rank was left unbound, and by whom
+    timeout 20 "$W" -n 2 --report-bindings true 2>"$T/rb.err"
+    if [ "$(grep -c 'not bound by weftrun (weft.s init places it' "$T/rb.err")" = 2 ]; then
+        ok "--report-bindings without --bind-to core: a line per rank"
+    else fail "--report-bindings without --bind-to core" "stderr: $(cat "$T/rb.err")"; fi
 }
 
 case_env

@@ -1,7 +1,7 @@
 /*
  * weftrun.c - the local launcher: starts N ranks of one program on this machine.
  *
- *   weftrun -n N [--tag-output] [--timeout SECS] [--addr HOST:PORT] [-x VAR=VALUE]...
+ *   weftrun -n N [--tag-output] [--timeout SECS] [--addr HOST:PORT] [-x VAR[=VALUE]]...
  *           [--bind-to core|none] [--report-bindings]
  *           prog [args...]
  *
@@ -132,7 +132,8 @@ static void usage(FILE *f)
         "  --tag-output        prefix every output line with \"[rank] \"\n"
         "  --timeout SECS      stop the job after SECS seconds and exit 124\n"
         "  --addr HOST:PORT    rendezvous address (default 127.0.0.1:<free port>)\n"
-        "  -x VAR=VALUE        set VAR in every rank's environment (repeatable)\n"
+        "  -x VAR=VALUE|VAR    set VAR in every rank's environment (repeatable; VAR\n"
+        "                      alone passes on its value here, as mpirun -x)\n"
         "  --bind-to core|none core: bind each rank to its own block of cores before it\n"
         "                      starts, as Open MPI does by default for 2 ranks (hwloc\n"
         "                      placement: NUMA-aware, within the cpus weftrun may use,\n"
@@ -141,7 +142,8 @@ static void usage(FILE *f)
         "                      even the library's (sets WEFT_BIND=none). Default: weftrun\n"
         "                      binds nothing, and weft's init binds each rank the same way\n"
         "                      when the host has a core per rank (WEFT_BIND=auto)\n"
-        "  --report-bindings   print each rank's cores on stderr\n"
+        "  --report-bindings   print each rank's cores on stderr (without --bind-to core:\n"
+        "                      that weftrun left it unbound, and who places it)\n"
         "  -h, --help          show this help\n"
         "  --version           show the version\n"
         "\n"
@@ -274,8 +276,8 @@ static void parse_args(int argc, char **argv, opts_t *o)
             o->report_bindings = 1;
         else if ((v = opt_value(argc, argv, &i, "-x"))) {
             if (v[0] == '\0' || v[0] == '=')
-                die_usage("-x expects VAR=VALUE, got '%s'", v);
-            o->xvars[o->nx++] = (char *)v;
+                die_usage("-x expects VAR=VALUE or VAR, got '%s'", v);
+            o->xvars[o->nx++] = (char *)v;   /* VAR alone: as mpirun, its value here */
         } else
             die_usage("unknown option '%s'", a);
     }
@@ -314,8 +316,9 @@ static void setup_env(const opts_t *o)
     char addr[300], num[16];
     const char *secret = getenv("WEFT_SECRET");
 
-    for (int i = 0; i < o->nx; i++)
-        if (putenv(o->xvars[i]) != 0)
+    for (int i = 0; i < o->nx; i++)   /* "VAR" alone is inherited as it is (putenv of a
+                                         name without '=' would unset it) */
+        if (strchr(o->xvars[i], '=') && putenv(o->xvars[i]) != 0)
             die("cannot set %s: %m", o->xvars[i]);
     if (!secret || !*secret) {
         unsigned char raw[16];
@@ -432,6 +435,10 @@ static void child_exec(const job_t *job, int r, int out_w, int err_w, pid_t laun
             }
         }
     }
+    if (job->o->report_bindings && !job->places)
+        dprintf(2, "weftrun: rank %d: not bound by weftrun (%s)\n", r, job->o->bind_none
+                ? "--bind-to none: nor by weft, WEFT_BIND=none"
+                : "weft's init places it as WEFT_BIND says: WEFT_DEBUG=INFO shows where");
     if (job->o->bind_none)
         setenv("WEFT_BIND", "none", 1);
     snprintf(num, sizeof(num), "%d", r);
