@@ -109,20 +109,6 @@ static weft_status_t submit(weft_comm_t *comm, const call_t *c, weft_request_t *
     return coll_run(comm, &a, c->send, c->recv, req_p);
 }
 
-/* A request that is already complete (count == 0). */
-static weft_status_t done_request(weft_comm_t *comm, weft_request_t **req_p)
-{
-    if (req_p == NULL)
-        return WEFT_OK;
-    weft_request_t *r = calloc(1, sizeof(*r));
-    if (r == NULL)
-        return weft_error(WEFT_ERR_NO_MEMORY, "out of memory");
-    r->comm = comm;
-    r->op.status = WEFT_OK;
-    *req_p = r;
-    return WEFT_OK;
-}
-
 /* The call's place in its sequence: the collectives' one, or a p2p direction's (under
  * the comm's lock). */
 static void number_call(weft_comm_t *comm, const sched_args_t *args, comm_op_t *op)
@@ -160,6 +146,24 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
         op->error_msg = req->error_msg;
     int entered = comm_enter(comm);
     number_call(comm, args, op);
+    if (args->count == 0 && args->coll != COLL_BARRIER) {
+        /* Nothing to move, but the call takes its number in its sequence, as the
+         * engine's calls do: a peer that made the call with a count then meets this rank's
+         * next call as a mismatch instead of taking it for this one (and computing with
+         * its data). (A call refused with INVALID_ARG takes none: it did not happen, as in
+         * NCCL; nor does a sendrecv's empty direction, which is how one-way exchanges are
+         * asked for: weft.h says so.) Done now when nothing is queued before it, else
+         * queued to complete in order, as weft.h promises: a caller who waits only on
+         * its last request, or a blocking call, finds every earlier one done. */
+        op->noop = 1;
+        if (comm->q_head == NULL) {
+            op->status = WEFT_OK;
+            comm_leave(comm, entered);
+            if (req_p)
+                *req_p = req;
+            return WEFT_OK;
+        }
+    }
     uint64_t now = time_ns_coarse();
     op->t_queued = comm->q_head == NULL ? now : 0;   /* first in line: starts right away */
     call_desc_t d;
@@ -192,30 +196,6 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
     return st;
 }
 
-/* A call that moves nothing (count 0) still takes its number in the sequence it belongs
- * to, as the engine's calls do: a peer that made the call with a count then meets this
- * rank's next call as a mismatch instead of taking it for this one (and computing with
- * its data). (A call refused with INVALID_ARG takes none: it did not happen, as in NCCL;
- * nor does a sendrecv's empty direction, which is how one-way exchanges are asked for:
- * weft.h says so.) */
-static void skip_seq(weft_comm_t *comm, const call_t *c)
-{
-    sched_args_t a = { .coll = c->coll, .root = c->root, .peer2 = c->peer2 };
-    comm_op_t unused;
-    int entered = comm_enter(comm);
-    number_call(comm, &a, &unused);
-    comm_leave(comm, entered);
-}
-
-static weft_status_t run_call(weft_comm_t *comm, call_t *c, weft_request_t **req_p)
-{
-    if (c->count == 0 && c->coll != COLL_BARRIER) {
-        skip_seq(comm, c);
-        return done_request(comm, req_p);
-    }
-    return submit(comm, c, req_p);
-}
-
 /* ---- the API ---- */
 
 static weft_status_t do_allreduce(const void *send, void *recv, size_t count, weft_dtype_t dtype,
@@ -225,7 +205,7 @@ static weft_status_t do_allreduce(const void *send, void *recv, size_t count, we
                  .count = count, .dtype = dtype, .op = op, .root = -1 };
     RETURN_IF_ERR(check_call(&c, comm, 1, 0));
     RETURN_IF_ERR(check_buffers(&c, comm, 1, 1, recv));
-    return run_call(comm, &c, req_p);
+    return submit(comm, &c, req_p);
 }
 
 static weft_status_t do_reduce_scatter(const void *send, void *recv, size_t recvcount,
@@ -240,7 +220,7 @@ static weft_status_t do_reduce_scatter(const void *send, void *recv, size_t recv
     const void *legal = recv ? (const void *)((uintptr_t)recv -
                                               (uintptr_t)comm->rank * recvcount * esz) : NULL;
     RETURN_IF_ERR(check_buffers(&c, comm, (size_t)comm->nranks, 1, legal));
-    return run_call(comm, &c, req_p);
+    return submit(comm, &c, req_p);
 }
 
 static weft_status_t do_allgather(const void *send, void *recv, size_t sendcount,
@@ -253,7 +233,7 @@ static weft_status_t do_allgather(const void *send, void *recv, size_t sendcount
     const void *legal = recv ? (const void *)((uintptr_t)recv +
                                               (uintptr_t)comm->rank * sendcount * esz) : NULL;
     RETURN_IF_ERR(check_buffers(&c, comm, 1, (size_t)comm->nranks, legal));
-    return run_call(comm, &c, req_p);
+    return submit(comm, &c, req_p);
 }
 
 static weft_status_t do_broadcast(const void *send, void *recv, size_t count, weft_dtype_t dtype,
@@ -263,7 +243,7 @@ static weft_status_t do_broadcast(const void *send, void *recv, size_t count, we
                  .count = count, .dtype = dtype, .root = root };
     RETURN_IF_ERR(check_call(&c, comm, 0, 1));
     RETURN_IF_ERR(check_buffers(&c, comm, comm->rank == root, 1, recv));
-    return run_call(comm, &c, req_p);
+    return submit(comm, &c, req_p);
 }
 
 weft_status_t weft_allreduce(const void *send, void *recv, size_t count, weft_dtype_t dtype,
@@ -330,7 +310,7 @@ weft_status_t weft_reduce(const void *send, void *recv, size_t count, weft_dtype
                  .count = count, .dtype = dtype, .op = op, .root = root };
     RETURN_IF_ERR(check_call(&c, comm, 1, 1));
     RETURN_IF_ERR(check_buffers(&c, comm, 1, comm->rank == root, recv));
-    return run_call(comm, &c, NULL);
+    return submit(comm, &c, NULL);
 }
 
 weft_status_t weft_alltoall(const void *send, void *recv, size_t count, weft_dtype_t dtype,
@@ -340,7 +320,7 @@ weft_status_t weft_alltoall(const void *send, void *recv, size_t count, weft_dty
                  .count = count, .dtype = dtype, .root = -1 };
     RETURN_IF_ERR(check_call(&c, comm, 0, 0));
     RETURN_IF_ERR(check_buffers(&c, comm, (size_t)comm->nranks, (size_t)comm->nranks, recv));
-    return run_call(comm, &c, NULL);
+    return submit(comm, &c, NULL);
 }
 
 weft_status_t weft_send(const void *buf, size_t count, weft_dtype_t dtype, int peer,
@@ -352,7 +332,7 @@ weft_status_t weft_send(const void *buf, size_t count, weft_dtype_t dtype, int p
     if (peer == comm->rank)
         return BAD("send: peer %d is this rank (use weft_sendrecv to send to self)", peer);
     RETURN_IF_ERR(check_buffers(&c, comm, 1, 0, NULL));
-    return run_call(comm, &c, NULL);
+    return submit(comm, &c, NULL);
 }
 
 weft_status_t weft_recv(void *buf, size_t count, weft_dtype_t dtype, int peer,
@@ -364,7 +344,7 @@ weft_status_t weft_recv(void *buf, size_t count, weft_dtype_t dtype, int peer,
     if (peer == comm->rank)
         return BAD("recv: peer %d is this rank (use weft_sendrecv to send to self)", peer);
     RETURN_IF_ERR(check_buffers(&c, comm, 0, 1, NULL));
-    return run_call(comm, &c, NULL);
+    return submit(comm, &c, NULL);
 }
 
 weft_status_t weft_sendrecv(const void *sendbuf, size_t sendcount, int dst, void *recvbuf,
@@ -373,26 +353,38 @@ weft_status_t weft_sendrecv(const void *sendbuf, size_t sendcount, int dst, void
     call_t c = { .fn = "sendrecv", .coll = COLL_SENDRECV, .send = sendbuf, .recv = recvbuf,
                  .count = sendcount, .count2 = recvcount, .dtype = dtype, .root = dst,
                  .peer2 = src };
-    RETURN_IF_ERR(check_call(&c, comm, 0, 1));
-    if (src < 0 || src >= comm->nranks)
+    RETURN_IF_ERR(check_call(&c, comm, 0, 0));
+    /* a direction of count 0 is no direction: its rank is not looked at */
+    if (sendcount && (dst < 0 || dst >= comm->nranks))
+        return BAD("sendrecv: dst %d is out of range [0, %d)", dst, comm->nranks);
+    if (recvcount && (src < 0 || src >= comm->nranks))
         return BAD("sendrecv: src %d is out of range [0, %d)", src, comm->nranks);
-    if ((dst == comm->rank) != (src == comm->rank))
-        return BAD("sendrecv: dst %d and src %d: sending to self needs receiving from self",
-                   dst, src);
+    int to_self = sendcount && dst == comm->rank, from_self = recvcount && src == comm->rank;
+    if (to_self != from_self)
+        return BAD("sendrecv: dst %d (sendcount %zu) and src %d (recvcount %zu): sending to "
+                   "self needs receiving from self", dst, sendcount, src, recvcount);
     size_t esz = weft_dtype_size(dtype), sb, rb;
-    if (mul_size(sendcount, esz, &sb) || mul_size(recvcount, esz, &rb))
-        return BAD("sendrecv: count overflows the address space");
+    if (mul_size(sendcount, esz, &sb) || sb > SIZE_MAX / 4)
+        return BAD("sendrecv: sendcount %zu of %s overflows the address space", sendcount,
+                   weft_dtype_name(dtype));
+    if (mul_size(recvcount, esz, &rb) || rb > SIZE_MAX / 4)
+        return BAD("sendrecv: recvcount %zu of %s overflows the address space", recvcount,
+                   weft_dtype_name(dtype));
     if ((sb && sendbuf == NULL) || (rb && recvbuf == NULL))
         return BAD("sendrecv: NULL buffer with a non-zero count");
     if (ranges_overlap(sendbuf, sb, recvbuf, rb))
         return BAD("sendrecv: send and recv buffers overlap");
-    if (dst == comm->rank) {
+    if (to_self) {
         if (sendcount != recvcount)
             return BAD("sendrecv: to self with sendcount %zu != recvcount %zu", sendcount,
                        recvcount);
-        if (sb)
+        /* a blocking call completes every earlier operation first (weft.h) */
+        int entered = comm_enter(comm);
+        weft_status_t st = comm->q_tail ? engine_wait(comm, comm->q_tail) : WEFT_OK;
+        comm_leave(comm, entered);
+        if (st == WEFT_OK && sb)
             memcpy(recvbuf, sendbuf, sb);
-        return WEFT_OK;
+        return st;
     }
     /* an empty direction is no direction (the NCCL shim's and the CUDA paths' one-way
      * exchanges): it takes no number, unlike a count-0 weft_send or weft_recv */

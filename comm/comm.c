@@ -76,6 +76,8 @@ weft_status_t comm_local_addr(const weft_comm_t *c, struct sockaddr_in *out)
     if (!*ifname && c->rdv_named_lo) {
         /* the route to a loopback rendezvous is the loopback: ranks on other hosts
          * could not reach an address on it. The first other interface instead. */
+        weft_error_saved_t before;
+        weft_error_save(&before);
         if (sock_local_addr(NULL, "^lo,docker,virbr", out) == WEFT_OK) {
             char as[64];
             LOG_INFO(LOG_NET, "the rendezvous resolves to a loopback address on this host: "
@@ -83,7 +85,7 @@ weft_status_t comm_local_addr(const weft_comm_t *c, struct sockaddr_in *out)
                      sock_addr_str(out, as, sizeof(as)));
             return WEFT_OK;
         }
-        weft_error_clear();    /* no other interface: a host on its own */
+        weft_error_restore(&before);   /* no other interface: a host on its own */
     }
     return sock_local_addr(&c->rdv_addr, ifname, out);
 }

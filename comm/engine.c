@@ -512,6 +512,11 @@ static weft_status_t poll_head(weft_comm_t *comm, int *moved)
         *moved = 1;
         return comm->error;
     }
+    if (head->noop) {           /* a count-0 call: in order, and nothing to move */
+        finish_head(comm, WEFT_OK);
+        *moved = 1;
+        return WEFT_OK;
+    }
     if (!head->started) {
         st = engine_start(comm, head);
         if (st < 0) {

@@ -42,6 +42,17 @@ void weft_error_clear(void)
     last_error[0] = '\0';
 }
 
+void weft_error_save(weft_error_saved_t *s)
+{
+    _Static_assert(sizeof(s->msg) == sizeof(last_error), "a saved message fits");
+    memcpy(s->msg, last_error, sizeof(s->msg));
+}
+
+void weft_error_restore(const weft_error_saved_t *s)
+{
+    memcpy(last_error, s->msg, sizeof(last_error));
+}
+
 /* Through a copy, so a message may quote weft_last_error() (adding context to it). */
 static void error_vset(const char *fmt, va_list ap)
 {

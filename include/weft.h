@@ -105,7 +105,9 @@ int weft_comm_local_size(const weft_comm_t *comm);
  * timeout, on a lost peer, and when the process receives SIGUSR1 while waiting in weft
  * (unless the application installed its own SIGUSR1 handler). */
 weft_status_t weft_comm_dump(weft_comm_t *comm);
-/* "shm", "tcp" or "mixed": the transports this communicator's connections use. */
+/* The transport this communicator's connections use: "shm", "tcp", "ucx" or "ib"; "mixed"
+ * when they use several (shm within hosts, a network transport between them); "self" for
+ * a communicator of one rank, which has no connection. */
 const char *weft_comm_transport(const weft_comm_t *comm);
 
 /* Collectives (blocking). */

@@ -427,6 +427,12 @@ static void check_overflow(ctx_t *c)
     }
     OV("sendrecv sendcount SIZE_MAX/2", weft_sendrecv(s, huge, next, r, 4, prev, f, m));
     OV("sendrecv recvcount SIZE_MAX/2", weft_sendrecv(s, 4, next, r, huge, prev, f, m));
+    /* bytes = count for uint8: the product does not overflow, the bound must hold (a
+     * negative int passed as a count crashed the process in the self copy) */
+    OV("sendrecv uint8 sendcount SIZE_MAX",
+       weft_sendrecv(s, SIZE_MAX, next, r, 4, prev, WEFT_UINT8, m));
+    OV("sendrecv uint8 recvcount SIZE_MAX",
+       weft_sendrecv(s, 4, next, r, SIZE_MAX, prev, WEFT_UINT8, m));
     OV("iallreduce count SIZE_MAX/2", weft_iallreduce(s, r, huge, f, WEFT_SUM, m, &q));
     expect_req_untouched(c, "iallreduce count SIZE_MAX/2", q);
     OV("ibroadcast count SIZE_MAX/2", weft_ibroadcast(s, r, huge, d, me, m, &q));
@@ -508,6 +514,8 @@ static void check_count0(ctx_t *c)
             Z("reduce", weft_reduce(s, r, 0, d, WEFT_MIN, 0, m));
             Z("alltoall", weft_alltoall(s, r, 0, d, m));
             Z("sendrecv", weft_sendrecv(s, 0, next, r, 0, prev, d, m));
+            /* a direction of count 0 is no direction: its rank is not looked at */
+            Z("sendrecv both ways empty, ranks -1", weft_sendrecv(s, 0, -1, r, 0, -1, d, m));
             if (P > 1 && me % 2 == 0 && me + 1 < P)
                 Z("send", weft_send(s, 0, d, me + 1, m));
             if (P > 1 && me % 2 == 1)
@@ -538,6 +546,17 @@ static void check_count0(ctx_t *c)
         }
     }
 #undef Z
+    /* one-way sendrecv, the empty direction's rank out of range (MPI_PROC_NULL-like),
+     * in buffers of its own (the arena's must stay as they are) */
+    float one[4] = { 1, 2, 3, 4 }, got[4] = { 0 };
+    weft_status_t st = WEFT_OK;
+    if (P > 1 && me + 1 < P && me % 2 == 0)
+        st = weft_sendrecv(one, 4, me + 1, got, 0, -1, WEFT_FLOAT32, m);
+    else if (P > 1 && me % 2 == 1)
+        st = weft_sendrecv(one, 0, -1, got, 4, me - 1, WEFT_FLOAT32, m);
+    if (st != WEFT_OK || (P > 1 && me % 2 == 1 && (got[0] != 1 || got[3] != 4)))
+        fail(c, "one-way sendrecv, the empty direction's rank -1", "%s: %s (got %g..%g)",
+             weft_status_str(st), weft_last_error(), got[0], got[3]);
 }
 
 /* The communicator still works: a checked allreduce, reduce_scatter in place, iallreduce. */
@@ -755,6 +774,21 @@ int main(void)
         else
             c.passed++;
     }
+
+    /* weft_last_error() stays valid until the next failing call: a split that succeeds
+     * (its transports probed, ib's finding no device) leaves it as it was. */
+    begin("last error kept by a good split");
+    float x = 0.0f;
+    weft_allreduce(&x, &x, 1, (weft_dtype_t)77, WEFT_SUM, c.comm);   /* refused */
+    weft_comm_t *half = NULL;
+    st = weft_comm_split(c.comm, 0, c.rank, &half);
+    if (st != WEFT_OK || strstr(weft_last_error(), "unknown dtype 77") == NULL)
+        fail(&c, "last error kept by a good split", "split %s, then weft_last_error() '%s'",
+             weft_status_str(st), weft_last_error());
+    else
+        c.passed++;
+    if (half)
+        weft_comm_destroy(half);
 
     /* Totals over all ranks. */
     begin("final allreduce of the counts");

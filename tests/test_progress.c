@@ -11,7 +11,8 @@
  *             order; weft_test then says done at once, and every result is right
  * order       blocking and nonblocking calls interleaved: a blocking call returns only
  *             after every earlier request completed, completions are seen in issue order,
- *             and every result is right
+ *             and every result is right; count-0 calls and a sendrecv to self, behind a
+ *             request still pending, complete in order as well
  * peer_kill   (N >= 2) the last rank SIGKILLs itself 100 ms after all ranks queued four
  *             all-gathers; the others compute without weft calls and must see their
  *             requests fail in the background within 2 s of the kill, weft_wait returns
@@ -216,6 +217,40 @@ static void background(weft_comm_t *c, int rank, int nranks)
     bufs_free(&b);
 }
 
+/* Calls that move nothing complete in order too: the other ranks come 0.3 s late to a
+ * large all-reduce, so rank 0's request for it is still pending when it issues a count-0
+ * iallreduce (which must not be done before it), a blocking count-0 all-reduce (which
+ * returns only once it is done), and, after another late all-reduce, a sendrecv to
+ * itself (blocking: the same). Before 2026-11-27 all three were done at once. */
+static void order_zero(weft_comm_t *c, int rank, int nranks, float *big)
+{
+    weft_request_t *e, *z;
+    float x = 1.0f, y = 0.0f;
+    int ok = 1;
+    if (rank != 0)
+        usleep(300000);
+    ok &= weft_iallreduce(big, big, BIG, WEFT_FLOAT32, WEFT_SUM, c, &e) == WEFT_OK;
+    ok &= weft_iallreduce(NULL, NULL, 0, WEFT_FLOAT32, WEFT_SUM, c, &z) == WEFT_OK;
+    int z_done = 0;
+    ok &= weft_test(z, &z_done) == WEFT_OK;
+    int z_early = z_done && op_status(&e->op) == WEFT_IN_PROGRESS;
+    ok &= weft_allreduce(NULL, NULL, 0, WEFT_FLOAT32, WEFT_SUM, c) == WEFT_OK;
+    int e_after_zero = op_status(&e->op) == WEFT_OK;
+    ok &= weft_wait(z) == WEFT_OK && weft_wait(e) == WEFT_OK;
+    if (rank != 0)
+        usleep(300000);
+    ok &= weft_iallreduce(big, big, BIG, WEFT_FLOAT32, WEFT_SUM, c, &e) == WEFT_OK;
+    ok &= weft_sendrecv(&x, 1, rank, &y, 1, rank, WEFT_FLOAT32, c) == WEFT_OK;
+    int e_after_self = op_status(&e->op) == WEFT_OK;
+    ok &= weft_wait(e) == WEFT_OK && y == 1.0f;
+    check(rank, ok, "count-0 and to-self calls issued: %s", ok ? "ok" : weft_last_error());
+    check(rank, !z_early && e_after_zero && e_after_self, "behind a pending request, a "
+          "count-0 request is not done before it (%s), a blocking count-0 all-reduce and a "
+          "sendrecv to self return after it (%s, %s)", z_early ? "it was" : "ok",
+          e_after_zero ? "ok" : "it was pending", e_after_self ? "ok" : "it was pending");
+    (void)nranks;
+}
+
 static void order(weft_comm_t *c, int rank, int nranks)
 {
     bufs_t b;
@@ -252,6 +287,7 @@ static void order(weft_comm_t *c, int rank, int nranks)
     long at = verify(&b, rank, nranks, &what);
     check(rank, at < 0 && small_ok, "results of all six are right%s%s",
           at < 0 ? "" : ", wrong: ", what);
+    order_zero(c, rank, nranks, b.ar);
     bufs_free(&b);
 }
 

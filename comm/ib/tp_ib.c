@@ -362,9 +362,11 @@ static void topo_hca_once(const weft_comm_t *comm, int ndev, char *name, size_t 
     topo_nic_choice_t ch;
     if (ndev < 2)
         return;
+    weft_error_saved_t before;
+    weft_error_save(&before);
     if (env_detect(&env) != WEFT_OK || env.local_rank < 0 || env.local_size < 1 ||
         env.local_rank >= env.local_size) {
-        weft_error_clear();
+        weft_error_restore(&before);
         LOG_DEBUG(LOG_NET, "ib: no local rank from the launcher: HCA by NUMA node");
         return;
     }
@@ -373,7 +375,7 @@ static void topo_hca_once(const weft_comm_t *comm, int ndev, char *name, size_t 
                           &ch) != WEFT_OK || ch.nic < 0) {
         LOG_DEBUG(LOG_NET, "ib: the topology chooses no HCA (%s): HCA by NUMA node",
                   weft_last_error());
-        weft_error_clear();
+        weft_error_restore(&before);
         topo_free(t);
         return;
     }
@@ -492,10 +494,12 @@ static weft_status_t ib_local_setup(weft_comm_t *comm, tp_addr_t *self)
     c->pending = pending;
     pthread_mutex_init(&c->reg_lock, NULL);
     tp_set_ctx(comm, &tp_ib_ops, c);
+    weft_error_saved_t before;
+    weft_error_save(&before);
     weft_status_t st = open_port(comm, c, !forced);
     if (st != WEFT_OK && !forced) {     /* auto: a machine without a device has no ib */
         LOG_DEBUG(LOG_NET, "ib: off: %s", weft_last_error());
-        weft_error_clear();
+        weft_error_restore(&before);
         ib_local_cleanup(comm);
         return WEFT_OK;
     }
