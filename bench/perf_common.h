@@ -316,7 +316,7 @@ static inline double perf_parse_size(const char *s)
     double v;
     char unit;
     int n = sscanf(s, "%lf %c", &v, &unit);
-    if (n < 1 || v < 0)
+    if (n < 1 || !(v >= 0.0 && v <= 1e300))   /* NaN and inf too */
         return -1.0;
     if (n == 1)
         return v;
@@ -508,6 +508,11 @@ static inline int perf_parse_opts(int argc, char **argv, perf_opts_t *o, int mpi
     if (o->min_bytes > o->max_bytes) {
         fprintf(stderr, "%s: invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu\n", prog,
                 o->min_bytes, o->max_bytes);
+        return 2;
+    }
+    if (o->step_factor > 1 && o->min_bytes == 0 && o->max_bytes > 0) {
+        fprintf(stderr, "%s: -b 0 with -f %zu never grows (0 x %zu = 0): start at -b 1 or "
+                "more, or step by -i bytes with -f 1\n", prog, o->step_factor, o->step_factor);
         return 2;
     }
     if (o->step_factor <= 1 && o->step_bytes == 0 && o->min_bytes < o->max_bytes) {

@@ -71,5 +71,24 @@ else
     bad "NCCL_TESTS_MIN_BW: exit $rc, want 7 and a FAILED average line" "$OUT/bw"
 fi
 
+# 5. sizes that are not sizes, and a sweep that cannot grow: exit 2 naming the option,
+# before any job starts (NaN went through as 2^63; -b 0 -f 2 printed one row and exit 0)
+while IFS='|' read -r args want; do
+    # shellcheck disable=SC2086
+    timeout 20 "$B/bin/all_reduce_perf" $args >"$OUT/arg" 2>&1
+    rc=$?
+    if [ $rc = 2 ] && grep -q -- "$want" "$OUT/arg"; then
+        ok "all_reduce_perf $args: exit 2, '$(head -n 1 "$OUT/arg")'"
+    else
+        bad "all_reduce_perf $args: exit $rc, want 2 and '$want'" "$OUT/arg"
+    fi
+done <<'EOF'
+-b nan -e 1K|invalid size 'nan' for -b
+-b 8 -e nan|invalid size 'nan' for -e
+-b 8 -e inf|invalid size 'inf' for -e
+-b 8 -e 12Q|invalid size '12Q' for -e
+-b 0 -e 1K -f 2|-b 0 with -f 2 never grows
+EOF
+
 echo "test_perf_format: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

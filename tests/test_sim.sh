@@ -66,6 +66,9 @@ expect "bad: unknown key in the model file, with its line" 2 ":2: cluster: unkno
 expect "bad: --algo" 2 "not a registered algorithm" -- --algo nosuch
 expect "bad: -c" 2 "not a collective" -- -c allfoo
 expect "bad: -b above -e" 2 "-b is above -e" -- -b 1M -e 1K
+expect "bad: -e nan" 2 "-e nan: not a size" -- -e nan
+expect "bad: -e 1e30 (past 8E)" 2 "-e 1e30: not a size" -- -b 8 -e 1e30
+expect "bad: --max-frames nan" 2 "--max-frames nan" -- --max-frames nan
 expect "bad: root outside the cluster" 2 "root" -- -c broadcast -r 9
 expect "bad: chunk above half the staging" 2 "chunk" -- --chunk 4M
 expect "bad: unknown flag" 2 "" -- --frobnicate

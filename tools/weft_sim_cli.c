@@ -262,8 +262,10 @@ static int parse_opts(int argc, char **argv, simtime_cluster_t *c, sim_opts_t *o
             break;
         case 'b': case 'e': case 'i':
             v = perf_parse_size(optarg);
-            if (v < 0 || (ch != 'i' && v < 1))
-                return bad("bad size '%s'", optarg);
+            if (v < 0 || v > 9.2e18 || (ch != 'i' && v < 1))
+                return bad(ch == 'b' ? "-b %s: not a size (bytes with K, M or G, 1 to 8E)"
+                           : ch == 'e' ? "-e %s: not a size (bytes with K, M or G, 1 to 8E)"
+                           : "-i %s: not a size (bytes with K, M or G, up to 8E)", optarg);
             *(ch == 'b' ? &o->min : ch == 'e' ? &o->max : &o->step) = (size_t)v;
             if (ch == 'i')
                 o->factor = 1;
@@ -293,7 +295,7 @@ static int parse_opts(int argc, char **argv, simtime_cluster_t *c, sim_opts_t *o
         case OPT_WRITE: *write_model = optarg; break;
         case OPT_MAXFRAMES:
             v = perf_parse_size(optarg);
-            if (v < 0)
+            if (v < 0 || v > 9.2e18)
                 return bad("--max-frames %s: want a count (0: no limit)", optarg);
             o->max_frames = (long long)v;
             break;
