@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# test_train_data.sh - weft-train's checks of its data against the run's shape.
+# test_train_data.sh - weft-train's checks of its data against the run's shape, and of
+# its optimizer settings.
 #
 #   bash tests/test_train_data.sh [BUILD]        (tests/run.sh runs it)
 #
@@ -10,6 +11,8 @@
 #    the val data against an evaluation's rows.
 # 3. --model without -t: the val split is cut for the model's context (maxT 32 here), not
 #    --ctx's default of 128 (a 200-byte text was refused as too short to split).
+# 4. --beta1 or --beta2 outside [0, 1) is refused at start (--beta2 1 trained to NaN with
+#    exit 0: AdamW divides by 1 - beta^step).
 # Every run is bounded by `timeout`. Ends "test_train_data.sh: N passed, N failed".
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -83,6 +86,19 @@ check "$([ $rc = 0 ] && grep -q '^step 1 ' "$TMP/m2.out" &&
          grep -q '167 train tokens, 33 val tokens' "$TMP/m2.out" &&
          echo 0 || echo 1)" \
     "--model of maxT 32, no -t, 200 bytes: the val split is cut for T=32 (exit $rc): $(grep -m1 -o '[0-9]* train tokens, [0-9]* val tokens' "$TMP/m2.out")$(grep -m1 -o 'error.*' "$TMP/m2.out")"
+
+# 4. AdamW's betas
+bad=""
+for a in "--beta2 1" "--beta1 1" "--beta1 1.5"; do
+    # shellcheck disable=SC2086
+    timeout 60 "$TRAIN" "${SMALL[@]}" --data "$TMP/text.txt" --steps 2 -b 2 $a \
+        >"$TMP/beta.out" 2>&1
+    rc=$?
+    { [ $rc != 0 ] && [ $rc != 124 ] && grep -q 'must be in \[0, 1)' "$TMP/beta.out" &&
+      ! grep -q '^step 1 ' "$TMP/beta.out"; } || bad="$bad '$a' (exit $rc)"
+done
+check "$([ -z "$bad" ] && echo 0 || echo 1)" \
+    "--beta1/--beta2 of 1 or more refused at start${bad:+: not refused:$bad}"
 
 echo "test_train_data.sh: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

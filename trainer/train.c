@@ -378,6 +378,9 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     if (o->B <= 0 || o->accum <= 0 || o->steps < 0 || o->T < 0 || o->val_batches <= 0)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "-b, --accum, --val-batches must be "
                                 "positive and --steps, -t not negative");
+    if (!(o->beta1 >= 0.0f && o->beta1 < 1.0f && o->beta2 >= 0.0f && o->beta2 < 1.0f))
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--beta1 %g and --beta2 %g must be in "
+                                "[0, 1) (AdamW divides by 1 - beta^step)", o->beta1, o->beta2);
     if (o->prefetch < 0 || o->shard_group < 0)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--prefetch and --shard-group must "
                                 "not be negative");
