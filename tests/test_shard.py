@@ -467,6 +467,17 @@ def test_plan():
           "weft-plan: DDP sends 2x the parameter bytes per step, FULL_SHARD 3x (ring, x (N-1)/N)")
     rc, _ = plan(["--params", "70e9", "--world", "6", "--per-host", "4"])
     check(rc == 2, "weft-plan refuses a shard group that does not divide the world")
+    # values that are not numbers, or 0 ranks, or a file that is not there: exit 2
+    bad = []
+    for args in (["--params", "inf"], ["--params", "1e9", "--mem-gb", "nan"],
+                 ["--params", "1e9", "--world", "0"], ["--params", "1e9", "--world", ""],
+                 ["--params", "1e9", "--hosts", "100000", "--per-host", "100000"],
+                 ["--params", "1e9", "--data", os.path.join(tmp, "nosuch")]):
+        rc, rows = plan(args)
+        if rc != 2 or rows:
+            bad.append(" ".join(args) + f" (exit {rc})")
+    check(not bad, "weft-plan refuses inf, nan, --world 0 or empty, 1e10 ranks, a missing "
+          "--data" + (": not refused: " + ", ".join(bad) if bad else ""))
     # weft-train runs: (ranks, strategy, model) against the prediction
     small = ["--layers", "2", "--dim", "64", "--heads", "4", "--ctx", "32"]
     mid = ["--layers", "4", "--dim", "256", "--heads", "4", "--ctx", "128"]

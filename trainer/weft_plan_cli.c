@@ -14,10 +14,12 @@
  * Exit status: 0, 2 on bad arguments.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "plan.h"
@@ -42,7 +44,8 @@ static void usage(FILE *f)
         "  --bytes-per-param K   model-state bytes per parameter (default 16: 2 fp16\n"
         "                        parameters + 2 fp16 gradients + 12 fp32 Adam states)\n"
         "  --mem-gb M            memory per accelerator; fits / fewest ranks are judged\n"
-        "                        against it (default: no limit)\n"
+        "                        against it (default: no limit; for hybrid, the fewest\n"
+        "                        ranks of a shard group, N/group: --per-host sets it)\n"
         "  --act-gb X            activations and the rest per rank (default 0)\n"
         "  --hosts H             hosts the ranks span (default 1)\n"
         "  --per-host G          ranks per host: the hybrid shard group (default: world/hosts)\n"
@@ -100,9 +103,12 @@ static int parse(int argc, char **argv, plan_opts_t *o)
         char *end;
         errno = 0;
         double v = strtod(argv[++i], &end);
-        if (*end || errno || v < 0 || (tab[k].is_int && (v != (int)v || v > 1e9)))
-            return fprintf(stderr, "weft-plan: %s needs a non-negative %s, not %s\n",
-                           argv[i - 1], tab[k].is_int ? "integer" : "number", argv[i]), -1;
+        int at_least_1 = tab[k].dst == &o->world || tab[k].dst == &o->hosts;
+        if (end == argv[i] || *end || errno || !isfinite(v) || v < 0 ||
+            (tab[k].is_int && (v != (int)v || v > 1e9)) || (at_least_1 && v < 1))
+            return fprintf(stderr, "weft-plan: %s needs a %s %s, not '%s'\n", argv[i - 1],
+                           at_least_1 ? "positive" : "non-negative",
+                           tab[k].is_int ? "integer" : "finite number", argv[i]), -1;
         if (tab[k].is_int)
             *(int *)tab[k].dst = (int)v;
         else
@@ -221,8 +227,9 @@ static void print(const plan_opts_t *o, const shard_plan_in_t *in,
     for (int s = 0; s < SHARD_NUM_STRATEGIES; s++) {
         const shard_plan_row_t *r = &rows[s];
         char minr[32];
-        if (r->min_ranks > 0)
-            snprintf(minr, sizeof(minr), "%ld", r->min_ranks);
+        if (r->min_ranks > 0)   /* hybrid: the smallest shard group that fits */
+            snprintf(minr, sizeof(minr), r->strategy == SHARD_HYBRID ? "%ld/group" : "%ld",
+                     r->min_ranks);
         else
             snprintf(minr, sizeof(minr), "never");
         if (o->json) {
@@ -265,8 +272,17 @@ int main(int argc, char **argv)
     }
     if (parse(argc, argv, &o) != 0)
         return 2;
+    if (o.world == 0 && (long long)o.hosts * o.per_host > 1000000000) {
+        fprintf(stderr, "weft-plan: --hosts %d x --per-host %d is over 1e9 ranks\n", o.hosts,
+                o.per_host);
+        return 2;
+    }
     if (o.world == 0)
         o.world = o.per_host > 0 ? o.hosts * o.per_host : 1;
+    if (o.data && access(o.data, R_OK) != 0) {
+        fprintf(stderr, "weft-plan: --data %s: %s\n", o.data, strerror(errno));
+        return 2;
+    }
     if (o.hosts < 1 || o.world % o.hosts != 0) {
         fprintf(stderr, "weft-plan: --hosts %d does not divide --world %d\n", o.hosts, o.world);
         return 2;
