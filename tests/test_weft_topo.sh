@@ -87,5 +87,13 @@ refuse 2 "--hosts needs --ranks" -- --hosts 2
 refuse 2 "--hosts wants a number from 1 to 4096, not '0'" -- --ranks 2 --hosts 0
 refuse 2 "more than 4096 ranks" -- --ranks 4096 --hosts 2
 
+# a host without GPUs: no "gpu i mod 0"
+if wt nogpu -- --xml "$D/4numa-pci.xml" --ranks 2 &&
+   has nogpu "placement of 2 local ranks (no GPU on this host):"; then
+    ok "no GPU: the placement heading says so"
+else
+    bad "no GPU: placement heading" "$OUT/nogpu"
+fi
+
 echo "test_weft_topo: $PASS passed, $FAIL failed"
 [ "$FAIL" -eq 0 ]

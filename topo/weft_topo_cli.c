@@ -213,9 +213,11 @@ static int show_topology(const cli_args_t *a, const weft_config_t *cfg)
         return 1;
     }
     topo_print(t, stdout);
-    if (a->ranks > 0)
+    if (a->ranks > 0 && topo_num_gpus(t) > 0)
         printf("placement of %d local ranks (local rank i uses gpu i mod %d):\n", a->ranks,
                topo_num_gpus(t));
+    else if (a->ranks > 0)
+        printf("placement of %d local ranks (no GPU on this host):\n", a->ranks);
     for (int r = 0; r < a->ranks; r++) {
         topo_place_t p;
         if (topo_place(t, r, a->ranks, &p) != WEFT_OK) {
