@@ -168,10 +168,6 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
     op->t_queued = comm->q_head == NULL ? now : 0;   /* first in line: starts right away */
     call_desc_t d;
     engine_call_desc(op, &d);
-    if (args->coll == COLL_RECV)
-        d.seq = op->seq_rx;
-    else if (args->coll == COLL_SEND || args->coll == COLL_SENDRECV)
-        d.seq = op->seq_tx;
     op->fr_id = fr_queued(&comm->flight, &d, now);
     if (comm->q_tail)
         comm->q_tail->next = op;

@@ -178,7 +178,10 @@ void engine_call_desc(const comm_op_t *op, call_desc_t *d)
     const sched_args_t *a = &op->args;
     memset(d, 0, sizeof(*d));
     d->count = a->count;
-    d->seq = op->seq;
+    /* point-to-point: its number among the calls to (from) that peer; every comparison
+     * of seq across calls is between collectives (comm/fail.c: is_coll) */
+    d->seq = a->coll == COLL_RECV ? op->seq_rx
+             : a->coll == COLL_SEND || a->coll == COLL_SENDRECV ? op->seq_tx : op->seq;
     d->root = a->root;
     d->coll = (uint8_t)a->coll;
     d->dtype = (uint8_t)a->dtype;
@@ -430,9 +433,12 @@ static weft_status_t timeout_error(weft_comm_t *comm, comm_op_t *op)
             fail_note(comm, WEFT_ERR_TIMEOUT, p, NULL);
             break;
         }
-    return weft_error(WEFT_ERR_TIMEOUT, "rank %d: %s seq %u (count %zu, %s) timed out after "
+    int c = op->args.coll, p2p = c == COLL_SEND || c == COLL_RECV || c == COLL_SENDRECV;
+    call_desc_t d;
+    engine_call_desc(op, &d);
+    return weft_error(WEFT_ERR_TIMEOUT, "rank %d: %s %s%u (count %zu, %s) timed out after "
                       "%.1f s (WEFT_TIMEOUT) waiting for rank(s) %s", comm->rank,
-                      coll_name(op->args.coll), op->seq, op->args.count,
+                      coll_name(c), p2p ? "#" : "seq ", d.seq, op->args.count,
                       weft_dtype_name(op->args.dtype), comm->cfg.timeout_s,
                       waiting[0] ? waiting : "?");
 }
