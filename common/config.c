@@ -75,12 +75,13 @@ static int parse_double(const char *s, void *field, size_t cap)
     return 0;
 }
 
-/* A count, or "auto" (stored as -1) where the caller picks a value at run time. */
+/* A count, or "auto" (stored as -1; "-1" says the same) where the caller picks a value at
+ * run time. */
 static int parse_long(const char *s, void *field, size_t cap)
 {
     (void)cap;
     char *end;
-    if (!strcmp(s, "auto")) {
+    if (!strcmp(s, "auto") || !strcmp(s, "-1")) {
         *(long *)field = -1;
         return 0;
     }
@@ -154,7 +155,7 @@ static const cfg_knob_t knobs[] = {
       "every active port", STR(ib_hca), NULL },
     { "WEFT_IB_QPS_PER_CONN", "1", "RC queue pairs per ib connection; frames are striped "
       "across them (1-4)", LNG(ib_qps), "1|2|3|4" },
-    { "WEFT_IB_GID_INDEX", "-1", "GID index of the ib port (RoCE); -1 = auto: the first "
+    { "WEFT_IB_GID_INDEX", "auto", "GID index of the ib port (RoCE); auto (or -1): the first "
       "RoCE v2 IPv4-mapped GID, else index 0", LNG(ib_gid_index), NULL },
     { "WEFT_IB_TIMEOUT", "14", "ib QP local ACK timeout, 4.096 us * 2^value (1-31)",
       LNG(ib_timeout), NULL },
@@ -279,11 +280,14 @@ static int knob_set(const cfg_knob_t *k, weft_config_t *cfg, const char *v)
     return k->parse(v, (char *)cfg + k->offset, k->cap);
 }
 
-void cfg_defaults(weft_config_t *cfg)
+const char *cfg_defaults(weft_config_t *cfg)
 {
+    const char *bad = NULL;
     memset(cfg, 0, sizeof(*cfg));
     for (size_t i = 0; i < NKNOBS; i++)
-        knob_set(&knobs[i], cfg, knobs[i].defval);
+        if (knob_set(&knobs[i], cfg, knobs[i].defval) != 0 && bad == NULL)
+            bad = knobs[i].name;    /* a table error: test_algos checks there is none */
+    return bad;
 }
 
 weft_status_t cfg_load(weft_config_t *out)

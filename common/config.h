@@ -57,7 +57,9 @@ typedef struct weft_config {
 /* Parses every WEFT_* tunable. On a bad value returns WEFT_ERR_INVALID_ARG naming it
  * and leaves *cfg untouched. */
 weft_status_t cfg_load(weft_config_t *cfg);
-void cfg_defaults(weft_config_t *cfg);
+/* Every knob at its default; the name of a knob whose default does not parse (the table's
+ * mistake: it then stays 0, as WEFT_IB_GID_INDEX's "-1" did until 2026-11-27), else NULL. */
+const char *cfg_defaults(weft_config_t *cfg);
 void cfg_print(FILE *out, const weft_config_t *cfg);
 
 /* "4M", "256k", "1G", "4096" -> bytes. Returns 0 on success, -1 on garbage/overflow. */

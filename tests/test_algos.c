@@ -812,6 +812,22 @@ static void keep_count(const char *name, int coll, int n, int inplace, int *send
     sched_free(&s);
 }
 
+/* Every knob's default in common/config.c parses (WEFT_IB_GID_INDEX's "-1" did not, and
+ * the auto GID choice never ran), and the GID index is auto. */
+static void check_config_defaults(void)
+{
+    weft_config_t cfg;
+    const char *bad = cfg_defaults(&cfg);
+    if (bad == NULL && cfg.ib_gid_index == -1) {
+        T.passed++;
+    } else {
+        T.failed++;
+        fprintf(stderr, "FAIL config defaults: %s%s; WEFT_IB_GID_INDEX %ld (want -1, auto)\n",
+                bad ? bad : "every default parses", bad ? "'s default does not parse" : "",
+                cfg.ib_gid_index);
+    }
+}
+
 static void check_keep_flags(void)
 {
     static const struct { const char *algo; int coll, n, inplace, sends, keeps; } K[] = {
@@ -1050,6 +1066,7 @@ int main(int argc, char **argv)
     check_model_spots();
     check_tree_links();
     check_keep_flags();
+    check_config_defaults();
     static job_t jobs[1024];
     size_t nj = 0;
 #define JOB(...) do { if (nj < WEFT_ARRAY_LEN(jobs)) jobs[nj++] = (job_t){ __VA_ARGS__ }; \
