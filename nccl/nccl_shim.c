@@ -12,9 +12,11 @@
  * communicator's calls in order on a thread of its own when the group spans several (one
  * thread may drive several ranks, as nccl-tests -g and ncclCommInitAll do: run one after
  * another, their collectives would wait for each other forever). A group's sends and
- * receives on a communicator run together as weft_sendrecv pairs, as bytes, in NCCL's
- * steps (p2p_plan.h: at step s to rank+s and from rank-s), so rings, gathers, scatters
- * and all-to-alls in any call order never wait on each other in a cycle.
+ * receives on a communicator run together, after its collectives (as NCCL schedules
+ * them: run_comm_calls), as weft_sendrecv pairs, as bytes, in NCCL's steps (p2p_plan.h:
+ * at step s to rank+s and from rank-s), so rings, gathers, scatters and all-to-alls in
+ * any call order, mixed with collectives in any order, never wait on each other in a
+ * cycle.
  *
  * Invariants: no call aborts or exits the process; every failure returns a ncclResult_t
  * with its reason in ncclGetLastError() (this thread's). Arguments are checked before
@@ -526,8 +528,8 @@ static ncclResult_t run_one(const gop_t *g)
 
 static ncclResult_t run_comm_calls(ncclComm_t c, const gop_t *ops, size_t n);
 
-/* Runs comm c's calls among ops[0..n) in order; the sends and receives together at the
- * first of them. Counted in c->inflight while it runs. */
+/* Runs comm c's calls among ops[0..n) (run_comm_calls: in order, the sends and receives
+ * together after the rest). Counted in c->inflight while it runs. */
 static ncclResult_t run_comm(ncclComm_t c, const gop_t *ops, size_t n)
 {
     __atomic_add_fetch(&c->inflight, 1, __ATOMIC_SEQ_CST);
@@ -547,33 +549,38 @@ static void fail_children(ncclComm_t c, const gop_t *ops, size_t n, size_t from,
             ops[i].child->async = r;
 }
 
+/* NCCL schedules a group's collectives before its sends and receives (one launch runs
+ * them all): here the collectives (and inits, splits) run in call order, then the sends
+ * and receives as one batch, so ranks that interleave the two differently within a group,
+ * which NCCL allows, never wait on each other in a cycle (rank 0 in an all-reduce while
+ * rank 1 waits for its send, called first on rank 1 only). */
 static ncclResult_t run_comm_calls(ncclComm_t c, const gop_t *ops, size_t n)
 {
-    int p2p_done = 0;
+    size_t first_p2p = n;
     if (c->dev >= 0)
         cudaSetDevice(c->dev);
-    for (size_t i = 0; i < n; i++) {
-        if (ops[i].comm != c)
+    for (size_t pass = 0; pass <= n; pass++) {   /* ops in order, then the p2p batch */
+        size_t i = pass < n ? pass : first_p2p;
+        if (i == n || ops[i].comm != c)
             continue;
+        int p2p = ops[i].kind == G_SEND || ops[i].kind == G_RECV;
+        if (p2p && pass < n) {
+            if (first_p2p == n)
+                first_p2p = i;
+            continue;
+        }
         if (ops[i].kind != G_INIT && c->w == NULL) {
             ncclResult_t r = c->async != ncclSuccess ? c->async : ncclInvalidUsage;
             fail_children(c, ops, n, i, r);
             return fail(r, "comm failed to initialize");
         }
-        ncclResult_t r;
-        if (ops[i].kind == G_SEND || ops[i].kind == G_RECV) {
-            if (p2p_done)
-                continue;
-            p2p_done = 1;
-            r = run_p2p(c, ops, n, i);
-        } else {
-            r = run_one(&ops[i]);
-        }
+        ncclResult_t r = p2p ? run_p2p(c, ops, n, i) : run_one(&ops[i]);
         if (r != ncclSuccess) {
             if (ops[i].kind != G_INIT && c->async == ncclSuccess &&
                 (r == ncclRemoteError || r == ncclSystemError))
                 c->async = r;
-            fail_children(c, ops, n, i + 1, r);
+            if (!p2p)   /* the batch runs last: no split is left after it */
+                fail_children(c, ops, n, i + 1, r);
             return r;
         }
     }

@@ -188,7 +188,7 @@ typedef struct {
     int rank, nranks;
     ncclResult_t r;
     int count, me, split_size;
-    int gpu_ok, premul_ok;
+    int gpu_ok, premul_ok, mixed_ok;
 } rank_arg_t;
 
 /* PreMulSum on the GPU: each rank's input times its own scalar, then summed. An all-reduce
@@ -243,6 +243,44 @@ static int gpu_premul(ncclComm_t c, int rank, int nranks, cudaStream_t st)
     return ok;
 }
 
+/* A group that mixes sends and receives with an all-reduce, called in different orders:
+ * even ranks the all-reduce first, odd ranks their receive and send first (a ring:
+ * to rank+1, from rank-1). NCCL runs a group's calls as one launch, so the order does
+ * not matter; run in call order, rank 0 would sit in the all-reduce while rank 1 waits in
+ * its receive for rank 0's send (until WEFT_TIMEOUT). */
+static int gpu_mixed_group(ncclComm_t c, int rank, int nranks, cudaStream_t st)
+{
+    enum { N = 1024 };
+    float h[N], got[N], *a = NULL, *s = NULL, *r = NULL;
+    for (int i = 0; i < N; i++)
+        h[i] = (float)(rank * N + i);
+    int ok = ncclMemAlloc((void **)&a, sizeof(h)) == ncclSuccess &&
+             ncclMemAlloc((void **)&s, sizeof(h)) == ncclSuccess &&
+             ncclMemAlloc((void **)&r, sizeof(h)) == ncclSuccess &&
+             cudaMemcpy(a, h, sizeof(h), cudaMemcpyHostToDevice) == cudaSuccess &&
+             cudaMemcpy(s, h, sizeof(h), cudaMemcpyHostToDevice) == cudaSuccess;
+    int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+    ok = ok && ncclGroupStart() == ncclSuccess;
+    if (ok && rank % 2 == 0)
+        ok = ncclAllReduce(a, a, N, ncclFloat, ncclSum, c, st) == ncclSuccess &&
+             ncclSend(s, N, ncclFloat, to, c, st) == ncclSuccess &&
+             ncclRecv(r, N, ncclFloat, from, c, st) == ncclSuccess;
+    else if (ok)
+        ok = ncclRecv(r, N, ncclFloat, from, c, st) == ncclSuccess &&
+             ncclSend(s, N, ncclFloat, to, c, st) == ncclSuccess &&
+             ncclAllReduce(a, a, N, ncclFloat, ncclSum, c, st) == ncclSuccess;
+    ok = ncclGroupEnd() == ncclSuccess && ok && cudaStreamSynchronize(st) == cudaSuccess &&
+         cudaMemcpy(got, r, sizeof(got), cudaMemcpyDeviceToHost) == cudaSuccess;
+    for (int i = 0; i < N && ok; i++)
+        ok = got[i] == (float)(from * N + i);
+    ok = ok && cudaMemcpy(got, a, sizeof(got), cudaMemcpyDeviceToHost) == cudaSuccess;
+    int sum_ranks = nranks * (nranks - 1) / 2;
+    for (int i = 0; i < N && ok; i++)
+        ok = got[i] == (float)(sum_ranks * N + nranks * i);
+    ncclMemFree(a), ncclMemFree(s), ncclMemFree(r);
+    return ok;
+}
+
 static void *rank_main(void *v)
 {
     rank_arg_t *a = v;
@@ -274,6 +312,7 @@ static void *rank_main(void *v)
             a->gpu_ok = h[i] == (float)(sum_ranks + a->nranks * i);
         ncclMemFree(d);
         a->premul_ok = a->gpu_ok && gpu_premul(c, a->rank, a->nranks, st);
+        a->mixed_ok = a->gpu_ok && gpu_mixed_group(c, a->rank, a->nranks, st);
         cudaStreamDestroy(st);
     }
     ncclCommDestroy(c);
@@ -301,6 +340,9 @@ static void test_threads(int nranks)
             check(a[r].gpu_ok, "a device all-reduce through the shim");
             check(a[r].premul_ok, "PreMulSum all-reduce and reduce-scatter, host and device "
                   "scalars, device and host buffers");
+            if (nranks > 1)
+                check(a[r].mixed_ok, "a group of a ring's send and receive and an all-reduce, "
+                      "called in another order on odd ranks");
         }
     }
     char what[96];
@@ -334,6 +376,8 @@ static void test_last_error_shared(void)
 
 int main(void)
 {
+    /* a group that waits in a cycle must fail within the test's bound, not after 300 s */
+    setenv("WEFT_TIMEOUT", "30", 0);
     int gpu = gpu_visible();
     printf("test_nccl_shim: %s\n", gpu ? "a GPU is visible: runtime checks included"
                                        : "no GPU visible: CPU-side checks only (device "
