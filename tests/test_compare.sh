@@ -93,7 +93,7 @@ then ok "--placement off: the setup says placement was not checked"
 else bad "--placement off" "$OUT/noplace.log"; fi
 
 # 3. Refusals: a clear message, non-zero, and no table written.
-for args in "--small-iters -1" "--small-max 12Q" "--iters 0"; do
+for args in "--small-iters -1" "--small-max 12Q" "--iters 0" "-b 0" "-b 0.5"; do
     # shellcheck disable=SC2086  # the options are words on purpose
     if compare -b 8 -e 64 $args --out "$OUT/bad" >"$OUT/bad.log" 2>&1; then
         bad "'$args' was accepted" "$OUT/bad.log"
@@ -103,6 +103,62 @@ for args in "--small-iters -1" "--small-max 12Q" "--iters 0"; do
         ok "'$args' refused: $(grep -m1 '^compare: ' "$OUT/bad.log" | cut -c1-90)"
     fi
 done
+
+# 3b. Its pieces on fake input (bench/compare loaded as a module): a tool that prints a
+# whole table and then exits non-zero fails the launch, every time (its status was
+# missed when it closed its output first: kept as data about half the time); the
+# smallest sizes of a gather, which print 0 (blocks rounded down to 16 bytes), keep one
+# row, and any other size printed twice is refused; the peers' own knobs in the caller's
+# environment (OMPI_MCA_*, UCX_*, ...) are left out, with a note.
+cat >"$OUT/late_fail.sh" <<'EOF'
+#!/bin/sh
+printf '#  size count type redop root time algbw busbw wrong time algbw busbw wrong\n'
+printf '   1024   256 float sum -1 1.0 1.0 1.0 0 1.0 1.0 1.0 0\n'
+printf '# Out of bounds values : 0 OK\n'
+exec >&- 2>&-
+exit 7
+EOF
+chmod +x "$OUT/late_fail.sh"
+if /usr/bin/python3 - "$OUT/late_fail.sh" >"$OUT/pieces.log" 2>&1 <<'EOF'
+import importlib.machinery, importlib.util, os, sys
+loader = importlib.machinery.SourceFileLoader("compare", "bench/compare")
+spec = importlib.util.spec_from_loader("compare", loader)
+c = importlib.util.module_from_spec(spec)
+loader.exec_module(c)
+bad = []
+kept = 0
+for _ in range(20):
+    try:
+        c.run_procs([[sys.argv[1]]], [dict(os.environ)], 30, "late")
+        kept += 1
+    except c.Failure:
+        pass
+if kept:
+    bad.append("a launch that exited 7 after its table was kept %d times in 20" % kept)
+row = "%7d %5d float sum -1 %s 1.0 1.0 0 %s 1.0 1.0 0"
+ok = "\n# Out of bounds values : 0 OK\n"
+rows = c.parse_rows("\n".join([row % (0, 0, "0.90", "0.91"), row % (0, 0, "0.50", "0.51"),
+                                row % (32, 4, "1.00", "1.01")]) + ok, "t")
+if rows != {0: (0.90, 0.91), 32: (1.00, 1.01)}:
+    bad.append("size-0 rows: got %r" % rows)
+try:
+    c.parse_rows("\n".join([row % (32, 4, "1", "1"), row % (32, 4, "2", "2")]) + ok, "t")
+    bad.append("a size printed twice was accepted")
+except c.Failure:
+    pass
+print("; ".join(bad) if bad else "pieces ok")
+sys.exit(1 if bad else 0)
+EOF
+then ok "compare's pieces: a late non-zero exit fails the launch (20 of 20), size-0 rows kept once, repeats refused"
+else bad "compare's pieces" "$OUT/pieces.log"; fi
+OMPI_MCA_btl=self UCX_TLS=tcp compare -b 8 -e 8 --iters 2 --warmup 1 --small-iters 0 \
+    --out "$OUT/envs" >"$OUT/envs.log" 2>&1
+if grep -q "OMPI_MCA_btl=self left out" "$OUT/envs.log" &&
+   grep -q "UCX_TLS=tcp left out" "$OUT/envs.log" && [ -s "$OUT/envs/compare-shm.md" ]; then
+    ok "the caller's OMPI_MCA_*/UCX_* settings are left out, with a note"
+else
+    bad "the caller's peer settings" "$OUT/envs.log"
+fi
 
 # 4. --transports ucx (one host): weft over UCX, Open MPI's pml ucx, and weft shm.
 if ! ldd "$B/bin/all_reduce_perf" 2>/dev/null | grep -q libucp; then
