@@ -258,7 +258,8 @@ weft_status_t auth_handshake_watched(int fd, const char *secret, int purpose,
         .rank = (uint32_t)my_rank, .comm_id = comm_id,
     };
     if (random_bytes(me.nonce, sizeof(me.nonce)) != 0)
-        return weft_error(WEFT_ERR_SYSTEM, "auth: reading /dev/urandom for a nonce: %m");
+        return weft_error(WEFT_ERR_SYSTEM, "auth: no random bytes for a nonce (getrandom, "
+                          "/dev/urandom): %m");
 
     auth_hello_t peer;
     weft_status_t st = hello_exchange(fd, &me, deadline, &ctx, &peer);

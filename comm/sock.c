@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -158,6 +159,26 @@ weft_status_t sock_parse_addr(const char *hostport, struct sockaddr_in *out)
     return WEFT_OK;
 }
 
+/* What to do about errno e when it says the process is out of descriptors (""
+ * otherwise): at init a rank holds about two per peer for a while (rank 0: one per
+ * rank to the rendezvous and one per peer's data connection), which meets the common
+ * soft limit of 1024 at about 500 ranks. */
+const char *sock_fd_hint(int e)
+{
+    static __thread char hint[200];
+    struct rlimit rl;
+    if (e != EMFILE && e != ENFILE)
+        return "";
+    if (e == ENFILE)
+        return " (the system's file table is full)";
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return " (raise the open-file limit: ulimit -n)";
+    snprintf(hint, sizeof(hint), " (this process may open %llu files; a rank needs about "
+             "two per peer at init: raise the limit, ulimit -n, up to the hard limit %llu)",
+             (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+    return hint;
+}
+
 /* ---- listen / accept -------------------------------------------------------- */
 
 weft_status_t sock_listen(struct sockaddr_in *addr, int backlog, int *fd_p)
@@ -166,7 +187,7 @@ weft_status_t sock_listen(struct sockaddr_in *addr, int backlog, int *fd_p)
     sock_addr_str(addr, as, sizeof(as));
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return weft_error(WEFT_ERR_SYSTEM, "listen %s: socket: %m", as);
+        return weft_error(WEFT_ERR_SYSTEM, "listen %s: socket: %m%s", as, sock_fd_hint(errno));
     int one = 1;
     struct sockaddr_in bound;
     socklen_t len = sizeof(bound);
@@ -207,7 +228,7 @@ weft_status_t sock_accept_watched(int lfd, uint64_t deadline, const sock_watch_t
         if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK ||
             errno == ECONNABORTED || errno == EPROTO)
             continue;
-        return weft_error(WEFT_ERR_SYSTEM, "accept: %m");
+        return weft_error(WEFT_ERR_SYSTEM, "accept: %m%s", sock_fd_hint(errno));
     }
 }
 
@@ -291,7 +312,7 @@ weft_status_t sock_connect_watched(const struct sockaddr_in *addr, uint64_t dead
                               as);
         if (!connect_retryable(err)) {
             errno = err;
-            return weft_error(WEFT_ERR_SYSTEM, "connect %s: %m", as);
+            return weft_error(WEFT_ERR_SYSTEM, "connect %s: %m%s", as, sock_fd_hint(err));
         }
         uint64_t now = time_ns();
         if (deadline != 0 && now >= deadline) {
@@ -502,7 +523,8 @@ static weft_status_t route_addr(const struct sockaddr_in *to, struct sockaddr_in
     sock_addr_str(to, as, sizeof(as));
     int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return weft_error(WEFT_ERR_SYSTEM, "local address for %s: socket: %m", as);
+        return weft_error(WEFT_ERR_SYSTEM, "local address for %s: socket: %m%s", as,
+                          sock_fd_hint(errno));
     struct sockaddr_in dst = *to, me;
     socklen_t len = sizeof(me);
     if (dst.sin_port == 0)

@@ -66,6 +66,9 @@ void sock_dead_after(int fd, long dead_s);
 int sock_unanswered_ms(int fd);
 /* "1.2.3.4:5678" into buf. */
 const char *sock_addr_str(const struct sockaddr_in *a, char *buf, size_t cap);
+/* For a failure with errno e: what to do when it says the process is out of file
+ * descriptors (the limit, and that init needs about two per peer), else "". */
+const char *sock_fd_hint(int e);
 
 /* Ports a rendezvous can be given ahead of time: [*lo, *lo + *span) = [20000, E), E the
  * start of the kernel's ephemeral range (ip_local_port_range, 32768 by default), from

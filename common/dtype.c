@@ -1,7 +1,9 @@
 /*
  * dtype.c - names and sizes of weft's dtypes and ops, and random bytes.
  */
+#include <errno.h>
 #include <fcntl.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -36,10 +38,22 @@ const char *weft_op_name(weft_op_t o)
 
 int random_bytes(void *buf, size_t n)
 {
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    /* getrandom: no descriptor (a rank out of them at init still makes its nonces) */
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = getrandom((char *)buf + got, n - got, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    if (got == n)
+        return 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);   /* a kernel without it */
     if (fd < 0)
         return -1;
-    size_t got = 0;
+    got = 0;
     while (got < n) {
         ssize_t r = read(fd, (char *)buf + got, n - got);
         if (r <= 0) {

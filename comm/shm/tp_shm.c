@@ -58,6 +58,7 @@
 #include <unistd.h>
 
 #include "shm_int.h"
+#include "sock.h"
 #include "log.h"
 #include "status.h"
 #include "util.h"
@@ -216,7 +217,8 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
              comm->rank, (int)getpid());
     int fd = shm_open(l->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
-        weft_status_t st = weft_error(WEFT_ERR_SYSTEM, "shm: cannot create %s: %m", l->name);
+        weft_status_t st = weft_error(WEFT_ERR_SYSTEM, "shm: cannot create %s: %m%s", l->name,
+                                      sock_fd_hint(errno));
         free(l);
         return st;
     }
