@@ -125,6 +125,20 @@ static void tell_dropped(int fd, uint32_t why, uint32_t arg, uint32_t nranks)
     }
 }
 
+/* Rank 0 at its deadline with have of the ranks: which one is missing, to every rank
+ * that joined (and to the caller). */
+static weft_status_t report_missing(bootstrap_t *bs, int have, weft_status_t st)
+{
+    int missing = 1;
+    while (missing < bs->nranks && bs->fds[missing] >= 0)
+        missing++;
+    weft_error_quiet(st, "bootstrap: %d of %d ranks arrived; rank %d (and any other missing) "
+                     "did not%s%s: %s", have, bs->nranks, missing,
+                     bs->dropped[0] ? "; refused: " : "", bs->dropped, weft_last_error());
+    tell_failure(bs, BOOT_FAIL, missing, st);
+    return st;
+}
+
 /* Rank 0: accept until every other rank is connected. */
 static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
 {
@@ -136,17 +150,8 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
             tell_failure(bs, BOOT_FAIL, 0, ast);    /* rank 0's own (out of fds) */
             return ast;
         }
-        if (ast != WEFT_OK) {
-            int missing = 1;
-            while (missing < bs->nranks && bs->fds[missing] >= 0)
-                missing++;
-            weft_error_quiet(ast, "bootstrap: %d of %d ranks arrived; rank %d (and any "
-                             "other missing) did not%s%s: %s", have, bs->nranks, missing,
-                             bs->dropped[0] ? "; refused: " : "", bs->dropped,
-                             weft_last_error());
-            tell_failure(bs, BOOT_FAIL, missing, ast);
-            return ast;
-        }
+        if (ast != WEFT_OK)
+            return report_missing(bs, have, ast);
         /* A real rank says hello as soon as it connects; a stranger that says nothing
          * may hold the (one-at-a-time) accept loop for HELLO_WAIT_NS at most. */
         uint64_t hello_deadline = WEFT_MIN(bs->deadline, time_ns() + HELLO_WAIT_NS);
@@ -184,8 +189,10 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
                 tell_failure(bs, BOOT_FAIL, 0, st);
                 return st;
             }
+            /* a stranger that held the accept loop to the deadline is not the news: the
+             * rank that never came is (a port scanner or health probe at the end) */
             if (st == WEFT_ERR_TIMEOUT && time_ns() >= bs->deadline)
-                return st;
+                return report_missing(bs, have, st);
             continue;       /* a stray or hostile connection: keep waiting */
         }
         bs->fds[peer] = fd;

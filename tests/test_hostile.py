@@ -11,7 +11,9 @@ at once, one that connects and says nothing (it must not hold the job up), and a
 of the bytes the real rank 1 sent to an earlier job's rendezvous (recorded through a
 proxy: the nonces make it worthless). The job must then complete with correct results,
 rank 0 must have logged the refusals, and nothing may crash or hang (every step is
-time-bounded). Prints `test_hostile.py: N passed, M failed`.
+time-bounded). Then rank 0 alone, with a silent stranger holding its accept loop through
+the deadline: it must name the rank that did not arrive. Prints `test_hostile.py: N passed,
+M failed`.
 """
 import os, random, socket, subprocess, sys, threading, time
 
@@ -183,7 +185,36 @@ def main():
         print(out0[-3000:])
 
 
+def stranger_at_the_end():
+    """Rank 1 never comes, and a silent stranger holds rank 0's accept loop through the
+    deadline (a port scanner, a health probe): rank 0 must still say which rank did not
+    arrive, not only that the stranger's handshake failed (it did, before 2026-11-27)."""
+    port = free_port()
+    env = dict(rank_env(0, port), WEFT_TIMEOUT="3")
+    r0 = subprocess.Popen(PERF, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+    if not wait_listening(port):
+        r0.kill()
+        check(False, "rank 0 alone listens (stranger at the end)")
+        return
+    time.sleep(1.5)
+    t = threading.Thread(target=send, args=(port, None), daemon=True)
+    t.start()                           # connects about 2 s in, says nothing
+    try:
+        out0, _ = r0.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        r0.kill()
+        check(False, "rank 0 alone ended within 30 s (stranger at the end)")
+        return
+    check(r0.returncode != 0 and "1 of 2 ranks arrived; rank 1" in out0,
+          "a silent stranger at the rendezvous's deadline: rank 0 still names the rank "
+          f"that did not arrive (exit {r0.returncode})")
+    if "1 of 2 ranks arrived" not in out0:
+        print(out0[-1500:])
+
+
 if __name__ == "__main__":
     main()
+    stranger_at_the_end()
     print(f"test_hostile.py: {passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
