@@ -110,7 +110,10 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
     log_set_rank(rank);
     fr_install_signal();
     GOTO_IF_ERR(comm_alloc(rank, nranks, &cfg, &c), st, fail);
-    GOTO_IF_ERR(sock_parse_addr(rendezvous, &c->rdv_addr), st, fail);
+    /* a name may not resolve yet (rank 0's service name on Kubernetes): up to WEFT_TIMEOUT */
+    GOTO_IF_ERR(sock_resolve_addr(rendezvous, cfg.timeout_s > 0 ? time_ns() +
+                                  (uint64_t)(cfg.timeout_s * 1e9) : UINT64_MAX,
+                                  &c->rdv_addr), st, fail);
     c->rdv_named_lo = nranks > 1 && sock_named_loopback(rendezvous, &c->rdv_addr);
     if (nranks > 1 && c->rdv_addr.sin_port == 0) {
         st = weft_error(WEFT_ERR_INVALID_ARG, "comm_init: rendezvous '%s' has port 0: rank 0 "

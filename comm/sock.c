@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "log.h"
 #include "sock.h"
 #include "status.h"
 #include "topo.h"
@@ -113,23 +114,61 @@ static weft_status_t parse_port(const char *s, const char *hostport, uint16_t *p
     return WEFT_OK;
 }
 
-static weft_status_t resolve_host(const char *host, const char *hostport, struct in_addr *out)
+/* Whether getaddrinfo's rc may turn into an answer later: a name not in DNS yet (a job
+ * whose rank 0 gets its service name as it starts, as on Kubernetes) or a resolver that
+ * did not answer in time. */
+static int resolve_later(int rc)
+{
+#ifdef EAI_NODATA
+    if (rc == EAI_NODATA)
+        return 1;
+#endif
+    return rc == EAI_NONAME || rc == EAI_AGAIN;
+}
+
+/* deadline 0: one try; else names that may resolve later are tried again (from 50 ms,
+ * doubling, to 1 s apart) until the deadline, with a warning at the first miss. */
+static weft_status_t resolve_host(const char *host, const char *hostport, uint64_t deadline,
+                                  struct in_addr *out)
 {
     struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM };
     struct addrinfo *res = NULL;
-    int rc = getaddrinfo(host, NULL, &hints, &res);
+    uint64_t t0 = time_ns(), nap = 50000000ull;
+    int rc;
+    uint64_t now;
+    while ((rc = getaddrinfo(host, NULL, &hints, &res)) != 0 && resolve_later(rc) &&
+           deadline != 0 && (now = time_ns()) < deadline) {
+        if (nap == 50000000ull)
+            LOG_WARN(LOG_BOOT, "address '%s': cannot resolve '%s' yet (%s): trying again "
+                     "until WEFT_TIMEOUT", hostport, host, gai_strerror(rc));
+        uint64_t d = WEFT_MIN(nap, deadline - now);   /* a last try at the deadline */
+        struct timespec ts = { (time_t)(d / 1000000000ull), (long)(d % 1000000000ull) };
+        nanosleep(&ts, NULL);
+        nap = WEFT_MIN(nap * 2, 1000000000ull);
+    }
     if (rc != 0) {
         weft_status_t code = (rc == EAI_NONAME || rc == EAI_FAIL) ? WEFT_ERR_INVALID_ARG
                                                                   : WEFT_ERR_SYSTEM;
-        return weft_error(code, "address '%s': cannot resolve '%s': %s", hostport, host,
-                          rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+        if (deadline != 0 && resolve_later(rc))
+            code = WEFT_ERR_TIMEOUT;
+        return weft_error(code, "address '%s': cannot resolve '%s': %s%s", hostport, host,
+                          rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc),
+                          code == WEFT_ERR_TIMEOUT ? " (tried until WEFT_TIMEOUT)" : "");
     }
+    if (time_ns() - t0 > 100000000ull)
+        LOG_INFO(LOG_BOOT, "address '%s': '%s' resolved after %.1f s", hostport, host,
+                 (double)(time_ns() - t0) / 1e9);
     *out = ((const struct sockaddr_in *)res->ai_addr)->sin_addr;
     freeaddrinfo(res);
     return WEFT_OK;
 }
 
 weft_status_t sock_parse_addr(const char *hostport, struct sockaddr_in *out)
+{
+    return sock_resolve_addr(hostport, 0, out);
+}
+
+weft_status_t sock_resolve_addr(const char *hostport, uint64_t deadline, struct sockaddr_in *out)
 {
     char host[256];
     if (hostport == NULL || *hostport == '\0')
@@ -150,7 +189,7 @@ weft_status_t sock_parse_addr(const char *hostport, struct sockaddr_in *out)
     weft_status_t st = parse_port(colon + 1, hostport, &port);
     if (st != WEFT_OK)
         return st;
-    if ((st = resolve_host(host, hostport, &ip)) != WEFT_OK)
+    if ((st = resolve_host(host, hostport, deadline, &ip)) != WEFT_OK)
         return st;
     memset(out, 0, sizeof(*out));
     out->sin_family = AF_INET;

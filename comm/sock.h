@@ -16,6 +16,10 @@
 
 /* "host:port" -> address (IPv4; host may be a name or dotted quad). */
 weft_status_t sock_parse_addr(const char *hostport, struct sockaddr_in *out);
+/* Same, but a host name that does not resolve yet (not in DNS yet, the resolver late) is
+ * tried again until deadline (time_ns(); 0: once), saying so in a warning; then
+ * WEFT_ERR_TIMEOUT. A malformed address fails at once. */
+weft_status_t sock_resolve_addr(const char *hostport, uint64_t deadline, struct sockaddr_in *out);
 /* Listens on addr (port 0 = any free port); *addr gets the bound address. */
 weft_status_t sock_listen(struct sockaddr_in *addr, int backlog, int *fd_p);
 /* Connects, retrying refused/unreachable until the deadline (the listener may not be up yet). */

@@ -227,5 +227,29 @@ two_fail "ranks disagreeing on the job size: rank 1 told 'job has 2 ranks, start
     "WEFT_RANK=0 WEFT_WORLD_SIZE=2 WEFT_ADDR=127.0.0.1:$p" \
     "WEFT_RANK=1 WEFT_WORLD_SIZE=3 WEFT_ADDR=127.0.0.1:$p"
 
+# A rendezvous name that resolves only a second after the ranks start (a service name not
+# in DNS yet, as rank 0's on Kubernetes): both ranks wait for it, saying so, and the job
+# runs (they failed at once before 2026-11-27). The name comes from a hosts file of this
+# test's own, bind-mounted over /etc/hosts in a mount namespace of its own.
+if unshare -m true 2>/dev/null; then
+    cp /etc/hosts "$OUT/hosts"
+    p=$(port)
+    ( sleep 1; echo "127.0.0.1 weft-late-rdv" >>"$OUT/hosts" ) &
+    clean_env WEFT_TIMEOUT=20 timeout 60 unshare -m sh -c \
+        'mount --bind "$0" /etc/hosts && exec "$@"' "$OUT/hosts" \
+        env WEFT_ADDR="weft-late-rdv:$p" "$(dirname "$PERF")/weftrun" -n 2 \
+        --addr "weft-late-rdv:$p" "$PERF" "${ARGS[@]}" >"$OUT/late" 2>&1
+    rc=$?
+    wait
+    if [ $rc = 0 ] && grep -q "Avg bus bandwidth" "$OUT/late" &&
+       grep -q "cannot resolve 'weft-late-rdv' yet" "$OUT/late"; then
+        ok "a rendezvous name that resolves 1 s late: the ranks wait for it, and say so"
+    else
+        bad "a rendezvous name that resolves late (exit $rc)" "$OUT/late"
+    fi
+else
+    echo "skip - a late-resolving rendezvous name: no mount namespace here"
+fi
+
 echo "test_launchers: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]
