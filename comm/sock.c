@@ -183,6 +183,9 @@ weft_status_t sock_resolve_addr(const char *hostport, uint64_t deadline, struct 
                           hostport);
     memcpy(host, hostport, hlen);
     host[hlen] = '\0';
+    if (host[0] == '[' || strchr(host, ':') != NULL)
+        return weft_error(WEFT_ERR_INVALID_ARG, "address '%s': weft's sockets are IPv4 only: "
+                          "name the host by an IPv4 address or a name that has one", hostport);
 
     uint16_t port;
     struct in_addr ip = { 0 };

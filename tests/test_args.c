@@ -193,6 +193,8 @@ static void check_init_rank(ctx_t *c)
         { 0, 1, "127.0.0.1:", "rendezvous with an empty port" },
         { 0, 1, "127.0.0.1:70000", "rendezvous port out of range" },
         { 0, 1, "127.0.0.1:-5", "rendezvous negative port" },
+        { 0, 1, "::1:29500", "an IPv6 rendezvous (IPv4 only, said at once)" },
+        { 0, 1, "[::1]:29500", "a bracketed IPv6 rendezvous" },
     };
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
         char what[128];

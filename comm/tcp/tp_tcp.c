@@ -161,7 +161,10 @@ static weft_status_t tcp_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     uint64_t deadline = deadline_of(comm);
     int fd, who;
     if (peer < comm->rank) {
-        RETURN_IF_ERR(accept_peer(comm, peer, deadline));
+        weft_status_t ast = accept_peer(comm, peer, deadline);
+        if (ast != WEFT_OK)     /* which rank it waited for (the message names an address) */
+            return weft_error_quiet(ast, "tcp: waiting for rank %d to connect: %s", peer,
+                                    weft_last_error());
         fd = l->pending[peer];
         l->pending[peer] = -1;
         return new_ep(comm, fd, ep_p);
@@ -169,13 +172,16 @@ static weft_status_t tcp_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     struct sockaddr_in to;
     if (!tcp_addr_of(&comm->peers[peer], &to))
         return weft_error(WEFT_ERR_INTERNAL, "tcp: rank %d published no listener", peer);
-    RETURN_IF_ERR(sock_connect_watched(&to, deadline, &comm->setup_watch, &fd));
+    weft_status_t st = sock_connect_watched(&to, deadline, &comm->setup_watch, &fd);
+    if (st != WEFT_OK)
+        return weft_error_quiet(st, "tcp: connecting to rank %d: %s", peer, weft_last_error());
     /* watched: a peer that died after its kernel took the connection never answers */
-    weft_status_t st = auth_handshake_watched(fd, comm->has_secret ? comm->secret : NULL,
-                                              AUTH_DATA, comm->id, comm->rank, deadline,
-                                              &comm->setup_watch, &who);
+    st = auth_handshake_watched(fd, comm->has_secret ? comm->secret : NULL, AUTH_DATA,
+                                comm->id, comm->rank, deadline, &comm->setup_watch, &who);
     if (st == WEFT_OK && who != peer)
         st = weft_error(WEFT_ERR_AUTH, "tcp: rank %d's address answered as rank %d", peer, who);
+    else if (st != WEFT_OK)
+        st = weft_error_quiet(st, "tcp: connecting to rank %d: %s", peer, weft_last_error());
     if (st != WEFT_OK) {
         close(fd);
         return st;
