@@ -190,16 +190,16 @@ def stranger_at_the_end():
     deadline (a port scanner, a health probe): rank 0 must still say which rank did not
     arrive, not only that the stranger's handshake failed (it did, before 2026-11-27)."""
     port = free_port()
-    env = dict(rank_env(0, port), WEFT_TIMEOUT="3")
+    env = dict(rank_env(0, port), WEFT_TIMEOUT="2")
     r0 = subprocess.Popen(PERF, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True)
     if not wait_listening(port):
         r0.kill()
         check(False, "rank 0 alone listens (stranger at the end)")
         return
-    time.sleep(1.5)
+    time.sleep(0.8)
     t = threading.Thread(target=send, args=(port, None), daemon=True)
-    t.start()                           # connects about 2 s in, says nothing
+    t.start()                           # connects about 1 s in, says nothing
     try:
         out0, _ = r0.communicate(timeout=30)
     except subprocess.TimeoutExpired:
