@@ -13,6 +13,8 @@
 #    --ctx's default of 128 (a 200-byte text was refused as too short to split).
 # 4. --beta1 or --beta2 outside [0, 1) is refused at start (--beta2 1 trained to NaN with
 #    exit 0: AdamW divides by 1 - beta^step).
+# 5. Options that do not fit together (-b 0, --heads not dividing --dim, -t above --ctx)
+#    exit 2, before the data is read (they exited 1, some after a data error).
 # Every run is bounded by `timeout`. Ends "test_train_data.sh: N passed, N failed".
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -94,11 +96,30 @@ for a in "--beta2 1" "--beta1 1" "--beta1 1.5"; do
     timeout 60 "$TRAIN" "${SMALL[@]}" --data "$TMP/text.txt" --steps 2 -b 2 $a \
         >"$TMP/beta.out" 2>&1
     rc=$?
-    { [ $rc != 0 ] && [ $rc != 124 ] && grep -q 'must be in \[0, 1)' "$TMP/beta.out" &&
+    { [ $rc = 2 ] && grep -q 'must be in \[0, 1)' "$TMP/beta.out" &&
       ! grep -q '^step 1 ' "$TMP/beta.out"; } || bad="$bad '$a' (exit $rc)"
 done
 check "$([ -z "$bad" ] && echo 0 || echo 1)" \
-    "--beta1/--beta2 of 1 or more refused at start${bad:+: not refused:$bad}"
+    "--beta1/--beta2 of 1 or more refused at start, exit 2${bad:+: not refused:$bad}"
+
+# 5. options that do not fit together are usage errors (exit 2), said before the data is
+#    read (--data names no file here: that error must not come first)
+bad=""
+while IFS='|' read -r a want; do
+    # shellcheck disable=SC2086
+    timeout 60 "$TRAIN" "${SMALL[@]}" --data "$TMP/nosuch.txt" --steps 2 -b 2 $a \
+        >"$TMP/use.out" 2>&1
+    rc=$?
+    { [ $rc = 2 ] && grep -q -- "$want" "$TMP/use.out"; } || bad="$bad '$a' (exit $rc)"
+done <<'EOF'
+-b 0|-b, --accum, --val-batches must be positive
+--accum 0|-b, --accum, --val-batches must be positive
+--heads 3|channels 64 not divisible by heads 3
+--ctx 0|model sizes must be positive
+-t 999|-t 999 is above --ctx 32
+EOF
+check "$([ -z "$bad" ] && echo 0 || echo 1)" \
+    "-b 0, --accum 0, --heads 3, --ctx 0, -t above --ctx: exit 2 before the data is read${bad:+: not so:$bad}"
 
 echo "test_train_data.sh: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

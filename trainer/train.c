@@ -72,17 +72,23 @@ float train_lr_at(const train_opts_t *o, int step)
     return (float)(min_lr + 0.5 * (o->lr - min_lr) * (1.0 + cos(M_PI * frac)));
 }
 
+/* The model the options describe (no --model); text data defaults to a byte vocabulary. */
+static train_gpt2_cfg_t opts_cfg(const train_opts_t *o, int text)
+{
+    int V = o->vocab > 0 ? o->vocab : (text ? 256 : 50257);
+    return (train_gpt2_cfg_t){ .max_seq_len = o->ctx, .vocab_size = V,
+                               .padded_vocab_size = train_padded_vocab(V),
+                               .num_layers = o->layers, .num_heads = o->heads,
+                               .channels = o->dim };
+}
+
 static weft_status_t build_model(train_gpt2_t **m_p, const train_opts_t *o, int text)
 {
     if (o->model_path)
         return train_checkpoint_read(m_p, o->model_path);
     // a resumed run's parameters come from its checkpoint: no GPT-2 init to draw
     // (seconds at 100M parameters); a failed resume ends the run
-    int V = o->vocab > 0 ? o->vocab : (text ? 256 : 50257);
-    train_gpt2_cfg_t cfg = { .max_seq_len = o->ctx, .vocab_size = V,
-                             .padded_vocab_size = train_padded_vocab(V),
-                             .num_layers = o->layers, .num_heads = o->heads,
-                             .channels = o->dim };
+    train_gpt2_cfg_t cfg = opts_cfg(o, text);
     weft_status_t st = train_gpt2_create(m_p, &cfg);
     if (st == WEFT_OK && !o->resume && (st = train_gpt2_init(*m_p, o->seed)) != WEFT_OK) {
         train_gpt2_destroy(*m_p);
@@ -355,24 +361,9 @@ static weft_status_t setup_dist(train_dist_t *dist, train_gpt2_t *m, run_data_t 
     return WEFT_OK;
 }
 
-weft_status_t train_run(const train_opts_t *o, FILE *out)
+/* The options alone, before anything is read or started: what a usage error is. */
+weft_status_t train_opts_check(const train_opts_t *o)
 {
-    weft_status_t st = WEFT_OK;
-    train_gpt2_t *m = NULL;
-    run_data_t d = { 0 };
-    train_dist_t dist = { 0 };
-    train_cuda_t *g = NULL;
-    FILE *json = NULL, *devnull = NULL;
-    int *x = NULL, *y = NULL;
-
-    if (o->export_path) {   // a conversion, no training
-        if (!o->ckpt_dir)
-            return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--export-model needs --ckpt-dir");
-        RETURN_IF_ERR(train_ckpt_export(o->ckpt_dir, o->export_path));
-        fprintf(out, "weft-train: exported %s/latest to %s (llm.c GPT-2, fp32)\n",
-                o->ckpt_dir, o->export_path);
-        return WEFT_OK;
-    }
     if (o->steps > 0 && !o->data_path)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "training needs --data FILE");
     if (o->B <= 0 || o->accum <= 0 || o->steps < 0 || o->T < 0 || o->val_batches <= 0)
@@ -392,6 +383,35 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     if (o->ckpt_every < 0 || o->ckpt_keep < 0)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--ckpt-every and --ckpt-keep must "
                                 "not be negative");
+    if (!o->model_path) {   // the model the options describe (a --model file has its own)
+        train_gpt2_cfg_t cfg = opts_cfg(o, 1);
+        RETURN_IF_ERR(train_gpt2_cfg_check(&cfg));
+        if (o->T > o->ctx)
+            return weft_error_quiet(WEFT_ERR_INVALID_ARG, "-t %d is above --ctx %d", o->T,
+                                    o->ctx);
+    }
+    return WEFT_OK;
+}
+
+weft_status_t train_run(const train_opts_t *o, FILE *out)
+{
+    weft_status_t st = WEFT_OK;
+    train_gpt2_t *m = NULL;
+    run_data_t d = { 0 };
+    train_dist_t dist = { 0 };
+    train_cuda_t *g = NULL;
+    FILE *json = NULL, *devnull = NULL;
+    int *x = NULL, *y = NULL;
+
+    if (o->export_path) {   // a conversion, no training
+        if (!o->ckpt_dir)
+            return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--export-model needs --ckpt-dir");
+        RETURN_IF_ERR(train_ckpt_export(o->ckpt_dir, o->export_path));
+        fprintf(out, "weft-train: exported %s/latest to %s (llm.c GPT-2, fp32)\n",
+                o->ckpt_dir, o->export_path);
+        return WEFT_OK;
+    }
+    RETURN_IF_ERR(train_opts_check(o));
     if (o->device == TRAIN_DEVICE_CUDA)   // say it before reading any data
         RETURN_IF_ERR(train_cuda_probe(NULL));
     if (train_dist_launched_size() != 1) {   // a job's rank, or init's error why not

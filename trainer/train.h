@@ -48,6 +48,9 @@ void train_opts_default(train_opts_t *o);
 /* Runs the whole job: build/load the model, train, evaluate, save, sample. Progress goes
  * to out (one line per step); errors are returned with weft_last_error() set. */
 weft_status_t train_run(const train_opts_t *o, FILE *out);
+/* The options' own consistency (train_run checks it first): WEFT_ERR_INVALID_ARG with the
+ * reason, for a CLI to report as a usage error before reading data or starting ranks. */
+weft_status_t train_opts_check(const train_opts_t *o);
 
 /* lr at step (1-based): linear warmup over `warmup` steps, then constant or a cosine
  * from lr down to lr/10 at step `steps`. */

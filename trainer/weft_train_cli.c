@@ -267,6 +267,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "weft-train: --threads must be >= 1\n");
         return 2;
     }
+    /* options that do not fit together are a usage error (2), said before any data is
+     * read or any rank started; what fails later (data, files, peers) exits 1 */
+    if (!t.export_path && train_opts_check(&t) != WEFT_OK) {
+        fprintf(stderr, "weft-train: %s (see --help)\n", weft_last_error());
+        return 2;
+    }
     openblas_set_num_threads(t.threads);
     weft_status_t st = train_run(&t, stdout);
     if (st != WEFT_OK) {
