@@ -26,6 +26,7 @@
 #define TOPO_DIR "tests/data/topologies/"
 #define XML_2S TOPO_DIR "2socket-4gpu-1ib.xml"
 #define XML_DGX2 TOPO_DIR "nvidia-dgx2.xml"
+#define XML_DGX2IB TOPO_DIR "nvidia-dgx2-8ib.xml"   /* + an HCA per GPU pair (README) */
 #define XML_4NUMA TOPO_DIR "4numa-pci.xml"
 
 static int n_pass, n_fail;
@@ -448,6 +449,28 @@ static void test_filter_parse(void)
     }
 }
 
+/* Nested switches (a DGX-2: a lower switch per GPU pair, with its HCA, under an upper
+ * switch holding two pairs): each GPU's HCA is the one on its own lower switch, not the
+ * pair's neighbour behind the upper switch (both classed pcie-switch, fewer bridges
+ * between wins, as NCCL's PIX over PXB). Before 2026-11-27 ranks 1, 2, 5, 6, ... got
+ * the neighbour. */
+static void test_nic_nested_switches(void)
+{
+    topo_t *t = load(XML_DGX2IB);
+    if (!t)
+        return;
+    topo_nic_choice_t c;
+    for (int r = 0; r < 16; r++) {
+        char want[16];
+        snprintf(want, sizeof(want), "mlx5_%d", r / 2);
+        CHECK(topo_nic_for_rank(t, r, 16, TOPO_NIC_IB, "", &c) == WEFT_OK &&
+              !strcmp(c.name, want) && c.dist == TOPO_DIST_SWITCH && c.tied == 1,
+              "dgx2-8ib rank %d (gpu %d): %s (%s, tied %d), want %s", r, r, c.name,
+              topo_dist_name(c.dist), c.tied, want);
+    }
+    topo_free(t);
+}
+
 static void test_nic_for_rank(void)
 {
     topo_t *t = load(XML_2S);
@@ -727,6 +750,7 @@ int main(void)
     test_place_dgx2();
     test_filter_parse();
     test_nic_for_rank();
+    test_nic_nested_switches();
     test_host_id();
     test_ring_order();
     test_bad_xml();

@@ -577,20 +577,37 @@ static hwloc_obj_t common_bridge(hwloc_obj_t a, hwloc_obj_t b)
     return NULL;
 }
 
+/* Bridges between PCI object x and its ancestor bridge br. */
+static int bridge_hops(hwloc_obj_t x, hwloc_obj_t br)
+{
+    int h = 0;
+    for (hwloc_obj_t p = x->parent; p && p != br; p = p->parent)
+        h++;
+    return h;
+}
+
 /* Distance class of NIC i from GPU gpu (-1: none) whose node, or the cores' node, is
  * numa. A shared PCI-to-PCI bridge is a switch (or one root port holding both); a
- * shared host bridge only is the same root complex. */
-static topo_dist_t nic_dist(const topo_t *t, int i, int gpu, int numa)
+ * shared host bridge only is the same root complex. *hops: within a class, the bridges
+ * between the two and the one they share (0 outside the PCI classes), so that where
+ * switches nest (a DGX-2's GPU pairs under switches under switches) the NIC beside a
+ * GPU on its own switch wins over one reached through the switch above, as NCCL's PIX
+ * over PXB. */
+static topo_dist_t nic_dist(const topo_t *t, int i, int gpu, int numa, int *hops)
 {
     const topo_nic_t *nic = &t->nics[i];
     hwloc_obj_t a = gpu >= 0 ? pci_obj(t, t->gpus[gpu].pci_id) : NULL;
     hwloc_obj_t b = a ? pci_obj(t, nic->pci_id) : NULL;
     hwloc_obj_t br = b ? common_bridge(a, b) : NULL;
+    *hops = br ? bridge_hops(a, br) + bridge_hops(b, br) : 0;
     if (br)
         return br->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST
                    ? TOPO_DIST_HOSTBRIDGE : TOPO_DIST_SWITCH;
     return numa >= 0 && nic->numa == numa ? TOPO_DIST_NUMA : TOPO_DIST_FAR;
 }
+
+/* best_nics' key: class (times 2, plus not-InfiniBand, for ANY) first, hops next. */
+#define NIC_HOPS_MAX 64
 
 /* The name NIC i goes by for kind: "" when it has none (not a device of that kind). */
 static const char *nic_name_for(const topo_nic_t *n, topo_nic_kind_t kind)
@@ -599,7 +616,8 @@ static const char *nic_name_for(const topo_nic_t *n, topo_nic_kind_t kind)
 }
 
 /* The devices of the best class for a rank measured from (gpu, numa), as a mask of NIC
- * indices (< 64), with that class in *key (ANY: 2 * distance + not InfiniBand). */
+ * indices (< 64), with that class in *key (ANY: 2 * distance + not InfiniBand), times
+ * NIC_HOPS_MAX, plus the hops (nic_dist). */
 static uint64_t best_nics(const topo_t *t, int gpu, int numa, topo_nic_kind_t kind,
                           const topo_nic_filter_t *f, int *key)
 {
@@ -609,9 +627,10 @@ static uint64_t best_nics(const topo_t *t, int gpu, int numa, topo_nic_kind_t ki
         const char *name = nic_name_for(&t->nics[i], kind);
         if (!name[0] || !topo_nic_filter_allows(f, name, NULL))
             continue;
-        int k = (int)nic_dist(t, i, gpu, numa);
+        int hops, k = (int)nic_dist(t, i, gpu, numa, &hops);
         if (kind == TOPO_NIC_ANY)
             k = 2 * k + !t->nics[i].is_ib;
+        k = k * NIC_HOPS_MAX + WEFT_MIN(hops, NIC_HOPS_MAX - 1);
         if (best < 0 || k < best) {
             best = k;
             mask = 0;
@@ -687,7 +706,8 @@ weft_status_t topo_nic_for_rank(const topo_t *t, int local_rank, int local_size,
     topo_nic_filter_allows(&f, c.name, &c.port);
     if (kind == TOPO_NIC_SOCKET || (kind == TOPO_NIC_ANY && !n->hca[0]))
         c.port = 0;
-    c.dist = kind == TOPO_NIC_ANY ? (topo_dist_t)(key / 2) : (topo_dist_t)key;
+    c.dist = kind == TOPO_NIC_ANY ? (topo_dist_t)(key / NIC_HOPS_MAX / 2)
+                                  : (topo_dist_t)(key / NIC_HOPS_MAX);
     c.tied = tied;
     *out = c;
     return WEFT_OK;
