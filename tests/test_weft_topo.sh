@@ -95,5 +95,24 @@ else
     bad "no GPU: placement heading" "$OUT/nogpu"
 fi
 
+# a cpuset that leaves the GPUs of node 1 no cores (as under a container's --cpuset-cpus):
+# the 4 ranks' core blocks must not overlap unless marked shared (rank 0 took all of node
+# 0 and ranks 1-3 parts of it before)
+if lstopo-no-graphics --input "$D/2socket-4gpu-1ib.xml" --restrict 0x00ff00ff -f \
+       "$OUT/node0.xml" 2>/dev/null && wt node0 -- --xml "$OUT/node0.xml" --ranks 4; then
+    overlap=$(awk '/^  rank [0-9]+: numa/ && !/ shared / {
+        for (i = 1; i <= NF; i++) if ($i == "cores") c = $(i + 1)
+        n = split(c, part, ","); for (k = 1; k <= n; k++) {
+            lo = part[k]; hi = part[k]; if (index(lo, "-")) { split(lo, r, "-"); lo = r[1]; hi = r[2] }
+            for (x = lo; x <= hi; x++) if (seen[x]++) print x } }' "$OUT/node0")
+    if [ -z "$overlap" ]; then
+        ok "cpus of node 0 only, GPUs on both nodes: 4 disjoint core blocks"
+    else
+        bad "node 0 only: cores $(echo $overlap | tr '\n' ' ')in two ranks' blocks" "$OUT/node0"
+    fi
+else
+    echo "skip - node 0 only: lstopo cannot restrict the test topology here"
+fi
+
 echo "test_weft_topo: $PASS passed, $FAIL failed"
 [ "$FAIL" -eq 0 ]

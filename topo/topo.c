@@ -504,10 +504,15 @@ static int gpu_run(const topo_t *t, int r)
 /* Cores [*begin, *end) of rank r of n, and whether other ranks share them. With a GPU on
  * a known node: that node's run of k cores split among the m ranks whose GPUs are on it,
  * the j-th of them taking [c + j*k/m, c + (j+1)*k/m), or core c + j*k/m shared when
- * m > k. Otherwise core_block over the whole machine. */
+ * m > k. Otherwise core_block over the whole machine, for every rank when any of the n
+ * has no such node (a cpuset that leaves a GPU's node no cores): the two schemes mixed
+ * gave blocks that overlapped without being marked shared. */
 static void rank_cores(const topo_t *t, int r, int n, int *begin, int *end, int *shared)
 {
     int b = gpu_run(t, r);
+    for (int q = 0; q < n && b >= 0; q++)
+        if (gpu_run(t, q) < 0)
+            b = -1;
     if (b < 0) {
         core_block(t, r, n, begin, end);
         *shared = ranks_on_core(t, *begin, n) > 1;
