@@ -689,14 +689,14 @@ weft_status_t topo_nic_for_rank(const topo_t *t, int local_rank, int local_size,
         *out = c;
         return WEFT_OK;
     }
-    /* round-robin: the ranks before this one that see the same best set */
+    /* round-robin: the ranks before this one that see the same best set (whatever its
+     * class for them: a far rank and a near one tied on the same two NICs share them) */
     int ord = 0;
     for (int q = 0; q < local_rank; q++) {
         int kq, gq = rank_gpu(t, q);
         if (gq >= 0 && gq == gpu)
             ord++;
-        else if (best_nics(t, gq, rank_io_numa(t, q, local_size), kind, &f, &kq) == mask &&
-                 kq == key)
+        else if (best_nics(t, gq, rank_io_numa(t, q, local_size), kind, &f, &kq) == mask)
             ord++;
     }
     int tied = __builtin_popcountll(mask), want = ord % tied;
