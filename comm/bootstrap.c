@@ -220,11 +220,14 @@ static weft_status_t join(bootstrap_t *bs, const struct sockaddr_in *addr, const
     return WEFT_OK;
 }
 
-weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous, const char *secret,
-                             uint32_t job_tag, double timeout_s, bootstrap_t **bs_p)
+weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous,
+                             const struct sockaddr_in *rdv_addr, int named_lo,
+                             const char *secret, uint32_t job_tag, double timeout_s,
+                             bootstrap_t **bs_p)
 {
-    struct sockaddr_in addr;
-    RETURN_IF_ERR(sock_parse_addr(rendezvous, &addr));
+    /* resolved once, by the caller (comm.c, which waits for a name not in DNS yet): a
+     * second lookup could fail, or give another address */
+    struct sockaddr_in addr = *rdv_addr;
     bootstrap_t *bs = calloc(1, sizeof(*bs));
     int *fds = malloc((size_t)nranks * sizeof(int));
     if (bs == NULL || fds == NULL) {
@@ -243,7 +246,7 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous, const
     weft_status_t st = WEFT_OK;
     if (rank == 0 && nranks > 1) {
         int lfd;
-        if (sock_named_loopback(rendezvous, &addr)) {
+        if (named_lo) {
             /* its name resolves to a loopback address here only (/etc/hosts): the
              * other hosts reach this one by another address, at the same port */
             char as[64];

@@ -156,7 +156,8 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
          * queued to complete in order, as weft.h promises: a caller who waits only on
          * its last request, or a blocking call, finds every earlier one done. */
         op->noop = 1;
-        if (comm->q_head == NULL) {
+        /* (a communicator failed in the background fails it at the head, as any call) */
+        if (comm->q_head == NULL && __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) == WEFT_OK) {
             op->status = WEFT_OK;
             comm_leave(comm, entered);
             if (req_p)
@@ -370,11 +371,13 @@ weft_status_t weft_sendrecv(const void *sendbuf, size_t sendcount, int dst, void
         return BAD("sendrecv: NULL buffer with a non-zero count");
     if (ranges_overlap(sendbuf, sb, recvbuf, rb))
         return BAD("sendrecv: send and recv buffers overlap");
-    if (to_self) {
-        if (sendcount != recvcount)
+    if (to_self || (sendcount == 0 && recvcount == 0)) {
+        if (to_self && sendcount != recvcount)
             return BAD("sendrecv: to self with sendcount %zu != recvcount %zu", sendcount,
                        recvcount);
-        /* a blocking call completes every earlier operation first (weft.h) */
+        /* a blocking call completes every earlier operation first (weft.h); both
+         * directions empty is no exchange at all (the NCCL shim's and the CUDA paths'
+         * one-way exchanges): it takes no number, unlike a count-0 weft_send or recv */
         int entered = comm_enter(comm);
         weft_status_t st = comm->q_tail ? engine_wait(comm, comm->q_tail) : WEFT_OK;
         comm_leave(comm, entered);
@@ -382,10 +385,6 @@ weft_status_t weft_sendrecv(const void *sendbuf, size_t sendcount, int dst, void
             memcpy(recvbuf, sendbuf, sb);
         return st;
     }
-    /* an empty direction is no direction (the NCCL shim's and the CUDA paths' one-way
-     * exchanges): it takes no number, unlike a count-0 weft_send or weft_recv */
-    if (sendcount == 0 && recvcount == 0)
-        return WEFT_OK;
     if (sendcount == 0 || recvcount == 0) {   /* one direction only */
         return sendcount ? weft_send(sendbuf, sendcount, dtype, dst, comm)
                          : weft_recv(recvbuf, recvcount, dtype, src, comm);

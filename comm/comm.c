@@ -121,7 +121,8 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
                         "knows; name a port (WEFT_ADDR=host:port)", rendezvous);
         goto fail;
     }
-    GOTO_IF_ERR(bootstrap_open(rank, nranks, rendezvous, c->has_secret ? c->secret : NULL,
+    GOTO_IF_ERR(bootstrap_open(rank, nranks, rendezvous, &c->rdv_addr, c->rdv_named_lo,
+                               c->has_secret ? c->secret : NULL,
                                job_tag, cfg.timeout_s, &bs), st, fail);
     uint64_t id = 0, *ids = malloc((size_t)nranks * sizeof(uint64_t));
     if (ids == NULL) {

@@ -299,11 +299,14 @@ weft_status_t connect_accept(weft_comm_t *comm, int lfd, uint64_t deadline, cons
                              int (*taken)(void *ctx, int who), void *ctx, int *fd_p,
                              int *who_p);
 
-/* bootstrap.c: the rank-0 rendezvous store for weft_comm_init*. job_tag: the launcher's
- * job (launch_env_t; 0 for none), which rank 0 requires of every rank that joins, so
- * that ranks of two jobs that met at one port never mix. */
+/* bootstrap.c: the rank-0 rendezvous store for weft_comm_init*. rendezvous: the name (for
+ * messages) that resolved to addr; named_lo: it names a loopback address on this host
+ * only (sock_named_loopback: rank 0 then listens on every interface). job_tag: the
+ * launcher's job (launch_env_t; 0 for none), which rank 0 requires of every rank that
+ * joins, so that ranks of two jobs that met at one port never mix. */
 typedef struct bootstrap bootstrap_t;
-weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous, const char *secret,
+weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous,
+                             const struct sockaddr_in *addr, int named_lo, const char *secret,
                              uint32_t job_tag, double timeout_s, bootstrap_t **bs_p);
 /* allgather of fixed-size blobs through rank 0; usable as exchange_fn_t */
 weft_status_t bootstrap_exchange(void *bs, const void *mine, void *all, size_t len);

@@ -202,9 +202,10 @@ static weft_status_t check_header(weft_comm_t *comm, const comm_op_t *op, int i,
         .esz = (uint32_t)weft_dtype_size(a->dtype),
     };
     engine_call_desc(op, &e.call);
-    if (e.p2p) {
+    if (e.p2p) {   /* the receive: its count, number and source */
         e.call.count = a->coll == COLL_SENDRECV ? a->count2 : a->count;
         e.call.seq = op->seq_rx;
+        e.call.root = a->coll == COLL_SENDRECV ? a->peer2 : a->root;
     }
     char why[400];
     frame_verdict_t v = frame_check(h, &e, why, sizeof(why));

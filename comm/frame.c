@@ -28,10 +28,12 @@ const char *call_desc_str(const call_desc_t *d, char *buf, size_t cap)
     const char *dt = weft_dtype_name((weft_dtype_t)d->dtype);
     const char *op = weft_op_name((weft_op_t)d->op);
     if (d->coll == COLL_SEND || d->coll == COLL_RECV || d->coll == COLL_SENDRECV) {
-        snprintf(buf, cap, "%s(count=%llu, %s, peer=%d) #%u with that peer",
-                 coll_name(d->coll), (unsigned long long)d->count, dt ? dt : "?",
-                 (int)d->root, d->seq);   /* no op; the sequence is the peer's */
-        return buf;
+        char peer[24] = "";     /* a frame's header names no peer (root -1): the sender is */
+        if (d->root >= 0)
+            snprintf(peer, sizeof(peer), ", peer=%d", (int)d->root);
+        snprintf(buf, cap, "%s(count=%llu, %s%s) #%u with that peer", coll_name(d->coll),
+                 (unsigned long long)d->count, dt ? dt : "?", peer, d->seq);
+        return buf;                 /* no op; the number is among that pair's calls */
     }
     snprintf(buf, cap, "%s(count=%llu, %s, %s, root=%d) seq %u", coll_name(d->coll),
              (unsigned long long)d->count, dt ? dt : "?", op ? op : "?", (int)d->root,

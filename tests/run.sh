@@ -441,7 +441,8 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
                     "$WEFTRUN" -n 3 "$B/tests/test_fail" split_fds $v 1
             done
             # the same in weft_comm_init, once the victim has joined the rendezvous: its
-            # accept (2) or a handshake's nonce (3, 4 for rank 0) finds no fd left
+            # accept (2, 3), or rank 0's connect (4), finds no fd left (3 and 4 met a
+            # handshake's /dev/urandom before nonces came from getrandom)
             for vk in "2 2" "2 3" "0 4"; do
                 run "test_fail init_fds $vk -n 3 tcp" env WEFT_TRANSPORT=tcp WEFT_TIMEOUT=10 \
                     "$WEFTRUN" -n 3 "$B/tests/test_fail" init_fds $vk

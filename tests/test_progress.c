@@ -243,10 +243,16 @@ static void order_zero(weft_comm_t *c, int rank, int nranks, float *big)
     ok &= weft_sendrecv(&x, 1, rank, &y, 1, rank, WEFT_FLOAT32, c) == WEFT_OK;
     int e_after_self = op_status(&e->op) == WEFT_OK;
     ok &= weft_wait(e) == WEFT_OK && y == 1.0f;
+    if (rank != 0)
+        usleep(300000);
+    ok &= weft_iallreduce(big, big, BIG, WEFT_FLOAT32, WEFT_SUM, c, &e) == WEFT_OK;
+    ok &= weft_sendrecv(NULL, 0, -1, NULL, 0, -1, WEFT_FLOAT32, c) == WEFT_OK;   /* empty */
+    e_after_self &= op_status(&e->op) == WEFT_OK;
+    ok &= weft_wait(e) == WEFT_OK;
     check(rank, ok, "count-0 and to-self calls issued: %s", ok ? "ok" : weft_last_error());
     check(rank, !z_early && e_after_zero && e_after_self, "behind a pending request, a "
-          "count-0 request is not done before it (%s), a blocking count-0 all-reduce and a "
-          "sendrecv to self return after it (%s, %s)", z_early ? "it was" : "ok",
+          "count-0 request is not done before it (%s), a blocking count-0 all-reduce, and "
+          "a sendrecv to self or with both directions empty return after it (%s, %s)", z_early ? "it was" : "ok",
           e_after_zero ? "ok" : "it was pending", e_after_self ? "ok" : "it was pending");
     (void)nranks;
 }

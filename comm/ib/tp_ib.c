@@ -244,20 +244,49 @@ typedef struct ib_ep {
 
 /* ---- device choice ---- */
 
-/* RoCE v2 GID for WEFT_IB_GID_INDEX=-1: the first IPv4-mapped GID (::ffff:a.b.c.d),
- * which RoCE v2 tables list; InfiniBand and the emulator use index 0. */
-static int pick_gid(const ib_verbs_t *v, struct ibv_context *d, uint8_t port,
-                    const struct ibv_port_attr *pa, union ibv_gid *gid)
+/* Whether the kernel types GID i of name:port as RoCE v2 (1), as something else (0), or
+ * does not say (-1: no sysfs entry, an older kernel or the emulator). */
+static int gid_is_v2(const char *name, uint8_t port, int i)
 {
+    char path[256], type[32] = "";
+    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%u/gid_attrs/types/%d",
+             name, (unsigned)port, i);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    int got = fgets(type, sizeof(type), f) != NULL;
+    fclose(f);
+    return got ? strstr(type, "v2") != NULL : -1;
+}
+
+/* GID for WEFT_IB_GID_INDEX=auto on Ethernet: an IPv4-mapped GID (::ffff:a.b.c.d) that
+ * the kernel types RoCE v2 (mlx5 lists each address twice, v1 first), else the first
+ * IPv4-mapped one (a kernel that does not type them); InfiniBand and the emulator:
+ * index 0. */
+static int pick_gid(const ib_verbs_t *v, struct ibv_context *d, const char *name,
+                    uint8_t port, const struct ibv_port_attr *pa, union ibv_gid *gid)
+{
+    static const uint8_t v4[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+    int first = -1;
+    union ibv_gid first_gid;
     if (pa->link_layer == IBV_LINK_LAYER_ETHERNET)
         for (int i = 0; i < pa->gid_tbl_len && i < 256; i++) {
             union ibv_gid g;
-            static const uint8_t v4[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-            if (v->query_gid(d, port, i, &g) == 0 && !memcmp(g.raw, v4, sizeof(v4))) {
+            if (v->query_gid(d, port, i, &g) != 0 || memcmp(g.raw, v4, sizeof(v4)) != 0)
+                continue;
+            if (gid_is_v2(name, port, i) == 1) {
                 *gid = g;
                 return i;
             }
+            if (first < 0) {
+                first = i;
+                first_gid = g;
+            }
         }
+    if (first >= 0) {
+        *gid = first_gid;
+        return first;
+    }
     return v->query_gid(d, port, 0, gid) == 0 ? 0 : -1;
 }
 
@@ -306,7 +335,7 @@ static int open_device_port(weft_comm_t *comm, ib_ctx_t *c, struct ibv_device *d
             continue;
         int gi = (int)comm->cfg.ib_gid_index;
         if (gi < 0)
-            gi = pick_gid(v, d, port, &pa, &gid);
+            gi = pick_gid(v, d, name, port, &pa, &gid);
         else if (v->query_gid(d, port, gi, &gid) != 0)
             gi = -1;
         if (gi < 0)

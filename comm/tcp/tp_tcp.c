@@ -71,6 +71,7 @@ typedef struct tcp_ep {
     size_t rx_cap;
     size_t max_frame;
     int dead_ms;            /* WEFT_TCP_DEAD: data unacknowledged this long, the host is gone */
+    int self;               /* this rank */
 } tcp_ep_t;
 
 static int tcp_can_connect(const weft_comm_t *comm, const peer_info_t *self,
@@ -124,6 +125,7 @@ static weft_status_t new_ep(weft_comm_t *comm, int fd, tp_ep_t **ep_p)
         return weft_error(WEFT_ERR_NO_MEMORY, "tcp: out of memory");
     }
     e->fd = fd;
+    e->self = comm->rank;
     e->max_frame = comm->cfg.buffsize;
     e->dead_ms = (int)(comm->cfg.tcp_dead_s * 1000);
     sock_tune(fd, comm->cfg.socket_buffsize);
@@ -255,11 +257,15 @@ static weft_status_t flush_states(tcp_ep_t *e)
 static void tcp_post_state(tp_ep_t *ep, const tp_state_t *s)
 {
     tcp_ep_t *e = (tcp_ep_t *)ep;
-    if (s->kind == TP_STATE_FAILED && e->tx_off > 0) {
-        /* This communicator failed with a data frame half sent: nothing finishes that
-         * frame now, and a state cannot pass it, so the peer would wait in it until its
-         * own WEFT_TIMEOUT. Ending the stream here makes its read fail at once
-         * (PEER_LOST naming this rank; test_fail cutframe); the reason is this rank's. */
+    if (s->kind == TP_STATE_FAILED && e->tx_off > 0 && s->origin == e->self &&
+        s->other == e->base.peer) {
+        /* This rank's call failed over this very peer (waiting for it, or at odds with
+         * it) with a data frame to it half sent: nothing finishes that frame now, and a
+         * state cannot pass it, so the peer would wait in it until its own WEFT_TIMEOUT.
+         * Ending the stream makes its read fail at once (PEER_LOST naming this rank;
+         * test_fail cutframe). Not for failures relayed or about another rank: the
+         * peer then learns the real cause from the others, and an end of stream here
+         * would blame this rank instead. */
         shutdown(e->fd, SHUT_WR);
         return;
     }
