@@ -115,5 +115,26 @@ else
     echo "skip - node 0 only: lstopo cannot restrict the test topology here"
 fi
 
+# devices whose locality the kernel does not know (numa_node -1: hwloc hangs their host
+# bridges off the whole machine, as in many VMs): numa -1, not node 0, and the ranks
+# placed in NUMA-wide blocks (ranks 0-3 all took node 0 before)
+/usr/bin/python3 - "$D/2socket-4gpu-1ib.xml" "$OUT/nolocal.xml" <<'EOF'
+import sys, xml.etree.ElementTree as ET
+tree = ET.parse(sys.argv[1])
+machine = tree.getroot().find("object")
+for pkg in list(machine):
+    for hb in [c for c in pkg if c.get("type") == "Bridge"]:
+        pkg.remove(hb)
+        machine.append(hb)
+tree.write(sys.argv[2], xml_declaration=True, encoding="UTF-8")
+EOF
+if wt nolocal -- --xml "$OUT/nolocal.xml" --ranks 4 &&
+   has nolocal "gpu 1  gpu1         0000:83:00.0 numa -1" &&
+   has nolocal "rank 2: numa 1 cores 8-11" && has nolocal "rank 3: numa 1 cores 12-15"; then
+    ok "devices of unknown locality: numa -1, ranks on NUMA-wide blocks"
+else
+    bad "devices of unknown locality" "$OUT/nolocal"
+fi
+
 echo "test_weft_topo: $PASS passed, $FAIL failed"
 [ "$FAIL" -eq 0 ]

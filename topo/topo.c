@@ -75,12 +75,14 @@ static hwloc_obj_t pci_parent(hwloc_obj_t osdev)
     return p && p->type == HWLOC_OBJ_PCI_DEVICE ? p : NULL;
 }
 
-/* Nearest NUMA node (logical index) of an I/O object: the first node of its closest
- * non-I/O ancestor. */
+/* Nearest NUMA node (logical index) of an I/O object: the node of its closest non-I/O
+ * ancestor; -1 when that ancestor spans several nodes (a device whose locality the
+ * kernel does not know, numa_node -1, hangs off the whole machine in hwloc): taking the
+ * first would put every such GPU and NIC on node 0. */
 static int numa_of_io(const topo_t *t, hwloc_obj_t io)
 {
     hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(t->hw, io);
-    if (!anc || !anc->nodeset)
+    if (!anc || !anc->nodeset || hwloc_bitmap_weight(anc->nodeset) != 1)
         return -1;
     int os = hwloc_bitmap_first(anc->nodeset);
     if (os < 0)
