@@ -80,7 +80,7 @@ if command -v mpirun.openmpi >/dev/null; then
     if FAKE_RTT_N=$OUT/rtt_n COMPARE_CORE_RTT=$OUT/fake_rtt compare -b 8 -e 64 --iters 3 \
             --warmup 1 --small-iters 0 --placement repeat --out "$OUT/place" \
             >"$OUT/place.log" 2>&1 &&
-       grep -q "Placement: every launch bracketed by .core_rtt. (cores' round trip at its lowest 80 ns) .*launches repeated: Open MPI 1; kept although far (10 tries ran out): none\." "$OUT/place/compare-shm.md"
+       grep -q "Placement: every launch bracketed by .core_rtt. (cores' round trip at its lowest 80 ns) .*launches repeated: Open MPI 1; kept although far (10 tries ran out): none; kept before a nearer reading was seen, far against the final lowest: none\." "$OUT/place/compare-shm.md"
     then ok "a launch in a far placement is repeated, and counted in the setup"
     else bad "placement: no line saying one Open MPI launch was repeated" "$OUT/place/compare-shm.md"; fi
 else
@@ -109,7 +109,8 @@ done
 # missed when it closed its output first: kept as data about half the time); the
 # smallest sizes of a gather, which print 0 (blocks rounded down to 16 bytes), keep one
 # row, and any other size printed twice is refused; the peers' own knobs in the caller's
-# environment (OMPI_MCA_*, UCX_*, ...) are left out, with a note.
+# environment (OMPI_MCA_*, UCX_*, ...) are left out, with a note; a launch kept as near
+# while the run began in the far placement is counted far once a nearer reading comes.
 cat >"$OUT/late_fail.sh" <<'EOF'
 #!/bin/sh
 printf '#  size count type redop root time algbw busbw wrong time algbw busbw wrong\n'
@@ -146,10 +147,23 @@ try:
     bad.append("a size printed twice was accepted")
 except c.Failure:
     pass
+# a run that begins in the far placement: its first readings (400 ns) pass for near
+# until an 80 ns one comes; the launch kept then is reported far in the end
+pl = c.Placement("build", True)
+pl.on = True
+seq = iter([400] * 5 + [400, 80, 80])
+pl.reading = lambda: next(seq)
+for side in ("weft", "Open MPI"):
+    if pl.near():
+        first = pl.last
+        if pl.near():
+            pl.kept_near(side, first, pl.last)
+if pl.late_far() != {"weft": 1} or "far against the final lowest: weft 1." not in pl.line():
+    bad.append("placement: late_far %r, line %r" % (pl.late_far(), pl.line()))
 print("; ".join(bad) if bad else "pieces ok")
 sys.exit(1 if bad else 0)
 EOF
-then ok "compare's pieces: a late non-zero exit fails the launch (20 of 20), size-0 rows kept once, repeats refused"
+then ok "compare's pieces: a late non-zero exit fails the launch (20 of 20), size-0 rows kept once, repeats refused, a launch kept before the first near reading is reported far"
 else bad "compare's pieces" "$OUT/pieces.log"; fi
 OMPI_MCA_btl=self UCX_TLS=tcp compare -b 8 -e 8 --iters 2 --warmup 1 --small-iters 0 \
     --out "$OUT/envs" >"$OUT/envs.log" 2>&1
