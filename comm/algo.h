@@ -98,6 +98,36 @@ static inline size_t algo_cma_allgather_min(const weft_config_t *cfg, const sche
     return a->layout.cma_blocks ? ALGO_CMA_ALLGATHER_MIN : ALGO_CMA_ALLGATHER_MIN_ASYNC;
 }
 
+/* Two ranks of one host whose cores share no cache (sched_layout_t.far, agreed at connect:
+ * WEFT_SHM_FAR, by default a cache line's round trip between them from ALGO_FAR_RTT_MIN
+ * to ALGO_FAR_RTT_MAX ns; more is a scheduler's, not the caches'). There every line the
+ * shm ring hands over waits on the other core's cache, while single copy reads the
+ * peer's buffer where it lies, and moves each byte across fewer times: all-reduce by
+ * single copy from 512K, reduce-scatter from 64K per rank (where WEFT_CMA_MIN and the
+ * transports set none). Measured on an Intel Xeon VM whose two vCPUs read 213-260 ns
+ * (5 alternating launches, medians, us, out of place / in place, this default against
+ * WEFT_SHM_FAR=0, the ring; docs/PERF.md, 2026-11-27): all-reduce 512K 184 / 148
+ * against 217 / 153, 1M 390 / 301 against 437 / 346, 4M 1556 / 1282 against 1951 /
+ * 1403, 64M 22675 / 19775 against 31695 / 22844 (at 256K single copy was 9% faster out
+ * of place and 11% slower in place); reduce-scatter 64K per rank 29.6 / 22.6 against
+ * 30.9 / 23.6, 32M in all 6802 / 5116 against 8695 / 5316. Near (62-130 ns on an AMD
+ * EPYC host; 170-179 ns on a 16-core Xeon, where the two were level) the ring stays:
+ * there it was faster (a 64M all-reduce 8.9-12.2 ms on the ring against 15.2-22.0 by
+ * single copy on the EPYC host). */
+#define ALGO_FAR_RTT_MIN 180
+#define ALGO_FAR_RTT_MAX 2000
+#define ALGO_FAR_FORCED  (UINT32_MAX - 1)   /* WEFT_SHM_FAR=1 on the lower rank */
+#define ALGO_CMA_FAR_ALLREDUCE_MIN (512u << 10)
+#define ALGO_CMA_FAR_REDUCE_SCATTER_MIN (64u << 10)
+static inline size_t algo_cma_far_min(const weft_config_t *cfg, const sched_args_t *a)
+{
+    if (!a->layout.far || a->nranks != 2 || !a->layout.cma || cfg->cma_min ||
+        a->layout.cma_min)
+        return 0;
+    return a->coll == COLL_ALLREDUCE ? ALGO_CMA_FAR_ALLREDUCE_MIN
+         : a->coll == COLL_REDUCE_SCATTER ? ALGO_CMA_FAR_REDUCE_SCATTER_MIN : 0;
+}
+
 /* The window of an algorithm no knob governs (the ring takes what the others leave). */
 int algo_no_window(const weft_config_t *cfg, const sched_args_t *a, size_t *lo, size_t *hi);
 

@@ -200,13 +200,17 @@ static double cma_cost(const sched_args_t *a, const algo_model_t *m)
 
 /* WEFT_CMA_MIN, else the transports' agreed threshold (256K where ucx serves every peer
  * of one host), else for all-gather ALGO_CMA_ALLGATHER_MIN wherever every peer is read by
- * single copy (algo_cma_allgather_min): from there on (0: never unless WEFT_ALGO=cma). */
+ * single copy (algo_cma_allgather_min), else for all-reduce and reduce-scatter of 2 ranks
+ * whose cores share no cache algo_cma_far_min: from there on (0: never unless
+ * WEFT_ALGO=cma). */
 static int cma_window(const weft_config_t *cfg, const sched_args_t *a, size_t *lo,
                       size_t *hi)
 {
     size_t min = cfg->cma_min ? cfg->cma_min : a->layout.cma_min;
     if (!min)
         min = algo_cma_allgather_min(cfg, a);
+    if (!min)
+        min = algo_cma_far_min(cfg, a);
     return algo_window_from(min, lo, hi);
 }
 

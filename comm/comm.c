@@ -141,6 +141,7 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
     bootstrap_close(bs);
     bs = NULL;
     GOTO_IF_ERR(comm_bind(c), st, fail);
+    GOTO_IF_ERR(connect_cores_far(c), st, fail);
     LOG_INFO(LOG_INIT, "comm %#x: rank %d of %d ready (local %d of %d, %s)", c->id32, rank,
              nranks, c->local_rank, c->local_size, c->transport_desc);
     *comm_p = c;
@@ -316,6 +317,8 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
     c->parent_ranks = members;
     st = connect_all(c, split_exchange, split_watch, split_failed, &x);
     c->parent_ranks = NULL;
+    if (st == WEFT_OK)
+        st = connect_cores_far(c);
     __atomic_store_n(&comm->hold_state, 0, __ATOMIC_RELAXED);
     if (st != WEFT_OK) {
         weft_comm_destroy(c);

@@ -145,6 +145,8 @@ struct weft_comm {
     int cma_slow;            /* and some rank's host reads that way well below a copy, or
                                 some rank's reads are emulated over a network (rma_net:
                                 then with or without cma_blocks) */
+    int cores_far;           /* 2 ranks with cma_blocks, not cma_slow: their cores share no
+                                cache (WEFT_SHM_FAR, connect.c: cores_far) */
     /* the transports whose one-sided ops serve this rank's peers (connect.c); key slot k
      * of sched_meta_t is rma_tps[k]'s */
     const tp_ops_t *rma_tps[SCHED_META_KEYS];
@@ -280,6 +282,9 @@ weft_status_t comm_bind(const weft_comm_t *c);
  * to a loopback address here (rdv_named_lo): then the first other interface that is up
  * (not a docker or libvirt bridge, as NCCL's default skips them). */
 weft_status_t comm_local_addr(const weft_comm_t *c, struct sockaddr_in *out);
+/* After connect_all (and, at init, the binding): whether the 2 ranks' cores share no
+ * cache (cores_far, layout.far; WEFT_SHM_FAR). Both ranks call it, or neither. */
+weft_status_t connect_cores_far(weft_comm_t *comm);
 /* watch (may be NULL) is asked every 50 ms of a connection wait whether to go on;
  * failed (may be NULL) is told, before the closing barrier, that this rank's own setup
  * or connections failed (not a watch's news), so that it can tell the ranks that may be

@@ -201,6 +201,45 @@ static int local_rma(weft_comm_t *comm)
     return 1;
 }
 
+/* Two ranks of one host that read each other by single copy at about a copy's speed
+ * (cma_blocks, not cma_slow): whether their cores share no cache (WEFT_SHM_FAR). Once
+ * connected and bound (the cores it times are those the ranks will run on). The
+ * transport times a cache line's round trips between them (tp_ops_t.core_rtt) and both
+ * take the lower rank's word, so they agree even where their settings differ. Far, the
+ * shm ring's copies wait on the other core's cache and single copy moves all-reduce and
+ * reduce-scatter faster (algo.h: algo_cma_far_min). Both ranks call it or neither: every
+ * condition is agreed at the barrier. */
+weft_status_t connect_cores_far(weft_comm_t *comm)
+{
+    comm->cores_far = comm->layout.far = 0;
+    if (comm->nranks != 2 || !comm->cma_blocks || comm->cma_slow)
+        return WEFT_OK;
+    tp_ep_t *ep = comm->eps[1 - comm->rank];
+    if (ep == NULL || ep->ops->core_rtt == NULL)
+        return WEFT_OK;
+    long want = comm->cfg.shm_far;
+    uint32_t rtt = want < 0 ? TP_RTT_MEASURE : want ? ALGO_FAR_FORCED : 0;
+    RETURN_IF_ERR(ep->ops->core_rtt(comm, ep, &rtt));
+    comm->cores_far = rtt == ALGO_FAR_FORCED ||
+                      (rtt >= ALGO_FAR_RTT_MIN && rtt <= ALGO_FAR_RTT_MAX);
+    comm->layout.far = comm->cores_far;
+    char how[64];
+    if (rtt == ALGO_FAR_FORCED || rtt == 0)
+        snprintf(how, sizeof(how), "%s", rtt ? "far (WEFT_SHM_FAR=1" : "near (WEFT_SHM_FAR=0 "
+                 "or not measured");
+    else
+        snprintf(how, sizeof(how), "%s (a round trip of %u ns", comm->cores_far ? "far" :
+                 "near", rtt);
+    if (comm->cores_far)
+        LOG_INFO(LOG_TUNE, "cores: %s on rank 0): all-reduce by single copy from %uK, "
+                 "reduce-scatter from %uK per rank", how, ALGO_CMA_FAR_ALLREDUCE_MIN >> 10,
+                 ALGO_CMA_FAR_REDUCE_SCATTER_MIN >> 10);
+    else
+        LOG_INFO(LOG_TUNE, "cores: %s on rank 0): all-reduce and reduce-scatter keep the "
+                 "ring", how);
+    return WEFT_OK;
+}
+
 /* "rank P", or in a split "rank R of the parent (P here)": the rank the user knows. */
 static const char *rank_label(const weft_comm_t *comm, int p, char *buf, size_t n)
 {

@@ -134,6 +134,8 @@ typedef struct sched_layout {
     int cma_slow;       /* with cma_blocks: on some rank's host they run more than
                            ALGO_CMA_SLOW_RATIO times slower than a copy; or some rank's
                            are emulated over a network (tp_ep_t.rma_net; connect.c) */
+    int far;            /* 2 ranks of one host, read by single copy at about a copy's
+                           speed, whose cores share no cache (WEFT_SHM_FAR; connect.c) */
     int uniform;        /* every host has per_host ranks */
     const int *rank_host;   /* [nranks] each rank's host (0..nhosts-1, as `host`), shared
                                and read-only, owned by whoever made the layout (the

@@ -113,6 +113,8 @@ typedef struct tp_rma {
     void *req;
 } tp_rma_t;
 
+#define TP_RTT_MEASURE UINT32_MAX     /* tp_ops_t.core_rtt: the lower rank measures */
+
 typedef struct tp_ops {
     const char *name;
     int preference;             /* higher first, among those that reach a peer */
@@ -132,6 +134,14 @@ typedef struct tp_ops {
      * is above ALGO_CMA_SLOW_RATIO on any rank, all-gather does not default to single
      * copy (algo.h: algo_cma_allgather_min) */
     double (*get_cost)(void);
+    /* optional, for 2 ranks of one host: the two call it together right after the connect
+     * barrier, and both leave with the lower rank's word on how far apart their cores
+     * are. The lower rank passes in *rtt_ns what to tell, or TP_RTT_MEASURE: then it
+     * times a cache line's round trips between the two first and tells the median (ns;
+     * 0 when the other came too late or the round trips were a scheduler's, not the
+     * caches'); the other rank's *rtt_ns is ignored on entry. Waits end at WEFT_TIMEOUT
+     * or when the peer is found gone (connect.c decides what the answer means) */
+    weft_status_t (*core_rtt)(weft_comm_t *comm, tp_ep_t *ep, uint32_t *rtt_ns);
 
     /* -- setup -- */
     /* whether this rank reaches peer with it; self and peer carry the addresses */

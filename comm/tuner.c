@@ -20,7 +20,9 @@
  *                 (in place on any rank: registered from twice that, tuner_after_probe)
  *        cma      from WEFT_CMA_MIN (0 = the transports' cma_min: 256K where ucx serves
  *                 every peer within one host, else off; all-gather from 32K on shm, 256K wherever
- *                 every peer is read by single copy): read peers' buffers directly
+ *                 every peer is read by single copy; 2 ranks on shm whose cores share
+ *                 no cache, WEFT_SHM_FAR: all-reduce from 512K, reduce-scatter from 64K
+ *                 per rank): read peers' buffers directly
  *   4. else the cheapest by the cost model (algo.h: alpha-beta-gamma per link class)
  *      among those no knob reserves and whose bounds hold the size: among few ranks the
  *      ring (allreduce, reduce_scatter, allgather) or chain (broadcast, reduce), as
@@ -53,7 +55,8 @@
  * staging buffer later, by when the block has left the cache anyway.
  *
  * Invariant: the choice depends only on arguments every rank shares (collective,
- * count, dtype, op, root, in-place, nranks, the layout's shared fields, and after a
+ * count, dtype, op, root, in-place, nranks, the layout's shared fields (layout.far: the
+ * lower rank's word, connect_cores_far), and after a
  * probe what every rank sent in it) and on configuration, never on timing, so all
  * ranks build matching schedules.
  */

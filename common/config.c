@@ -217,6 +217,12 @@ static const cfg_knob_t knobs[] = {
       "than 3.5 times as fast (the two ranks' cores share no cache then, and plain stores "
       "wait on the peer's cache line by line: docs/PERF.md); 0 = always plain; 1 = always "
       "non-temporal", LNG(shm_nt), "auto|0|1" },
+    { "WEFT_SHM_FAR", "auto", "whether the two ranks of a 2-rank communicator on one host "
+      "sit on cores that share no cache (two sockets, two CCDs, a VM's vCPUs moved apart), "
+      "where single-copy reads beat the shm ring for all-reduce and reduce-scatter: auto = "
+      "the lower rank times 1000 cache-line round trips with the other at init (far from "
+      "180 ns), and both take its verdict; 1 = far; 0 = near (the ring, as before)",
+      LNG(shm_far), "auto|0|1" },
     { "WEFT_SPIN", "auto", "idle polls before a waiting rank yields its core; auto = 2000, "
       "or 0 when a host has more ranks than cores", LNG(spin), NULL },
     { "WEFT_ROOT_CHECK", "1", "1: broadcast and reduce spend one extra hop (none with 2 ranks) so "

@@ -43,6 +43,8 @@ typedef struct weft_config {
     size_t nt_min;            /* WEFT_NT_MIN: smallest call whose writes stream (0 = never) */
     long shm_nt;              /* WEFT_SHM_NT: how large frames go into a peer's shm ring:
                                  -1 = auto (comm/shm/tp_shm.c), 0 = plain, 1 = streaming */
+    long shm_far;             /* WEFT_SHM_FAR: 2 ranks of one host on cores that share no
+                                 cache: -1 = measured at init (connect.c), 0 = no, 1 = yes */
     long spin;                /* WEFT_SPIN: idle polls before yielding the core; -1 = auto */
     long root_check;          /* WEFT_ROOT_CHECK: rooted collectives confirm the root */
     long progress_thread;     /* WEFT_PROGRESS_THREAD: nonblocking calls progress in a

@@ -360,6 +360,12 @@ else
     # stores (auto does so only while they are much faster: test_shm_copy)
     run "test_coll -n 3 shm WEFT_SHM_NT=1" env -u WEFT_TRANSPORT WEFT_SHM_NT=1 \
         WEFT_ALGO=ring "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
+    # WEFT_SHM_FAR: 2 ranks agree on whether their cores share no cache; far, all-reduce
+    # and reduce-scatter go by single copy from 512K and 64K per rank (the full matrix
+    # with that mix, then the agreement, the tuner's picks and the probe's failure paths)
+    run "test_coll -n 2 shm WEFT_SHM_FAR=1" env -u WEFT_TRANSPORT WEFT_SHM_FAR=1 \
+        "$WEFTRUN" -n 2 "$B/tests/test_coll" --quick
+    run "test_shm_far.sh" bash tests/test_shm_far.sh "$B"
     # Registered buffers (weft_mem_alloc): single copy through mappings, and the probe
     # that finds out whether every rank's buffers are registered.
     run "test_reg.sh" bash tests/test_reg.sh "$B"

@@ -621,8 +621,14 @@ static const char *table_pick(const weft_config_t *cfg, const sched_args_t *a)
     if (a->reg == SCHED_REG_ASK && cma && a->coll != COLL_BROADCAST && cfg->reg_min &&
         bytes >= cfg->reg_min)
         return "probe";
+    /* 2 ranks whose cores share no cache: all-reduce from 512K, reduce-scatter from 64K
+     * per rank, unless WEFT_CMA_MIN or a transport set a threshold */
+    size_t far_cma = cma && a->layout.far && a->nranks == 2 && !cfg->cma_min &&
+                     !a->layout.cma_min ? (a->coll == COLL_ALLREDUCE ? 512u << 10 :
+                                           a->coll == COLL_REDUCE_SCATTER ? 64u << 10 : 0)
+                                        : 0;
     size_t cma_min = cfg->cma_min ? cfg->cma_min : a->layout.cma_min ? a->layout.cma_min
-                                                                      : ag_cma;
+                                                 : ag_cma ? ag_cma : far_cma;
     if (cma && cma_min && bytes >= cma_min)
         return "cma";
     if (algo_few_ranks(a))
@@ -734,10 +740,11 @@ static void check_hier_spots(void)
 
 static void check_tuner(void)
 {
-    weft_config_t cfgs[5];      /* 4: the defaults again, on a host whose reads are slow */
+    weft_config_t cfgs[6];      /* 4: the defaults again, on a host whose reads are slow;
+                                   5: on cores that share no cache (so 1 and 2 too) */
     algo_model_t m;
     algo_model_default(&m);
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < 6; k++)
         cfg_defaults(&cfgs[k]);
     cfgs[1].cma_min = 1 << 20;
     cfgs[2].direct_max = 0;
@@ -745,7 +752,7 @@ static void check_tuner(void)
     cfgs[3].direct_max = 1 << 20;
     cfgs[3].cma_min = 256 << 10;
     int map[64];                /* with a map: hosts of ranks in blocks of per_host */
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < 6; k++)
         for (int n = 1; n <= 64; n++)
             for (int hosts = 1; hosts <= 4; hosts++)
                 for (int withmap = 0; withmap < 2; withmap++)
@@ -763,6 +770,9 @@ static void check_tuner(void)
                                                          /* slow reads: shm's (with a
                                                             map) or a network's (ucx) */
                                                          .cma_slow = hosts == 1 && k == 4,
+                                                         /* set for any n: only 2 count */
+                                                         .far = hosts == 1 && withmap &&
+                                                                (k == 5 || k == 1 || k == 2),
                                                          .per_host = per,
                                                          .uniform = n % hosts == 0,
                                                          .cma_min = hosts == 1 && k == 2 ?

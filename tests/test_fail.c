@@ -58,6 +58,9 @@
  *               connection or accept does not). Init fails on every rank within 2 s, the
  *               victim with its own error, the others with PEER_LOST naming rank V, not
  *               after WEFT_TIMEOUT (before 2026-11-27 K 2 left them waiting that long)
+ * init_bind V   2 ranks of one host: rank V's init fails after it connected (WEFT_BIND
+ *               names cpus it may not use) while the two time their cores' round trip
+ *               (WEFT_SHM_FAR auto): the other's init fails within 2 s naming rank V
  * leaks         four communicators made and destroyed (one aborted): no listening
  *               socket once each is up, and no fd and no shm segment of this process
  *               is left afterwards
@@ -692,6 +695,38 @@ static int init_fds(int victim, int k)
     return bad;
 }
 
+/* init_bind: the victim's init fails after it has connected (WEFT_BIND names a cpu it
+ * may not use), when 2 ranks of one host time their cores' round trip (WEFT_SHM_FAR,
+ * connect.c): the other, waiting in that probe, fails within 2 s naming it, whether it
+ * times (rank 0) or echoes. The victim stays until then (meet). */
+static int init_bind(int victim)
+{
+    const char *r = getenv("WEFT_RANK");
+    int rank = r ? atoi(r) : -1;
+    if (rank < 0)
+        return 1;
+    if (rank == victim)
+        setenv("WEFT_BIND", "cores:4096,4097", 1);
+    double t0 = now_s();
+    weft_comm_t *c = NULL;
+    weft_status_t st = weft_comm_init(&c);
+    double t = now_s() - t0;
+    int bad;
+    if (rank == victim) {
+        bad = expect(rank, "init with a bad WEFT_BIND", st, WEFT_ERR_INVALID_ARG, "bind", t,
+                     2.0);
+    } else {
+        char needle[32];
+        snprintf(needle, sizeof(needle), "rank %d", victim);
+        bad = expect(rank, "init, the other's failed after connecting", st,
+                     WEFT_ERR_PEER_LOST, needle, t, 2.0);
+    }
+    meet("init_bind", rank, 2, 10.0, 3.0);
+    if (c)
+        weft_comm_destroy(c);
+    return bad;
+}
+
 static int count_fds(void)
 {
     int n = 0;
@@ -768,6 +803,11 @@ int main(int argc, char **argv)
     }
     if (!strcmp(mode, "init_fds") && argc > 3) {
         int bad = init_fds(atoi(argv[2]), atoi(argv[3]));
+        fflush(stdout);
+        _exit(bad);
+    }
+    if (!strcmp(mode, "init_bind") && argc > 2) {
+        int bad = init_bind(atoi(argv[2]));
         fflush(stdout);
         _exit(bad);
     }
@@ -848,7 +888,7 @@ int main(int argc, char **argv)
     } else {
         fprintf(stderr, "usage: test_fail peer_exit|timeout|mismatch FIELD|busy|cutframe|netcut F|abort|"
                 "kill SEED FILE|init_kill SEED FILE|connect_kill SEED FILE|split_kill FILE (3 ranks)|"
-                "split_fds VICTIM K|init_fds VICTIM K|leaks|dump\n");
+                "split_fds VICTIM K|init_fds VICTIM K|init_bind VICTIM (2 ranks)|leaks|dump\n");
         return 2;
     }
     fflush(stdout);

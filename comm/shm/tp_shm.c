@@ -48,6 +48,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +59,7 @@
 #include <unistd.h>
 
 #include "shm_int.h"
+#include "check.h"
 #include "sock.h"
 #include "log.h"
 #include "status.h"
@@ -114,8 +116,21 @@ typedef struct shm_ring_ctl {
 } shm_ring_ctl_t;
 
 #define SEG_HDR_BYTES 4096
+/* The cores' round-trip probe (shm_core_rtt): a line of the header page that only the
+ * peer writes (2-rank communicators). The lower rank writes k = 1, 2, ... into the
+ * peer's line and waits for k in its own; the other echoes what it sees. A word with
+ * RTT_VERDICT set is the lower rank's answer: the other stops echoing, both return it. */
+#define RTT_OFF         128
+#define RTT_VERDICT     (1ull << 63)
+#define RTT_ROUNDS      200         /* round trips per batch */
+#define RTT_BATCHES     5           /* the median batch's mean: about 0.3 ms in all */
+#define RTT_ARRIVE_S    2.0         /* how long the lower rank waits for the other */
+#define RTT_BUDGET_NS   20000000ull /* all batches longer than this: a scheduler's round
+                                       trips (ranks sharing a core), not the caches' */
 #define CTL_BYTES     256           /* ring data starts this far into its slot */
 _Static_assert(sizeof(shm_ring_ctl_t) <= CTL_BYTES, "ring control fits before the data");
+_Static_assert(sizeof(shm_seg_hdr_t) <= RTT_OFF - 64 && RTT_OFF + 64 <= SEG_HDR_BYTES,
+               "the round-trip line has the header page's line to itself");
 
 typedef struct shm_local {
     char name[64];
@@ -525,6 +540,111 @@ static weft_status_t shm_check_alive(tp_ep_t *ep)
                       "communicator", ep->peer, (int)e->peer_pid);
 }
 
+static inline void cpu_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The lower rank: waits for the other to echo 1 (RTT_ARRIVE_S at most), times
+ * RTT_BATCHES x RTT_ROUNDS round trips, then tells the verdict. */
+static weft_status_t rtt_lead(tp_ep_t *ep, uint64_t *out, const uint64_t *in,
+                              double timeout_s, uint32_t *rtt_ns)
+{
+    uint64_t k = 1, polls = 0;
+    if (*rtt_ns == TP_RTT_MEASURE) {
+        *rtt_ns = 0;
+        __atomic_store_n(out, k, __ATOMIC_RELEASE);
+        uint64_t arrive = time_ns() + (uint64_t)(WEFT_MIN(timeout_s, RTT_ARRIVE_S) * 1e9);
+        int came = 1;
+        while (__atomic_load_n(in, __ATOMIC_ACQUIRE) != k) {
+            if ((++polls & 1023) == 0) {
+                RETURN_IF_ERR(shm_check_alive(ep));
+                if (time_ns() > arrive) {
+                    came = 0;
+                    break;
+                }
+                sched_yield();          /* it may need this core to come */
+            }
+            cpu_pause();
+        }
+        uint64_t batch[RTT_BATCHES], start = time_ns();
+        int over = !came;
+        for (int b = 0; b < RTT_BATCHES && !over; b++) {
+            uint64_t t0 = time_ns();
+            for (int r = 0; r < RTT_ROUNDS && !over; r++) {
+                __atomic_store_n(out, ++k, __ATOMIC_RELEASE);
+                while (__atomic_load_n(in, __ATOMIC_ACQUIRE) != k && !over) {
+                    if ((++polls & 4095) == 0)
+                        over = time_ns() - start > RTT_BUDGET_NS;
+                    cpu_pause();
+                }
+            }
+            batch[b] = (time_ns() - t0) / RTT_ROUNDS;
+        }
+        if (!over) {
+            qsort(batch, RTT_BATCHES, sizeof(batch[0]), cmp_u64);
+            *rtt_ns = (uint32_t)WEFT_MIN(batch[RTT_BATCHES / 2], (uint64_t)UINT32_MAX - 1);
+            if (*rtt_ns == 0)
+                *rtt_ns = 1;
+        }
+        LOG_INFO(LOG_SHM, "shm: cores' round trip to rank %d: %s%u ns", ep->peer,
+                 !came ? "not measured (it came late) " : over ? "not measured (over "
+                 "20 ms: time-shared cores) " : "", *rtt_ns);
+    }
+    __atomic_store_n(out, RTT_VERDICT | *rtt_ns, __ATOMIC_RELEASE);
+    return WEFT_OK;
+}
+
+/* The other rank: echoes until the verdict comes. */
+static weft_status_t rtt_follow(tp_ep_t *ep, uint64_t *out, const uint64_t *in,
+                                double timeout_s, uint32_t *rtt_ns)
+{
+    uint64_t last = 0, idle = 0, deadline = time_ns() + (uint64_t)(timeout_s * 1e9);
+    for (;;) {
+        uint64_t v = __atomic_load_n(in, __ATOMIC_ACQUIRE);
+        if (v & RTT_VERDICT) {
+            *rtt_ns = (uint32_t)v;
+            return WEFT_OK;
+        }
+        if (v != last) {
+            __atomic_store_n(out, v, __ATOMIC_RELEASE);
+            last = v;
+            idle = 0;
+            continue;
+        }
+        if ((++idle & 4095) == 0) {
+            RETURN_IF_ERR(shm_check_alive(ep));
+            if (time_ns() > deadline)
+                return weft_error(WEFT_ERR_TIMEOUT, "shm: rank %d did not finish timing the "
+                                  "cores' round trip within WEFT_TIMEOUT (%g s)", ep->peer,
+                                  timeout_s);
+            if (idle >= (1u << 16))
+                sched_yield();          /* it may need this core */
+        }
+        cpu_pause();
+    }
+}
+
+static weft_status_t shm_core_rtt(weft_comm_t *comm, tp_ep_t *ep, uint32_t *rtt_ns)
+{
+    shm_local_t *l = tp_ctx(comm, &tp_shm_ops);
+    shm_ep_t *e = (shm_ep_t *)ep;
+    uint64_t *out = (uint64_t *)((char *)e->peer_map + RTT_OFF);
+    const uint64_t *in = (const uint64_t *)(l->base + RTT_OFF);
+    return comm->rank < ep->peer ? rtt_lead(ep, out, in, comm->cfg.timeout_s, rtt_ns)
+                                 : rtt_follow(ep, out, in, comm->cfg.timeout_s, rtt_ns);
+}
+
 /* Sequence lock, word by word so that neither side ever reads a torn word. */
 static void shm_post_state(tp_ep_t *ep, const tp_state_t *s)
 {
@@ -577,6 +697,7 @@ const tp_ops_t tp_shm_ops = {
     .chunk = 128 * 1024,            /* frames that stay in the caches (docs/PERF.md) */
     .get_blocks = 1,                /* process_vm_readv / _writev, or a mapping: done at once */
     .get_cost = shm_cma_cost,
+    .core_rtt = shm_core_rtt,
     /* setup */
     .can_connect = shm_can_connect,
     .local_setup = shm_local_setup,

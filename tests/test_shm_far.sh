@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# test_shm_far.sh - WEFT_SHM_FAR: two ranks of one host agree at init on whether their
+# cores share no cache, and the tuner moves all-reduce and reduce-scatter by single copy
+# where they do not (comm/connect.c: connect_cores_far; comm/algo.h: algo_cma_far_min).
+#
+#   bash tests/test_shm_far.sh [build]
+#
+# Checked, 2 ranks on shm, each job under `timeout`:
+#   - auto: both ranks log the same verdict, with the round trip rank 0 timed;
+#   - the lower rank's setting wins: rank 0 WEFT_SHM_FAR=1 and rank 1 =0 both say far,
+#     pick cma for all-reduce from 512K and reduce-scatter from 64K per rank (ring and
+#     direct below), and every result is right; rank 0 =0, rank 1 =1: both near, ring;
+#   - WEFT_CMA_MIN still rules where it is set;
+#   - a rank whose init fails after connecting (a bad WEFT_BIND) does not leave the other
+#     waiting in the probe: that one's init fails within 2 s naming it (test_fail
+#     init_bind), whichever rank timed.
+set -u
+B=${1:-build}
+W=$B/bin/weftrun
+PASS=0
+FAIL=0
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/weft-far.XXXXXX")
+trap 'rm -rf "$OUT"' EXIT
+
+ok()  { PASS=$((PASS + 1)); echo "ok - $1"; }
+bad() { FAIL=$((FAIL + 1)); echo "FAIL - $1"; [ -n "${2:-}" ] && sed 's/^/   | /' "$2" | tail -n 12; }
+
+# job NAME FAR0 FAR1 TOOL [env...]: TOOL (all_reduce_perf, reduce_scatter_perf) on 2 shm
+# ranks, rank 0 with WEFT_SHM_FAR=FAR0 and rank 1 with FAR1 ("" = unset); the tuner's
+# choices logged; output in $OUT/NAME
+job() {
+    local name=$1 f0=$2 f1=$3 tool=$4; shift 4
+    env -u WEFT_SHM_FAR -u WEFT_CMA_MIN -u WEFT_ALGO WEFT_TRANSPORT=shm WEFT_DEBUG=DEBUG \
+        WEFT_DEBUG_SUBSYS=TUNE "$@" timeout 60 "$W" -n 2 sh -c \
+        'f=$1; [ "$WEFT_RANK" = 1 ] && f=$2; [ -n "$f" ] && export WEFT_SHM_FAR=$f; shift 2; exec "$@"' \
+        sh "$f0" "$f1" "$B/bin/$tool" -b 32K -e 1M -f 2 -n 2 -w 1 >"$OUT/$name" 2>&1
+}
+
+# verdict NAME: the "cores:" lines of both ranks, rank prefix cut; one line when agreed
+verdict() {
+    grep 'weft INFO cores:' "$OUT/$1" | sed 's/.*weft INFO //' | sort -u
+}
+
+# algo NAME COLL BYTES: the algorithm both ranks logged for COLL at BYTES per rank
+# (uint8 counts: bytes); "mixed" when they differ
+algo() {
+    local name=$1 coll=$2 count=$3
+    grep " $coll count $count float" "$OUT/$name" | sed 's/.*algo \([a-z]*\).*/\1/' | sort -u |
+        awk 'BEGIN { n = 0 } { a = $0; n++ } END { print n == 1 ? a : n ? "mixed" : "none" }'
+}
+
+results_ok() {
+    grep -q 'Out of bounds values : 0 OK' "$OUT/$1" &&
+        ! awk '/^ +[0-9]+ +[0-9]+ +float/ && ($9 != 0 || $13 != 0) { bad = 1 } END { exit !bad }' "$OUT/$1"
+}
+
+# 1. auto: one verdict on both ranks, naming rank 0's measurement
+if job auto "" "" all_reduce_perf; then
+    v=$(verdict auto)
+    if [ "$(printf '%s\n' "$v" | grep -c .)" = 1 ] &&
+       [[ $v =~ (round\ trip\ of\ [0-9]+\ ns|not\ measured) ]]; then
+        ok "auto: both ranks take rank 0's verdict: $v"
+    else
+        bad "auto: verdicts differ or none: $v" "$OUT/auto"
+    fi
+else
+    bad "auto: job failed" "$OUT/auto"
+fi
+
+# 2. rank 0 far, rank 1 near: rank 0's word, cma from 512K (all-reduce; 256K ring)
+if job far01 1 0 all_reduce_perf && results_ok far01; then
+    v=$(verdict far01)
+    a1=$(algo far01 allreduce 131072)     # 512K of float
+    a0=$(algo far01 allreduce 65536)      # 256K
+    if [[ $v == "cores: far (WEFT_SHM_FAR=1 on rank 0)"* ]] && [ "$a1" = cma ] && [ "$a0" = ring ]; then
+        ok "rank 0 WEFT_SHM_FAR=1, rank 1 =0: both far; all-reduce 512K $a1, 256K $a0"
+    else
+        bad "rank 0 =1, rank 1 =0: '$v', all-reduce 512K $a1, 256K $a0" "$OUT/far01"
+    fi
+else
+    bad "rank 0 =1, rank 1 =0: job failed or wrong results" "$OUT/far01"
+fi
+
+# 3. rank 0 near, rank 1 far: both near, the ring
+if job far10 0 1 all_reduce_perf && results_ok far10; then
+    v=$(verdict far10)
+    a1=$(algo far10 allreduce 262144)
+    if [[ $v == "cores: near (WEFT_SHM_FAR=0"* ]] && [ "$a1" = ring ]; then
+        ok "rank 0 WEFT_SHM_FAR=0, rank 1 =1: both near; all-reduce 1M $a1"
+    else
+        bad "rank 0 =0, rank 1 =1: '$v', all-reduce 1M $a1" "$OUT/far10"
+    fi
+else
+    bad "rank 0 =0, rank 1 =1: job failed or wrong results" "$OUT/far10"
+fi
+
+# 4. reduce-scatter far: cma from 64K per rank (128K in all), below it direct or ring
+if job rsfar 1 1 reduce_scatter_perf && results_ok rsfar; then
+    a1=$(algo rsfar reduce_scatter 16384)     # 64K per rank
+    a0=$(algo rsfar reduce_scatter 8192)      # 32K per rank: direct
+    if [ "$a1" = cma ] && [ "$a0" != cma ] && [ "$a0" != none ]; then
+        ok "reduce-scatter far: 64K per rank $a1, 32K $a0"
+    else
+        bad "reduce-scatter far: 64K per rank $a1, 32K $a0" "$OUT/rsfar"
+    fi
+else
+    bad "reduce-scatter far: job failed or wrong results" "$OUT/rsfar"
+fi
+
+# 5. WEFT_CMA_MIN set: it rules, far or not
+if job cmamin 1 1 all_reduce_perf WEFT_CMA_MIN=1G && results_ok cmamin; then
+    a1=$(algo cmamin allreduce 262144)
+    if [ "$a1" = ring ]; then
+        ok "far with WEFT_CMA_MIN=1G: all-reduce 1M $a1"
+    else
+        bad "far with WEFT_CMA_MIN=1G: all-reduce 1M $a1 (want ring)" "$OUT/cmamin"
+    fi
+else
+    bad "WEFT_CMA_MIN=1G: job failed or wrong results" "$OUT/cmamin"
+fi
+
+# 6. a rank whose init fails after connecting: the other is not left in the probe
+for v in 0 1; do
+    if env -u WEFT_SHM_FAR -u WEFT_BIND WEFT_TRANSPORT=shm WEFT_TIMEOUT=20 timeout 60 \
+        "$W" -n 2 "$B/tests/test_fail" init_bind "$v" >"$OUT/bind$v" 2>&1 &&
+       [ "$(grep -c '^ok' "$OUT/bind$v")" = 2 ]; then
+        ok "rank $v's init fails after connecting: the other's fails within 2 s"
+    else
+        bad "rank $v's init fails after connecting" "$OUT/bind$v"
+    fi
+done
+
+echo "test_shm_far: $PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]
