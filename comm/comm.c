@@ -316,9 +316,9 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
     comm_set_id(c, hash_bytes(h, &mine[0], sizeof(mine[0])));
     c->parent_ranks = members;
     st = connect_all(c, split_exchange, split_watch, split_failed, &x);
-    c->parent_ranks = NULL;
     if (st == WEFT_OK)
-        st = connect_cores_far(c);
+        st = connect_cores_far(c);      /* its errors name parent ranks too */
+    c->parent_ranks = NULL;
     __atomic_store_n(&comm->hold_state, 0, __ATOMIC_RELAXED);
     if (st != WEFT_OK) {
         weft_comm_destroy(c);

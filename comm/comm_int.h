@@ -146,7 +146,7 @@ struct weft_comm {
                                 some rank's reads are emulated over a network (rma_net:
                                 then with or without cma_blocks) */
     int cores_far;           /* 2 ranks with cma_blocks, not cma_slow: their cores share no
-                                cache (WEFT_SHM_FAR, connect.c: cores_far) */
+                                cache (WEFT_SHM_FAR, connect.c: connect_cores_far) */
     /* the transports whose one-sided ops serve this rank's peers (connect.c); key slot k
      * of sched_meta_t is rma_tps[k]'s */
     const tp_ops_t *rma_tps[SCHED_META_KEYS];

@@ -201,25 +201,47 @@ static int local_rma(weft_comm_t *comm)
     return 1;
 }
 
+/* "rank P", or in a split "rank R of the parent (P here)": the rank the user knows. */
+static const char *rank_label(const weft_comm_t *comm, int p, char *buf, size_t n)
+{
+    if (comm->parent_ranks)
+        snprintf(buf, n, "rank %d of the parent (%d here)", comm->parent_ranks[p], p);
+    else
+        snprintf(buf, n, "rank %d", p);
+    return buf;
+}
+
 /* Two ranks of one host that read each other by single copy at about a copy's speed
  * (cma_blocks, not cma_slow): whether their cores share no cache (WEFT_SHM_FAR). Once
  * connected and bound (the cores it times are those the ranks will run on). The
  * transport times a cache line's round trips between them (tp_ops_t.core_rtt) and both
  * take the lower rank's word, so they agree even where their settings differ. Far, the
  * shm ring's copies wait on the other core's cache and single copy moves all-reduce and
- * reduce-scatter faster (algo.h: algo_cma_far_min). Both ranks call it or neither: every
- * condition is agreed at the barrier. */
+ * reduce-scatter faster (algo.h: algo_cma_far_min). Both ranks probe or neither: every
+ * condition is agreed at the barrier (cma_blocks means shm on both sides, and a transport
+ * with get_blocks has core_rtt: transport.h). */
 weft_status_t connect_cores_far(weft_comm_t *comm)
 {
     comm->cores_far = comm->layout.far = 0;
-    if (comm->nranks != 2 || !comm->cma_blocks || comm->cma_slow)
+    if (comm->nranks != 2 || comm->local_size != 2)
         return WEFT_OK;
     tp_ep_t *ep = comm->eps[1 - comm->rank];
-    if (ep == NULL || ep->ops->core_rtt == NULL)
+    if (!comm->cma_blocks || comm->cma_slow || ep == NULL || ep->ops->core_rtt == NULL) {
+        LOG_INFO(LOG_TUNE, "cores: not timed (single-copy reads %s)%s: all-reduce and "
+                 "reduce-scatter keep the ring", !comm->cma_all ? "not possible here" :
+                 !comm->cma_blocks ? "not by shm" : "slow here",
+                 comm->cfg.shm_far == 1 ? ", WEFT_SHM_FAR=1 ignored" : "");
         return WEFT_OK;
+    }
     long want = comm->cfg.shm_far;
     uint32_t rtt = want < 0 ? TP_RTT_MEASURE : want ? ALGO_FAR_FORCED : 0;
-    RETURN_IF_ERR(ep->ops->core_rtt(comm, ep, &rtt));
+    weft_status_t st = ep->ops->core_rtt(comm, ep, &rtt);
+    if (st != WEFT_OK) {
+        char who[64];
+        return weft_error_quiet(st, "connect: %s left while the two timed their cores' "
+                                "round trip: %s", rank_label(comm, ep->peer, who, sizeof(who)),
+                                weft_last_error());
+    }
     comm->cores_far = rtt == ALGO_FAR_FORCED ||
                       (rtt >= ALGO_FAR_RTT_MIN && rtt <= ALGO_FAR_RTT_MAX);
     comm->layout.far = comm->cores_far;
@@ -240,15 +262,6 @@ weft_status_t connect_cores_far(weft_comm_t *comm)
     return WEFT_OK;
 }
 
-/* "rank P", or in a split "rank R of the parent (P here)": the rank the user knows. */
-static const char *rank_label(const weft_comm_t *comm, int p, char *buf, size_t n)
-{
-    if (comm->parent_ranks)
-        snprintf(buf, n, "rank %d of the parent (%d here)", comm->parent_ranks[p], p);
-    else
-        snprintf(buf, n, "rank %d", p);
-    return buf;
-}
 
 /* WEFT_OK unless a rank said in the address exchange that its setup failed: then no
  * rank connects (it would wait for that one until WEFT_TIMEOUT). */

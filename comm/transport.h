@@ -139,8 +139,11 @@ typedef struct tp_ops {
      * are. The lower rank passes in *rtt_ns what to tell, or TP_RTT_MEASURE: then it
      * times a cache line's round trips between the two first and tells the median (ns;
      * 0 when the other came too late or the round trips were a scheduler's, not the
-     * caches'); the other rank's *rtt_ns is ignored on entry. Waits end at WEFT_TIMEOUT
-     * or when the peer is found gone (connect.c decides what the answer means) */
+     * caches'); the other rank's *rtt_ns is ignored on entry. The lower rank waits at most
+     * 2 s for the other to come (then: 0); the other waits for the word until WEFT_TIMEOUT;
+     * both stop when the peer is found gone (connect.c decides what the answer means).
+     * Required where get_blocks is set: connect_cores_far calls it on both ranks when
+     * they agree on cma_blocks */
     weft_status_t (*core_rtt)(weft_comm_t *comm, tp_ep_t *ep, uint32_t *rtt_ns);
 
     /* -- setup -- */

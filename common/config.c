@@ -219,9 +219,11 @@ static const cfg_knob_t knobs[] = {
       "non-temporal", LNG(shm_nt), "auto|0|1" },
     { "WEFT_SHM_FAR", "auto", "whether the two ranks of a 2-rank communicator on one host "
       "sit on cores that share no cache (two sockets, two CCDs, a VM's vCPUs moved apart), "
-      "where single-copy reads beat the shm ring for all-reduce and reduce-scatter: auto = "
-      "the lower rank times 1000 cache-line round trips with the other at init (far from "
-      "180 ns), and both take its verdict; 1 = far; 0 = near (the ring, as before)",
+      "where single-copy reads beat the shm ring for all-reduce (from 512K) and reduce-scatter "
+      "(from 64K per rank): auto = rank 0 times 1000 cache-line round trips with rank 1 at "
+      "init (far from 180 to 2000 ns), and both take its verdict (rank 0's setting counts); "
+      "1 = far; 0 = near (the ring, as before); only where single-copy reads run at about a "
+      "copy's speed (see WEFT_CMA_MIN), else ignored",
       LNG(shm_far), "auto|0|1" },
     { "WEFT_SPIN", "auto", "idle polls before a waiting rank yields its core; auto = 2000, "
       "or 0 when a host has more ranks than cores", LNG(spin), NULL },

@@ -14,6 +14,10 @@
 #   - a rank whose init fails after connecting (a bad WEFT_BIND) does not leave the other
 #     waiting in the probe: that one's init fails within 2 s naming it (test_fail
 #     init_bind), whichever rank timed.
+# The probe runs only where single-copy reads run at about a copy's speed (init measures
+# that once per process; on this VM it reads 1.7-2.2x, and a busy moment can read over
+# the 2.5x bar): a job whose ranks log "cores: not timed (... slow here)" is run again,
+# up to 3 times; a host with no single copy at all skips the test.
 set -u
 B=${1:-build}
 W=$B/bin/weftrun
@@ -25,20 +29,45 @@ trap 'rm -rf "$OUT"' EXIT
 ok()  { PASS=$((PASS + 1)); echo "ok - $1"; }
 bad() { FAIL=$((FAIL + 1)); echo "FAIL - $1"; [ -n "${2:-}" ] && sed 's/^/   | /' "$2" | tail -n 12; }
 
+# retry CMD...: runs CMD (which writes $OUT/$name) up to 3 times while its ranks say the
+# probe did not run because single-copy reads measured slow this time
+retry() {
+    local i rc
+    for i in 1 2 3; do
+        "$@"
+        rc=$?
+        grep -q 'cores: not timed (single-copy reads slow here)' "$OUT/$name" || return $rc
+        echo "# $name: single-copy reads measured slow at init (try $i): again"
+    done
+    return $rc
+}
+
 # job NAME FAR0 FAR1 TOOL [env...]: TOOL (all_reduce_perf, reduce_scatter_perf) on 2 shm
 # ranks, rank 0 with WEFT_SHM_FAR=FAR0 and rank 1 with FAR1 ("" = unset); the tuner's
 # choices logged; output in $OUT/NAME
-job() {
-    local name=$1 f0=$2 f1=$3 tool=$4; shift 4
+job1() {
+    local f0=$2 f1=$3 tool=$4; shift 4
     env -u WEFT_SHM_FAR -u WEFT_CMA_MIN -u WEFT_ALGO WEFT_TRANSPORT=shm WEFT_DEBUG=DEBUG \
         WEFT_DEBUG_SUBSYS=TUNE "$@" timeout 60 "$W" -n 2 sh -c \
         'f=$1; [ "$WEFT_RANK" = 1 ] && f=$2; [ -n "$f" ] && export WEFT_SHM_FAR=$f; shift 2; exec "$@"' \
         sh "$f0" "$f1" "$B/bin/$tool" -b 32K -e 1M -f 2 -n 2 -w 1 >"$OUT/$name" 2>&1
 }
+job() {
+    local name=$1
+    retry job1 "$@"
+}
 
-# verdict NAME: the "cores:" lines of both ranks, rank prefix cut; one line when agreed
+# verdict NAME: "cores: ..." when both ranks logged one such line, the same; else what
+# they logged, marked
 verdict() {
-    grep 'weft INFO cores:' "$OUT/$1" | sed 's/.*weft INFO //' | sort -u
+    local l0 l1
+    l0=$(grep '\[0\] weft INFO cores:' "$OUT/$1" | sed 's/.*weft INFO //')
+    l1=$(grep '\[1\] weft INFO cores:' "$OUT/$1" | sed 's/.*weft INFO //')
+    if [ -n "$l0" ] && [ "$l0" = "$l1" ] && [ "$(printf '%s\n' "$l0" | wc -l)" = 1 ]; then
+        printf '%s\n' "$l0"
+    else
+        printf 'DIFFER: rank 0 "%s", rank 1 "%s"\n' "$l0" "$l1"
+    fi
 }
 
 # algo NAME COLL BYTES: the algorithm both ranks logged for COLL at BYTES per rank
@@ -57,8 +86,12 @@ results_ok() {
 # 1. auto: one verdict on both ranks, naming rank 0's measurement
 if job auto "" "" all_reduce_perf; then
     v=$(verdict auto)
-    if [ "$(printf '%s\n' "$v" | grep -c .)" = 1 ] &&
-       [[ $v =~ (round\ trip\ of\ [0-9]+\ ns|not\ measured) ]]; then
+    if grep -q 'cores: not timed (single-copy reads not' "$OUT/auto"; then
+        echo "# no single copy between two ranks here (or not by shm): nothing to test"
+        echo "test_shm_far: 0 passed, 0 failed (skipped: $v)"
+        exit 0
+    fi
+    if [[ $v =~ ^cores:\ (far|near)\ \(a\ round\ trip\ of\ [0-9]+\ ns\ on\ rank\ 0\) ]]; then
         ok "auto: both ranks take rank 0's verdict: $v"
     else
         bad "auto: verdicts differ or none: $v" "$OUT/auto"
@@ -120,10 +153,14 @@ else
 fi
 
 # 6. a rank whose init fails after connecting: the other is not left in the probe
+bind1() {
+    env -u WEFT_SHM_FAR -u WEFT_BIND WEFT_TRANSPORT=shm WEFT_TIMEOUT=20 WEFT_DEBUG=INFO \
+        WEFT_DEBUG_SUBSYS=TUNE timeout 60 "$W" -n 2 "$B/tests/test_fail" init_bind "$1" \
+        >"$OUT/$name" 2>&1
+}
 for v in 0 1; do
-    if env -u WEFT_SHM_FAR -u WEFT_BIND WEFT_TRANSPORT=shm WEFT_TIMEOUT=20 timeout 60 \
-        "$W" -n 2 "$B/tests/test_fail" init_bind "$v" >"$OUT/bind$v" 2>&1 &&
-       [ "$(grep -c '^ok' "$OUT/bind$v")" = 2 ]; then
+    name=bind$v
+    if retry bind1 "$v" && [ "$(grep -c '^ok' "$OUT/bind$v")" = 2 ]; then
         ok "rank $v's init fails after connecting: the other's fails within 2 s"
     else
         bad "rank $v's init fails after connecting" "$OUT/bind$v"
