@@ -250,6 +250,12 @@ weft_status_t fail_explain_lost(weft_comm_t *comm, const comm_op_t *op, int p,
  * adopts it; without one st stands (a key that really is wrong). */
 weft_status_t fail_explain_rma(weft_comm_t *comm, const comm_op_t *op, int p,
                                weft_status_t st);
+/* A call that read peers' buffers one-sidedly (RGET steps) and is complete here: fails
+ * it with a peer's posted failure about this call or an earlier one. Such a peer may
+ * have given its buffers back to its caller while our reads ran (shm holds nothing whose
+ * release would fail them): it posts before it does (engine.c: finish_head), so a peer
+ * with nothing posted now took them back after our reads, if at all. */
+weft_status_t fail_check_read_peers(weft_comm_t *comm, const comm_op_t *op);
 /* from idle waits: tells peers what op waits in, and fails it on their news */
 weft_status_t fail_probe(weft_comm_t *comm, comm_op_t *op);
 /* thread-safe: every peer will see this rank as gone */

@@ -402,7 +402,9 @@ weft_status_t engine_progress(weft_comm_t *comm, comm_op_t *op, int *moved_p)
         *moved_p = 1;
         return continue_after_probe(comm, op);
     }
-    return comm->ncomplete == s->nsteps ? WEFT_OK : WEFT_IN_PROGRESS;
+    if (comm->ncomplete < s->nsteps)
+        return WEFT_IN_PROGRESS;
+    return s->meta ? fail_check_read_peers(comm, op) : WEFT_OK;
 }
 
 /* Names the peers the head op still waits on, for a timeout message. */

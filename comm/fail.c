@@ -160,6 +160,27 @@ static int past_this_call(const tp_state_t *s, const call_desc_t *mine)
            (int32_t)(s->call.seq - mine->seq) > 0;
 }
 
+weft_status_t fail_check_read_peers(weft_comm_t *comm, const comm_op_t *op)
+{
+    const sched_t *s = op->sched;
+    call_desc_t mine;
+    engine_call_desc(op, &mine);
+    int last = -1;      /* a peer's reads are mostly consecutive steps: asked once */
+    for (int i = 0; i < s->nsteps; i++) {
+        const sched_step_t *x = &s->steps[i];
+        int p = x->peer;
+        if ((x->kind != STEP_RGET && x->kind != STEP_RGET_REDUCE) || p == last ||
+            p < 0 || p >= comm->nranks || comm->eps[p] == NULL)
+            continue;
+        last = p;
+        tp_state_t st;
+        comm->eps[p]->ops->peer_state(comm->eps[p], &st);      /* a few loads on shm */
+        if (st.kind == TP_STATE_FAILED && !past_this_call(&st, &mine))
+            return adopt(comm, op, p, &st);
+    }
+    return WEFT_OK;
+}
+
 weft_status_t fail_probe(weft_comm_t *comm, comm_op_t *op)
 {
     call_desc_t mine;

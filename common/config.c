@@ -202,7 +202,9 @@ static const cfg_knob_t knobs[] = {
       "(one-sided gets) when every peer has them, for every collective; 0 = the defaults: "
       "all-gather from 32K on shm (unless one-sided reads take over 2.5x a copy's time "
       "there, measured at init: then never; 256K elsewhere), and everything from 256K where ucx serves every peer within "
-      "one host (on shm the ring is faster for the others, see docs/PERF.md)",
+      "one host (on shm the ring is faster for the others, see docs/PERF.md, except "
+      "all-reduce from 512K and reduce-scatter from 64K per rank where 2 ranks' cores share "
+      "no cache: WEFT_SHM_FAR)",
       SIZE(cma_min), NULL },
     { "WEFT_REG_MIN", "64M", "smallest per-rank message (every peer with one-sided reads) that "
       "first exchanges buffer addresses, and runs single-copy (mappings, or cached "

@@ -457,6 +457,11 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
         # (ucx: UCX's tcp transport listens while a communicator is up, by design)
         [ "$t" != ucx ] && run "test_fail leaks -n 3 $t" env WEFT_TRANSPORT=$t \
             "$WEFTRUN" -n 3 "$B/tests/test_fail" leaks
+        # single copy on shm: a peer that aborts mid-call and reuses its buffers at once
+        # never leaves the reader with WEFT_OK and its new bytes (15 random trials; the
+        # old code was caught within its first 3 in each of 4 runs)
+        [ "$t" = shm ] && run "test_fail read_abort -n 2 shm" env WEFT_TRANSPORT=shm \
+            WEFT_ALGO=cma WEFT_TIMEOUT=10 "$WEFTRUN" -n 2 "$B/tests/test_fail" read_abort 15
         run "test_faults.sh $t" bash tests/test_faults.sh "$B" "$t" 20
     done
     # The verbs transport's failure paths, on the emulator: a lost peer (its QPs answer no

@@ -58,6 +58,9 @@
  *               connection or accept does not). Init fails on every rank within 2 s, the
  *               victim with its own error, the others with PEER_LOST naming rank V, not
  *               after WEFT_TIMEOUT (before 2026-11-27 K 2 left them waiting that long)
+ * read_abort N  2 ranks, WEFT_ALGO=cma: N trials of rank 0 aborting a 16 MB all-reduce at a
+ *               random moment and overwriting its buffers once the call has failed; rank
+ *               1's call fails or returns the exact sum, never WEFT_OK with wrong bytes
  * init_bind V   2 ranks of one host: rank V's init fails after it connected (WEFT_BIND
  *               names cpus it may not use) while the two time their cores' round trip
  *               (WEFT_SHM_FAR auto): the other's init fails within 2 s naming rank V
@@ -73,6 +76,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -756,6 +760,97 @@ static int count_segments(void)
 
 /* init/all-reduce/destroy three times, then init/abort/destroy: same fds after as
  * before, and no segment of ours left in /dev/shm. */
+/* read_abort: 2 ranks, single copy (WEFT_ALGO=cma), N trials of one 16 MB all-reduce
+ * out of place on a fresh communicator. Rank 0 aborts at a random moment of it from a
+ * second thread and, once its call has returned the failure, overwrites its buffers at
+ * once (a caller reusing them). Rank 1 reads rank 0's buffers one-sidedly, into a receive
+ * buffer of fresh pages (slower than rank 0's): its call may fail, or succeed only with
+ * the exact sum. Before 2026-11-27 a rank 1 still reading when rank 0 left the call (rank
+ * 0 had sent all it owed) returned WEFT_OK with rank 0's new bytes in its result. */
+typedef struct { weft_comm_t *c; unsigned delay_us; } abort_at_t;
+
+static void *abort_at(void *v)
+{
+    abort_at_t *a = v;
+    usleep(a->delay_us);
+    weft_comm_abort(a->c);
+    return NULL;
+}
+
+static int read_abort(int trials)
+{
+    size_t n = 4u << 20, bytes = n * sizeof(float);
+    int bad = 0, rank = -1, failed = 0, fine = 0;
+    unsigned call_us = 0;
+    float *send = malloc(bytes), *mine = malloc(bytes);
+    if (send == NULL || mine == NULL)
+        return 1;
+    for (int t = 0; t < trials && !bad; t++) {
+        weft_comm_t *c;
+        weft_status_t st = weft_comm_init(&c);
+        if (st != WEFT_OK) {
+            printf("FAIL init, trial %d: %s\n", t, weft_last_error());
+            return 1;
+        }
+        rank = weft_comm_rank(c);
+        for (size_t i = 0; i < n; i++)
+            send[i] = (float)(rank + 1);
+        for (size_t i = 0; i < n; i++)
+            mine[i] = 0;
+        float *recv = rank == 1 ? mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : mine;
+        if (recv == MAP_FAILED)
+            return 1;
+        weft_barrier(c);
+        pthread_t th;
+        unsigned seed = (unsigned)t * 7919u + 1;
+        /* from half to all of an unaborted call's time (trial 0 times one) */
+        abort_at_t a = { c, call_us / 2 + (call_us ? (unsigned)rand_r(&seed) % (call_us / 2 + 1)
+                                                   : 0) };
+        if (t > 0 && rank == 0 && pthread_create(&th, NULL, abort_at, &a) != 0)
+            return 1;
+        double t0 = now_s();
+        st = weft_allreduce(send, recv, n, WEFT_FLOAT32, WEFT_SUM, c);
+        if (t == 0) {
+            double us = (now_s() - t0) * 1e6;
+            weft_allreduce(&us, &us, 1, WEFT_FLOAT64, WEFT_MAX, c);
+            call_us = (unsigned)us;
+        }
+        if (rank == 0) {
+            if (st != WEFT_OK) {        /* the caller takes its buffers back at once: the
+                                           receive buffer first, which rank 1 reads last */
+                memset(recv, 0xff, bytes);
+                memset(send, 0xff, bytes);
+            }
+            if (t > 0)
+                pthread_join(th, NULL);
+        } else if (st == WEFT_OK) {
+            size_t wrong = 0;
+            for (size_t i = 0; i < n; i++)
+                wrong += recv[i] != 3.0f;
+            if (wrong) {
+                printf("FAIL rank 1 trial %d: WEFT_OK with %zu of %zu elements wrong (rank 0 "
+                       "aborted %u us in and reused its buffers)\n", t, wrong, n, a.delay_us);
+                bad = 1;
+            }
+            fine++;
+        } else {
+            failed++;
+        }
+        if (rank == 1)
+            munmap(recv, bytes);
+        weft_comm_destroy(c);
+    }
+    if (rank == 1 && !bad)
+        printf("ok rank 1: %d trials (a call %u us): %d right, %d failed, none wrong\n",
+               trials, call_us, fine, failed);
+    else if (rank == 0)
+        printf("ok rank 0: aborted %d trials\n", trials);
+    free(send);
+    free(mine);
+    return bad;
+}
+
 static int leaks(void)
 {
     int rank = -1, bad = 0, fd0 = count_fds();
@@ -803,6 +898,11 @@ int main(int argc, char **argv)
     }
     if (!strcmp(mode, "init_fds") && argc > 3) {
         int bad = init_fds(atoi(argv[2]), atoi(argv[3]));
+        fflush(stdout);
+        _exit(bad);
+    }
+    if (!strcmp(mode, "read_abort") && argc > 2) {
+        int bad = read_abort(atoi(argv[2]));
         fflush(stdout);
         _exit(bad);
     }
@@ -888,7 +988,8 @@ int main(int argc, char **argv)
     } else {
         fprintf(stderr, "usage: test_fail peer_exit|timeout|mismatch FIELD|busy|cutframe|netcut F|abort|"
                 "kill SEED FILE|init_kill SEED FILE|connect_kill SEED FILE|split_kill FILE (3 ranks)|"
-                "split_fds VICTIM K|init_fds VICTIM K|init_bind VICTIM (2 ranks)|leaks|dump\n");
+                "split_fds VICTIM K|init_fds VICTIM K|init_bind VICTIM (2 ranks)|read_abort N (2 ranks)|"
+                "leaks|dump\n");
         return 2;
     }
     fflush(stdout);
