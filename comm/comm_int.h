@@ -68,6 +68,10 @@ typedef struct sched_cache_entry {
 /* One-sided transfers of the head op (engine.c): the step that runs posts them in order
  * and completes them in order, at most ENGINE_RMA_DEPTH at a time. */
 #define ENGINE_RMA_DEPTH 4
+/* Bytes one engine pass reads (and reduces) through a transport whose gets block (shm)
+ * before the step returns WEFT_IN_PROGRESS: a 1 GB single-copy step otherwise held the
+ * lock, a nonblocking call and the abort and timeout checks for its whole read. */
+#define ENGINE_RMA_PASS (4u << 20)
 typedef struct engine_rma {
     tp_rma_t xfer[ENGINE_RMA_DEPTH];
     size_t off[ENGINE_RMA_DEPTH], len[ENGINE_RMA_DEPTH];   /* in the step, bytes */

@@ -107,13 +107,13 @@ static weft_status_t peer_key(weft_comm_t *comm, int peer, int rbuf, tp_rmem_t *
 
 /* The step read in place through the transport's pointer rp. */
 static weft_status_t rget_in_place(const comm_op_t *op, const sched_step_t *st, char *dst,
-                                   const char *src, const char *rp, int div)
+                                   const char *src, const char *rp, size_t len, int div)
 {
     const sched_args_t *a = &op->args;
     if (st->kind == STEP_RGET)
-        return op->mops->copy(dst, rp, st->len, st->nt);
+        return op->mops->copy(dst, rp, len, st->nt);
     /* in place, the lines were just read: cached, plain stores */
-    return op->mops->reduce(dst, src, rp, st->len / weft_dtype_size(a->dtype), a->dtype,
+    return op->mops->reduce(dst, src, rp, len / weft_dtype_size(a->dtype), a->dtype,
                             a->op, div, st->nt && dst != src);
 }
 
@@ -134,16 +134,21 @@ weft_status_t rma_step(weft_comm_t *comm, comm_op_t *op, const sched_step_t *st,
     int reduce = st->kind == STEP_RGET_REDUCE, div = st->final ? comm->nranks : 0;
     const char *rp = ss->posted == 0 && ep->ops->rptr ? ep->ops->rptr(ep, rm, raddr, st->len)
                                                       : NULL;
-    if (rp != NULL) {
-        ep->bytes_rx += st->len;        /* the per-transport counters (engine.c) */
-        return rget_in_place(op, st, dst, src, rp, div);
+    if (rp != NULL) {                   /* a pass's worth at a time, as below */
+        size_t off = ss->done, n = WEFT_MIN(st->len - off, (size_t)ENGINE_RMA_PASS);
+        ep->bytes_rx += n;              /* the per-transport counters (engine.c) */
+        RETURN_IF_ERR(rget_in_place(op, st, dst + off, src + off, rp + off, n, div));
+        ss->done += n;
+        *moved = 1;
+        return ss->done == st->len ? WEFT_OK : WEFT_IN_PROGRESS;
     }
     size_t esz = weft_dtype_size(a->dtype);
     size_t piece = reduce            ? op->sched->chunk
-                   : ep->ops->get_blocks ? WEFT_MAX(st->len, (size_t)1)
+                   : ep->ops->get_blocks ? WEFT_MIN(st->len, (size_t)ENGINE_RMA_PASS)
                    : align_up((st->len + ENGINE_RMA_DEPTH - 1) / ENGINE_RMA_DEPTH, 64);
     int depth = reduce ? 2 : ENGINE_RMA_DEPTH;
     q->peer = st->peer;
+    size_t pass = 0;
     for (;;) {
         while (ss->posted < st->len && q->n < depth) {
             size_t off = ss->posted, n = WEFT_MIN(piece, st->len - off);
@@ -172,9 +177,12 @@ weft_status_t rma_step(weft_comm_t *comm, comm_op_t *op, const sched_step_t *st,
                                            (char *)comm->tmp + (off / piece % 2) * piece,
                                            q->len[h] / esz, a->dtype, a->op, div, 0));
         ss->done += q->len[h];
+        pass += q->len[h];
         q->head = (h + 1) % ENGINE_RMA_DEPTH;
         q->n--;
         *moved = 1;
+        if (ep->ops->get_blocks && pass >= ENGINE_RMA_PASS && ss->done < st->len)
+            return WEFT_IN_PROGRESS;    /* the rest in the next pass */
     }
     return ss->done == st->len ? WEFT_OK : WEFT_IN_PROGRESS;
 }
