@@ -137,6 +137,10 @@ weft_status_t fail_explain_rma(weft_comm_t *comm, const comm_op_t *op, int p,
         ep->ops->peer_state(ep, &s);
         if (s.kind == TP_STATE_FAILED)
             return adopt(comm, op, p, &s);
+        /* a peer that exited (its pid maybe reused: EPERM) or is exiting (EFAULT) is a
+         * lost peer, not a bad read */
+        if (ep->ops->check_alive && ep->ops->check_alive(ep) == WEFT_ERR_PEER_LOST)
+            return fail_explain_lost(comm, op, p, WEFT_ERR_PEER_LOST);
         if (time_ns() >= end)
             break;
         usleep(1000);

@@ -76,6 +76,8 @@ static weft_status_t cma_xfer(pid_t pid, void *local, uint64_t raddr, size_t len
                           : process_vm_readv(pid, &lv, 1, &rv, 1, 0);
         if (n < 0 && errno == EINTR)
             continue;
+        if (n == 0)             /* nothing moved, no error: the range ends there */
+            errno = EFAULT;
         if (n <= 0)
             return errno == ESRCH ? WEFT_ERR_PEER_LOST : WEFT_ERR_SYSTEM;
         done += (size_t)n;
