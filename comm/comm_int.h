@@ -70,7 +70,8 @@ typedef struct sched_cache_entry {
 #define ENGINE_RMA_DEPTH 4
 /* Bytes one engine pass reads (and reduces) through a transport whose gets block (shm)
  * before the step returns WEFT_IN_PROGRESS: a 1 GB single-copy step otherwise held the
- * lock, a nonblocking call and the abort and timeout checks for its whole read. */
+ * lock (the progress thread's, a waiter's) and a nonblocking call for its whole read, and
+ * an abort was seen only after it. */
 #define ENGINE_RMA_PASS (4u << 20)
 typedef struct engine_rma {
     tp_rma_t xfer[ENGINE_RMA_DEPTH];

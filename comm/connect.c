@@ -238,8 +238,8 @@ weft_status_t connect_cores_far(weft_comm_t *comm)
     weft_status_t st = ep->ops->core_rtt(comm, ep, &rtt);
     if (st != WEFT_OK) {
         char who[64];
-        return weft_error_quiet(st, "connect: %s left while the two timed their cores' "
-                                "round trip: %s", rank_label(comm, ep->peer, who, sizeof(who)),
+        return weft_error_quiet(st, "connect: timing the cores' round trip with %s failed: "
+                                "%s", rank_label(comm, ep->peer, who, sizeof(who)),
                                 weft_last_error());
     }
     comm->cores_far = rtt == ALGO_FAR_FORCED ||

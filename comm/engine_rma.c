@@ -134,6 +134,9 @@ weft_status_t rma_step(weft_comm_t *comm, comm_op_t *op, const sched_step_t *st,
     int reduce = st->kind == STEP_RGET_REDUCE, div = st->final ? comm->nranks : 0;
     const char *rp = ss->posted == 0 && ep->ops->rptr ? ep->ops->rptr(ep, rm, raddr, st->len)
                                                       : NULL;
+    if (rp == NULL && ss->posted == 0 && ss->done > 0)     /* rptr answers per key */
+        return weft_error(WEFT_ERR_INTERNAL, "single-copy read from rank %d: the peer's "
+                          "buffer was mapped for part of the step only", st->peer);
     if (rp != NULL) {                   /* a pass's worth at a time, as below */
         size_t off = ss->done, n = WEFT_MIN(st->len - off, (size_t)ENGINE_RMA_PASS);
         ep->bytes_rx += n;              /* the per-transport counters (engine.c) */
@@ -146,7 +149,8 @@ weft_status_t rma_step(weft_comm_t *comm, comm_op_t *op, const sched_step_t *st,
     size_t piece = reduce            ? op->sched->chunk
                    : ep->ops->get_blocks ? WEFT_MIN(st->len, (size_t)ENGINE_RMA_PASS)
                    : align_up((st->len + ENGINE_RMA_DEPTH - 1) / ENGINE_RMA_DEPTH, 64);
-    int depth = reduce ? 2 : ENGINE_RMA_DEPTH;
+    /* blocking gets: a piece done per post, so one at a time keeps a pass to its budget */
+    int depth = reduce ? 2 : ep->ops->get_blocks ? 1 : ENGINE_RMA_DEPTH;
     q->peer = st->peer;
     size_t pass = 0;
     for (;;) {

@@ -13,7 +13,9 @@
  *     number with a different call is a mismatch, even when no frame ever moved (two
  *     ranks that both think they are the root of a reduce wait for each other);
  *   - abort: the transport's abort op (thread-safe) tells peers this rank gave up.
- * States are read only by idle waits (engine.c: check_stalled), never on the data path.
+ * States are read by idle waits (engine.c: check_stalled), and once at the end of a call
+ * that read peers' memory through a transport that keeps no registration (shm:
+ * fail_check_read_peers), never elsewhere on the data path.
  *
  * Invariants: a communicator publishes at most one failure, the first; the message a
  * rank returns names the ranks involved and, for a mismatch, both calls.
@@ -137,8 +139,8 @@ weft_status_t fail_explain_rma(weft_comm_t *comm, const comm_op_t *op, int p,
         ep->ops->peer_state(ep, &s);
         if (s.kind == TP_STATE_FAILED)
             return adopt(comm, op, p, &s);
-        /* a peer that exited (its pid maybe reused: EPERM) or is exiting (EFAULT) is a
-         * lost peer, not a bad read */
+        /* a peer that exited (ESRCH) or is exiting (EFAULT, then ESRCH once reaped) is
+         * a lost peer, not a bad read */
         if (ep->ops->check_alive && ep->ops->check_alive(ep) == WEFT_ERR_PEER_LOST)
             return fail_explain_lost(comm, op, p, WEFT_ERR_PEER_LOST);
         if (time_ns() >= end)
@@ -170,16 +172,24 @@ weft_status_t fail_check_read_peers(weft_comm_t *comm, const comm_op_t *op)
     call_desc_t mine;
     engine_call_desc(op, &mine);
     int last = -1;      /* a peer's reads are mostly consecutive steps: asked once */
+    /* the data our reads (or mapped loads) saw is older than the state read below */
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
     for (int i = 0; i < s->nsteps; i++) {
         const sched_step_t *x = &s->steps[i];
         int p = x->peer;
+        /* only transports whose gets complete at once keep nothing registered (shm);
+         * elsewhere a peer's deregistration fails our reads (ucx, ib: rma_end) */
         if ((x->kind != STEP_RGET && x->kind != STEP_RGET_REDUCE) || p == last ||
-            p < 0 || p >= comm->nranks || comm->eps[p] == NULL)
+            p < 0 || p >= comm->nranks || comm->eps[p] == NULL ||
+            !comm->eps[p]->ops->get_blocks)
             continue;
         last = p;
         tp_state_t st;
         comm->eps[p]->ops->peer_state(comm->eps[p], &st);      /* a few loads on shm */
-        if (st.kind == TP_STATE_FAILED && !past_this_call(&st, &mine))
+        /* a failure about a point-to-point call came after this collective there (its
+         * META for this one was sent first): our reads were over */
+        if (st.kind == TP_STATE_FAILED && is_coll(st.call.coll) &&
+            !past_this_call(&st, &mine))
             return adopt(comm, op, p, &st);
     }
     return WEFT_OK;

@@ -91,7 +91,9 @@ if job auto "" "" all_reduce_perf; then
         echo "test_shm_far: 0 passed, 0 failed (skipped: $v)"
         exit 0
     fi
-    if [[ $v =~ ^cores:\ (far|near)\ \(a\ round\ trip\ of\ [0-9]+\ ns\ on\ rank\ 0\) ]]; then
+    # (or "not measured": rank 1 came over 2 s late, or the round trips took over 20 ms
+    # on a busy host; still one verdict on both ranks)
+    if [[ $v =~ ^cores:\ (far|near)\ \((a\ round\ trip\ of\ [0-9]+\ ns|WEFT_SHM_FAR=0\ or\ not\ measured)\ on\ rank\ 0\) ]]; then
         ok "auto: both ranks take rank 0's verdict: $v"
     else
         bad "auto: verdicts differ or none: $v" "$OUT/auto"
