@@ -758,6 +758,17 @@ static int count_segments(void)
     return n;
 }
 
+/* One more communicator of the job (weft_comm_init again); NULL, said, when it fails. */
+static weft_comm_t *init_again(const char *what, int k)
+{
+    weft_comm_t *c = NULL;
+    if (weft_comm_init(&c) != WEFT_OK) {
+        printf("FAIL init, %s %d: %s\n", what, k, weft_last_error());
+        return NULL;
+    }
+    return c;
+}
+
 /* read_abort: 2 ranks, single copy (WEFT_ALGO=cma), N trials of one 16 MB all-reduce
  * out of place on a fresh communicator. Rank 0 aborts at a random moment of it from a
  * second thread and, once its call has returned the failure, overwrites its buffers at
@@ -784,12 +795,10 @@ static int read_abort(int trials)
     if (send == NULL || mine == NULL)
         return 1;
     for (int t = 0; t < trials && !bad; t++) {
-        weft_comm_t *c;
-        weft_status_t st = weft_comm_init(&c);
-        if (st != WEFT_OK) {
-            printf("FAIL init, trial %d: %s\n", t, weft_last_error());
+        weft_comm_t *c = init_again("trial", t);
+        if (c == NULL)
             return 1;
-        }
+        weft_status_t st;
         rank = weft_comm_rank(c);
         for (size_t i = 0; i < n; i++)
             send[i] = (float)(rank + 1);
@@ -861,12 +870,10 @@ static int leaks(void)
     int rank = -1, bad = 0, fd0 = count_fds();
     float x[1024] = { 0 };
     for (int round = 0; round < 4; round++) {
-        weft_comm_t *c;
-        weft_status_t st = weft_comm_init(&c);
-        if (st != WEFT_OK) {
-            printf("FAIL init round %d: %s\n", round, weft_last_error());
+        weft_comm_t *c = init_again("round", round);
+        if (c == NULL)
             return 1;
-        }
+        weft_status_t st;
         rank = weft_comm_rank(c);
         int nl = count_tcp(0x0A);   /* a communicator that is up needs no listener */
         if (nl != 0) {
