@@ -262,7 +262,6 @@ weft_status_t connect_cores_far(weft_comm_t *comm)
     return WEFT_OK;
 }
 
-
 /* WEFT_OK unless a rank said in the address exchange that its setup failed: then no
  * rank connects (it would wait for that one until WEFT_TIMEOUT). */
 static weft_status_t check_setups(const weft_comm_t *comm)
