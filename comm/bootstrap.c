@@ -222,7 +222,7 @@ static weft_status_t join(bootstrap_t *bs, const struct sockaddr_in *addr, const
 
 weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous,
                              const struct sockaddr_in *rdv_addr, int named_lo,
-                             const char *secret, uint32_t job_tag, double timeout_s,
+                             const char *secret, uint32_t job_tag, uint64_t deadline,
                              bootstrap_t **bs_p)
 {
     /* resolved once, by the caller (comm.c, which waits for a name not in DNS yet): a
@@ -242,7 +242,7 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous,
     bs->job_tag = job_tag;
     bs->fds = fds;
     bs->lost = -1;
-    bs->deadline = time_ns() + (uint64_t)(timeout_s * 1e9);
+    bs->deadline = deadline;
     weft_status_t st = WEFT_OK;
     if (rank == 0 && nranks > 1) {
         int lfd;

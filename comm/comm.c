@@ -110,10 +110,11 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
     log_set_rank(rank);
     fr_install_signal();
     GOTO_IF_ERR(comm_alloc(rank, nranks, &cfg, &c), st, fail);
-    /* a name may not resolve yet (rank 0's service name on Kubernetes): up to WEFT_TIMEOUT */
-    GOTO_IF_ERR(sock_resolve_addr(rendezvous, cfg.timeout_s > 0 ? time_ns() +
-                                  (uint64_t)(cfg.timeout_s * 1e9) : UINT64_MAX,
-                                  &c->rdv_addr), st, fail);
+    /* one WEFT_TIMEOUT for the whole of init: resolving, the rendezvous, connecting and
+     * the cores' probe each wait until it, not a timeout of their own */
+    c->setup_deadline = time_ns() + (uint64_t)(cfg.timeout_s * 1e9);
+    /* a name may not resolve yet (rank 0's service name on Kubernetes) */
+    GOTO_IF_ERR(sock_resolve_addr(rendezvous, c->setup_deadline, &c->rdv_addr), st, fail);
     c->rdv_named_lo = nranks > 1 && sock_named_loopback(rendezvous, &c->rdv_addr);
     if (nranks > 1 && c->rdv_addr.sin_port == 0) {
         st = weft_error(WEFT_ERR_INVALID_ARG, "comm_init: rendezvous '%s' has port 0: rank 0 "
@@ -123,7 +124,7 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
     }
     GOTO_IF_ERR(bootstrap_open(rank, nranks, rendezvous, &c->rdv_addr, c->rdv_named_lo,
                                c->has_secret ? c->secret : NULL,
-                               job_tag, cfg.timeout_s, &bs), st, fail);
+                               job_tag, c->setup_deadline, &bs), st, fail);
     uint64_t id = 0, *ids = malloc((size_t)nranks * sizeof(uint64_t));
     if (ids == NULL) {
         st = weft_error(WEFT_ERR_NO_MEMORY, "comm_init: out of memory");
@@ -142,6 +143,7 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
     bs = NULL;
     GOTO_IF_ERR(comm_bind(c), st, fail);
     GOTO_IF_ERR(connect_cores_far(c), st, fail);
+    c->setup_deadline = 0;
     LOG_INFO(LOG_INIT, "comm %#x: rank %d of %d ready (local %d of %d, %s)", c->id32, rank,
              nranks, c->local_rank, c->local_size, c->transport_desc);
     *comm_p = c;
@@ -151,6 +153,12 @@ fail:
     if (c)
         weft_comm_destroy(c);
     return st;
+}
+
+uint64_t comm_setup_deadline(const weft_comm_t *c)
+{
+    return c->setup_deadline ? c->setup_deadline
+                             : time_ns() + (uint64_t)(c->cfg.timeout_s * 1e9);
 }
 
 weft_status_t weft_comm_init(weft_comm_t **comm_p)
@@ -315,10 +323,14 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
     h = hash_bytes(h, &split_no, sizeof(split_no));
     comm_set_id(c, hash_bytes(h, &mine[0], sizeof(mine[0])));
     c->parent_ranks = members;
+    /* connecting and the cores' probe: one WEFT_TIMEOUT (the exchanges on the parent are
+     * its collectives, each with its own) */
+    c->setup_deadline = time_ns() + (uint64_t)(c->cfg.timeout_s * 1e9);
     st = connect_all(c, split_exchange, split_watch, split_failed, &x);
     if (st == WEFT_OK)
         st = connect_cores_far(c);      /* its errors name parent ranks too */
     c->parent_ranks = NULL;
+    c->setup_deadline = 0;
     __atomic_store_n(&comm->hold_state, 0, __ATOMIC_RELAXED);
     if (st != WEFT_OK) {
         weft_comm_destroy(c);

@@ -99,6 +99,8 @@ struct weft_comm {
     uint64_t id;             /* unique per job and communicator; same on every rank */
     uint32_t id32;           /* as carried in frame headers */
     weft_config_t cfg;
+    uint64_t setup_deadline; /* while init or split connects: when it must be over (one
+                                WEFT_TIMEOUT for the whole setup), else 0 */
     char secret[256];
     int has_secret;
 
@@ -284,7 +286,11 @@ typedef struct connect_agree {
     int blocks;     /* every peer's one-sided reads complete at once (tp_ops_t.get_blocks) */
     int slow;       /* they run well below a plain copy here (tp_ops_t.get_cost) */
     int net;        /* some peer's are emulated over a network (tp_ep_t.rma_net) */
+    cfg_agree_t cfg;    /* the knobs every rank must set alike (config.h) */
 } connect_agree_t;
+/* comm.c: when a wait of init's or split's setup must end: the setup's deadline, else
+ * WEFT_TIMEOUT from now. */
+uint64_t comm_setup_deadline(const weft_comm_t *c);
 /* WEFT_BIND (bind.c): binds this process by the topology, once, after its first
  * communicator knows its local rank; errors only for an explicit WEFT_BIND=cores:. */
 weft_status_t comm_bind(const weft_comm_t *c);
@@ -323,7 +329,7 @@ weft_status_t connect_accept(weft_comm_t *comm, int lfd, uint64_t deadline, cons
 typedef struct bootstrap bootstrap_t;
 weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous,
                              const struct sockaddr_in *addr, int named_lo, const char *secret,
-                             uint32_t job_tag, double timeout_s, bootstrap_t **bs_p);
+                             uint32_t job_tag, uint64_t deadline, bootstrap_t **bs_p);
 /* allgather of fixed-size blobs through rank 0; usable as exchange_fn_t */
 weft_status_t bootstrap_exchange(void *bs, const void *mine, void *all, size_t len);
 void bootstrap_close(bootstrap_t *bs);

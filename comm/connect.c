@@ -323,13 +323,17 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
     if (told)
         failed(ctx, st);
     /* barrier, which also agrees on what every rank can do: nobody drops names before
-     * everyone has connected, and single copy is used only if all ranks have it */
+     * everyone has connected, single copy is used only if all ranks have it, and the
+     * ranks' schedule knobs match (else each would wait for frames the others never
+     * send: a hang, or a frame's length refused) */
     double ratio = 0;
     connect_agree_t mine = { st == WEFT_OK, st == WEFT_OK && local_rma(comm),
                              (int)(local_cma_min(comm) >> 10),
                              st == WEFT_OK && local_blocks(comm),
                              st == WEFT_OK && local_slow(comm, &ratio),
-                             st == WEFT_OK && local_net(comm) };
+                             st == WEFT_OK && local_net(comm), { { 0 } } };
+    cfg_agree_hash(&comm->cfg, &mine.cfg);
+    int knob_rank = -1, knob = -1;  /* the first rank whose knobs differ from rank 0's */
     int all_ok = 1, first_bad = -1, cma = 1, cma_min_k = mine.cma_min_k, blocks = 1, slow = 0, net = 0;
     /* which failure to report: this rank's own where it told the others it was this
      * rank's, or where the watch or the address exchange named another rank; else the
@@ -353,6 +357,11 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
         blocks &= all[p].blocks;
         slow |= all[p].slow;
         net |= all[p].net;
+        for (int k = 0; knob_rank < 0 && k < CFG_AGREE_MAX; k++)
+            if (all[p].cfg.h[k] != all[0].cfg.h[k]) {
+                knob_rank = p;
+                knob = k;
+            }
         cma_min_k = all[p].cma_min_k && cma_min_k ? WEFT_MAX(cma_min_k, all[p].cma_min_k) : 0;
     }
     free(all);
@@ -364,6 +373,16 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
         char who[64];
         return weft_error(WEFT_ERR_PEER_LOST, "connect: %s failed to connect (its own error "
                           "says why)", rank_label(comm, first_bad, who, sizeof(who)));
+    }
+    if (knob_rank >= 0) {
+        char val[64], r0[64], rp[64];
+        const char *name = cfg_agree_name(knob, &comm->cfg, val, sizeof(val));
+        name = name ? name : "a schedule knob";
+        return weft_error(WEFT_ERR_MISMATCH, "config: %s differs between %s and %s "
+                          "(this rank, %d, has %s=%s): each rank picks the algorithm of "
+                          "every call from it, so set it alike on every rank (or on none)",
+                          name, rank_label(comm, 0, r0, sizeof(r0)),
+                          rank_label(comm, knob_rank, rp, sizeof(rp)), comm->rank, name, val);
     }
     comm->cma_all = cma && comm->nranks > 1;
     /* single copy by default only where no rank's reads are emulated over a network

@@ -139,7 +139,8 @@ static const cfg_knob_t knobs[] = {
       "NONE|WARN|INFO|DEBUG|TRACE|none|warn|info|debug|trace" },
     { "WEFT_DEBUG_SUBSYS", "ALL", "log subsystems: INIT,BOOT,NET,SHM,COLL,ENGINE,TOPO,TUNE,ALL; ^X excludes",
       STR(debug_subsys), NULL },
-    { "WEFT_TIMEOUT", "300", "seconds (at most 1e9) a blocking call waits for peers before WEFT_ERR_TIMEOUT",
+    { "WEFT_TIMEOUT", "300", "seconds (at most 1e9) a blocking call waits for peers before "
+      "WEFT_ERR_TIMEOUT; weft_comm_init gets one in all, a split's connecting another",
       DBL(timeout_s), NULL },
     /* transports */
     { "WEFT_TRANSPORT", "auto", "auto (shm within a host, tcp across, ucx across when UCX "
@@ -337,6 +338,54 @@ weft_status_t cfg_load(weft_config_t *out)
                           "[256, WEFT_BUFFSIZE/2 = %zu]", cfg.chunk, cfg.buffsize / 2);
     *out = cfg;
     return WEFT_OK;
+}
+
+/* FNV-1a, 32 bits: the value as cfg_print shows it, so "auto" and "-1", or "1K" and
+ * "1024", hash alike. */
+static uint32_t hash_str(const char *v)
+{
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)v; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
+
+/* The knobs every rank must set alike (config.h), in the order of cfg_agree_t. */
+static const char *const agree_knobs[] = {
+    "WEFT_ALGO", "WEFT_NCHANNELS", "WEFT_DIRECT_MAX", "WEFT_CMA_MIN", "WEFT_REG_MIN",
+    "WEFT_ROOT_CHECK", "WEFT_CUDA_IPC",
+};
+#define NAGREE (int)(sizeof(agree_knobs) / sizeof(agree_knobs[0]))
+_Static_assert(sizeof(agree_knobs) / sizeof(agree_knobs[0]) <= CFG_AGREE_MAX,
+               "cfg_agree_t has room for every knob that must agree");
+
+static const cfg_knob_t *knob_named(const char *name)
+{
+    for (size_t i = 0; i < NKNOBS; i++)
+        if (!strcmp(knobs[i].name, name))
+            return &knobs[i];
+    return NULL;
+}
+
+const char *cfg_agree_name(int which, const weft_config_t *cfg, char *val, size_t cap)
+{
+    const cfg_knob_t *k = which >= 0 && which < NAGREE ? knob_named(agree_knobs[which]) : NULL;
+    if (k == NULL) {    /* not a knob of the table: test_algos checks there is none */
+        snprintf(val, cap, "?");
+        return NULL;
+    }
+    k->format((const char *)cfg + k->offset, val, cap);
+    return k->name;
+}
+
+int cfg_agree_hash(const weft_config_t *cfg, cfg_agree_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    for (int i = 0; i < NAGREE; i++) {
+        char val[300];
+        out->h[i] = cfg_agree_name(i, cfg, val, sizeof(val)) ? hash_str(val) : 0;
+    }
+    return NAGREE;
 }
 
 void cfg_print(FILE *out, const weft_config_t *cfg)

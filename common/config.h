@@ -9,6 +9,7 @@
 #define WEFT_CONFIG_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "weft.h"
@@ -63,6 +64,21 @@ weft_status_t cfg_load(weft_config_t *cfg);
  * mistake: it then stays 0, as WEFT_IB_GID_INDEX's "-1" did until 2026-11-27), else NULL. */
 const char *cfg_defaults(weft_config_t *cfg);
 void cfg_print(FILE *out, const weft_config_t *cfg);
+
+/* The knobs every rank of a communicator must set alike, because each rank picks its
+ * schedules from them (WEFT_ALGO, WEFT_NCHANNELS, WEFT_DIRECT_MAX, WEFT_CMA_MIN,
+ * WEFT_REG_MIN, WEFT_ROOT_CHECK, WEFT_CUDA_IPC): ranks that differ would send frames the
+ * others do not expect, or wait for ones that never come. connect_all compares these
+ * hashes of their values at its closing barrier. */
+#define CFG_AGREE_MAX 8
+typedef struct cfg_agree {
+    uint32_t h[CFG_AGREE_MAX];  /* in table order; 0 past the last */
+} cfg_agree_t;
+/* Fills *out; returns how many knobs must agree. */
+int cfg_agree_hash(const weft_config_t *cfg, cfg_agree_t *out);
+/* The name of the which-th of those knobs, its value in cfg formatted into val; NULL
+ * past the last (or for a name the table lacks, which test_algos rules out). */
+const char *cfg_agree_name(int which, const weft_config_t *cfg, char *val, size_t cap);
 
 /* "4M", "256k", "1G", "4096" -> bytes. Returns 0 on success, -1 on garbage/overflow. */
 int cfg_parse_size(const char *s, size_t *out);

@@ -457,6 +457,22 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
         # (ucx: UCX's tcp transport listens while a communicator is up, by design)
         [ "$t" != ucx ] && run "test_fail leaks -n 3 $t" env WEFT_TRANSPORT=$t \
             "$WEFTRUN" -n 3 "$B/tests/test_fail" leaks
+        # one WEFT_TIMEOUT for the whole of init: a rank 0 that came 2.5 s late and then
+        # stalled connecting fails rank 1's init at 3 s, not 5.5 (connecting had its own)
+        [ "$t" = tcp ] && run "test_fail init_stall -n 2 tcp" env WEFT_TRANSPORT=tcp \
+            WEFT_TIMEOUT=3 "$WEFTRUN" -n 2 "$B/tests/test_fail" init_stall 2.5
+        # a schedule knob set on one rank only fails every rank's init, naming it (it
+        # hung, or failed some later call with an INTERNAL frame length); alike but
+        # spelled another way, it runs
+        if [ "$t" != ucx ]; then
+            for kv in "WEFT_NCHANNELS 2 2 -n 3" "WEFT_ALGO 0 ring -n 2" \
+                      "WEFT_ROOT_CHECK 1 0 -n 3" "WEFT_CMA_MIN 1 64K 65536 -n 2"; do
+                [ "$t" = tcp ] && [ "${kv%% *}" != WEFT_NCHANNELS ] && continue
+                run "test_fail init_knob ${kv%% -n*} -n ${kv##* } $t" env WEFT_TRANSPORT=$t \
+                    WEFT_TIMEOUT=10 "$WEFTRUN" -n "${kv##* }" "$B/tests/test_fail" \
+                    init_knob ${kv%% -n*}
+            done
+        fi
         # single copy on shm: a peer that aborts mid-call and reuses its buffers at once
         # never leaves the reader with WEFT_OK and its new bytes (15 random trials; the
         # old code was caught in each of 7 runs, at trial 1-12)

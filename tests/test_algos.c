@@ -838,6 +838,43 @@ static void check_config_defaults(void)
     }
 }
 
+/* The knobs every rank must set alike (connect_all compares their hashes): each names a
+ * row of the table; one value spelled two ways hashes alike, two values differently. */
+static void check_config_agree(void)
+{
+    weft_config_t a, b;
+    cfg_agree_t ha, hb;
+    char val[64];
+    cfg_defaults(&a);
+    int n = cfg_agree_hash(&a, &ha), bad = n < 7 || n > CFG_AGREE_MAX;
+    for (int i = 0; i < n && !bad; i++)
+        bad = cfg_agree_name(i, &a, val, sizeof(val)) == NULL || ha.h[i] == 0;
+    bad |= cfg_agree_name(n, &a, val, sizeof(val)) != NULL;
+    b = a;
+    b.cma_min = 65536;      /* WEFT_CMA_MIN=64K on one rank, 65536 on the other */
+    a.cma_min = 64 << 10;
+    cfg_agree_hash(&a, &ha);
+    cfg_agree_hash(&b, &hb);
+    bad |= memcmp(&ha, &hb, sizeof(ha)) != 0;
+    snprintf(b.algo, sizeof(b.algo), "ring");
+    b.nchannels = 2;
+    cfg_agree_hash(&b, &hb);
+    int differ = 0;
+    for (int i = 0; i < n; i++)
+        if (ha.h[i] != hb.h[i]) {
+            const char *name = cfg_agree_name(i, &a, val, sizeof(val));
+            differ += name && (!strcmp(name, "WEFT_ALGO") || !strcmp(name, "WEFT_NCHANNELS"));
+        }
+    bad |= differ != 2;
+    if (!bad) {
+        T.passed++;
+    } else {
+        T.failed++;
+        fprintf(stderr, "FAIL config agreement: %d knobs, %d of WEFT_ALGO/WEFT_NCHANNELS "
+                "seen to differ\n", n, differ);
+    }
+}
+
 static void check_keep_flags(void)
 {
     static const struct { const char *algo; int coll, n, inplace, sends, keeps; } K[] = {
@@ -1077,6 +1114,7 @@ int main(int argc, char **argv)
     check_tree_links();
     check_keep_flags();
     check_config_defaults();
+    check_config_agree();
     static job_t jobs[1024];
     size_t nj = 0;
 #define JOB(...) do { if (nj < WEFT_ARRAY_LEN(jobs)) jobs[nj++] = (job_t){ __VA_ARGS__ }; \

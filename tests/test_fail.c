@@ -64,6 +64,18 @@
  * init_bind V   2 ranks of one host: rank V's init fails after it connected (WEFT_BIND
  *               names cpus it may not use) while the two time their cores' round trip
  *               (WEFT_SHM_FAR auto): the other's init fails within 2 s naming rank V
+ * init_stall D  (2 ranks, tcp) rank 0 calls init D s late and then stalls, alive,
+ *               WEFT_TIMEOUT + 1 s in its first data connect(): rank 1's init fails with TIMEOUT
+ *               naming rank 0 within WEFT_TIMEOUT + 1.5 s of its start (one deadline
+ *               for the whole of init; before 2026-11-27 connecting had a WEFT_TIMEOUT of
+ *               its own: D + WEFT_TIMEOUT)
+ * init_knob K V VALUE [SAME]  rank V sets the schedule knob K (WEFT_ALGO, WEFT_NCHANNELS,
+ *               ...; config.h's cfg_agree) to VALUE, the others leave it unset: every
+ *               rank's init fails within 2 s with MISMATCH naming K and the two ranks
+ *               (before 2026-11-27: a hang, or an INTERNAL "frame has length" on some
+ *               call), and once K is unset inits and all-reduces. With SAME the others set
+ *               K to SAME, VALUE spelled another way (64K, 65536): init succeeds, and a
+ *               broadcast and all-reduces of 8 B-4 MB return the right values
  * leaks         four communicators made and destroyed (one aborted): no listening
  *               socket once each is up, and no fd and no shm segment of this process
  *               is left afterwards
@@ -556,6 +568,7 @@ static int init_kill(unsigned seed, const char *file, int at_connect)
  * the whole process (libweft's calls included: an executable's definition comes first). */
 static const char *kill_file;
 static int kill_fds[2] = { -1, -1 }, kill_nfds;
+static double stall_s;      /* init_stall: the first stream connect() sleeps this long */
 
 static int (*real_connect)(int, const struct sockaddr *, socklen_t);
 
@@ -571,6 +584,11 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len)
         find_connect();
     int type = 0;
     socklen_t tl = sizeof(type);
+    if (stall_s > 0 && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 &&
+        type == SOCK_STREAM) {
+        usleep((useconds_t)(stall_s * 1e6));
+        stall_s = 0;
+    }
     if (kill_file && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 &&
         type == SOCK_STREAM && fd != kill_fds[0] && fd != kill_fds[1]) {
         if (kill_nfds == 1) {
@@ -672,19 +690,33 @@ static int split_fds(weft_comm_t *c, int rank, int victim, int k)
     return bad;
 }
 
-/* init_fds: as split_fds, in weft_comm_init (the rank is known from the launcher's
- * environment before init: WEFT_RANK). */
-static int init_fds(int victim, int k)
+/* The launcher's rank (WEFT_RANK), known before init; -1 without one. */
+static int env_rank(void)
 {
     const char *r = getenv("WEFT_RANK");
-    int rank = r ? atoi(r) : -1;
+    return r ? atoi(r) : -1;
+}
+
+/* weft_comm_init, and the seconds it took in *secs. */
+static weft_status_t timed_init(weft_comm_t **c, double *secs)
+{
+    double t0 = now_s();
+    *c = NULL;
+    weft_status_t st = weft_comm_init(c);
+    *secs = now_s() - t0;
+    return st;
+}
+
+/* init_fds: as split_fds, in weft_comm_init. */
+static int init_fds(int victim, int k)
+{
+    int rank = env_rank();
     struct rlimit old;
     if (rank < 0 || limit_fds(rank == victim, k, &old))
         return 1;
-    double t0 = now_s();
-    weft_comm_t *c = NULL;
-    weft_status_t st = weft_comm_init(&c);
-    double t = now_s() - t0;
+    weft_comm_t *c;
+    double t;
+    weft_status_t st = timed_init(&c, &t);
     int bad;
     if (rank == victim) {
         bad = victim_failed(rank, k, "init", st, t);
@@ -705,16 +737,14 @@ static int init_fds(int victim, int k)
  * times (rank 0) or echoes. The victim stays until then (meet). */
 static int init_bind(int victim)
 {
-    const char *r = getenv("WEFT_RANK");
-    int rank = r ? atoi(r) : -1;
+    int rank = env_rank();
     if (rank < 0)
         return 1;
     if (rank == victim)
         setenv("WEFT_BIND", "cores:4096,4097", 1);
-    double t0 = now_s();
-    weft_comm_t *c = NULL;
-    weft_status_t st = weft_comm_init(&c);
-    double t = now_s() - t0;
+    weft_comm_t *c;
+    double t;
+    weft_status_t st = timed_init(&c, &t);
     int bad;
     if (rank == victim) {
         bad = expect(rank, "init with a bad WEFT_BIND", st, WEFT_ERR_INVALID_ARG, "bind", t,
@@ -726,6 +756,118 @@ static int init_bind(int victim)
                      WEFT_ERR_PEER_LOST, needle, t, 2.0);
     }
     meet("init_bind", rank, 2, 10.0, 3.0);
+    if (c)
+        weft_comm_destroy(c);
+    return bad;
+}
+
+/* One more communicator of the job (weft_comm_init again); NULL, said, when it fails. */
+static weft_comm_t *init_again(const char *what, int k)
+{
+    weft_comm_t *c = NULL;
+    if (weft_comm_init(&c) != WEFT_OK) {
+        printf("FAIL init, %s %d: %s\n", what, k, weft_last_error());
+        return NULL;
+    }
+    return c;
+}
+
+/* Broadcasts from the last rank and all-reduces in place, 8 B to 4 MB, on c; 0 when
+ * every result is right. */
+static int knob_calls(weft_comm_t *c, const char *what)
+{
+    int rank = weft_comm_rank(c), nranks = weft_comm_size(c), bad = 0;
+    size_t most = 1u << 20;
+    float *buf = malloc(most * sizeof(float));
+    if (buf == NULL)
+        return 1;
+    for (size_t n = 2; n <= most && !bad; n *= 8) {
+        for (size_t i = 0; i < n; i++)
+            buf[i] = (float)(rank + 1);
+        weft_status_t st = weft_broadcast(buf, buf, n, WEFT_FLOAT32, nranks - 1, c);
+        for (size_t i = 0; st == WEFT_OK && i < n && !bad; i++)
+            bad = buf[i] != (float)nranks;
+        if (st == WEFT_OK && !bad) {
+            for (size_t i = 0; i < n; i++)
+                buf[i] = (float)(rank + 1);
+            st = weft_allreduce(buf, buf, n, WEFT_FLOAT32, WEFT_SUM, c);
+        }
+        for (size_t i = 0; st == WEFT_OK && i < n && !bad; i++)
+            bad = buf[i] != (float)(nranks * (nranks + 1) / 2);
+        if (st != WEFT_OK || bad) {
+            printf("FAIL rank %d %s: %zu floats: %s%s\n", rank, what, n,
+                   st != WEFT_OK ? weft_status_str(st) : "wrong values",
+                   st != WEFT_OK ? weft_last_error() : "");
+            bad = 1;
+        }
+    }
+    if (!bad)
+        printf("ok rank %d %s: broadcast and all-reduce of 8 B-4 MB right\n", rank, what);
+    free(buf);
+    return bad;
+}
+
+/* init_stall: rank 0 late by `late` s, then stalled in its data connect (rank 0 connects
+ * to rank 1, which accepts). */
+static int init_stall(double late)
+{
+    int rank = env_rank();
+    const char *to = getenv("WEFT_TIMEOUT");
+    double timeout = to ? atof(to) : 0;
+    if (rank < 0 || !(timeout > 0) || timeout > 30)
+        return 1;
+    if (rank == 0) {
+        usleep((useconds_t)(late * 1e6));
+        stall_s = timeout + 1;
+    }
+    weft_comm_t *c;
+    double t;
+    weft_status_t st = timed_init(&c, &t);
+    int bad = 0;
+    if (rank == 1) {
+        bad = expect(rank, "init, rank 0 late and then stalled in connect", st,
+                     WEFT_ERR_TIMEOUT, "rank 0", t, timeout + 1.5);
+    } else if (st == WEFT_OK) {
+        printf("FAIL rank 0 init succeeded with its peer gone\n");
+        bad = 1;
+    }
+    if (c)
+        weft_comm_destroy(c);
+    return bad;
+}
+
+/* init_knob: rank V alone sets a schedule knob (or the others spell its value another
+ * way: SAME). */
+static int init_knob(const char *knob, int victim, const char *value, const char *same)
+{
+    int rank = env_rank();
+    if (rank < 0)
+        return 1;
+    if (rank == victim)
+        setenv(knob, value, 1);
+    else if (same)
+        setenv(knob, same, 1);
+    weft_comm_t *c;
+    double t;
+    weft_status_t st = timed_init(&c, &t);
+    int bad;
+    if (same) {
+        bad = expect(rank, "init, the knob alike but spelled two ways", st, WEFT_OK, NULL, t,
+                     30.0);
+        if (!bad)
+            bad = knob_calls(c, "with the knob spelled two ways");
+    } else {
+        char pair[64];
+        snprintf(pair, sizeof(pair), "between rank 0 and rank %d", victim ? victim : 1);
+        const char *needles[] = { knob, pair, NULL };
+        bad = expectv(rank, "init, a schedule knob set on one rank", st, WEFT_ERR_MISMATCH,
+                      needles, t, 2.0);
+        if (c)
+            weft_comm_destroy(c);
+        unsetenv(knob);
+        c = init_again("with the knob unset", 0);
+        bad |= c == NULL || knob_calls(c, "after the mismatch, the knob unset");
+    }
     if (c)
         weft_comm_destroy(c);
     return bad;
@@ -756,17 +898,6 @@ static int count_segments(void)
     if (d)
         closedir(d);
     return n;
-}
-
-/* One more communicator of the job (weft_comm_init again); NULL, said, when it fails. */
-static weft_comm_t *init_again(const char *what, int k)
-{
-    weft_comm_t *c = NULL;
-    if (weft_comm_init(&c) != WEFT_OK) {
-        printf("FAIL init, %s %d: %s\n", what, k, weft_last_error());
-        return NULL;
-    }
-    return c;
 }
 
 /* read_abort: 2 ranks, single copy (WEFT_ALGO=cma), N trials of one 16 MB all-reduce
@@ -918,6 +1049,16 @@ int main(int argc, char **argv)
         fflush(stdout);
         _exit(bad);
     }
+    if (!strcmp(mode, "init_stall") && argc > 2) {
+        int bad = init_stall(atof(argv[2]));
+        fflush(stdout);
+        _exit(bad);
+    }
+    if (!strcmp(mode, "init_knob") && argc > 4) {
+        int bad = init_knob(argv[2], atoi(argv[3]), argv[4], argc > 5 ? argv[5] : NULL);
+        fflush(stdout);
+        _exit(bad);
+    }
     if (!strcmp(mode, "init_bind") && argc > 2) {
         int bad = init_bind(atoi(argv[2]));
         fflush(stdout);
@@ -1001,6 +1142,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: test_fail peer_exit|timeout|mismatch FIELD|busy|cutframe|netcut F|abort|"
                 "kill SEED FILE|init_kill SEED FILE|connect_kill SEED FILE|split_kill FILE (3 ranks)|"
                 "split_fds VICTIM K|init_fds VICTIM K|init_bind VICTIM (2 ranks)|read_abort N (2 ranks)|"
+                "init_knob KNOB VICTIM VALUE [SAME]|init_stall LATE (2 ranks, tcp)|"
                 "leaks|dump\n");
         return 2;
     }

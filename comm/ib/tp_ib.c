@@ -793,7 +793,7 @@ static weft_status_t ib_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     ib_ctx_t *c = tp_ctx(comm, &tp_ib_ops);
     if (c == NULL || c->dev == NULL)
         return weft_error(WEFT_ERR_INTERNAL, "ib: no device open for rank %d", peer);
-    uint64_t deadline = time_ns() + (uint64_t)(comm->cfg.timeout_s * 1e9);
+    uint64_t deadline = comm_setup_deadline(comm);
     ib_ep_t *e = NULL;
     if (peer < comm->rank) {
         RETURN_IF_ERR(accept_peer(comm, c, peer, deadline));

@@ -565,13 +565,13 @@ static int cmp_u64(const void *a, const void *b)
 /* The lower rank: waits for the other to echo 1 (RTT_ARRIVE_S at most), times
  * RTT_BATCHES x RTT_ROUNDS round trips, then tells the verdict. */
 static weft_status_t rtt_lead(tp_ep_t *ep, uint64_t *out, const uint64_t *in,
-                              double timeout_s, uint32_t *rtt_ns)
+                              uint64_t deadline, uint32_t *rtt_ns)
 {
     uint64_t k = 1, polls = 0;
     if (*rtt_ns == TP_RTT_MEASURE) {
         *rtt_ns = 0;
         __atomic_store_n(out, k, __ATOMIC_RELEASE);
-        uint64_t arrive = time_ns() + (uint64_t)(WEFT_MIN(timeout_s, RTT_ARRIVE_S) * 1e9);
+        uint64_t arrive = WEFT_MIN(deadline, time_ns() + (uint64_t)(RTT_ARRIVE_S * 1e9));
         int came = 1;
         while (__atomic_load_n(in, __ATOMIC_ACQUIRE) != k) {
             if ((++polls & 1023) == 0) {
@@ -614,11 +614,11 @@ static weft_status_t rtt_lead(tp_ep_t *ep, uint64_t *out, const uint64_t *in,
     return WEFT_OK;
 }
 
-/* The other rank: echoes until the verdict comes. */
+/* The other rank: echoes until the verdict comes (or the setup's deadline). */
 static weft_status_t rtt_follow(tp_ep_t *ep, uint64_t *out, const uint64_t *in,
-                                double timeout_s, uint32_t *rtt_ns)
+                                uint64_t deadline, double timeout_s, uint32_t *rtt_ns)
 {
-    uint64_t last = 0, idle = 0, deadline = time_ns() + (uint64_t)(timeout_s * 1e9);
+    uint64_t last = 0, idle = 0;
     for (;;) {
         uint64_t v = __atomic_load_n(in, __ATOMIC_ACQUIRE);
         if (v & RTT_VERDICT) {
@@ -645,8 +645,8 @@ static weft_status_t rtt_follow(tp_ep_t *ep, uint64_t *out, const uint64_t *in,
                     RETURN_IF_ERR(shm_check_alive(ep));
                 if (time_ns() > deadline)
                     return weft_error(WEFT_ERR_TIMEOUT, "shm: rank %d did not finish "
-                                      "timing the cores' round trip within WEFT_TIMEOUT "
-                                      "(%g s)", ep->peer, timeout_s);
+                                      "timing the cores' round trip before the setup's "
+                                      "WEFT_TIMEOUT (%g s) ran out", ep->peer, timeout_s);
             }
             if (idle >= (1u << 16))
                 sched_yield();          /* it may need this core */
@@ -661,8 +661,10 @@ static weft_status_t shm_core_rtt(weft_comm_t *comm, tp_ep_t *ep, uint32_t *rtt_
     shm_ep_t *e = (shm_ep_t *)ep;
     uint64_t *out = (uint64_t *)((char *)e->peer_map + RTT_OFF);
     const uint64_t *in = (const uint64_t *)(l->base + RTT_OFF);
-    return comm->rank < ep->peer ? rtt_lead(ep, out, in, comm->cfg.timeout_s, rtt_ns)
-                                 : rtt_follow(ep, out, in, comm->cfg.timeout_s, rtt_ns);
+    uint64_t deadline = comm_setup_deadline(comm);
+    return comm->rank < ep->peer ? rtt_lead(ep, out, in, deadline, rtt_ns)
+                                 : rtt_follow(ep, out, in, deadline, comm->cfg.timeout_s,
+                                              rtt_ns);
 }
 
 /* Sequence lock, word by word so that neither side ever reads a torn word. */

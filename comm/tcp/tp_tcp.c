@@ -81,11 +81,6 @@ static int tcp_can_connect(const weft_comm_t *comm, const peer_info_t *self,
     return tcp_addr_of(peer, &a);
 }
 
-static uint64_t deadline_of(const weft_comm_t *comm)
-{
-    return time_ns() + (uint64_t)(comm->cfg.timeout_s * 1e9);
-}
-
 static weft_status_t tcp_local_setup(weft_comm_t *comm, tp_addr_t *self)
 {
     tcp_local_t *l = calloc(1, sizeof(*l));
@@ -160,7 +155,7 @@ static weft_status_t accept_peer(weft_comm_t *comm, int peer, uint64_t deadline)
 static weft_status_t tcp_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
 {
     tcp_local_t *l = tp_ctx(comm, &tp_tcp_ops);
-    uint64_t deadline = deadline_of(comm);
+    uint64_t deadline = comm_setup_deadline(comm);
     int fd, who;
     if (peer < comm->rank) {
         weft_status_t ast = accept_peer(comm, peer, deadline);
