@@ -53,11 +53,14 @@ typedef struct {
                                   * (DROP_*), len rank 0's size or the rank taken */
 #define BOOT_NOCONN 0x4e4f434eu  /* "NCON": rank 0 tells the others that rank len could not
                                   * connect its data connections */
+#define BOOT_LATE  0x4554414cu  /* "LATE": rank 0 tells the others that rank len, which
+                                  * joined, sent nothing of an exchange before the deadline */
 #define BOOT_PAD_FAILED 1u
 enum { DROP_SIZE = 1, DROP_DUP = 2, DROP_JOB = 3 };
 
 /* Rank 0, failing: tells every connected rank who is to blame (best effort, 0.2 s):
- * BOOT_FAIL (lost, or never arrived) or BOOT_NOCONN (could not connect). */
+ * BOOT_FAIL (lost, or never arrived), BOOT_LATE (joined, then late) or BOOT_NOCONN (could
+ * not connect). */
 static void tell_failure(bootstrap_t *bs, uint32_t magic, int culprit, weft_status_t st)
 {
     boot_msg_t m = { magic, (uint32_t)bs->nranks, (uint32_t)culprit, (uint32_t)st };
@@ -92,6 +95,10 @@ weft_status_t bootstrap_check_msg(const void *buf, int nranks, size_t len)
         return weft_error(WEFT_ERR_PEER_LOST, "bootstrap: init failed: rank %u could not "
                           "connect its data connections (rank 0 says; its own error says "
                           "why)", m.len);
+    if (m.magic == BOOT_LATE && m.nranks == (uint32_t)nranks)
+        return weft_error(WEFT_ERR_TIMEOUT, "bootstrap: init failed: rank %u joined but sent "
+                          "nothing of the setup's next exchange before WEFT_TIMEOUT ran out "
+                          "(rank 0 says): it is stalled, or slow to set up", m.len);
     if (m.magic == BOOT_FAIL && m.nranks == (uint32_t)nranks) {
         weft_status_t st = (int32_t)m.pad == WEFT_ERR_TIMEOUT ? WEFT_ERR_TIMEOUT
                                                               : WEFT_ERR_PEER_LOST;
@@ -378,7 +385,8 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
             snprintf(keep, sizeof(keep), "%s", weft_last_error());
             boot_msg_t f;
             if (sock_recv_all(fd, &f, sizeof(f), time_ns() + 100000000ull) == WEFT_OK &&
-                (f.magic == BOOT_FAIL || f.magic == BOOT_DROP || f.magic == BOOT_NOCONN))
+                (f.magic == BOOT_FAIL || f.magic == BOOT_DROP || f.magic == BOOT_NOCONN ||
+                 f.magic == BOOT_LATE))
                 return bootstrap_check_msg(&f, bs->nranks, 0);
             weft_error_quiet(st, "%s", keep);
         }
@@ -432,8 +440,13 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
         if (st != WEFT_OK) {
             free(pfd);
             free(seen);
-            weft_error_quiet(st, "bootstrap: rank %d: %s", r, weft_last_error());
-            tell_failure(bs, BOOT_FAIL, r, st);
+            if (st == WEFT_ERR_TIMEOUT)
+                weft_error_quiet(st, "bootstrap: rank %d joined but sent nothing of this "
+                                 "exchange before WEFT_TIMEOUT ran out: it is stalled, or "
+                                 "slow to set up (%s)", r, weft_last_error());
+            else
+                weft_error_quiet(st, "bootstrap: rank %d: %s", r, weft_last_error());
+            tell_failure(bs, st == WEFT_ERR_TIMEOUT ? BOOT_LATE : BOOT_FAIL, r, st);
             return st;
         }
     }
@@ -467,10 +480,12 @@ weft_status_t bootstrap_watch(void *ctx)
         boot_msg_t f;
         if (bs->fds[0] < 0 || poll(&p, 1, 0) <= 0)
             return WEFT_OK;
+        weft_status_t said;
         if ((p.revents & POLLIN) &&
             sock_recv_all(bs->fds[0], &f, sizeof(f), time_ns() + 100000000ull) == WEFT_OK &&
-            bootstrap_check_msg(&f, bs->nranks, 0) != WEFT_OK)
-            return keep_news(bs, weft_error_quiet(WEFT_ERR_PEER_LOST, "%s",
+            (said = bootstrap_check_msg(&f, bs->nranks, 0)) != WEFT_OK)
+            return keep_news(bs, weft_error_quiet(said == WEFT_ERR_TIMEOUT ? said :
+                                                  WEFT_ERR_PEER_LOST, "%s",
                                                   weft_last_error()));
         return keep_news(bs, weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: rank 0 stopped "
                                               "the setup"));

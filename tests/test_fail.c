@@ -64,9 +64,11 @@
  * init_bind V   2 ranks of one host: rank V's init fails after it connected (WEFT_BIND
  *               names cpus it may not use) while the two time their cores' round trip
  *               (WEFT_SHM_FAR auto): the other's init fails within 2 s naming rank V
- * init_stall D  (2 ranks, tcp) rank 0 calls init D s late and then stalls, alive,
- *               WEFT_TIMEOUT + 1 s in its first data connect(): rank 1's init fails with TIMEOUT
- *               naming rank 0 within WEFT_TIMEOUT + 1.5 s of its start (one deadline
+ * init_stall D [V [listen]]  (tcp) rank V (0) calls init D s late and then stalls, alive,
+ *               WEFT_TIMEOUT + 1 s in its first data connect() (listen: in its tcp
+ *               setup's listen(), after it joined the rendezvous): the others' inits fail with
+ *               TIMEOUT naming rank V (not as one that "never arrived": it joined the
+ *               rendezvous) within WEFT_TIMEOUT + 1.5 s of their start (one deadline
  *               for the whole of init; before 2026-11-27 connecting had a WEFT_TIMEOUT of
  *               its own: D + WEFT_TIMEOUT)
  * init_knob K V VALUE [SAME]  rank V sets the schedule knob K (WEFT_ALGO, WEFT_NCHANNELS,
@@ -568,7 +570,21 @@ static int init_kill(unsigned seed, const char *file, int at_connect)
  * the whole process (libweft's calls included: an executable's definition comes first). */
 static const char *kill_file;
 static int kill_fds[2] = { -1, -1 }, kill_nfds;
-static double stall_s;      /* init_stall: the first stream connect() sleeps this long */
+static double stall_s;      /* init_stall: the stall_skip+1-th stream connect() sleeps */
+static int stall_skip;
+static double stall_listen_s;   /* init_stall listen: the first listen() sleeps this long */
+static int (*real_listen)(int, int);
+
+int listen(int fd, int backlog)
+{
+    if (real_listen == NULL)
+        real_listen = (int (*)(int, int))dlsym(RTLD_NEXT, "listen");
+    if (stall_listen_s > 0) {
+        usleep((useconds_t)(stall_listen_s * 1e6));
+        stall_listen_s = 0;
+    }
+    return real_listen(fd, backlog);
+}
 
 static int (*real_connect)(int, const struct sockaddr *, socklen_t);
 
@@ -585,7 +601,7 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len)
     int type = 0;
     socklen_t tl = sizeof(type);
     if (stall_s > 0 && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 &&
-        type == SOCK_STREAM) {
+        type == SOCK_STREAM && stall_skip-- == 0) {
         usleep((useconds_t)(stall_s * 1e6));
         stall_s = 0;
     }
@@ -807,28 +823,43 @@ static int knob_calls(weft_comm_t *c, const char *what)
     return bad;
 }
 
-/* init_stall: rank 0 late by `late` s, then stalled in its data connect (rank 0 connects
- * to rank 1, which accepts). */
-static int init_stall(double late)
+/* init_stall: rank V late by `late` s, then stalled in its first data connect (a rank
+ * connects to the higher ones, which accept; rank 0's first stream connect is a data
+ * connection, another rank's is its join at the rendezvous), or (in_listen) in the
+ * listen() of its tcp setup, after it joined the rendezvous (V > 0). */
+static int init_stall(double late, int victim, int in_listen)
 {
     int rank = env_rank();
     const char *to = getenv("WEFT_TIMEOUT");
     double timeout = to ? atof(to) : 0;
     if (rank < 0 || !(timeout > 0) || timeout > 30)
         return 1;
-    if (rank == 0) {
+    if (rank == victim) {
         usleep((useconds_t)(late * 1e6));
-        stall_s = timeout + 1;
+        if (in_listen) {
+            stall_listen_s = timeout + 1;
+        } else {
+            stall_s = timeout + 1;
+            stall_skip = victim != 0;
+        }
     }
     weft_comm_t *c;
     double t;
     weft_status_t st = timed_init(&c, &t);
     int bad = 0;
-    if (rank == 1) {
-        bad = expect(rank, "init, rank 0 late and then stalled in connect", st,
-                     WEFT_ERR_TIMEOUT, "rank 0", t, timeout + 1.5);
+    if (rank != victim) {
+        char who[32];
+        snprintf(who, sizeof(who), "rank %d", victim);
+        bad = expect(rank, "init, a rank late and then stalled in its setup", st,
+                     WEFT_ERR_TIMEOUT, who, t, timeout + 1.5);
+        /* it joined the rendezvous: it did not "never arrive" */
+        if (strstr(weft_last_error(), "never arrived")) {
+            printf("FAIL rank %d: the stalled rank %d is said never to have arrived\n",
+                   rank, victim);
+            bad = 1;
+        }
     } else if (st == WEFT_OK) {
-        printf("FAIL rank 0 init succeeded with its peer gone\n");
+        printf("FAIL rank %d init succeeded with its peers gone\n", rank);
         bad = 1;
     }
     if (c)
@@ -1050,7 +1081,8 @@ int main(int argc, char **argv)
         _exit(bad);
     }
     if (!strcmp(mode, "init_stall") && argc > 2) {
-        int bad = init_stall(atof(argv[2]));
+        int bad = init_stall(atof(argv[2]), argc > 3 ? atoi(argv[3]) : 0,
+                             argc > 4 && !strcmp(argv[4], "listen"));
         fflush(stdout);
         _exit(bad);
     }
@@ -1102,6 +1134,10 @@ int main(int argc, char **argv)
         st = weft_allreduce(buf, buf, 1, WEFT_FLOAT32, WEFT_SUM, c);
         bad |= expect(rank, "next call on the failed comm", st, WEFT_ERR_PEER_LOST,
                       "failed earlier", 0, 1.0);
+        /* no exchange at all (both directions empty) still says the comm failed */
+        st = weft_sendrecv(NULL, 0, 0, NULL, 0, 0, WEFT_FLOAT32, c);
+        bad |= expect(rank, "empty sendrecv on the failed comm", st, WEFT_ERR_PEER_LOST,
+                      "failed earlier", 0, 1.0);
     } else if (!strcmp(mode, "timeout")) {
         if (rank == 1) {
             meet("timeout", rank, nranks, 4.0, 4.0);   /* silent until rank 0's call is over */
@@ -1142,7 +1178,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: test_fail peer_exit|timeout|mismatch FIELD|busy|cutframe|netcut F|abort|"
                 "kill SEED FILE|init_kill SEED FILE|connect_kill SEED FILE|split_kill FILE (3 ranks)|"
                 "split_fds VICTIM K|init_fds VICTIM K|init_bind VICTIM (2 ranks)|read_abort N (2 ranks)|"
-                "init_knob KNOB VICTIM VALUE [SAME]|init_stall LATE (2 ranks, tcp)|"
+                "init_knob KNOB VICTIM VALUE [SAME]|init_stall LATE [VICTIM [listen]] (tcp)|"
                 "leaks|dump\n");
         return 2;
     }
