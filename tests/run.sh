@@ -457,14 +457,14 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
         # (ucx: UCX's tcp transport listens while a communicator is up, by design)
         [ "$t" != ucx ] && run "test_fail leaks -n 3 $t" env WEFT_TRANSPORT=$t \
             "$WEFTRUN" -n 3 "$B/tests/test_fail" leaks
-        # one WEFT_TIMEOUT for the whole of init: a rank 0 that came 2.5 s late and then
-        # stalled connecting fails rank 1's init at 3 s, not 5.5 (connecting had its own)
+        # one WEFT_TIMEOUT for the whole of init: a rank 0 that came 1.5 s late and then
+        # stalled connecting fails rank 1's init at 2 s, not 3.5 (connecting had its own)
         [ "$t" = tcp ] && run "test_fail init_stall -n 2 tcp" env WEFT_TRANSPORT=tcp \
-            WEFT_TIMEOUT=3 "$WEFTRUN" -n 2 "$B/tests/test_fail" init_stall 2.5
+            WEFT_TIMEOUT=2 "$WEFTRUN" -n 2 "$B/tests/test_fail" init_stall 1.5
         # a rank that joined the rendezvous and then stalled in its tcp setup: named as
         # late, not as one that "never arrived"
         [ "$t" = tcp ] && run "test_fail init_stall listen -n 3 tcp" env WEFT_TRANSPORT=tcp \
-            WEFT_TIMEOUT=3 "$WEFTRUN" -n 3 "$B/tests/test_fail" init_stall 0.5 1 listen
+            WEFT_TIMEOUT=2 "$WEFTRUN" -n 3 "$B/tests/test_fail" init_stall 0.3 1 listen
         # a schedule knob set on one rank only fails every rank's init, naming it (it
         # hung, or failed some later call with an INTERNAL frame length); alike but
         # spelled another way, it runs

@@ -68,7 +68,7 @@
  *               WEFT_TIMEOUT + 1 s in its first data connect() (listen: in its tcp
  *               setup's listen(), after it joined the rendezvous): the others' inits fail with
  *               TIMEOUT naming rank V (not as one that "never arrived": it joined the
- *               rendezvous) within WEFT_TIMEOUT + 1.5 s of their start (one deadline
+ *               rendezvous) within WEFT_TIMEOUT + 1 s of their start (one deadline
  *               for the whole of init; before 2026-11-27 connecting had a WEFT_TIMEOUT of
  *               its own: D + WEFT_TIMEOUT)
  * init_knob K V VALUE [SAME]  rank V sets the schedule knob K (WEFT_ALGO, WEFT_NCHANNELS,
@@ -851,7 +851,7 @@ static int init_stall(double late, int victim, int in_listen)
         char who[32];
         snprintf(who, sizeof(who), "rank %d", victim);
         bad = expect(rank, "init, a rank late and then stalled in its setup", st,
-                     WEFT_ERR_TIMEOUT, who, t, timeout + 1.5);
+                     WEFT_ERR_TIMEOUT, who, t, timeout + 1.0);
         /* it joined the rendezvous: it did not "never arrive" */
         if (strstr(weft_last_error(), "never arrived")) {
             printf("FAIL rank %d: the stalled rank %d is said never to have arrived\n",
