@@ -15,7 +15,8 @@
 #    (a step above it, from a run that crashed before naming it, is left alone) and
 #    removes a save's leftover .tmp; a step saved again replaces its copy; a manifest
 #    whose text was edited (its data position) or lost its manifest_hash line is refused;
-#    resuming with another -t, or shuffled data with another --seed, is refused; ranks that
+#    resuming with another -t, shuffled data with another --seed, or another --data, is
+#    refused; another --lr goes on with a note; ranks that
 #    disagree on --ckpt-every stop at start instead of waiting in a save.
 # 4. --ckpt-dir checked at start, --resume appending to --json, bad numbers refused.
 # Ends "test_ckpt_faults.sh: N passed, N failed".
@@ -130,10 +131,27 @@ timeout 60 "$TRAIN" $ONE --seed 99 --steps 7 --ckpt-dir "$CK" --resume >"$TMP/b7
 rc=$?
 check "$([ $rc != 0 ] && grep -q 'trained with --seed 1337, this run has 99' "$TMP/b7.out" && echo 0 || echo 1)" \
     "resuming shuffled data with another --seed is refused (exit $rc): $(grep -m1 -o 'trained with --seed[^:]*' "$TMP/b7.out")"
+#    another data set: the saved position would mean other tokens (and a shuffled order
+#    over another window count); before 2026-11-27 it resumed without a word
+head -c 190000 "$TMP/text.txt" >"$TMP/text2.txt"
+timeout 60 "$TRAIN" ${ONE/text.txt/text2.txt} --steps 7 --ckpt-dir "$CK" --resume \
+    >"$TMP/b7b.out" 2>&1
+rc=$?
+check "$([ $rc != 0 ] && grep -q 'trained on [0-9]* train tokens.*this run has' "$TMP/b7b.out" &&
+         ! grep -q '^step 7 ' "$TMP/b7b.out" && echo 0 || echo 1)" \
+    "resuming on another --data is refused (exit $rc): $(grep -m1 -o 'trained on [0-9]* train tokens[^:]*' "$TMP/b7b.out")"
 timeout 60 "$TRAIN" $ONE --steps 7 --ckpt-dir "$CK" --resume >"$TMP/b8.out" 2>&1
 rc=$?
-check "$([ $rc = 0 ] && grep -q 'resumed from.*step-00000006' "$TMP/b8.out" && echo 0 || echo 1)" \
-    "the restored manifest resumes (exit $rc)"
+check "$([ $rc = 0 ] && grep -q 'resumed from.*step-00000006' "$TMP/b8.out" &&
+         ! grep -q 'note: the checkpoint' "$TMP/b8.out" && echo 0 || echo 1)" \
+    "the restored manifest resumes, no note on the schedule (exit $rc)"
+#    another learning rate: allowed (a run extended on purpose), and said
+timeout 60 "$TRAIN" ${ONE/--lr 1e-3/--lr 5e-3} --steps 8 --ckpt-dir "$CK" --resume \
+    >"$TMP/b8b.out" 2>&1
+rc=$?
+check "$([ $rc = 0 ] && grep -q "note: the checkpoint's run had --schedule constant --lr 0.001" \
+         "$TMP/b8b.out" && grep -q '^step 8 .*lr 5.000e-03' "$TMP/b8b.out" && echo 0 || echo 1)" \
+    "resuming with another --lr goes on and says so (exit $rc)"
 #    2 ranks, --ckpt-every on rank 1 only: refused at start, not a save that waits for ever
 t0=$(date +%s)
 timeout 60 "$WEFTRUN" -n 2 --timeout 40 sh -c \

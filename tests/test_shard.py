@@ -193,18 +193,43 @@ def test_bf16(ref):
 
 
 def test_mismatch():
+    """One rank (2 of 3) runs with other settings: every rank stops at start with one
+    message naming the setting and both values (floats as floats: --beta1 and
+    --save-model were not compared before 2026-11-27, and replicas drifted apart or the
+    export waited WEFT_TIMEOUT)."""
     js = os.path.join(tmp, "mm.json")
-    wrapper = ("if [ \"$WEFT_RANK\" = 2 ]; then b=3; else b=4; fi; exec \"$@\" -b $b")
-    args = [WEFTRUN, "-n", "3", "--timeout", "60", "sh", "-c", wrapper, "sh"] + \
-        train_args(4, 2)[:-2] + ["--shard", "full", "--json", js]
-    t0 = time.time()
+    save = os.path.join(tmp, "mm.bin")
+    cases = [("-b 4", "-b 3", "ranks disagree on --batch: rank 0 has 4, rank 2 has 3"),
+             ("", "--beta1 0.5", "ranks disagree on --beta1: rank 0 has 0.9, rank 2 has 0.5"),
+             ("", "--wd 0.5", "ranks disagree on --wd: rank 0 has 0.1, rank 2 has 0.5"),
+             (f"--save-model {save}", "",
+              "ranks disagree on --save-model (set or not): rank 0 has 1, rank 2 has 0")]
+    for even, odd, msg in cases:
+        wrapper = (f"if [ \"$WEFT_RANK\" = 2 ]; then exec \"$@\" {odd}; "
+                   f"else exec \"$@\" {even}; fi")
+        args = [WEFTRUN, "-n", "3", "--timeout", "60", "sh", "-c", wrapper, "sh"] + \
+            train_args(4, 2) + ["--shard", "full", "--json", js]
+        t0 = time.time()
+        p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=75)
+        dt = time.time() - t0
+        ok = (p.returncode not in (0, 124) and msg in p.stdout and "step 1 " not in p.stdout
+              and dt < 30)
+        check(ok, f"'{odd or even}' on {'rank 2' if odd else 'ranks 0-1'} only stops the "
+              f"job at start in {dt:.1f}s with \"{msg}\"")
+        if not ok:
+            print(p.stdout[-1500:])
+
+
+def test_huge_batch():
+    """-b times the ranks past an int: refused at start on every rank with the sizes
+    (before 2026-11-27 the loader named a negative batch)."""
+    args = [WEFTRUN, "-n", "2", "--timeout", "60"] + train_args(1 << 30, 1)
     p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=75)
-    dt = time.time() - t0
-    msg = "ranks disagree on --batch: rank 0 has 4, rank 2 has 3"
-    check(p.returncode not in (0, 124) and msg in p.stdout and "step 1 " not in p.stdout
-          and dt < 30, f"differing -b on rank 2 stops the job at start in {dt:.1f}s with "
-          f"\"{msg}\"")
+    msg = "-b 1073741824 on 2 ranks is a global batch of 2147483648 rows: too many"
+    check(p.returncode not in (0, 124) and msg in p.stdout and "-2147483648" not in p.stdout,
+          f"-b 2^30 on 2 ranks refused at start: \"{msg}\"")
 
 
 def hybrid_refused(cases, needles, what):
@@ -585,6 +610,7 @@ def main():
     test_memory()
     test_bf16(ref)
     test_mismatch()
+    test_huge_batch()
     test_hybrid_uneven_hosts()
     test_hybrid_cyclic_hosts()
     test_killed_rank()

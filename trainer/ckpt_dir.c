@@ -238,10 +238,12 @@ static char *manifest_text(const train_gpt2_t *m, const train_dist_t *d,
              "dtype fp32 (parameters, AdamW m and v)\n", d->world ? d->nranks : 1,
              d->sh ? shard_strategy_name(o->shard < 0 ? SHARD_NONE : (shard_strategy_t)o->shard)
                    : "single", l->G, o->B * (d->world ? d->nranks : 1), m->T);
-    at = put(b, cap, at, "lr_schedule %s lr %g warmup %d steps %d (position: step)\n"
+    at = put(b, cap, at, "lr_schedule %s lr %.9g warmup %d steps %d (position: step)\n"
              "data_rng seed %llu, shuffles replayed over loader_epoch\n",
              o->schedule == TRAIN_SCHED_COSINE ? "cosine" : "constant", o->lr, o->warmup,
              o->steps, (unsigned long long)o->seed);
+    at = put(b, cap, at, "data tokens %llu sample %016llx\n",
+             (unsigned long long)pr->data_tokens, (unsigned long long)pr->data_sample);
     at = put(b, cap, at, "units %d\n", l->nunits);
     for (int u = 0; u < l->nunits; u++)
         at = put(b, cap, at, "unit %d %zu %zu\n", u, l->len[u], l->sn[u]);
@@ -280,6 +282,10 @@ typedef struct {
     long long step, tokens, epoch, cursor;
     long long seq, shuffle;
     unsigned long long seed;
+    unsigned long long data_tokens, data_sample;    /* MF_DATA: since 2026-11-27 */
+    char sched[16];             /* MF_SCHED: the lr_schedule line's */
+    float lr;
+    int warmup, steps;
     int have;                   /* MF_* bits: the lines format 2 requires */
     int layers, channels, heads, maxT, vocab, Vp;
     size_t *len, *sn;
@@ -297,7 +303,8 @@ static void manifest_free(manifest_t *mf)
 }
 
 enum { MF_STEP = 1, MF_TOKENS = 2, MF_EPOCH = 4, MF_CURSOR = 8, MF_SEQ = 16, MF_SEED = 32,
-       MF_SHUFFLE = 64, MF_HASH_OK = 128, MF_ALL = 255 };
+       MF_SHUFFLE = 64, MF_HASH_OK = 128, MF_ALL = 255,
+       MF_DATA = 256, MF_SCHED = 512 };   /* optional: older manifests lack them */
 
 static weft_status_t manifest_read(const char *path, manifest_t *mf)
 {
@@ -336,6 +343,11 @@ static weft_status_t manifest_read(const char *path, manifest_t *mf)
         else if (sscanf(line, "seq %lld", &v) == 1) mf->seq = v, mf->have |= MF_SEQ;
         else if (sscanf(line, "seed %llu", &bb) == 1) mf->seed = bb, mf->have |= MF_SEED;
         else if (sscanf(line, "shuffle %lld", &v) == 1) mf->shuffle = v, mf->have |= MF_SHUFFLE;
+        else if (sscanf(line, "data tokens %llu sample %llx", &bb, &hh) == 2)
+            mf->data_tokens = bb, mf->data_sample = hh, mf->have |= MF_DATA;
+        else if (sscanf(line, "lr_schedule %15s lr %g warmup %d steps %d", mf->sched,
+                        &mf->lr, &mf->warmup, &mf->steps) == 4)
+            mf->have |= MF_SCHED;
         else if (sscanf(line, "layers %d", &a) == 1) mf->layers = a;
         else if (sscanf(line, "channels %d", &a) == 1) mf->channels = a;
         else if (sscanf(line, "heads %d", &a) == 1) mf->heads = a;
@@ -600,10 +612,22 @@ static weft_status_t resume_load(train_gpt2_t *m, train_dist_t *d, const manifes
 }
 
 /* The data stream's position carries over only to the same stream: the loader's cursor
- * counts windows of seq tokens, and a shuffled order is a function of the seed. */
+ * counts windows of seq tokens of the same data, and a shuffled order is a function of
+ * the seed and of how many windows there are. */
 static weft_status_t check_stream(const manifest_t *mf, const train_gpt2_t *m,
-                                  const train_opts_t *o, const char *sdir)
+                                  const train_opts_t *o, const train_progress_t *pr,
+                                  const char *sdir)
 {
+    if ((mf->have & MF_DATA) && (mf->data_tokens != pr->data_tokens ||
+                                 mf->data_sample != pr->data_sample))
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: trained on %llu train "
+                                "tokens (sample %016llx), this run has %llu (sample "
+                                "%016llx): its data position (window %lld of epoch %lld) "
+                                "means other tokens here; resume with the same --data and "
+                                "--val (without --val, the last tenth of --data is held "
+                                "out)", sdir, mf->data_tokens, mf->data_sample,
+                                (unsigned long long)pr->data_tokens,
+                                (unsigned long long)pr->data_sample, mf->cursor, mf->epoch);
     if (!(mf->have & MF_SEQ))
         return WEFT_OK;         /* format 1 without it: as before */
     if (mf->seq != m->T)
@@ -623,6 +647,24 @@ static weft_status_t check_stream(const manifest_t *mf, const train_gpt2_t *m,
     return WEFT_OK;
 }
 
+/* The saved run's learning-rate schedule against this one's: a resume may change it on
+ * purpose (a longer run), so it is said, not refused. */
+static void sched_note(const manifest_t *mf, const train_opts_t *o, char *note, size_t cap)
+{
+    const char *now = o->schedule == TRAIN_SCHED_COSINE ? "cosine" : "constant";
+    note[0] = '\0';
+    if (!(mf->have & MF_SCHED) || (!strcmp(mf->sched, now) && mf->lr == o->lr &&
+                                    mf->warmup == o->warmup &&
+                                    (o->schedule != TRAIN_SCHED_COSINE ||
+                                     mf->steps == o->steps)))
+        return;
+    snprintf(note, cap, "the checkpoint's run had --schedule %s --lr %g --warmup %d "
+             "--steps %d, this one --schedule %s --lr %g --warmup %d --steps %d: the "
+             "learning rate follows this run's schedule from step %lld", mf->sched,
+             (double)mf->lr, mf->warmup, mf->steps, now, (double)o->lr, o->warmup, o->steps,
+             mf->step + 1);
+}
+
 weft_status_t train_ckpt_resume(const char *dir, train_gpt2_t *m, train_dist_t *d,
                                 const train_opts_t *o, train_progress_t *pr, char *name,
                                 size_t name_cap)
@@ -637,13 +679,17 @@ weft_status_t train_ckpt_resume(const char *dir, train_gpt2_t *m, train_dist_t *
     // every file checked (by some rank) before any rank loads anything
     weft_status_t st = resume_check(dir, m, rank, n, &mf, name, name_cap, sdir, sizeof(sdir));
     if (st == WEFT_OK)
-        st = check_stream(&mf, m, o, sdir);
+        st = check_stream(&mf, m, o, pr, sdir);
     st = share(d, st, &mine, all);
     if (st == WEFT_OK)
         st = share(d, resume_load(m, d, &mf, sdir), &mine, all);
-    if (st == WEFT_OK)
-        *pr = (train_progress_t){ (uint64_t)mf.step, (uint64_t)mf.tokens, (size_t)mf.epoch,
-                                  (size_t)mf.cursor };
+    if (st == WEFT_OK) {
+        pr->step = (uint64_t)mf.step;
+        pr->tokens = (uint64_t)mf.tokens;
+        pr->epoch = (size_t)mf.epoch;
+        pr->cursor = (size_t)mf.cursor;
+        sched_note(&mf, o, pr->sched_note, sizeof(pr->sched_note));
+    }
     manifest_free(&mf);
     free(all);
     return st;

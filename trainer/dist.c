@@ -40,6 +40,15 @@ void train_dist_destroy(train_dist_t *d)
     d->world = NULL;
 }
 
+static void field_str(const train_dist_field_t *f, int64_t v, char *buf, size_t cap)
+{
+    union { int32_t i; float f; } u = { (int32_t)v };
+    if (f->is_float)
+        snprintf(buf, cap, "%g", (double)u.f);
+    else
+        snprintf(buf, cap, "%lld", (long long)v);
+}
+
 weft_status_t train_dist_agree(train_dist_t *d, const train_dist_field_t *f, int n)
 {
     int N = d->nranks;
@@ -61,12 +70,15 @@ weft_status_t train_dist_agree(train_dist_t *d, const train_dist_field_t *f, int
                     first = r;
                 count++;
             }
-        if (first >= 0)
+        if (first >= 0) {
+            char v0[32], vf[32];
+            field_str(&f[i], all[i], v0, sizeof(v0));
+            field_str(&f[i], all[(size_t)first * n + i], vf, sizeof(vf));
             st = weft_error_quiet(WEFT_ERR_INVALID_ARG, "ranks disagree on %s: rank 0 has "
-                                  "%lld, rank %d has %lld (%d of %d ranks differ from rank "
-                                  "0); every rank must run the same configuration", f[i].name,
-                                  (long long)all[i], first,
-                                  (long long)all[(size_t)first * n + i], count, N);
+                                  "%s, rank %d has %s (%d of %d ranks differ from rank 0); "
+                                  "every rank must run the same configuration", f[i].name,
+                                  v0, first, vf, count, N);
+        }
     }
     free(all);
     free(mine);

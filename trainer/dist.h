@@ -28,7 +28,14 @@ void train_dist_destroy(train_dist_t *d);
 typedef struct {
     const char *name;        // as the user spells it ("--batch", "model layers", ...)
     int64_t value;
+    int is_float;            // value is train_dist_float's: printed as the float
 } train_dist_field_t;
+/* A float as a field's value (its bits: -0 and 0 differ, as they would in the run). */
+static inline int64_t train_dist_float(float x)
+{
+    union { float f; int32_t i; } u = { x };
+    return u.i;
+}
 /* Collective: every rank's fields against every other's. On a difference every rank
  * returns INVALID_ARG with the same message, naming the first field that differs, its
  * value on rank 0 and on the first rank that disagrees (and how many ranks do). */

@@ -21,6 +21,7 @@
  * Invariants: every buffer is owned by this function and freed on every path (goto
  * cleanup); nothing here exits; --steps 0 --save-model F writes the initial model.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +131,16 @@ static weft_status_t split_val(run_data_t *d, int T)
     RETURN_IF_ERR(train_tokens_split(&d->train, &d->val, T));
     d->have_val = 1;
     return WEFT_OK;
+}
+
+/* A sample of the train set's tokens (every 4099th), to tell two data sets apart
+ * cheaply: across ranks (check_same_config) and against a checkpoint's. */
+static uint64_t data_sample(const run_data_t *d)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; d->have_data && i < d->train.n; i += 4099)
+        sum = sum * 1000003u + d->train.tokens[i];
+    return sum;
 }
 
 static weft_status_t check_vocab(const run_data_t *d, int V)
@@ -300,35 +311,39 @@ static weft_status_t run_val(train_gpt2_t *m, train_cuda_t *g, run_data_t *d,
 static weft_status_t check_same_config(train_dist_t *dist, const train_opts_t *o,
                                        const train_gpt2_t *m, const run_data_t *d, int T)
 {
-    union { float f; int32_t i; } lr = { o->lr }, wd = { o->wd }, clip = { o->clip };
     const train_gpt2_cfg_t *c = &m->cfg;
-    uint64_t data_sum = 0;
-    for (size_t i = 0; d->have_data && i < d->train.n; i += 4099)   // a sample of tokens
-        data_sum = data_sum * 1000003u + d->train.tokens[i];
+#define I(name, v) { name, (int64_t)(v), 0 }
+#define F(name, v) { name, train_dist_float(v), 1 }
     train_dist_field_t f[] = {
-        { "model layers (--layers or --model)", c->num_layers },
-        { "model channels (--dim or --model)", c->channels },
-        { "model heads (--heads or --model)", c->num_heads },
-        { "model context (--ctx or --model)", c->max_seq_len },
-        { "model vocabulary (--vocab or --model)", c->vocab_size },
-        { "--shard", o->shard }, { "--shard-group", o->shard_group },
-        { "--prefetch", o->prefetch }, { "--param-dtype", o->param_bf16 },
-        { "--reduce-dtype", o->reduce_bf16 }, { "--dtype", o->bf16 },
-        { "--device", o->device },
-        { "--batch", o->B }, { "--seq", T }, { "--accum", o->accum },
-        { "--steps", o->steps }, { "--seed", (int64_t)o->seed }, { "--no-shuffle", o->shuffle },
-        { "--lr", lr.i }, { "--wd", wd.i }, { "--clip", clip.i }, { "--warmup", o->warmup },
-        { "--schedule", o->schedule }, { "--val-every", o->val_every },
-        { "--val-batches", o->val_batches }, { "--sample", o->sample },
-        { "--data (its token count)", (int64_t)d->train.n },
-        { "--data (a sample of its tokens)", (int64_t)data_sum },
-        { "--val (its token count)", (int64_t)d->val.n },
-        // checkpoints are collective: a rank that saves or resumes alone waits forever
-        { "--resume", o->resume }, { "--ckpt-every", o->ckpt_every },
-        { "--ckpt-keep", o->ckpt_keep }, { "--ckpt-fail", o->ckpt_fail_stop },
-        { "--ckpt-dir (its path)", o->ckpt_dir ? (int64_t)hash_bytes(HASH_SEED, o->ckpt_dir,
-                                                                     strlen(o->ckpt_dir)) : 0 },
+        I("model layers (--layers or --model)", c->num_layers),
+        I("model channels (--dim or --model)", c->channels),
+        I("model heads (--heads or --model)", c->num_heads),
+        I("model context (--ctx or --model)", c->max_seq_len),
+        I("model vocabulary (--vocab or --model)", c->vocab_size),
+        I("--shard", o->shard), I("--shard-group", o->shard_group),
+        I("--prefetch", o->prefetch), I("--param-dtype", o->param_bf16),
+        I("--reduce-dtype", o->reduce_bf16), I("--dtype", o->bf16),
+        I("--device", o->device),
+        I("--batch", o->B), I("--seq", T), I("--accum", o->accum),
+        I("--steps", o->steps), I("--seed", o->seed), I("--no-shuffle", o->shuffle),
+        F("--lr", o->lr), F("--wd", o->wd), F("--clip", o->clip),
+        F("--beta1", o->beta1), F("--beta2", o->beta2), F("AdamW eps", o->eps),
+        I("--warmup", o->warmup),
+        I("--schedule", o->schedule), I("--val-every", o->val_every),
+        I("--val-batches", o->val_batches), I("--sample", o->sample),
+        I("--data (its token count)", d->train.n),
+        I("--data (a sample of its tokens)", data_sample(d)),
+        I("--val (its token count)", d->val.n),
+        // checkpoints and the model's export are collective: a rank that saves, resumes
+        // or exports alone waits forever
+        I("--resume", o->resume), I("--ckpt-every", o->ckpt_every),
+        I("--ckpt-keep", o->ckpt_keep), I("--ckpt-fail", o->ckpt_fail_stop),
+        I("--ckpt-dir (its path)", o->ckpt_dir ? hash_bytes(HASH_SEED, o->ckpt_dir,
+                                                            strlen(o->ckpt_dir)) : 0),
+        I("--save-model (set or not)", o->save_path != NULL),
     };
+#undef I
+#undef F
     return train_dist_agree(dist, f, (int)(sizeof(f) / sizeof(f[0])));
 }
 
@@ -339,6 +354,11 @@ static weft_status_t setup_dist(train_dist_t *dist, train_gpt2_t *m, run_data_t 
                                 const train_opts_t *o, int T, train_cuda_t **g_p)
 {
     RETURN_IF_ERR(check_same_config(dist, o, m, d, T));
+    // after the check, which every rank makes: all refuse together
+    if ((int64_t)o->B * dist->nranks > INT_MAX / 2)    // rows of a global batch: int
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "-b %d on %d ranks is a global batch "
+                                "of %lld rows: too many", o->B, dist->nranks,
+                                (long long)o->B * dist->nranks);
     shard_opts_t so = { .strategy = o->shard < 0 ? SHARD_NONE : (shard_strategy_t)o->shard,
                         .group = o->shard_group, .prefetch = o->prefetch,
                         .param_bf16 = o->param_bf16, .reduce_bf16 = o->reduce_bf16 };
@@ -467,6 +487,8 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     double flops_per_token = 6.0 * (double)train_gpt2_true_params(m) +
                              12.0 * c->num_layers * c->channels * (double)T;
     train_progress_t pr = { 0 };
+    pr.data_tokens = d.have_data ? d.train.n : 0;
+    pr.data_sample = data_sample(&d);
     if (o->resume) {
         char name[64];
         double r0 = time_s();
@@ -478,6 +500,8 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
         fprintf(out, "weft-train: resumed from %s/%s: step %llu, %llu tokens (%.2f s)\n",
                 o->ckpt_dir, name, (unsigned long long)pr.step,
                 (unsigned long long)pr.tokens, rsecs);
+        if (pr.sched_note[0])
+            fprintf(out, "weft-train: note: %s\n", pr.sched_note);
     }
     if (o->device == TRAIN_DEVICE_CUDA && !g)   // after a resume: the device gets its state
         GOTO_IF_ERR(train_cuda_create(&g, m, o->B, T, o->bf16), st, cleanup);
