@@ -12,7 +12,11 @@
  * rank's next call); in weft_sendrecv a direction of count 0 is no direction at all. A call refused with WEFT_ERR_INVALID_ARG did not happen (as in
  * NCCL): where the other ranks made it, they take this rank's next call for it, so a
  * job goes on after a refusal only when every rank refused the same call. WEFT_AVG sums, then divides by the number of
- * ranks in the reduced type (integer types truncate toward zero).
+ * ranks in the reduced type (integer types truncate toward zero); partial sums are kept
+ * in the buffer's type, so a float16 average whose sum passes 65504 is inf (NCCL's
+ * ncclAvg multiplies each input by 1/nranks first; the NCCL-API shim's ncclAvg is
+ * WEFT_AVG). WEFT_MIN and WEFT_MAX of floats return NaN where any rank has one (NCCL's
+ * ncclMin/ncclMax, fmin/fmax, skip it).
  *
  * Threading: a communicator is used by one thread at a time, except weft_comm_abort,
  * which may be called from any thread (weft_comm_destroy waits for an abort in
