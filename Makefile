@@ -65,7 +65,7 @@ PERF_BIN := $(PERF_SRC:bench/%.c=$(BUILD)/bin/%)
 TEST_SRC := $(wildcard tests/test_*.c)
 ifneq ($(CUDA),1)
 # the shim's and the GPU's tests need the CUDA build (tests/run.sh says they were skipped)
-TEST_SRC := $(filter-out tests/test_nccl_shim.c tests/test_cuda.c,$(TEST_SRC))
+TEST_SRC := $(filter-out tests/test_nccl_shim.c tests/test_cuda.c tests/test_devbuf_emu.c,$(TEST_SRC))
 endif
 # tests/probe_*.c: programs a test script runs under a launcher (not tests themselves)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) \
@@ -136,6 +136,11 @@ $(BUILD)/tests/test_train_gpu_emu: $(BUILD)/obj/emu/test_train_gpu.o $(BUILD)/ob
     $(BUILD)/obj/emu/emu_cuda_host.o $(TRAIN_LIB) $(BUILD)/lib/libweft.a
 	@mkdir -p $(dir $@)
 	$(CC) $(EMU_LINK) -o $@ $^ -lopenblas -ldl $(LDLIBS)
+# test_devbuf_emu: its own cudaGetDeviceCount and cudaPointerGetAttributes ahead of the
+# static cudart (EMU_LINK), so that weft.h's calls meet a "device" buffer where no GPU is
+$(BUILD)/tests/test_devbuf_emu: $(BUILD)/obj/tests/test_devbuf_emu.o $(BUILD)/lib/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(EMU_LINK) -o $@ $^ $(LDLIBS)
 # gpt2_cuda.c's half for builds without CUDA (make CUDA=0) compiles in every build, so a
 # change that breaks it shows here and not first on a machine without nvcc
 TEST_BIN += $(BUILD)/obj/nocuda/gpt2_cuda.o

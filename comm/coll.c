@@ -6,8 +6,9 @@
  * a successful no-op. Blocking calls progress the queue on the caller's thread, with the
  * communicator's lock held from queueing to completion (progress.c); a nonblocking call
  * of more than PROGRESS_EAGER_MAX bytes queues its op for the progress thread (started
- * then); a smaller one, or any without the thread (WEFT_PROGRESS_THREAD=0), starts the
- * op with one pass and leaves the rest to later calls or to a thread already running.
+ * then); a smaller one starts the op with one pass and leaves the rest to the thread
+ * (started by the first nonblocking call of any size); without the thread
+ * (WEFT_PROGRESS_THREAD=0) the rest is left to later calls.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -127,6 +128,15 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
                        void *recv, weft_request_t **req_p)
 {
     comm_op_t local, *op = &local;
+    /* refused before the call takes a number, as any bad argument: the engine copies
+     * and reduces host memory only, and a refusal once the call started would fail the
+     * communicator on every rank (NCCL refuses a wrong pointer up front as well) */
+    mem_type_t send_mt = mem_type_of(send), recv_mt = mem_type_of(recv);
+    if (!mem_ops_for(WEFT_MAX(send_mt, recv_mt))->usable)
+        return BAD("%s: %s is %s memory: weft.h's calls copy and reduce host memory (device "
+                   "buffers go to weft_cuda.h's stream calls)", coll_name(args->coll),
+                   send_mt != MEM_HOST ? "the send buffer" : "the receive buffer",
+                   mem_type_name(send_mt != MEM_HOST ? send_mt : recv_mt));
     weft_request_t *req = NULL;
     if (req_p) {
         req = calloc(1, sizeof(*req));
@@ -139,8 +149,8 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
     op->args = *args;
     op->send = send;
     op->recv = recv;
-    op->send_mt = mem_type_of(send);
-    op->recv_mt = mem_type_of(recv);
+    op->send_mt = send_mt;
+    op->recv_mt = recv_mt;
     op->status = WEFT_IN_PROGRESS;
     if (req)
         op->error_msg = req->error_msg;
@@ -178,12 +188,16 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
     weft_status_t st = WEFT_OK;
     if (req) {
         *req_p = req;
-        /* A large op is the progress thread's, which starts it off the caller's time; a
-         * small one starts here, as without the thread, and leaves it asleep: waking it
-         * costs more than the op (0.7-2 us against 0.3 us at 8 B, docs/PERF.md). */
+        /* Every nonblocking call makes sure the thread exists (the first one starts it):
+         * a small call it did not start used to wait for the caller's next weft call on
+         * this communicator, and a blocking call on another one left it there (a barrier
+         * on a split while a peer waits on this call: a hang until WEFT_TIMEOUT). A large
+         * op is the thread's, which starts it off the caller's time; a small one makes
+         * its first pass here, where its latency is lowest (0.3 us at 8 B, against 0.7-2
+         * us to wake the thread, docs/PERF.md), and comm_leave wakes the thread for the
+         * rest when it is not done. */
         size_t bytes = args->count * weft_dtype_size(args->dtype);
-        if (bytes > PROGRESS_EAGER_MAX)
-            progress_kick(comm);
+        progress_kick(comm);
         if (!comm->thread_on || bytes <= PROGRESS_EAGER_MAX)
             engine_poll(comm, NULL);   /* its status is reported by test/wait */
     } else {

@@ -210,9 +210,9 @@ weft_status_t progress_init(weft_comm_t *comm);
 /* Takes the lock for a call on the user's thread; returns what comm_leave needs. */
 int comm_enter(weft_comm_t *comm);
 void comm_leave(weft_comm_t *comm, int entered);
-/* With the lock held, after queueing a nonblocking op of more than PROGRESS_EAGER_MAX
- * bytes: starts the thread on first use (WEFT_PROGRESS_THREAD=1); comm_leave then wakes
- * it. Smaller nonblocking ops start on the caller's thread and never start the thread. */
+/* With the lock held, after queueing a nonblocking op: starts the thread on first use
+ * (WEFT_PROGRESS_THREAD=1); comm_leave then wakes it. Ops of PROGRESS_EAGER_MAX bytes or
+ * less make their first pass on the caller's thread (coll.c). */
 #define PROGRESS_EAGER_MAX (64u << 10)
 void progress_kick(weft_comm_t *comm);
 /* Stops and joins the thread (pending ops stay pending); then frees the lock. */

@@ -18,8 +18,9 @@
  * to sleep instead of competing for the lock (glibc mutexes are not fair: a thread that
  * unlocks and locks again in a loop would starve a waiter), and comm_leave wakes it when
  * ops remain queued. weft_test only tries the lock, so it never waits behind a pass. A
- * nonblocking call only queues its op when the thread exists (the thread starts it, off
- * the caller's time); without one it makes one pass itself, as before.
+ * nonblocking call of more than PROGRESS_EAGER_MAX only queues its op (the thread starts
+ * it, off the caller's time); a smaller one makes one pass itself first, and so does
+ * every call without the thread.
  *
  * Backoff. The machines this runs on give each rank one core, which the compute thread
  * owns. After a pass that moved something the thread passes again at once; after a pass

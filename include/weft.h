@@ -160,10 +160,10 @@ weft_status_t weft_mem_free(void *ptr);
 
 /* Nonblocking forms. Operations on one communicator complete in the order they were
  * issued. They progress in the background while the caller computes: the first
- * nonblocking call of more than 64 KB (count times the dtype's size) on a communicator
- * starts a progress thread for it, which moves queued operations and sleeps while none
- * is queued; a smaller call makes its first pass on the caller's thread, where its
- * latency is lowest, and does not wake the thread (WEFT_PROGRESS_THREAD=0: no thread, and
+ * nonblocking call on a communicator starts a progress thread for it, which moves queued
+ * operations and sleeps while none is queued; a call of 64 KB or less (count times the
+ * dtype's size) makes its first pass on the caller's thread, where its latency is lowest,
+ * and the thread does the rest (WEFT_PROGRESS_THREAD=0: no thread, and
  * operations progress only inside weft_test, weft_wait and later calls on the same
  * communicator). A blocking call on the same communicator first completes every earlier
  * operation. A failure met in the background (a lost peer, WEFT_TIMEOUT, an abort) fails

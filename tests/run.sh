@@ -79,7 +79,8 @@ found=0
 for t in "$B"/tests/test_*; do
     [ -f "$t" ] && [ -x "$t" ] || continue
     case $(basename "$t") in
-    test_coll | test_fail | test_progress | test_rma | test_shard_order) continue ;;   # multi-process: below
+    test_coll | test_fail | test_progress | test_rma | test_shard_order | test_devbuf_emu)
+        continue ;;   # multi-process: below
     esac
     found=1
     case $(basename "$t") in
@@ -535,8 +536,13 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_progress" ]; then
             done
         done
         run "test_progress abort -n 2 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 2 "$P" abort
+        # a small nonblocking call moves while its caller blocks on another communicator
+        run "test_progress small -n 3 $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=10 \
+            "$WEFTRUN" -n 3 "$P" small
         run "test_progress timeout -n 2 $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=1 \
             "$WEFTRUN" -n 2 "$P" timeout
+        [ -x "$B/tests/test_devbuf_emu" ] && run "test_devbuf_emu -n 2 $t" env \
+            WEFT_TRANSPORT=$t "$WEFTRUN" -n 2 "$B/tests/test_devbuf_emu"
         run "test_progress peer_kill -n 3 $t" bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0";
             [ "$rc" = 137 ] && [ "$(grep -c "^ok" "$0")" = 8 ] && ! grep -q "^FAIL" "$0"' \
             "$LOG/peer_kill.out" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 "$P" peer_kill

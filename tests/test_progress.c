@@ -27,6 +27,11 @@
  *             thread is stopped and joined mid-flight); its requests then report done
  *             (ok or WEFT_ERR_ABORTED) and are freed by weft_wait; the other ranks' waits
  *             end (ok or an error) within 3 s, and they destroy theirs
+ * small       (N >= 2) a 64 KB iallreduce on the communicator (its first nonblocking
+ *             call), then rank 0 calls weft_barrier on a split of all ranks before it
+ *             waits, the others wait first: rank 0's progress thread must finish the
+ *             small call meanwhile (before 2026-11-27 only a call over 64 KB started the
+ *             thread: every rank hung until WEFT_TIMEOUT); done within 5 s, sum right
  * Each rank prints one ok/FAIL line per check and exits 0 when all its checks passed.
  */
 #define _GNU_SOURCE
@@ -464,6 +469,40 @@ static void destroy_mode(weft_comm_t *c, int rank, int nranks)
     bufs_free(&b);
 }
 
+/* small: a small nonblocking call progresses while its caller blocks on another
+ * communicator. */
+static void small_mode(weft_comm_t *c, int rank, int nranks)
+{
+    weft_comm_t *sub = NULL;
+    weft_status_t st = weft_comm_split(c, 0, rank, &sub);
+    if (st != WEFT_OK) {
+        check(rank, 0, "split: %s", weft_last_error());
+        return;
+    }
+    /* 64 KB, the most that still counts as small: past WEFT_DIRECT_MAX, so a ring whose
+     * first pass cannot finish rank 0's part (it forwards what it has not received yet) */
+    enum { N = 16384 };
+    static float x[N];
+    for (int i = 0; i < N; i++)
+        x[i] = (float)(rank + 1);
+    weft_request_t *req = NULL;
+    double t0 = now_s();
+    st = weft_iallreduce(x, x, N, WEFT_FLOAT32, WEFT_SUM, c, &req);
+    if (st == WEFT_OK && rank == 0)
+        st = weft_barrier(sub);         /* the others are in weft_wait on c */
+    weft_status_t ws = st == WEFT_OK ? weft_wait(req) : st;
+    if (ws == WEFT_OK && rank != 0)
+        ws = weft_barrier(sub);
+    int sum_ok = 1;
+    for (int i = 0; i < N; i++)
+        sum_ok &= x[i] == (float)(nranks * (nranks + 1) / 2);
+    check(rank, ws == WEFT_OK && sum_ok && now_s() - t0 < 5.0, "a 64 KB iallreduce "
+          "completes while rank 0 blocks in a barrier on another communicator: %s in "
+          "%.2f s, sum %s%s%s", weft_status_str(ws), now_s() - t0, sum_ok ? "right" : "wrong",
+          ws == WEFT_OK ? "" : ": ", ws == WEFT_OK ? "" : weft_last_error());
+    weft_comm_destroy(sub);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -488,9 +527,12 @@ int main(int argc, char **argv)
         timeout_mode(c, rank, nranks);
     } else if (!strcmp(mode, "destroy") && nranks >= 2) {
         destroy_mode(c, rank, nranks);
+    } else if (!strcmp(mode, "small") && nranks >= 2) {
+        small_mode(c, rank, nranks);
+        weft_comm_destroy(c);
     } else {
         fprintf(stderr, "usage: test_progress background|order|peer_kill|abort|timeout|"
-                "destroy (all but the first two need 2 ranks or more)\n");
+                "destroy|small (all but the first two need 2 ranks or more)\n");
         return 2;
     }
     fflush(stdout);
