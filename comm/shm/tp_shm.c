@@ -221,6 +221,12 @@ static size_t slot_bytes(size_t ring)
     return align_up(CTL_BYTES + ring, 4096);
 }
 
+/* What to do about a /dev/shm too small for the rings: each rank of a host takes
+ * WEFT_BUFFSIZE (4M) for every other rank of its host. */
+#define SHM_FULL_HINT "; /dev/shm is full: each rank takes WEFT_BUFFSIZE for every other " \
+    "rank of its host; enlarge it (docker run --shm-size, a Kubernetes emptyDir with medium " \
+    "Memory mounted there) or lower WEFT_BUFFSIZE"
+
 static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
 {
     shm_local_t *l = calloc(1, sizeof(*l));
@@ -240,6 +246,22 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
     if (ftruncate(fd, (off_t)l->bytes) != 0) {
         weft_status_t st = weft_error(WEFT_ERR_SYSTEM, "shm: cannot size %s to %zu bytes "
                                       "(is /dev/shm large enough?): %m", l->name, l->bytes);
+        close(fd);
+        shm_unlink(l->name);
+        free(l);
+        return st;
+    }
+    /* the segment is sparse: the pages written below (the header, each ring's control
+     * block) are taken now, where a full /dev/shm is an error, not a SIGBUS at the first
+     * store; the rings' data pages at connect (ring_populate), for the local peers only */
+    int fe = posix_fallocate(fd, 0, SEG_HDR_BYTES);
+    for (int r = 0; fe == 0 && r < comm->nranks; r++)
+        fe = posix_fallocate(fd, (off_t)(SEG_HDR_BYTES + (size_t)r * slot_bytes(ring)),
+                             CTL_BYTES);
+    if (fe != 0) {
+        errno = fe;
+        weft_status_t st = weft_error(WEFT_ERR_SYSTEM, "shm: cannot take the pages of %s: "
+                                      "%m%s", l->name, fe == ENOSPC ? SHM_FULL_HINT : "");
         close(fd);
         shm_unlink(l->name);
         free(l);
@@ -275,9 +297,12 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
     return WEFT_OK;
 }
 
-static weft_status_t map_peer(const char *name, void **base_p, size_t *bytes_p)
+static weft_status_t map_peer(int peer, const char *name, void **base_p, size_t *bytes_p)
 {
     int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0 && errno == ENOENT)  /* published, then unlinked: its setup failed, or it left */
+        return weft_error(WEFT_ERR_PEER_LOST, "shm: rank %d's segment %s is gone: it failed "
+                          "or left during setup (its own error says why)", peer, name);
     if (fd < 0)
         return weft_error(WEFT_ERR_SYSTEM, "shm: cannot open peer segment %s: %m", name);
     struct stat sb;
@@ -308,15 +333,24 @@ static int cma_probe(const shm_ep_t *e, const peer_info_t *peer, const shm_addr_
 
 /* Maps every page of a ring now, in this process, so the first laps of real traffic do
  * not stall on page faults (a few microseconds each in a VM: a 4 MB ring is 1024 of
- * them, which showed up as one slow row in every benchmark sweep). */
-static void ring_populate(char *data, size_t bytes)
+ * them, which showed up as one slow row in every benchmark sweep). -1 (errno) where the
+ * tmpfs behind /dev/shm has no room for them: a store there would be a SIGBUS (a
+ * container's default /dev/shm is 64 MB), so the caller says so instead. */
+static int ring_populate(char *data, size_t bytes)
 {
 #ifdef MADV_POPULATE_WRITE
-    if (madvise(data, bytes, MADV_POPULATE_WRITE) == 0)
-        return;
+    /* from the page that holds the data's start (a ring's data begins CTL_BYTES into its
+     * slot; madvise wants a page-aligned address, and refused every ring with EINVAL
+     * until 2026-11-27, leaving the stores below to do the work) */
+    uintptr_t lo = (uintptr_t)data & ~(uintptr_t)4095;
+    if (madvise((void *)lo, (uintptr_t)data + bytes - lo, MADV_POPULATE_WRITE) == 0)
+        return 0;
+    if (errno != EINVAL)    /* EINVAL: a kernel before 5.14; EFAULT: no page to be had */
+        return -1;
 #endif
     for (size_t off = 0; off < bytes; off += 4096)   /* no frames flow before init ends */
         __atomic_fetch_add((volatile uint8_t *)data + off, 0, __ATOMIC_RELAXED);
+    return 0;
 }
 
 static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
@@ -329,7 +363,7 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     if (e == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
     e->copy.mode = comm->cfg.shm_nt;
-    weft_status_t st = map_peer(a.name, &e->peer_map, &e->peer_map_bytes);
+    weft_status_t st = map_peer(peer, a.name, &e->peer_map, &e->peer_map_bytes);
     if (st != WEFT_OK) {
         free(e);
         return st;
@@ -360,8 +394,16 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
         free(e);
         return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
     }
-    ring_populate(e->tx_data, e->tx_size);
-    ring_populate(e->rx_data, e->rx_size);
+    if (ring_populate(e->rx_data, e->rx_size) != 0 || ring_populate(e->tx_data, e->tx_size) != 0) {
+        st = weft_error(WEFT_ERR_SYSTEM, "shm: no room in /dev/shm for the rings to and from "
+                        "rank %d (%zu bytes each way)%s%s%s", peer, e->rx_size,
+                        errno == EFAULT ? "" : ": ", errno == EFAULT ? "" : strerror(errno),
+                        SHM_FULL_HINT);
+        shm_rma_destroy(e->rma);
+        munmap(e->peer_map, e->peer_map_bytes);
+        free(e);
+        return st;
+    }
     *ep_p = &e->base;
     return WEFT_OK;
 }
