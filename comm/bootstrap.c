@@ -371,6 +371,7 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
         st = sock_send_all(fd, &m, sizeof(m), bs->deadline);
         if (st == WEFT_OK)
             st = sock_send_all(fd, mine, len, bs->deadline);
+        int sent = st == WEFT_OK;
         if (st == WEFT_OK)
             st = sock_recv_all(fd, &m, sizeof(m), bs->deadline);
         if (st == WEFT_OK) {    /* rank 0's own report needs no prefix */
@@ -379,12 +380,17 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
                 return st;
             st = sock_recv_all(fd, all, len * (size_t)bs->nranks, bs->deadline);
         }
-        if (st != WEFT_OK && st != WEFT_ERR_TIMEOUT) {
-            /* rank 0 may have said why before it went: its report is queued here */
+        if (st != WEFT_OK && (st != WEFT_ERR_TIMEOUT || sent)) {
+            /* rank 0 may have said why before it went: its report is queued here. Or,
+             * this rank's deadline passed while it waited for rank 0's answer: rank 0,
+             * whose deadline is as far from its own start, may be about to say which
+             * rank it waited for (BOOT_LATE) - 0.5 s more for that, not "rank 0 did not
+             * answer" (ranks start some milliseconds apart) */
             char keep[512];
             snprintf(keep, sizeof(keep), "%s", weft_last_error());
             boot_msg_t f;
-            if (sock_recv_all(fd, &f, sizeof(f), time_ns() + 100000000ull) == WEFT_OK &&
+            uint64_t grace = st == WEFT_ERR_TIMEOUT ? 500000000ull : 100000000ull;
+            if (sock_recv_all(fd, &f, sizeof(f), time_ns() + grace) == WEFT_OK &&
                 (f.magic == BOOT_FAIL || f.magic == BOOT_DROP || f.magic == BOOT_NOCONN ||
                  f.magic == BOOT_LATE))
                 return bootstrap_check_msg(&f, bs->nranks, 0);

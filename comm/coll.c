@@ -130,8 +130,11 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
     comm_op_t local, *op = &local;
     /* refused before the call takes a number, as any bad argument: the engine copies
      * and reduces host memory only, and a refusal once the call started would fail the
-     * communicator on every rank (NCCL refuses a wrong pointer up front as well) */
-    mem_type_t send_mt = mem_type_of(send), recv_mt = mem_type_of(recv);
+     * communicator on every rank (NCCL refuses a wrong pointer up front as well). A call
+     * of count 0 touches neither buffer: the stream calls pass theirs on as they are */
+    int moves = args->count > 0 || args->count2 > 0;
+    mem_type_t send_mt = moves ? mem_type_of(send) : MEM_HOST;
+    mem_type_t recv_mt = moves ? mem_type_of(recv) : MEM_HOST;
     if (!mem_ops_for(WEFT_MAX(send_mt, recv_mt))->usable)
         return BAD("%s: %s is %s memory: weft.h's calls copy and reduce host memory (device "
                    "buffers go to weft_cuda.h's stream calls)", coll_name(args->coll),

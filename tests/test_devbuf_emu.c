@@ -1,7 +1,8 @@
 /*
  * test_devbuf_emu.c - weft.h's host calls given a buffer the CUDA runtime calls device
  * memory: refused with WEFT_ERR_INVALID_ARG before the call takes its number, in the
- * blocking and the nonblocking form (*req_p left alone), and the communicator goes on.
+ * blocking and the nonblocking form (*req_p left alone), and the communicator goes on;
+ * a call of count 0 touches no buffer and stays a no-op.
  * Before 2026-11-27 the call was queued, failed when it started (UNSUPPORTED), and that
  * failed the communicator on every rank, as a lost peer would.
  *
@@ -80,6 +81,11 @@ int main(void)
           strstr(weft_last_error(), "receive buffer is cuda memory"),
           "iallgather into a device buffer refused, request untouched", st);
     host_sum(c, rank, nranks, "a host allreduce after that");
+    /* count 0 touches no buffer: a stream call passes its device pointers on as they
+     * are (kernels/cuda/stream.c), and that call is a no-op, not a refusal */
+    st = weft_allreduce(dev, dev, 0, WEFT_FLOAT32, WEFT_SUM, c);
+    check(rank, st == WEFT_OK, "an allreduce of count 0 on a device buffer is a no-op", st);
+    host_sum(c, rank, nranks, "a host allreduce after it");
     weft_comm_destroy(c);
     return bad;
 }

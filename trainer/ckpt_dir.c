@@ -25,6 +25,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -618,16 +619,6 @@ static weft_status_t check_stream(const manifest_t *mf, const train_gpt2_t *m,
                                   const train_opts_t *o, const train_progress_t *pr,
                                   const char *sdir)
 {
-    if ((mf->have & MF_DATA) && (mf->data_tokens != pr->data_tokens ||
-                                 mf->data_sample != pr->data_sample))
-        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: trained on %llu train "
-                                "tokens (sample %016llx), this run has %llu (sample "
-                                "%016llx): its data position (window %lld of epoch %lld) "
-                                "means other tokens here; resume with the same --data and "
-                                "--val (without --val, the last tenth of --data is held "
-                                "out)", sdir, mf->data_tokens, mf->data_sample,
-                                (unsigned long long)pr->data_tokens,
-                                (unsigned long long)pr->data_sample, mf->cursor, mf->epoch);
     if (!(mf->have & MF_SEQ))
         return WEFT_OK;         /* format 1 without it: as before */
     if (mf->seq != m->T)
@@ -644,6 +635,16 @@ static weft_status_t check_stream(const manifest_t *mf, const train_gpt2_t *m,
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: trained with --seed "
                                 "%llu, this run has %llu: the shuffled data order would "
                                 "change", sdir, mf->seed, (unsigned long long)o->seed);
+    if ((mf->have & MF_DATA) && (mf->data_tokens != pr->data_tokens ||
+                                 mf->data_sample != pr->data_sample))
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: trained on %llu train "
+                                "tokens (sample %016llx), this run has %llu (sample "
+                                "%016llx): its data position (window %lld of epoch %lld) "
+                                "means other tokens here; resume with the same --data and "
+                                "--val (without --val, the last tenth of --data is held "
+                                "out)", sdir, mf->data_tokens, mf->data_sample,
+                                (unsigned long long)pr->data_tokens,
+                                (unsigned long long)pr->data_sample, mf->cursor, mf->epoch);
     return WEFT_OK;
 }
 
@@ -653,7 +654,9 @@ static void sched_note(const manifest_t *mf, const train_opts_t *o, char *note, 
 {
     const char *now = o->schedule == TRAIN_SCHED_COSINE ? "cosine" : "constant";
     note[0] = '\0';
-    if (!(mf->have & MF_SCHED) || (!strcmp(mf->sched, now) && mf->lr == o->lr &&
+    /* (manifests before 2026-11-27 wrote the lr with 6 digits: equal within those) */
+    int same_lr = fabsf(mf->lr - o->lr) <= 1e-5f * fabsf(o->lr);
+    if (!(mf->have & MF_SCHED) || (!strcmp(mf->sched, now) && same_lr &&
                                     mf->warmup == o->warmup &&
                                     (o->schedule != TRAIN_SCHED_COSINE ||
                                      mf->steps == o->steps)))

@@ -300,9 +300,11 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
 static weft_status_t map_peer(int peer, const char *name, void **base_p, size_t *bytes_p)
 {
     int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0 && errno == ENOENT)  /* published, then unlinked: its setup failed, or it left */
-        return weft_error(WEFT_ERR_PEER_LOST, "shm: rank %d's segment %s is gone: it failed "
-                          "or left during setup (its own error says why)", peer, name);
+    if (fd < 0 && errno == ENOENT)  /* unlinked, or in another /dev/shm */
+        return weft_error(WEFT_ERR_SYSTEM, "shm: cannot open rank %d's segment %s: it is "
+                          "not there (rank %d's setup failed, or it left; or the two do not "
+                          "share /dev/shm: containers with their own need WEFT_HOSTID apart)",
+                          peer, name, peer);
     if (fd < 0)
         return weft_error(WEFT_ERR_SYSTEM, "shm: cannot open peer segment %s: %m", name);
     struct stat sb;
@@ -342,10 +344,12 @@ static int ring_populate(char *data, size_t bytes)
     /* from the page that holds the data's start (a ring's data begins CTL_BYTES into its
      * slot; madvise wants a page-aligned address, and refused every ring with EINVAL
      * until 2026-11-27, leaving the stores below to do the work) */
-    uintptr_t lo = (uintptr_t)data & ~(uintptr_t)4095;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)data & ~(page - 1);
     if (madvise((void *)lo, (uintptr_t)data + bytes - lo, MADV_POPULATE_WRITE) == 0)
         return 0;
-    if (errno != EINVAL)    /* EINVAL: a kernel before 5.14; EFAULT: no page to be had */
+    if (errno != EINVAL)    /* EINVAL: a kernel before 5.14; EFAULT: the tmpfs has no page
+                               for it; ENOMEM: the memory (or its cgroup's limit) has none */
         return -1;
 #endif
     for (size_t off = 0; off < bytes; off += 4096)   /* no frames flow before init ends */
@@ -395,10 +399,11 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
         return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
     }
     if (ring_populate(e->rx_data, e->rx_size) != 0 || ring_populate(e->tx_data, e->tx_size) != 0) {
-        st = weft_error(WEFT_ERR_SYSTEM, "shm: no room in /dev/shm for the rings to and from "
-                        "rank %d (%zu bytes each way)%s%s%s", peer, e->rx_size,
-                        errno == EFAULT ? "" : ": ", errno == EFAULT ? "" : strerror(errno),
-                        SHM_FULL_HINT);
+        int full = errno == EFAULT;
+        st = weft_error(WEFT_ERR_SYSTEM, "shm: %s for the rings from and to rank %d (%zu and "
+                        "%zu bytes)%s%s", full ? "no room in /dev/shm" : "no memory",
+                        peer, e->rx_size, e->tx_size, full ? "" : ": ",
+                        full ? SHM_FULL_HINT : strerror(errno));
         shm_rma_destroy(e->rma);
         munmap(e->peer_map, e->peer_map_bytes);
         free(e);
@@ -686,9 +691,10 @@ static weft_status_t rtt_follow(tp_ep_t *ep, uint64_t *out, const uint64_t *in,
                 if (left)
                     RETURN_IF_ERR(shm_check_alive(ep));
                 if (time_ns() > deadline)
-                    return weft_error(WEFT_ERR_TIMEOUT, "shm: rank %d did not finish "
-                                      "timing the cores' round trip before the setup's "
-                                      "WEFT_TIMEOUT (%g s) ran out", ep->peer, timeout_s);
+                    return weft_error(WEFT_ERR_TIMEOUT, "shm: init's WEFT_TIMEOUT (%g s, "
+                                      "counted from its start) ran out before rank %d had "
+                                      "timed the cores' round trip (slow or stalled in "
+                                      "init)", timeout_s, ep->peer);
             }
             if (idle >= (1u << 16))
                 sched_yield();          /* it may need this core */
