@@ -486,7 +486,10 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
         # old code was caught in each of 7 runs, at trial 1-12)
         [ "$t" = shm ] && run "test_fail read_abort -n 2 shm" env WEFT_TRANSPORT=shm \
             WEFT_ALGO=cma WEFT_TIMEOUT=10 "$WEFTRUN" -n 2 "$B/tests/test_fail" read_abort 15
-        run "test_faults.sh $t" bash tests/test_faults.sh "$B" "$t" 20
+        # 20 random kills on shm and tcp; 12 over ucx, whose failure paths test_fail
+        # covers too (the suite's 10 minutes)
+        run "test_faults.sh $t" bash tests/test_faults.sh "$B" "$t" \
+            "$([ "$t" = ucx ] && echo 12 || echo 20)"
     done
     # The verbs transport's failure paths, on the emulator: a lost peer (its QPs answer no
     # more: retry exceeded), a silent one, abort, a mismatch, no leaks, random kills.
@@ -525,7 +528,7 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
     fi
     # The same kills while the ranks read each other's registered buffers in place.
     run "test_faults.sh shm registered" env WEFT_TEST_REG=1 WEFT_REG_MIN=1 \
-        bash tests/test_faults.sh "$B" shm 20
+        bash tests/test_faults.sh "$B" shm 12
 fi
 # 3c'. Nonblocking collectives that move while the caller computes (comm/progress.c):
 # completion in the background, issue order, a killed peer (weftrun then exits 137, and
