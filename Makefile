@@ -132,8 +132,11 @@ $(BUILD)/obj/emu/test_train_gpu.o: tests/test_train_gpu.c
 $(BUILD)/obj/emu/emu_cuda_host.o: tests/emu_cuda_host.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(EMU_CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/emu/emu_cudart.o: tests/emu_cudart.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(EMU_CFLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/tests/test_train_gpu_emu: $(BUILD)/obj/emu/test_train_gpu.o $(BUILD)/obj/emu/gpt2_cuda.o \
-    $(BUILD)/obj/emu/emu_cuda_host.o $(TRAIN_LIB) $(BUILD)/lib/libweft.a
+    $(BUILD)/obj/emu/emu_cuda_host.o $(BUILD)/obj/emu/emu_cudart.o $(TRAIN_LIB) $(BUILD)/lib/libweft.a
 	@mkdir -p $(dir $@)
 	$(CC) $(EMU_LINK) -o $@ $^ -lopenblas -ldl $(LDLIBS)
 # test_devbuf_emu: its own cudaGetDeviceCount and cudaPointerGetAttributes ahead of the
@@ -141,6 +144,13 @@ $(BUILD)/tests/test_train_gpu_emu: $(BUILD)/obj/emu/test_train_gpu.o $(BUILD)/ob
 $(BUILD)/tests/test_devbuf_emu: $(BUILD)/obj/tests/test_devbuf_emu.o $(BUILD)/lib/libweft.a
 	@mkdir -p $(dir $@)
 	$(CC) $(EMU_LINK) -o $@ $^ $(LDLIBS)
+# test_nccl_shim_emu: test_nccl_shim's GPU half (device all-reduce, PreMulSum, ncclAvg, a
+# mixed group) through the shim's objects over the same runtime emulation, so its groups,
+# point-to-point plans and op mapping run over real weft collectives where no GPU is
+TEST_BIN += $(BUILD)/tests/test_nccl_shim_emu
+$(BUILD)/obj/emu/test_nccl_shim.o: tests/test_nccl_shim.c
+	@mkdir -p $(dir $@)
+	$(CC) -Inccl $(CFLAGS) -I$(CUDA_HOME)/include -DSHIM_EMU -MMD -MP -c $< -o $@
 # gpt2_cuda.c's half for builds without CUDA (make CUDA=0) compiles in every build, so a
 # change that breaks it shows here and not first on a machine without nvcc
 TEST_BIN += $(BUILD)/obj/nocuda/gpt2_cuda.o
@@ -151,7 +161,7 @@ $(BUILD)/obj/nocuda/gpt2_cuda.o: trainer/gpt2_cuda.c
 # to end: the step, val, checkpoints and resume, the saved model)
 TEST_BIN += $(BUILD)/tests/probe_train_emu
 $(BUILD)/tests/probe_train_emu: $(BUILD)/obj/trainer/weft_train_cli.o $(BUILD)/obj/emu/gpt2_cuda.o \
-    $(BUILD)/obj/emu/emu_cuda_host.o $(TRAIN_LIB) $(BUILD)/lib/libweft.a
+    $(BUILD)/obj/emu/emu_cuda_host.o $(BUILD)/obj/emu/emu_cudart.o $(TRAIN_LIB) $(BUILD)/lib/libweft.a
 	@mkdir -p $(dir $@)
 	$(CC) $(EMU_LINK) -o $@ $^ -lopenblas -ldl $(LDLIBS)
 endif
@@ -303,6 +313,14 @@ $(BUILD)/obj/tests/test_nccl_shim.o: CFLAGS := -Inccl $(CFLAGS)
 $(BUILD)/tests/test_nccl_shim: $(BUILD)/obj/tests/test_nccl_shim.o $(BUILD)/lib/libnccl.so
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lnccl $(LDLIBS)
+
+# (after SHIM_OBJ is set: a rule's prerequisites are expanded where it is read)
+ifeq ($(CUDA),1)
+$(BUILD)/tests/test_nccl_shim_emu: $(BUILD)/obj/emu/test_nccl_shim.o $(BUILD)/obj/emu/emu_cudart.o \
+    $(SHIM_OBJ) $(BUILD)/lib/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(EMU_LINK) -o $@ $^ $(LDLIBS)
+endif
 
 # the shim's point-to-point schedule alone (pure C, no CUDA: every build tests it)
 $(BUILD)/obj/tests/test_nccl_p2p.o: CFLAGS := -Inccl $(CFLAGS)

@@ -14,8 +14,8 @@
  * job goes on after a refusal only when every rank refused the same call. WEFT_AVG sums, then divides by the number of
  * ranks in the reduced type (integer types truncate toward zero); partial sums are kept
  * in the buffer's type, so a float16 average whose sum passes 65504 is inf (NCCL's
- * ncclAvg multiplies each input by 1/nranks first; the NCCL-API shim's ncclAvg is
- * WEFT_AVG). WEFT_MIN and WEFT_MAX of floats return NaN where any rank has one (NCCL's
+ * ncclAvg multiplies each float input by 1/nranks first, and so does the NCCL-API
+ * shim's for float16; its other types are WEFT_AVG). WEFT_MIN and WEFT_MAX of floats return NaN where any rank has one (NCCL's
  * ncclMin/ncclMax, fmin/fmax, skip it).
  *
  * Threading: a communicator is used by one thread at a time, except weft_comm_abort,

@@ -199,6 +199,18 @@ static ncclResult_t map_op(const char *fn, ncclComm_t c, ncclRedOp_t op, weft_dt
                                [ncclAvg] = WEFT_AVG };
     if ((unsigned)op < ncclNumOps) {
         *out = (weft_op_t)map[op];
+        /* ncclAvg of float16 as NCCL's: each input times 1/nranks (in float16), then a
+         * sum, so that an average whose sum passes 65504 is not inf as WEFT_AVG's
+         * sum-then-divide would be; the other types keep WEFT_AVG (bf16, float32 and
+         * float64 do not overflow there, and integers are sum-then-divide in NCCL too) */
+        if (op == ncclAvg && dtype == WEFT_FLOAT16 && c->nranks > 1) {
+            uint16_t k = kern_float_to_half(1.0f / (float)c->nranks);
+            memset(pm, 0, sizeof(*pm));
+            pm->used = 1;
+            pm->dtype = dtype;
+            memcpy(pm->value, &k, sizeof(k));
+            *out = WEFT_SUM;
+        }
         return ncclSuccess;
     }
     int slot = (int)op - ncclNumOps;

@@ -1,7 +1,8 @@
 /*
- * emu_cuda_host.c - the CUDA runtime, cuBLAS and weft's kcu_* kernels emulated on the host,
- * for test_train_gpu_emu only: it runs the GPU path's host half (trainer/gpt2_cuda.c, built
- * with WEFT_TRAIN_CUDA) on a machine without a GPU.
+ * emu_cuda_host.c - cuBLAS and weft's kcu_* kernels emulated on the host, with the CUDA
+ * runtime of tests/emu_cudart.c, for test_train_gpu_emu and probe_train_emu: they run the
+ * GPU path's host half (trainer/gpt2_cuda.c, built with WEFT_TRAIN_CUDA) on a machine
+ * without a GPU.
  *
  * What this checks and what not: gpt2_cuda.c's orchestration (buffer carving, offsets of
  * units and layers, every cuBLAS call's transposes, leading dimensions and strides, the
@@ -13,11 +14,10 @@
  * encoder, GELU, cross-entropy, AdamW) — those run for real only on a GPU
  * (build/tests/test_train_gpu).
  * cublasGemmEx is column-major cblas_sgemm; CUBLAS_COMPUTE_32F_FAST_16BF rounds both
- * operands to bf16 first, as the Tensor Cores do. "Device" memory is host memory; streams
- * are synchronous, so events are always complete. weft_cuda.h's stream calls, which
- * libweft refuses without a GPU, are weft.h's blocking calls on the same ("device", here
- * host) buffers: the sharded device trainer's collectives are real weft collectives
- * between the ranks' processes. Never linked into a program a user runs.
+ * operands to bf16 first, as the Tensor Cores do. emu_cudart.c makes "device" memory host
+ * memory and weft_cuda.h's stream calls weft.h's blocking calls on it: the sharded device
+ * trainer's collectives are real weft collectives between the ranks' processes. Never
+ * linked into a program a user runs.
  */
 #include <cblas.h>
 #include <math.h>
@@ -29,86 +29,6 @@
 
 #include "nn.h"
 #include "nn_cuda.h"
-#include "weft_cuda.h"
-
-/* ---- runtime ---- */
-
-cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
-cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
-const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
-cudaError_t cudaGetLastError(void) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) { return cudaSuccess; }
-cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return cudaSuccess; }
-
-cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
-{
-    memset(p, 0, sizeof(*p));
-    strcpy(p->name, "host emulation (test_train_gpu_emu)");
-    return cudaSuccess;
-}
-
-cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
-{
-    *free_b = *total_b = (size_t)1 << 32;
-    return cudaSuccess;
-}
-
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
-{
-    *s = malloc(64);
-    return *s ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-
-cudaError_t cudaMalloc(void **p, size_t n)
-{
-    // garbage, not zeros, so that a buffer used before it is written shows
-    *p = malloc(n ? n : 1);
-    if (*p)
-        memset(*p, 0x7f, n);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-
-cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
-cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) { memcpy(d, s, n); return cudaSuccess; }
-cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { memcpy(d, s, n); return cudaSuccess; }
-cudaError_t cudaMemset(void *d, int v, size_t n) { memset(d, v, n); return cudaSuccess; }
-cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) { memset(d, v, n); return cudaSuccess; }
-
-struct CUevent_st { int recorded; };
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
-{
-    *e = calloc(1, sizeof(**e));
-    return *e ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess; }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { e->recorded = 1; return cudaSuccess; }
-cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) { return cudaSuccess; }
-
-/* ---- weft_cuda.h: the blocking host collectives ---- */
-
-weft_status_t weft_allreduce_stream(const void *send, void *recv, size_t count,
-                                    weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm,
-                                    cudaStream_t stream)
-{
-    return weft_allreduce(send, recv, count, dtype, op, comm);
-}
-
-weft_status_t weft_reduce_scatter_stream(const void *send, void *recv, size_t recvcount,
-                                         weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm,
-                                         cudaStream_t stream)
-{
-    return weft_reduce_scatter(send, recv, recvcount, dtype, op, comm);
-}
-
-weft_status_t weft_allgather_stream(const void *send, void *recv, size_t sendcount,
-                                    weft_dtype_t dtype, weft_comm_t *comm,
-                                    cudaStream_t stream)
-{
-    return weft_allgather(send, recv, sendcount, dtype, comm);
-}
 
 /* ---- cuBLAS ---- */
 

@@ -14,6 +14,7 @@
  * device scalars, device and host buffers). Ends "N passed, N failed".
  */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +42,8 @@ static void check_err(ncclResult_t got, ncclResult_t want, const char *what)
     check(got == want && ncclGetLastError(NULL)[0] != '\0', buf);
 }
 
-/* as the shim sees it: WEFT_CUDA=0 hides the GPU */
-static int gpu_visible(void)
+/* the GPUs as the shim sees them: WEFT_CUDA=0 hides them */
+static int gpus_visible(void)
 {
     int n = 0;
     const char *off = getenv("WEFT_CUDA");
@@ -52,7 +53,47 @@ static int gpu_visible(void)
         cudaGetLastError();
         return 0;
     }
-    return n > 0;
+    return n;
+}
+
+static int gpu_visible(void)
+{
+    return gpus_visible() > 0;
+}
+
+/* n ranks of one communicator from this thread: ncclCommInitRank in a group, which (unlike
+ * ncclCommInitAll, one rank per device) puts any number of ranks on one GPU */
+static int init_group(ncclComm_t *comms, int n)
+{
+    ncclUniqueId id;
+    if (ncclGetUniqueId(&id) != ncclSuccess)
+        return 0;
+    ncclGroupStart();
+    for (int i = 0; i < n; i++)
+        ncclCommInitRank(&comms[i], n, id, i);
+    return ncclGroupEnd() == ncclSuccess;
+}
+
+/* ncclCommInitAll of n ranks: made where no GPU is visible (host-side ranks) or n GPUs
+ * are, refused with ncclInvalidArgument and nothing made where fewer are */
+static void test_init_all(int n)
+{
+    ncclComm_t all[4] = { NULL, NULL, NULL, NULL };
+    int ndevs = gpus_visible(), r = -1, cnt = -1;
+    char what[96];
+    if (ndevs > 0 && ndevs < n) {
+        snprintf(what, sizeof(what), "ncclCommInitAll, %d ranks on %d GPUs", n, ndevs);
+        check_err(ncclCommInitAll(all, n, NULL), ncclInvalidArgument, what);
+        check(all[0] == NULL, "... and makes nothing");
+        return;
+    }
+    snprintf(what, sizeof(what), "ncclCommInitAll, %d ranks", n);
+    check(ncclCommInitAll(all, n, NULL) == ncclSuccess, what);
+    for (int i = 0; i < n; i++) {
+        check(ncclCommUserRank(all[i], &r) == ncclSuccess && r == i &&
+              ncclCommCount(all[i], &cnt) == ncclSuccess && cnt == n, "InitAll: rank and count");
+        ncclCommDestroy(all[i]);
+    }
 }
 
 static void test_basics(void)
@@ -188,7 +229,7 @@ typedef struct {
     int rank, nranks;
     ncclResult_t r;
     int count, me, split_size;
-    int gpu_ok, premul_ok, mixed_ok;
+    int gpu_ok, premul_ok, mixed_ok, avg_ok;
 } rank_arg_t;
 
 /* PreMulSum on the GPU: each rank's input times its own scalar, then summed. An all-reduce
@@ -240,6 +281,43 @@ static int gpu_premul(ncclComm_t c, int rank, int nranks, cudaStream_t st)
     ncclRedOpDestroy(op2, c);
     ncclRedOpDestroy(op3, c);
     ncclMemFree(d), ncclMemFree(d2), ncclMemFree(dk);
+    return ok;
+}
+
+/* float16 bits of f, a normal number float16 holds exactly */
+static uint16_t half_exact(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return (uint16_t)(((u >> 16) & 0x8000) | ((((u >> 23) & 0xff) - 127 + 15) << 10) |
+                      ((u >> 13) & 0x3ff));
+}
+
+/* ncclAvg as NCCL computes it: float16 inputs times 1/nranks, then summed, so that an
+ * average whose sum passes float16's 65504 is finite (before 2026-11-27 the shim summed
+ * first: inf); int32 sums, then divides, truncating. In place; inputs 40000 - 32 i on
+ * every rank (exact when halved or quartered, so the average is the input) and
+ * rank + 3 i. */
+static int gpu_avg(ncclComm_t c, int rank, int nranks, cudaStream_t st)
+{
+    enum { N = 64 };
+    uint16_t h[N], got[N], *d = NULL;
+    int32_t hi[N], goti[N], *di = NULL;
+    for (int i = 0; i < N; i++)
+        h[i] = half_exact((float)(40000 - 32 * i)), hi[i] = rank + 3 * i;
+    int ok = ncclMemAlloc((void **)&d, sizeof(h)) == ncclSuccess &&
+             ncclMemAlloc((void **)&di, sizeof(hi)) == ncclSuccess &&
+             cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice) == cudaSuccess &&
+             cudaMemcpy(di, hi, sizeof(hi), cudaMemcpyHostToDevice) == cudaSuccess &&
+             ncclAllReduce(d, d, N, ncclFloat16, ncclAvg, c, st) == ncclSuccess &&
+             ncclAllReduce(di, di, N, ncclInt32, ncclAvg, c, st) == ncclSuccess &&
+             cudaStreamSynchronize(st) == cudaSuccess &&
+             cudaMemcpy(got, d, sizeof(got), cudaMemcpyDeviceToHost) == cudaSuccess &&
+             cudaMemcpy(goti, di, sizeof(goti), cudaMemcpyDeviceToHost) == cudaSuccess;
+    int sum_ranks = nranks * (nranks - 1) / 2;
+    for (int i = 0; i < N && ok; i++)
+        ok = got[i] == h[i] && goti[i] == (sum_ranks + nranks * 3 * i) / nranks;
+    ncclMemFree(d), ncclMemFree(di);
     return ok;
 }
 
@@ -313,6 +391,7 @@ static void *rank_main(void *v)
         ncclMemFree(d);
         a->premul_ok = a->gpu_ok && gpu_premul(c, a->rank, a->nranks, st);
         a->mixed_ok = a->gpu_ok && gpu_mixed_group(c, a->rank, a->nranks, st);
+        a->avg_ok = a->gpu_ok && gpu_avg(c, a->rank, a->nranks, st);
         cudaStreamDestroy(st);
     }
     ncclCommDestroy(c);
@@ -340,6 +419,8 @@ static void test_threads(int nranks)
             check(a[r].gpu_ok, "a device all-reduce through the shim");
             check(a[r].premul_ok, "PreMulSum all-reduce and reduce-scatter, host and device "
                   "scalars, device and host buffers");
+            check(a[r].avg_ok, "ncclAvg: float16 premultiplied (no inf where the sum passes "
+                  "65504), int32 summed then divided");
             if (nranks > 1)
                 check(a[r].mixed_ok, "a group of a ring's send and receive and an all-reduce, "
                       "called in another order on odd ranks");
@@ -374,14 +455,58 @@ static void test_last_error_shared(void)
           "ncclGetLastError shows another thread's error");
 }
 
+static void test_grouped_splits(void)
+{
+    /* one thread, two ranks: splits in a group run together at ncclGroupEnd (before
+     * 2026-11-27 the first blocked, waiting for the second, until WEFT_TIMEOUT) */
+    ncclComm_t two[2], sub[2] = { NULL, NULL };
+    int r = -1, n = -1;
+    if (!init_group(two, 2)) {
+        check(0, "2 ranks from one thread in a group");
+        return;
+    }
+    ncclGroupStart();
+    for (int i = 0; i < 2; i++)
+        ncclCommSplit(two[i], 7, 1 - i, &sub[i], NULL);
+    check(ncclGroupEnd() == ncclSuccess, "2 splits in one group on one thread");
+    for (int i = 0; i < 2; i++)
+        check(sub[i] && ncclCommUserRank(sub[i], &r) == ncclSuccess && r == 1 - i &&
+              ncclCommCount(sub[i], &n) == ncclSuccess && n == 2,
+              "grouped split: rank by key, count 2");
+    /* a group with a refused call runs none of its calls: rank 1's split alone would
+     * wait for rank 0's until the timeout */
+    ncclComm_t lone = NULL;
+    ncclGroupStart();
+    check_err(ncclCommSplit(two[0], -5, 0, &sub[0], NULL), ncclInvalidArgument,
+              "in a group: split with color -5");
+    check(ncclCommSplit(two[1], 3, 0, &lone, NULL) == ncclSuccess, "... then a good split");
+    check_err(ncclGroupEnd(), ncclInvalidArgument, "the group fails, nothing of it ran");
+    check(strstr(ncclGetLastError(NULL), "color -5") != NULL,
+          "... and the last error is still the refused call's own");
+    ncclResult_t ae = ncclSuccess;
+    check(lone != NULL && ncclCommGetAsyncError(lone, &ae) == ncclSuccess &&
+          ae == ncclInvalidArgument, "... and the good split's communicator carries the error");
+    ncclCommDestroy(lone);
+    for (int i = 0; i < 2; i++) {
+        ncclCommDestroy(sub[i]);
+        ncclCommDestroy(two[i]);
+    }
+}
+
 int main(void)
 {
     /* a group that waits in a cycle must fail within the test's bound, not after 300 s */
     setenv("WEFT_TIMEOUT", "30", 0);
     int gpu = gpu_visible();
+#ifdef SHIM_EMU
+    printf("test_nccl_shim: the CUDA runtime emulated on the host (tests/emu_cudart.c): the "
+           "GPU half over host memory%s\n", gpu ? "" : ", but no GPU is visible (WEFT_CUDA=0?)");
+    check(gpu, "the emulated GPU is visible");
+#else
     printf("test_nccl_shim: %s\n", gpu ? "a GPU is visible: runtime checks included"
                                        : "no GPU visible: CPU-side checks only (device "
                                          "collectives skipped)");
+#endif
     test_basics();
     test_unique_id();
     test_init_errors();
@@ -419,43 +544,9 @@ int main(void)
         check(ncclCommUserRank(g[i], &r) == ncclSuccess && r == i, "grouped init: rank");
         check(ncclCommAbort(g[i]) == ncclSuccess, "abort frees the comm");
     }
-    /* one thread, two ranks: splits in a group run together at ncclGroupEnd (before
-     * 2026-11-27 the first blocked, waiting for the second, until WEFT_TIMEOUT) */
-    ncclComm_t two[2], sub[2] = { NULL, NULL };
-    check(ncclCommInitAll(two, 2, NULL) == ncclSuccess, "ncclCommInitAll, 2 ranks");
-    ncclGroupStart();
-    for (int i = 0; i < 2; i++)
-        ncclCommSplit(two[i], 7, 1 - i, &sub[i], NULL);
-    check(ncclGroupEnd() == ncclSuccess, "2 splits in one group on one thread");
-    for (int i = 0; i < 2; i++)
-        check(sub[i] && ncclCommUserRank(sub[i], &r) == ncclSuccess && r == 1 - i &&
-              ncclCommCount(sub[i], &n) == ncclSuccess && n == 2,
-              "grouped split: rank by key, count 2");
-    /* a group with a refused call runs none of its calls: rank 1's split alone would
-     * wait for rank 0's until the timeout */
-    ncclComm_t lone = NULL;
-    ncclGroupStart();
-    check_err(ncclCommSplit(two[0], -5, 0, &sub[0], NULL), ncclInvalidArgument,
-              "in a group: split with color -5");
-    check(ncclCommSplit(two[1], 3, 0, &lone, NULL) == ncclSuccess, "... then a good split");
-    check_err(ncclGroupEnd(), ncclInvalidArgument, "the group fails, nothing of it ran");
-    check(strstr(ncclGetLastError(NULL), "color -5") != NULL,
-          "... and the last error is still the refused call's own");
-    ncclResult_t ae = ncclSuccess;
-    check(lone != NULL && ncclCommGetAsyncError(lone, &ae) == ncclSuccess &&
-          ae == ncclInvalidArgument, "... and the good split's communicator carries the error");
-    ncclCommDestroy(lone);
-    for (int i = 0; i < 2; i++) {
-        ncclCommDestroy(sub[i]);
-        ncclCommDestroy(two[i]);
-    }
-    ncclComm_t all[4];
-    check(ncclCommInitAll(all, 4, NULL) == ncclSuccess, "ncclCommInitAll, 4 ranks");
-    for (int i = 0; i < 4; i++) {
-        check(ncclCommUserRank(all[i], &r) == ncclSuccess && r == i &&
-              ncclCommCount(all[i], &n) == ncclSuccess && n == 4, "InitAll: rank and count");
-        ncclCommDestroy(all[i]);
-    }
+    test_grouped_splits();
+    test_init_all(2);
+    test_init_all(4);
     printf("test_nccl_shim: %d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

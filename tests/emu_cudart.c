@@ -1,0 +1,135 @@
+/*
+ * emu_cudart.c - the CUDA runtime calls weft's GPU-side host code makes, emulated on the
+ * host, and weft_cuda.h's stream calls as weft.h's blocking calls, for the tests that run
+ * that code where no GPU is: test_train_gpu_emu and probe_train_emu (with
+ * tests/emu_cuda_host.c's cuBLAS and kernels) and test_nccl_shim_emu (the NCCL-API shim's
+ * groups, point-to-point plans, PreMulSum and ncclAvg over real weft collectives).
+ *
+ * "Device" memory is host memory, and cudaPointerGetAttributes calls every pointer host
+ * memory, so weft and the shim take their host paths on it; streams are synchronous, so
+ * events are always complete. Linked ahead of libweft.a's static cudart (Makefile:
+ * EMU_LINK): what is not here is the real runtime's, which fails without a driver. Never
+ * linked into a program a user runs.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "weft_cuda.h"
+
+cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return cudaSuccess; }
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
+{
+    memset(p, 0, sizeof(*p));
+    strcpy(p->name, "host emulation (tests/emu_cudart.c)");
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
+{
+    *free_b = *total_b = (size_t)1 << 32;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+    *s = malloc(64);
+    return *s ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaMalloc(void **p, size_t n)
+{
+    // garbage, not zeros, so that a buffer used before it is written shows
+    *p = malloc(n ? n : 1);
+    if (*p)
+        memset(*p, 0x7f, n);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) { memcpy(d, s, n); return cudaSuccess; }
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { memcpy(d, s, n); return cudaSuccess; }
+cudaError_t cudaMemset(void *d, int v, size_t n) { memset(d, v, n); return cudaSuccess; }
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) { memset(d, v, n); return cudaSuccess; }
+
+struct CUevent_st { int recorded; };
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+    *e = calloc(1, sizeof(**e));
+    return *e ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { e->recorded = 1; return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) { return cudaSuccess; }
+
+cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+
+/* every pointer is host memory: weft's host calls take it, and the shim scales a PreMulSum
+ * input on the host (its device path, cuda_kern_premul, runs only on a GPU) */
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
+{
+    memset(a, 0, sizeof(*a));
+    a->type = cudaMemoryTypeHost;
+    return cudaSuccess;
+}
+
+/* ---- weft_cuda.h: the blocking host collectives ---- */
+
+weft_status_t weft_allreduce_stream(const void *send, void *recv, size_t count,
+                                    weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm,
+                                    cudaStream_t stream)
+{
+    return weft_allreduce(send, recv, count, dtype, op, comm);
+}
+
+weft_status_t weft_reduce_scatter_stream(const void *send, void *recv, size_t recvcount,
+                                         weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm,
+                                         cudaStream_t stream)
+{
+    return weft_reduce_scatter(send, recv, recvcount, dtype, op, comm);
+}
+
+weft_status_t weft_allgather_stream(const void *send, void *recv, size_t sendcount,
+                                    weft_dtype_t dtype, weft_comm_t *comm,
+                                    cudaStream_t stream)
+{
+    return weft_allgather(send, recv, sendcount, dtype, comm);
+}
+
+weft_status_t weft_broadcast_stream(const void *send, void *recv, size_t count,
+                                    weft_dtype_t dtype, int root, weft_comm_t *comm,
+                                    cudaStream_t stream)
+{
+    return weft_broadcast(send, recv, count, dtype, root, comm);
+}
+
+weft_status_t weft_reduce_stream(const void *send, void *recv, size_t count,
+                                 weft_dtype_t dtype, weft_op_t op, int root,
+                                 weft_comm_t *comm, cudaStream_t stream)
+{
+    return weft_reduce(send, recv, count, dtype, op, root, comm);
+}
+
+weft_status_t weft_sendrecv_stream(const void *sendbuf, size_t sendcount, int dst,
+                                   void *recvbuf, size_t recvcount, int src,
+                                   weft_dtype_t dtype, weft_comm_t *comm, cudaStream_t stream)
+{
+    return weft_sendrecv(sendbuf, sendcount, dst, recvbuf, recvcount, src, dtype, comm);
+}
+
+/* nothing is ever queued */
+weft_status_t weft_stream_error(weft_comm_t *comm)
+{
+    return WEFT_OK;
+}
