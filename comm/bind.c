@@ -55,16 +55,24 @@ static int list_item(const char *list, int i, char *out, size_t cap)
     return 1;
 }
 
+/* comm_bind once per process (the first init that gets there); bind_before: the cpus the
+ * process ran on before comm_bind bound it ("" when it did not), which comm_unbind puts
+ * back when that init fails after all */
+static atomic_int bind_done;
+static char bind_before[TOPO_LIST_MAX];
+
 static weft_status_t bind_with(const weft_comm_t *c, topo_t *t)
 {
     const char *mode = c->cfg.bind;
-    char cpus[TOPO_LIST_MAX];
+    char cpus[TOPO_LIST_MAX], before[TOPO_LIST_MAX];
+    topo_bound_elsewhere(t, before, sizeof(before));   /* what the process runs on now */
     if (!strncmp(mode, "cores:", 6)) {
         if (!list_item(mode + 6, c->local_rank, cpus, sizeof(cpus)))
             return weft_error(WEFT_ERR_INVALID_ARG, "bind: WEFT_BIND=%s has no item for local "
                               "rank %d (%d local ranks: one comma-separated item each)",
                               mode, c->local_rank, c->local_size);
         RETURN_IF_ERR(topo_bind_cpus(t, cpus));
+        snprintf(bind_before, sizeof(bind_before), "%s", before);
         LOG_INFO(LOG_TOPO, "bind: local rank %d on cpus %s (WEFT_BIND)", c->local_rank, cpus);
         return WEFT_OK;
     }
@@ -85,7 +93,9 @@ static weft_status_t bind_with(const weft_comm_t *c, topo_t *t)
                  c->local_rank, p.cores, p.gpu);
         return WEFT_OK;
     }
-    return topo_bind(t, &p);
+    RETURN_IF_ERR(topo_bind(t, &p));
+    snprintf(bind_before, sizeof(bind_before), "%s", before);
+    return WEFT_OK;
 }
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -120,11 +130,11 @@ static int ranks_in_process(const weft_comm_t *c)
     return n;
 }
 
-weft_status_t comm_bind(const weft_comm_t *c)
+weft_status_t comm_bind(weft_comm_t *c)
 {
-    static atomic_int done;
-    if (!strcmp(c->cfg.bind, "none") || atomic_exchange(&done, 1))
+    if (!strcmp(c->cfg.bind, "none") || atomic_exchange(&bind_done, 1))
         return WEFT_OK;
+    bind_before[0] = '\0';
     int others = ranks_in_process(c);
     if (others > 0) {   /* a binding is the process's: one rank's block would hold them all */
         if (!strcmp(c->cfg.bind, "auto"))
@@ -146,12 +156,36 @@ weft_status_t comm_bind(const weft_comm_t *c)
         st = bind_with(c, t);
         topo_free(t);
     }
+    c->bound_process = st == WEFT_OK && bind_before[0] != '\0';
     if (st != WEFT_OK && !strcmp(c->cfg.bind, "auto")) {
         /* a default must not stop a job that would run unbound */
         LOG_WARN(LOG_TOPO, "bind: not binding (WEFT_BIND=none hides this): %s", weft_last_error());
         return WEFT_OK;
     }
     if (st != WEFT_OK)
-        atomic_store(&done, 0);          /* nothing bound: a later init may try again */
+        atomic_store(&bind_done, 0);     /* nothing bound: a later init may try again */
     return st;
+}
+
+void comm_unbind(void)
+{
+    if (bind_before[0] == '\0')
+        return;
+    /* init's own failure stays what weft_last_error() says */
+    weft_error_saved_t saved;
+    weft_error_save(&saved);
+    topo_t *t = NULL;
+    weft_status_t st = topo_load_cpus(&t);
+    if (st == WEFT_OK) {
+        st = topo_bind_cpus(t, bind_before);
+        topo_free(t);
+    }
+    if (st == WEFT_OK)
+        LOG_INFO(LOG_TOPO, "bind: init failed: back on cpus %s, as before it", bind_before);
+    else
+        LOG_WARN(LOG_TOPO, "bind: init failed, and the binding before it (cpus %s) could "
+                 "not be put back: %s", bind_before, weft_last_error());
+    weft_error_restore(&saved);
+    bind_before[0] = '\0';
+    atomic_store(&bind_done, 0);        /* the next init places this process anew */
 }

@@ -124,22 +124,31 @@ static void number_call(weft_comm_t *comm, const sched_args_t *args, comm_op_t *
         op->seq = comm->seq++;
 }
 
+/* The buffers' memory types, refused unless weft.h's calls can use them: before the call
+ * takes a number, as any bad argument: the engine copies and reduces host memory only,
+ * and a refusal once the call started would fail the communicator on every rank (NCCL
+ * refuses a wrong pointer up front as well). A call that moves nothing (moves 0)
+ * touches neither buffer: the stream calls pass theirs on as they are. */
+static weft_status_t usable_buffers(int coll, const void *send, const void *recv, int moves,
+                                    mem_type_t *send_mt, mem_type_t *recv_mt)
+{
+    *send_mt = moves ? mem_type_of(send) : MEM_HOST;
+    *recv_mt = moves ? mem_type_of(recv) : MEM_HOST;
+    if (!mem_ops_for(WEFT_MAX(*send_mt, *recv_mt))->usable)
+        return BAD("%s: %s is %s memory: weft.h's calls copy and reduce host memory (device "
+                   "buffers go to weft_cuda.h's stream calls)", coll_name(coll),
+                   *send_mt != MEM_HOST ? "the send buffer" : "the receive buffer",
+                   mem_type_name(*send_mt != MEM_HOST ? *send_mt : *recv_mt));
+    return WEFT_OK;
+}
+
 weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *send,
                        void *recv, weft_request_t **req_p)
 {
     comm_op_t local, *op = &local;
-    /* refused before the call takes a number, as any bad argument: the engine copies
-     * and reduces host memory only, and a refusal once the call started would fail the
-     * communicator on every rank (NCCL refuses a wrong pointer up front as well). A call
-     * of count 0 touches neither buffer: the stream calls pass theirs on as they are */
-    int moves = args->count > 0 || args->count2 > 0;
-    mem_type_t send_mt = moves ? mem_type_of(send) : MEM_HOST;
-    mem_type_t recv_mt = moves ? mem_type_of(recv) : MEM_HOST;
-    if (!mem_ops_for(WEFT_MAX(send_mt, recv_mt))->usable)
-        return BAD("%s: %s is %s memory: weft.h's calls copy and reduce host memory (device "
-                   "buffers go to weft_cuda.h's stream calls)", coll_name(args->coll),
-                   send_mt != MEM_HOST ? "the send buffer" : "the receive buffer",
-                   mem_type_name(send_mt != MEM_HOST ? send_mt : recv_mt));
+    mem_type_t send_mt, recv_mt;
+    RETURN_IF_ERR(usable_buffers(args->coll, send, recv, args->count > 0 || args->count2 > 0,
+                                 &send_mt, &recv_mt));
     weft_request_t *req = NULL;
     if (req_p) {
         req = calloc(1, sizeof(*req));
@@ -392,6 +401,8 @@ weft_status_t weft_sendrecv(const void *sendbuf, size_t sendcount, int dst, void
         if (to_self && sendcount != recvcount)
             return BAD("sendrecv: to self with sendcount %zu != recvcount %zu", sendcount,
                        recvcount);
+        mem_type_t smt, rmt;    /* the copy below is a host one */
+        RETURN_IF_ERR(usable_buffers(COLL_SENDRECV, sendbuf, recvbuf, sb > 0, &smt, &rmt));
         /* a blocking call completes every earlier operation first (weft.h); both
          * directions empty is no exchange at all (the NCCL shim's and the CUDA paths'
          * one-way exchanges): it takes no number, unlike a count-0 weft_send or recv */

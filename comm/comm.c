@@ -150,6 +150,8 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
     return WEFT_OK;
 fail:
     bootstrap_close(bs);
+    if (c && c->bound_process)
+        comm_unbind();      /* a failed init leaves the process where it ran */
     if (c)
         weft_comm_destroy(c);
     return st;
@@ -279,7 +281,12 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
         st = weft_error(WEFT_ERR_NO_MEMORY, "comm_split: out of memory");
         goto out;   /* the peers will fail their exchange with us: a timeout, not a hang */
     }
-    GOTO_IF_ERR(weft_allgather(mine, all, 2, WEFT_INT32, comm), st, out);
+    st = weft_allgather(mine, all, 2, WEFT_INT32, comm);
+    if (st != WEFT_OK) {    /* the call that failed is the split, not an allgather */
+        st = weft_error_quiet(st, "comm_split: exchanging colors and keys failed: %s",
+                              weft_last_error());
+        goto out;
+    }
     for (int r = 0; mine[0] >= 0 && r < n; r++)
         if (all[2 * r] == mine[0])
             grp[m++] = (split_entry_t){ all[2 * r], all[2 * r + 1], r };

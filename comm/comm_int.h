@@ -99,6 +99,7 @@ struct weft_comm {
     uint64_t id;             /* unique per job and communicator; same on every rank */
     uint32_t id32;           /* as carried in frame headers */
     weft_config_t cfg;
+    int bound_process;       /* init bound this process (comm_bind): undone if init fails */
     uint64_t setup_deadline; /* while init or split connects: when it must be over (one
                                 WEFT_TIMEOUT for the whole setup), else 0 */
     char secret[256];
@@ -292,8 +293,11 @@ typedef struct connect_agree {
  * WEFT_TIMEOUT from now. */
 uint64_t comm_setup_deadline(const weft_comm_t *c);
 /* WEFT_BIND (bind.c): binds this process by the topology, once, after its first
- * communicator knows its local rank; errors only for an explicit WEFT_BIND=cores:. */
-weft_status_t comm_bind(const weft_comm_t *c);
+ * communicator knows its local rank (c->bound_process set when this call bound it);
+ * errors only for an explicit WEFT_BIND=cores:. comm_unbind: that init failed after all:
+ * the process goes back to the cpus it had, and the next init places it anew. */
+weft_status_t comm_bind(weft_comm_t *c);
+void comm_unbind(void);
 /* comm.c: the address the network transports listen on: WEFT_SOCKET_IFNAME's interface,
  * else the one that reaches the rendezvous, except where the rendezvous's name resolved
  * to a loopback address here (rdv_named_lo): then the first other interface that is up

@@ -35,6 +35,8 @@ static int parse_string(const char *s, void *field, size_t cap)
     return 0;
 }
 
+#define CFG_CPU_MAX (1 << 20)   /* past any machine's cpu numbers; keeps strtol in range */
+
 /* WEFT_BIND: auto, none, or cores: and one cpu list per local rank ("cores:0-3,4-7" is
  * two ranks' sets: a comma starts the next rank's set, a dash makes a range). */
 static int parse_bind(const char *s, void *field, size_t cap)
@@ -43,11 +45,26 @@ static int parse_bind(const char *s, void *field, size_t cap)
         if (strncmp(s, "cores:", 6) != 0)
             return -1;
         const char *l = s + 6;
-        if (*l == '\0' || l[strspn(l, "0123456789-,")] != '\0')
+        if (*l == '\0')
             return -1;
-        for (const char *p = l; *p; p++)        /* no empty set: ",," or a dangling comma */
-            if (*p == ',' && (p == l || p[1] == ',' || p[1] == '\0'))
+        /* each item an OS cpu N or a range N-M with N <= M: "1-0", "-", "0-" or "-1" is
+         * refused here, on every rank alike, not by one rank's binding after connecting */
+        for (const char *p = l;; p++) {
+            char *end;
+            if (!isdigit((unsigned char)*p))
                 return -1;
+            long lo = strtol(p, &end, 10), hi = lo;
+            if (*end == '-') {
+                if (!isdigit((unsigned char)end[1]))
+                    return -1;
+                hi = strtol(end + 1, &end, 10);
+            }
+            if (lo > hi || hi > CFG_CPU_MAX || (*end != ',' && *end != '\0'))
+                return -1;
+            if (*end == '\0')
+                break;
+            p = end;
+        }
     }
     return parse_string(s, field, cap);
 }

@@ -147,6 +147,11 @@ refuse() {
 refuse "cores:0" "no item for local rank 1"
 refuse "cores:4096,4097" "not all available here"
 refuse "cores:0,,1" "WEFT_BIND='cores:0,,1' is not valid"
+# items that are not a cpu or a range N-M with N <= M: refused by every rank's config
+# (before 2026-11-27 by one rank's binding after connecting, or as cpus "-1")
+for what in "cores:1-0,0" "cores:-1,0" "cores:0-,1" "cores:-,0"; do
+    refuse "$what" "WEFT_BIND='$what' is not valid"
+done
 refuse "socket" "WEFT_BIND='socket' is not valid"
 if job badhid 2 "WEFT_HOSTID=a b" --; then
     bad "WEFT_HOSTID='a b' was accepted"

@@ -86,6 +86,22 @@ int main(void)
     st = weft_allreduce(dev, dev, 0, WEFT_FLOAT32, WEFT_SUM, c);
     check(rank, st == WEFT_OK, "an allreduce of count 0 on a device buffer is a no-op", st);
     host_sum(c, rank, nranks, "a host allreduce after it");
+    /* to self weft_sendrecv copies without the engine: refused the same (before
+     * 2026-11-27 it was a memcpy of the device pointer) */
+    st = weft_sendrecv(dev, 16, rank, host, 16, rank, WEFT_FLOAT32, c);
+    check(rank, st == WEFT_ERR_INVALID_ARG && strstr(weft_last_error(), "send buffer is cuda"),
+          "sendrecv to self from a device buffer refused", st);
+    st = weft_sendrecv(host, 16, rank, dev, 16, rank, WEFT_FLOAT32, c);
+    check(rank, st == WEFT_ERR_INVALID_ARG &&
+          strstr(weft_last_error(), "receive buffer is cuda"),
+          "sendrecv to self into a device buffer refused", st);
+    float one[16], got[16];
+    for (int i = 0; i < 16; i++)
+        one[i] = (float)(rank * 16 + i), got[i] = -1.f;
+    st = weft_sendrecv(one, 16, rank, got, 16, rank, WEFT_FLOAT32, c);
+    check(rank, st == WEFT_OK && !memcmp(one, got, sizeof(one)),
+          "sendrecv to self of host buffers copies", st);
+    host_sum(c, rank, nranks, "a host allreduce after them");
     weft_comm_destroy(c);
     return bad;
 }

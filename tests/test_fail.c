@@ -63,7 +63,8 @@
  *               1's call fails or returns the exact sum, never WEFT_OK with wrong bytes
  * init_bind V   2 ranks of one host: rank V's init fails after it connected (WEFT_BIND
  *               names cpus it may not use) while the two time their cores' round trip
- *               (WEFT_SHM_FAR auto): the other's init fails within 2 s naming rank V
+ *               (WEFT_SHM_FAR auto): the other's init fails within 2 s naming rank V,
+ *               and leaves the process on the cpus it had (WEFT_BIND auto bound it first)
  * init_stall D [V [listen]]  (tcp) rank V (0) calls init D s late and then stalls, alive,
  *               WEFT_TIMEOUT + 1 s in its first data connect() (listen: in its tcp
  *               setup's listen(), after it joined the rendezvous): the others' inits fail with
@@ -89,6 +90,7 @@
 #include <fcntl.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -280,6 +282,14 @@ static int abort_test(weft_comm_t *c, int rank, int nranks, float *buf)
     int bad = expect(rank, "count-0 all-reduce on an aborted communicator",
                      weft_allreduce(buf, buf, 0, WEFT_FLOAT32, WEFT_SUM, alone),
                      WEFT_ERR_ABORTED, "aborted", 0, 1.0);
+    /* a split of it says the split failed (before 2026-11-27: "aborted allgather") */
+    weft_comm_t *sub = (weft_comm_t *)&a;
+    bad |= expect(rank, "split of an aborted communicator",
+                  weft_comm_split(alone, 0, 0, &sub), WEFT_ERR_ABORTED, "comm_split:", 0, 1.0);
+    if (sub != (weft_comm_t *)&a) {
+        printf("FAIL rank %d: the failed split wrote *comm_p\n", rank);
+        bad = 1;
+    }
     weft_comm_destroy(alone);
     if (bad)
         return bad;
@@ -758,6 +768,10 @@ static int init_bind(int victim)
         return 1;
     if (rank == victim)
         setenv("WEFT_BIND", "cores:4096,4097", 1);
+    cpu_set_t before, after;
+    CPU_ZERO(&before);
+    CPU_ZERO(&after);
+    sched_getaffinity(0, sizeof(before), &before);
     weft_comm_t *c;
     double t;
     weft_status_t st = timed_init(&c, &t);
@@ -770,6 +784,14 @@ static int init_bind(int victim)
         snprintf(needle, sizeof(needle), "rank %d", victim);
         bad = expect(rank, "init, the other's failed after connecting", st,
                      WEFT_ERR_PEER_LOST, needle, t, 2.0);
+    }
+    /* a failed init changes nothing: before 2026-11-27 the survivor stayed on the core
+     * its init had bound it to */
+    sched_getaffinity(0, sizeof(after), &after);
+    if (!CPU_EQUAL(&before, &after)) {
+        printf("FAIL rank %d: the failed init left the process on %d cpus (it had %d)\n",
+               rank, CPU_COUNT(&after), CPU_COUNT(&before));
+        bad = 1;
     }
     meet("init_bind", rank, 2, 10.0, 3.0);
     if (c)

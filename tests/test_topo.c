@@ -301,6 +301,14 @@ static void test_place_2socket(void)
     for (int r = 0; r < 8; r++)
         on1 += e[r].numa == 1;
     CHECK(on1 == 6, "%d of 8 ranks on node 1, want 6", on1);
+    /* 16 ranks: 12 on node 1's 8 cores, every one of them shared (so none is bound; before
+     * 2026-11-27 ranks 3, 7, 11, 15 had a core alone and were bound while the others
+     * floated over them), and node 0's 4 on its 8 cores, none shared */
+    topo_place_t o[16];
+    check_placement(t, XML_2S, "2socket/16", 16, o);
+    for (int r = 0; r < 16; r++)
+        CHECK(o[r].shared == (o[r].numa == 1), "2socket/16: rank %d on node %d %s shared", r,
+              o[r].numa, o[r].shared ? "is" : "is not");
 
     for (int n = 1; n <= 2 * topo_num_cores(t) + 3; n++) {
         topo_place_t many[64];

@@ -88,6 +88,14 @@ refuse 2 "--hosts needs --ranks" -- --hosts 2
 refuse 2 "--hosts wants a number from 1 to 4096, not '0'" -- --ranks 2 --hosts 0
 refuse 2 "more than 4096 ranks" -- --ranks 4096 --hosts 2
 
+# hwloc's own HWLOC_XMLFILE: named as the source (before 2026-11-27 "this machine (xml)")
+if wt envxml "HWLOC_XMLFILE=$PWD/$D/4numa-pci.xml" -- --ranks 2 &&
+   has envxml "topology: HWLOC_XMLFILE=$PWD/$D/4numa-pci.xml (xml)"; then
+    ok "HWLOC_XMLFILE: named as the topology's source"
+else
+    bad "HWLOC_XMLFILE: topology line" "$OUT/envxml"
+fi
+
 # a host without GPUs: no "gpu i mod 0"
 if wt nogpu -- --xml "$D/4numa-pci.xml" --ranks 2 &&
    has nogpu "placement of 2 local ranks (no GPU on this host):"; then

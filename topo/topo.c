@@ -136,7 +136,14 @@ static weft_status_t hw_open(topo_t *t, const char *xml_path, int io, int bound)
         return weft_error(WEFT_ERR_SYSTEM, "topo: hwloc discovery failed: %m");
     }
     t->is_xml = from_xml || !hwloc_topology_is_thissystem(t->hw);
-    copy_str(t->source, sizeof(t->source), from_xml ? xml_path : "this machine");
+    const char *env_xml = getenv("HWLOC_XMLFILE");
+    if (from_xml)
+        copy_str(t->source, sizeof(t->source), xml_path);
+    else if (t->is_xml)     /* hwloc read another machine from its own environment */
+        snprintf(t->source, sizeof(t->source), "HWLOC_XMLFILE=%s",
+                 env_xml ? env_xml : "(or another hwloc variable)");
+    else
+        copy_str(t->source, sizeof(t->source), "this machine");
     return WEFT_OK;
 }
 
@@ -505,8 +512,8 @@ static int gpu_run(const topo_t *t, int r)
 
 /* Cores [*begin, *end) of rank r of n, and whether other ranks share them. With a GPU on
  * a known node: that node's run of k cores split among the m ranks whose GPUs are on it,
- * the j-th of them taking [c + j*k/m, c + (j+1)*k/m), or core c + j*k/m shared when
- * m > k. Otherwise core_block over the whole machine, for every rank when any of the n
+ * the j-th of them taking [c + j*k/m, c + (j+1)*k/m), or core c + j*k/m when m > k,
+ * and then every one of the m is shared. Otherwise core_block over the whole machine, for every rank when any of the n
  * has no such node (a cpuset that leaves a GPU's node no cores): the two schemes mixed
  * gave blocks that overlapped without being marked shared. */
 static void rank_cores(const topo_t *t, int r, int n, int *begin, int *end, int *shared)
@@ -534,9 +541,11 @@ static void rank_cores(const topo_t *t, int r, int n, int *begin, int *end, int 
         *shared = 0;
         return;
     }
-    long long pos = *begin - c;     /* ranks j' with floor(j'k/m) == pos, as ranks_on_core */
+    /* more ranks than cores on the node: one core each, and every one of them shared, so
+     * that comm_bind leaves them all unbound, not some bound with the rest floating over
+     * their cores (before 2026-11-27 only those that had to share were) */
     *end = *begin + 1;
-    *shared = ((pos + 1) * m + k - 1) / k - (pos * m + k - 1) / k > 1;
+    *shared = 1;
 }
 
 /* The NUMA node a rank's devices are measured from: its GPU's, else its cores'. */
@@ -785,14 +794,21 @@ weft_status_t topo_place(const topo_t *t, int local_rank, int local_size,
     return WEFT_OK;
 }
 
+/* A topology read from a file cannot bind this process. */
+static weft_status_t not_this_machine(const topo_t *t)
+{
+    return weft_error(WEFT_ERR_UNSUPPORTED, "topo_bind: topology '%s' is not this machine%s",
+                      t->source, strncmp(t->source, "HWLOC_", 6) ? ""
+                                 : ": unset HWLOC_XMLFILE for a binding");
+}
+
 weft_status_t topo_bind(const topo_t *t, const topo_place_t *p)
 {
     if (!t || !p || p->core_begin < 0 || p->core_end > t->ncores ||
         p->core_begin >= p->core_end)
         return weft_error(WEFT_ERR_INVALID_ARG, "topo_bind: bad placement");
     if (t->is_xml)
-        return weft_error(WEFT_ERR_UNSUPPORTED,
-                          "topo_bind: topology '%s' is not this machine", t->source);
+        return not_this_machine(t);
     hwloc_bitmap_t cpus = block_cpuset(t, p->core_begin, p->core_end, NULL);
     if (!cpus)
         return weft_error(WEFT_ERR_NO_MEMORY, "topo: out of memory for a cpuset");
@@ -826,8 +842,7 @@ int topo_bound_elsewhere(const topo_t *t, char *cpus, size_t cap)
 weft_status_t topo_bind_cpus(const topo_t *t, const char *cpus)
 {
     if (t->is_xml)
-        return weft_error(WEFT_ERR_UNSUPPORTED,
-                          "topo_bind: topology '%s' is not this machine", t->source);
+        return not_this_machine(t);
     hwloc_bitmap_t set = hwloc_bitmap_alloc();
     if (!set)
         return weft_error(WEFT_ERR_NO_MEMORY, "topo: out of memory for a cpuset");
