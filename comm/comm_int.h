@@ -243,6 +243,8 @@ void rma_end(weft_comm_t *comm);
 
 /* Fills d with the call as frames and peer states describe it. */
 void engine_call_desc(const comm_op_t *op, call_desc_t *d);
+/* The peers the head op waits on, "2(recv),0(send)", for timeout messages ("" if none). */
+void engine_waiting(const weft_comm_t *comm, char *buf, size_t cap);
 
 /* fail.c: failure propagation between ranks (see the file's banner). */
 /* records who is to blame for a failure being raised (first one wins) */

@@ -407,35 +407,60 @@ weft_status_t engine_progress(weft_comm_t *comm, comm_op_t *op, int *moved_p)
     return s->meta ? fail_check_read_peers(comm, op) : WEFT_OK;
 }
 
-/* Names the peers the head op still waits on, for a timeout message. */
-static void describe_waiting(const weft_comm_t *comm, char *buf, size_t cap)
+/* What the head op waits on peer p for: 2 a receive, 1 a send the peer has not taken, 0
+ * neither (no step with it, or only steps that wait for earlier steps of this rank: a
+ * root's root-check frame, say, which goes once everything else is done). */
+static int waits_on(const weft_comm_t *comm, int p)
+{
+    const sched_t *s = comm->q_head ? comm->q_head->sched : NULL;
+    int tx = comm->cursor[2 * p], rx = comm->cursor[2 * p + 1];
+    if (rx >= 0 && (s == NULL || deps_met(comm, s, rx)))
+        return 2;
+    if (tx >= 0 && (s == NULL || deps_met(comm, s, tx)))
+        return 1;
+    return 0;
+}
+
+void engine_waiting(const weft_comm_t *comm, char *buf, size_t cap)
 {
     size_t n = 0;
     buf[0] = '\0';
-    int draining = comm->q_head && comm->q_head->draining;
+    int draining = comm->q_head && comm->q_head->draining, any = 0;
+    for (int p = 0; p < comm->nranks; p++)
+        any |= waits_on(comm, p) > 0;
     for (int p = 0; p < comm->nranks && n + 16 < cap; p++) {
         int tx = comm->cursor[2 * p], rx = comm->cursor[2 * p + 1];
+        int w = any ? waits_on(comm, p) : rx >= 0 ? 2 : tx >= 0 ? 1 : 0;
         tp_ep_t *ep = comm->eps[p];
         if (draining && ep && ep->ops->flush && ep->ops->flush(ep) == WEFT_IN_PROGRESS)
             n += (size_t)snprintf(buf + n, cap - n, "%s%d(to take our sends)", n ? "," : "",
                                   p);
         else if (!draining && comm->rma.n > 0 && comm->rma.peer == p)
             n += (size_t)snprintf(buf + n, cap - n, "%s%d(one-sided read)", n ? "," : "", p);
-        else if (!draining && (rx >= 0 || tx >= 0))
+        else if (!draining && w > 0)
             n += (size_t)snprintf(buf + n, cap - n, "%s%d(%s)", n ? "," : "", p,
-                                  rx >= 0 ? "recv" : "send");
+                                  w == 2 ? "recv" : "send");
     }
 }
 
 static weft_status_t timeout_error(weft_comm_t *comm, comm_op_t *op)
 {
     char waiting[512];
-    describe_waiting(comm, waiting, sizeof(waiting));
-    for (int p = 0; p < comm->nranks; p++)
-        if (comm->cursor[2 * p] >= 0 || comm->cursor[2 * p + 1] >= 0) {
-            fail_note(comm, WEFT_ERR_TIMEOUT, p, NULL);
-            break;
-        }
+    engine_waiting(comm, waiting, sizeof(waiting));
+    /* the peer blamed: the first this rank waits to receive from, else to take a send,
+     * else any with a step left (before 2026-11-27 the lowest with any step left: a
+     * 3-rank reduce's root named rank 1, whose root-check frame it had not yet sent,
+     * when rank 2 had not come) */
+    int blame = -1;
+    for (int want = 2; want > 0 && blame < 0; want--)
+        for (int p = 0; p < comm->nranks && blame < 0; p++)
+            if (waits_on(comm, p) == want)
+                blame = p;
+    for (int p = 0; p < comm->nranks && blame < 0; p++)
+        if (comm->cursor[2 * p] >= 0 || comm->cursor[2 * p + 1] >= 0)
+            blame = p;
+    if (blame >= 0)
+        fail_note(comm, WEFT_ERR_TIMEOUT, blame, NULL);
     int c = op->args.coll, p2p = c == COLL_SEND || c == COLL_RECV || c == COLL_SENDRECV;
     call_desc_t d;
     engine_call_desc(op, &d);

@@ -93,10 +93,15 @@ static weft_status_t adopt(weft_comm_t *comm, const comm_op_t *op, int p, const 
                           "(told by rank %d): rank %d called %s, but rank %d called %s; "
                           "this rank called %s", comm->rank, s->origin, p, s->other, other,
                           s->origin, theirs, ours);
-    case WEFT_ERR_TIMEOUT:
+    case WEFT_ERR_TIMEOUT: {
+        /* and whom this rank waits for: the rank that did not come may be a third one */
+        char waiting[200];
+        engine_waiting(comm, waiting, sizeof(waiting));
         return weft_error(WEFT_ERR_TIMEOUT, "rank %d: rank %d timed out in %s waiting for "
-                          "rank %d (told by rank %d); this rank called %s", comm->rank,
-                          s->origin, theirs, s->other, p, ours);
+                          "rank %d (told by rank %d); this rank called %s%s%s", comm->rank,
+                          s->origin, theirs, s->other, p, ours,
+                          waiting[0] ? ", waiting for rank(s) " : "", waiting);
+    }
     case WEFT_ERR_ABORTED:
         return weft_error(WEFT_ERR_PEER_LOST, "rank %d: rank %d aborted its communicator "
                           "(told by rank %d); this rank called %s", comm->rank, s->origin, p,

@@ -87,7 +87,7 @@ static size_t pick_chunk(const weft_comm_t *comm, const sched_args_t *a)
     size_t chunk = comm->cfg.chunk;
     if (chunk == 0)
         chunk = comm->chunk_default ? comm->chunk_default : 512 * 1024;   /* transports' */
-    chunk = WEFT_MIN(chunk, comm->cfg.buffsize / 4);
+    chunk = WEFT_MIN(WEFT_MIN(chunk, comm->cfg.buffsize / 4), CFG_CHUNK_MAX);
     size_t esz = weft_dtype_size(a->dtype);
     chunk = chunk / 64 * 64;
     return chunk / esz * esz;

@@ -70,6 +70,9 @@ void cfg_print(FILE *out, const weft_config_t *cfg);
  * WEFT_REG_MIN, WEFT_ROOT_CHECK, WEFT_CUDA_IPC): ranks that differ would send frames the
  * others do not expect, or wait for ones that never come. connect_all compares these
  * hashes of their values at its closing barrier. */
+/* WEFT_CHUNK's ceiling, and the tuner's: a frame header carries its length in 32 bits
+ * (frame.h), and a frame of 4 GiB or more was cut to its low bits there */
+#define CFG_CHUNK_MAX ((size_t)1 << 30)
 #define CFG_AGREE_MAX 8
 typedef struct cfg_agree {
     uint32_t h[CFG_AGREE_MAX];  /* in table order; 0 past the last */

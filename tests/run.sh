@@ -397,6 +397,11 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
             "$B/tests/test_fail" peer_exit
         run "test_fail abort -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
             "$B/tests/test_fail" abort
+        # a rank that never calls a rooted collective is the one named, by every rank
+        [ "$t" = shm ] && for coll in reduce broadcast; do
+            run "test_fail timeout_root $coll -n 3 $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=1 \
+                "$WEFTRUN" -n 3 "$B/tests/test_fail" timeout_root $coll
+        done
         for f in count count0 dtype op root root_other reduce_root coll; do
             run "test_fail mismatch $f -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
                 "$B/tests/test_fail" mismatch "$f"

@@ -251,6 +251,25 @@ static void check_bad_config(ctx_t *c)
             unsetenv(bad[k].var);
         }
     }
+    /* a frame of 4 GiB + 64 (its 32-bit length cut to 64: the sender returned OK with
+     * nothing sent) is refused even where WEFT_BUFFSIZE would hold it */
+    const char *what = "comm_init_rank with WEFT_BUFFSIZE=20G WEFT_CHUNK=4294967360";
+    char *old_b = getenv("WEFT_BUFFSIZE"), *old_c = getenv("WEFT_CHUNK");
+    old_b = old_b ? strdup(old_b) : NULL;
+    old_c = old_c ? strdup(old_c) : NULL;
+    begin(what);
+    setenv("WEFT_BUFFSIZE", "20G", 1);
+    setenv("WEFT_CHUNK", "4294967360", 1);
+    weft_comm_t *m = SENTINEL_COMM;
+    expect_invalid(c, what, weft_comm_init_rank(0, 1, "127.0.0.1:0", &m));
+    if (m != SENTINEL_COMM)
+        fail(c, what, "*comm_p was written by a failing call");
+    if (strstr(weft_last_error(), "1G at most") == NULL)
+        fail(c, what, "the error does not give the ceiling: %s", weft_last_error());
+    old_b ? setenv("WEFT_BUFFSIZE", old_b, 1) : unsetenv("WEFT_BUFFSIZE");
+    old_c ? setenv("WEFT_CHUNK", old_c, 1) : unsetenv("WEFT_CHUNK");
+    free(old_b);
+    free(old_c);
 }
 
 /* Every call with comm == NULL. */

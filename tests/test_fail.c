@@ -307,6 +307,39 @@ static int abort_test(weft_comm_t *c, int rank, int nranks, float *buf)
                   t, 0.3 + 2.0);
 }
 
+/* timeout_root: a 3-rank reduce or broadcast (root 0) that rank 2 never calls: ranks 0
+ * and 1 time out, and each one's message names rank 2 as the one waited for, whichever
+ * of them timed out first and relayed it; except rank 1's own timeout, which names the
+ * root it waits on (the root's relay then names rank 2). Before 2026-11-27 the root named rank 1, whose
+ * root-check frame it had not yet sent, and rank 1, told, named nobody else; or rank 1
+ * timed out on the root and the root relayed that without naming rank 2. */
+static int timeout_root(weft_comm_t *c, int rank, const char *coll, float *buf)
+{
+    if (rank == 2) {
+        meet("timeout_root", rank, 3, 10.0, 6.0);   /* silent until the others are done */
+        return 0;
+    }
+    double t0 = now_s();
+    weft_status_t st = !strcmp(coll, "reduce")
+                       ? weft_reduce(buf, buf, 8, WEFT_FLOAT32, WEFT_SUM, 0, c)
+                       : weft_broadcast(buf, buf, 8, WEFT_FLOAT32, 0, c);
+    double t = now_s() - t0;
+    const char *msg = weft_last_error();
+    int named = strstr(msg, " 2(recv)") || strstr(msg, ",2(recv)") ||
+                strstr(msg, " 2(send)") || strstr(msg, ",2(send)") ||
+                strstr(msg, "waiting for rank 2 ") ||
+                (rank == 1 && strstr(msg, "waiting for rank(s) 0(recv)") &&
+                 !strstr(msg, "told by"));
+    int bad = expect(rank, coll, st, WEFT_ERR_TIMEOUT, "timed out", t, 4.0);
+    if (!named) {
+        printf("FAIL rank %d %s: the message does not name rank 2 as the one waited for\n",
+               rank, coll);
+        bad = 1;
+    }
+    meet("timeout_root", rank, 3, 10.0, 0);
+    return bad;
+}
+
 /* TCP sockets of this process in kernel state `state` (0x01 established, 0x0A listen),
  * from /proc/self/net/tcp matched against the socket inodes of /proc/self/fd. */
 static int count_tcp(unsigned state)
@@ -1169,6 +1202,8 @@ int main(int argc, char **argv)
         st = weft_allreduce(buf, buf, 8, WEFT_FLOAT32, WEFT_SUM, c);
         bad = expect(rank, "silent peer", st, WEFT_ERR_TIMEOUT, "rank(s) 1", now_s() - t0, 3.0);
         meet("timeout", rank, nranks, 4.0, 0);
+    } else if (!strcmp(mode, "timeout_root") && argc > 2 && nranks == 3) {
+        bad = timeout_root(c, rank, argv[2], buf);
     } else if (!strcmp(mode, "mismatch") && argc > 2) {
         bad = mismatch(c, rank, argv[2], buf);
         /* no rank exits before every rank's mismatched call is over: over ib a peer
@@ -1201,7 +1236,7 @@ int main(int argc, char **argv)
                 "kill SEED FILE|init_kill SEED FILE|connect_kill SEED FILE|split_kill FILE (3 ranks)|"
                 "split_fds VICTIM K|init_fds VICTIM K|init_bind VICTIM (2 ranks)|read_abort N (2 ranks)|"
                 "init_knob KNOB VICTIM VALUE [SAME]|init_stall LATE [VICTIM [listen]] (tcp)|"
-                "leaks|dump\n");
+                "timeout_root reduce|broadcast (3 ranks)|leaks|dump\n");
         return 2;
     }
     fflush(stdout);
