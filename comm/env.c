@@ -42,6 +42,39 @@ static int env_int(const char *name, int *out)
     return 1;
 }
 
+/* Slurm gives no local size: this node's entry of SLURM_STEP_TASKS_PER_NODE ("2(x3),1":
+ * 2 tasks on each of the first three nodes, 1 on the fourth), SLURM_NODEID its index.
+ * 1 with *out set; 0 when either is missing or malformed. */
+static int slurm_local_size(int *out)
+{
+    const char *v = getenv("SLURM_STEP_TASKS_PER_NODE");
+    int node;
+    if (v == NULL || *v == '\0' || env_int("SLURM_NODEID", &node) != 1)
+        return 0;
+    for (const char *p = v; *p;) {
+        char *end;
+        long tasks = strtol(p, &end, 10), times = 1;
+        if (end == p || tasks < 1 || tasks > 1 << 24)
+            return 0;
+        if (strncmp(end, "(x", 2) == 0) {
+            p = end + 2;
+            times = strtol(p, &end, 10);
+            if (end == p || times < 1 || *end != ')')
+                return 0;
+            end++;
+        }
+        if (node < times) {
+            *out = (int)tasks;
+            return 1;
+        }
+        node -= (int)times;
+        if (*end != ',' && *end != '\0')
+            return 0;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return 0;
+}
+
 typedef struct {
     const char *source, *rank, *size, *local_rank, *local_size, *jobid[2];
 } launcher_t;
@@ -206,7 +239,7 @@ static const launcher_t *find_launcher(int *rank, int *size, int *why,
 
 int weft_launch_size(void)
 {
-    int rank, size, why;
+    int rank = 0, size = 0, why = 0;
     const launcher_t *bad;
     if (find_launcher(&rank, &size, &why, &bad))
         return size;
@@ -241,6 +274,8 @@ weft_status_t env_detect(launch_env_t *env)
         env_int(l->local_rank, &env->local_rank);
     if (l->local_size)
         env_int(l->local_size, &env->local_size);
+    else if (!strcmp(l->source, "Slurm"))      /* the ib transport's HCA by topology */
+        slurm_local_size(&env->local_size);
     uint64_t job = job_hash(l, 0);
     if (job)                    /* two jobs that meet at one port never mix */
         env->job_tag = (uint32_t)(job ^ (job >> 32)) | 1u;

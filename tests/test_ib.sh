@@ -44,6 +44,16 @@ TOPO=$PWD/tests/data/topologies/2socket-4gpu-1ib.xml
 case_ "the HCA the topology chooses, not the first listed" ok \
     "mlx5_0 port 1 .*by the topology (host-bridge" WEFT_IBEMU_DEVICES=mlx5_1,mlx5_0 \
     WEFT_TOPO_FILE="$TOPO" WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET
+# the same under srun, which gives no local size: this node's entry of
+# SLURM_STEP_TASKS_PER_NODE (node 2 of "3,2(x2)": 2 tasks); before 2026-11-27 the ranks
+# took the first listed HCA there
+RANK1='export SLURM_PROCID=$WEFT_RANK SLURM_STEP_NUM_TASKS=$WEFT_WORLD_SIZE \
+SLURM_LOCALID=$WEFT_LOCAL_RANK SLURM_STEP_TASKS_PER_NODE="3,2(x2)" SLURM_NODEID=2 \
+SLURM_JOB_ID=77 SLURM_STEP_ID=0 SLURM_NNODES=3; \
+unset WEFT_RANK WEFT_WORLD_SIZE WEFT_LOCAL_RANK WEFT_LOCAL_SIZE;' \
+    case_ "under srun: the HCA the topology chooses" ok \
+    "mlx5_0 port 1 .*nearest local rank 1 of 2 by the topology (host-bridge" \
+    WEFT_IBEMU_DEVICES=mlx5_1,mlx5_0 WEFT_TOPO_FILE="$TOPO" WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET
 case_ "WEFT_IB_HCA=mlx5_1 over the topology's choice" ok "mlx5_1 port 1 (InfiniBand, lid 1, gid index 0) via" \
     WEFT_IBEMU_DEVICES=mlx5_1,mlx5_0 WEFT_TOPO_FILE="$TOPO" WEFT_IB_HCA=mlx5_1 \
     WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET

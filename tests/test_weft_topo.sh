@@ -35,7 +35,8 @@ has() { grep -qF -- "$2" "$OUT/$1"; }
 if wt two -- --xml "$D/2socket-4gpu-1ib.xml" --ranks 4 --hosts 2 &&
    has two "rank 2: numa 1 cores 10-12 (cpus 10-12,26-28) gpu cuda0 (0000:84:00.0) nic mlx5_0 (0000:04:00.0, pcie-switch)" &&
    has two "rank 0: numa 0 cores 0-7 (cpus 0-7,16-23) gpu gpu0 (0000:03:00.0) nic mlx5_0 (0000:04:00.0, far)" &&
-   has two "rank 1: ib mlx5_0:1 (host-bridge, 1 of 1)  socket eth0 (host-bridge, 1 of 3)" &&
+   has two "rank 1: ib mlx5_0:1 (host-bridge, 1 of 1)" &&
+   has two "socket (tcp, one for every rank): the interface that routes to the rendezvous" &&
    has two "  0-3 | 4-7 | (back to the first)" &&
    has two "  tree 0, top 0: 0:4 2:1,3 4:2,6 6:5,7" &&
    has two "  tree 1, top 7: 1:2,0 3:5,1 5:6,4 7:3"; then
@@ -45,16 +46,26 @@ else
 fi
 
 if wt filt WEFT_IB_HCA=mlx5_0:2 WEFT_SOCKET_IFNAME=^ib -- --xml "$D/2socket-4gpu-1ib.xml" --ranks 2 &&
-   # (rank 0 far and rank 1 near see the same two: they take one each)
-   has filt "rank 0: ib mlx5_0:2 (far, 1 of 1)  socket eth0 (far, 1 of 2)" &&
-   has filt "rank 1: ib mlx5_0:2 (host-bridge, 1 of 1)  socket eth1 (host-bridge, 1 of 2)"; then
+   has filt "rank 0: ib mlx5_0:2 (far, 1 of 1)" &&
+   has filt "rank 1: ib mlx5_0:2 (host-bridge, 1 of 1)" &&
+   has filt "socket (tcp, one for every rank): the interface that routes to the rendezvous if WEFT_SOCKET_IFNAME allows it"; then
     ok "WEFT_IB_HCA=mlx5_0:2 and WEFT_SOCKET_IFNAME=^ib are applied"
 else
     bad "filters" "$OUT/filt"
 fi
+# tcp's interface is WEFT_SOCKET_IFNAME's first entry that names one, for every rank (as
+# comm/sock.c picks it; before 2026-11-27 weft-topo showed a per-rank nearest choice that
+# the transport never made)
+if wt sock WEFT_SOCKET_IFNAME=eth1,ib0 -- --xml "$D/2socket-4gpu-1ib.xml" --ranks 4 &&
+   has sock "socket (tcp, one for every rank): eth1 (WEFT_SOCKET_IFNAME's first match)" &&
+   ! grep -q "socket ib0" "$OUT/sock"; then
+    ok "WEFT_SOCKET_IFNAME=eth1,ib0: eth1 for every rank"
+else
+    bad "WEFT_SOCKET_IFNAME=eth1,ib0" "$OUT/sock"
+fi
 
 if wt numa -- --topo "$D/4numa-pci.xml" --ranks 8 &&
-   has numa "rank 5: ib none  socket eth5 (numa, 1 of 2)" &&
+   has numa "rank 5: ib none" &&
    has numa "rank 3: numa 1 cores 36-47"; then
     ok "4numa (--topo), 8 ranks: two per node, the node's two ports shared out"
 else

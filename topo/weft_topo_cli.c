@@ -5,8 +5,8 @@
  *   weft-topo                     this machine (or WEFT_TOPO_FILE)
  *   weft-topo --xml FILE          an hwloc XML export instead (--topo FILE: the same)
  *   weft-topo --ranks N           also one line per local rank: cores, NUMA, GPU, NIC
- *                                 (and its distance class), the InfiniBand HCA and socket
- *                                 interface it would use (WEFT_IB_HCA, WEFT_SOCKET_IFNAME),
+ *                                 (and its distance class), the InfiniBand HCA it would use
+ *                                 and tcp's interface (WEFT_IB_HCA, WEFT_SOCKET_IFNAME),
  *                                 and the ring order of the ranks
  *   weft-topo --ranks N --hosts H the same for H such hosts, ranks host-major
  *   weft-topo --print-config      every WEFT_* knob with its value and doc
@@ -107,29 +107,59 @@ static int parse_args(int argc, char **argv, cli_args_t *a)
     return 0;
 }
 
-/* One line per local rank: the device each transport kind would use, and why. */
+/* The interface the tcp transport uses, for every rank of the host alike (comm/sock.c,
+ * iface_addr): WEFT_SOCKET_IFNAME's first entry that names an interface (here: of the
+ * topology's, in its order), else the one that routes to the rendezvous, which only the
+ * running job knows. */
+static int show_socket(const topo_t *t, const weft_config_t *cfg)
+{
+    topo_nic_filter_t f;
+    if (topo_nic_filter_parse(cfg->socket_ifname, "WEFT_SOCKET_IFNAME", &f) != WEFT_OK) {
+        fprintf(stderr, "weft-topo: %s\n", weft_last_error());
+        return 1;
+    }
+    printf("  socket (tcp, one for every rank): ");
+    if (f.n == 0 || f.exclude) {
+        printf("the interface that routes to the rendezvous%s\n", f.n ?
+               " if WEFT_SOCKET_IFNAME allows it, else the first it allows" : "");
+        return 0;
+    }
+    for (int e = 0; e < f.n; e++) {
+        topo_nic_filter_t one = f;
+        one.n = 1;
+        one.e[0] = f.e[e];
+        for (int i = 0; i < topo_num_nics(t); i++) {
+            const topo_nic_t *nic = topo_nic(t, i);
+            if (nic->ifname[0] && topo_nic_filter_allows(&one, nic->ifname, NULL)) {
+                printf("%s (WEFT_SOCKET_IFNAME's first match)\n", nic->ifname);
+                return 0;
+            }
+        }
+    }
+    printf("none of these interfaces matches WEFT_SOCKET_IFNAME (init would fail)\n");
+    return 0;
+}
+
+/* One line per local rank: the HCA the ib transport would open, and why; then tcp's
+ * interface. */
 static int show_nics(const topo_t *t, int n, const weft_config_t *cfg)
 {
     printf("network devices (WEFT_IB_HCA='%s', WEFT_SOCKET_IFNAME='%s'):\n", cfg->ib_hca,
            cfg->socket_ifname);
     for (int r = 0; r < n; r++) {
-        topo_nic_choice_t ib, so;
-        if (topo_nic_for_rank(t, r, n, TOPO_NIC_IB, cfg->ib_hca, &ib) != WEFT_OK ||
-            topo_nic_for_rank(t, r, n, TOPO_NIC_SOCKET, cfg->socket_ifname, &so) != WEFT_OK) {
+        topo_nic_choice_t ib;
+        if (topo_nic_for_rank(t, r, n, TOPO_NIC_IB, cfg->ib_hca, &ib) != WEFT_OK) {
             fprintf(stderr, "weft-topo: %s\n", weft_last_error());
             return 1;
         }
         printf("  rank %d: ib ", r);
         if (ib.nic >= 0)
-            printf("%s:%d (%s, 1 of %d)", ib.name, ib.port, topo_dist_name(ib.dist), ib.tied);
+            printf("%s:%d (%s, 1 of %d)\n", ib.name, ib.port, topo_dist_name(ib.dist),
+                   ib.tied);
         else
-            printf("none");
-        if (so.nic >= 0)
-            printf("  socket %s (%s, 1 of %d)\n", so.name, topo_dist_name(so.dist), so.tied);
-        else
-            printf("  socket none\n");
+            printf("none\n");
     }
-    return 0;
+    return show_socket(t, cfg);
 }
 
 /* The ring of `hosts` hosts with n ranks each, global ranks host-major (how weftrun,
