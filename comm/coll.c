@@ -180,6 +180,10 @@ weft_status_t coll_run(weft_comm_t *comm, const sched_args_t *args, const void *
         op->noop = 1;
         /* (a communicator failed in the background fails it at the head, as any call) */
         if (comm->q_head == NULL && __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE) == WEFT_OK) {
+            /* in the recorder as any call: a peer's mismatch message may quote its number */
+            call_desc_t nd;
+            engine_call_desc(op, &nd);
+            fr_finished(&comm->flight, fr_queued(&comm->flight, &nd, time_ns_coarse()), WEFT_OK);
             op->status = WEFT_OK;
             comm_leave(comm, entered);
             if (req_p)
