@@ -414,6 +414,18 @@ case_bind() {
     else
         fail "no binding by default" "ranks on $out, this shell on $all"
     fi
+    # more ranks than cores: bound, sharing, and weftrun says so (Open MPI refuses it)
+    local ncores n
+    ncores=$(timeout 30 "$(dirname "$W")/weft-topo" 2>/dev/null | sed -n 's/.* cores \([0-9]*\), pus.*/\1/p')
+    n=$(( ${ncores:-0} + 1 ))
+    if [ -z "$ncores" ] || [ "$n" -gt 64 ]; then
+        echo "skip - --bind-to core oversubscribed: cores unknown or too many ($ncores)"
+    elif timeout 30 "$W" -n "$n" --bind-to core true 2>"$T/over.err" &&
+         grep -q "weftrun: --bind-to core: $n ranks on $ncores cores: .* share a core" "$T/over.err"; then
+        ok "--bind-to core with $n ranks on $ncores cores: runs, and says they share"
+    else
+        fail "--bind-to core oversubscribed" "stderr: $(cat "$T/over.err")"
+    fi
     timeout 30 "$W" -n 2 --bind-to socket true >/dev/null 2>&1
     local rc=$?
     if [ "$rc" = 2 ]; then ok "--bind-to socket is a usage error (exit 2)"

@@ -137,7 +137,8 @@ static void usage(FILE *f)
         "  --bind-to core|none core: bind each rank to its own block of cores before it\n"
         "                      starts, as Open MPI does by default for 2 ranks (hwloc\n"
         "                      placement: NUMA-aware, within the cpus weftrun may use,\n"
-        "                      ranks share cores only when there are more than cores;\n"
+        "                      ranks share cores only when there are more than cores,\n"
+        "                      and weftrun then says so;\n"
         "                      see weft-topo); none: no binding, not\n"
         "                      even the library's (sets WEFT_BIND=none). Default: weftrun\n"
         "                      binds nothing, and weft's init binds each rank the same way\n"
@@ -392,9 +393,16 @@ static void plan_bindings(job_t *job)
     job->places = calloc((size_t)n, sizeof(*job->places));
     if (!job->places)
         die("out of memory");
-    for (int r = 0; r < n; r++)
+    int shared = 0;
+    for (int r = 0; r < n; r++) {
         if (topo_place(job->topo, r, n, &job->places[r]) != WEFT_OK)
             die("--bind-to core: no place for rank %d of %d: %s", r, n, weft_last_error());
+        shared += job->places[r].shared;
+    }
+    if (shared)     /* Open MPI refuses this without --oversubscribe; say it at least */
+        fprintf(stderr, "weftrun: --bind-to core: %d ranks on %d cores: %d of them share a "
+                "core (oversubscribed; --bind-to none lets the kernel move them)\n", n,
+                topo_num_cores(job->topo), shared);
 }
 
 /* In the child: own process group, original signal state, output pipes, rank variables,
