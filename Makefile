@@ -10,6 +10,9 @@
 # Tests: every tests/test_*.c becomes build/tests/test_*; tests/run.sh runs the suite.
 # tests/probe_*.c become build/tests/probe_*, programs the test scripts start.
 
+# `make` alone builds `all` (README's table), whichever rule the file happens to read first
+.DEFAULT_GOAL := all
+
 CC      ?= gcc
 PREFIX  ?= /usr/local
 BUILD   ?= build

@@ -260,10 +260,11 @@ weft_status_t simtime_cluster_check(const simtime_cluster_t *c)
     if (!(c->m.gamma > 0) || !(c->copy_beta > 0))
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "cluster: reduce_bw and copy_bw must "
                                 "be above 0");
-    if (c->chunk && (c->chunk < 256 || (c->staging && c->chunk > c->staging / 2)))
+    if (c->chunk && (c->chunk < 256 || c->chunk > CFG_CHUNK_MAX ||
+                     (c->staging && c->chunk > c->staging / 4)))
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "cluster: chunk %zu: want 256 bytes "
-                                "or more and at most half the staging (%zu), as WEFT_CHUNK",
-                                c->chunk, c->staging);
+                                "or more, at most a quarter of the staging (%zu) and 1G, as "
+                                "WEFT_CHUNK", c->chunk, c->staging);
     if (c->staging && c->staging < 64 * 1024)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "cluster: staging %zu: want 64K or "
                                 "more (WEFT_BUFFSIZE), or 0 for unbounded", c->staging);
@@ -293,6 +294,7 @@ size_t simtime_chunk(const simtime_cluster_t *c, const sched_args_t *args)
     size_t chunk = c->chunk ? c->chunk : c->hosts > 1 ? 512 * 1024 : 128 * 1024;
     if (c->staging)
         chunk = WEFT_MIN(chunk, c->staging / 4);
+    chunk = WEFT_MIN(chunk, CFG_CHUNK_MAX);
     size_t esz = weft_dtype_size(args->dtype);
     chunk = chunk / 64 * 64;
     return chunk / esz * esz;

@@ -350,10 +350,12 @@ weft_status_t cfg_load(weft_config_t *out)
     if (cfg.tcp_dead_s != 0 && (cfg.tcp_dead_s < 2 || cfg.tcp_dead_s > 3600))
         return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_TCP_DEAD=%ld must be 0 or in "
                           "[2, 3600] seconds", cfg.tcp_dead_s);
-    size_t chunk_max = cfg.buffsize / 2 < CFG_CHUNK_MAX ? cfg.buffsize / 2 : CFG_CHUNK_MAX;
+    /* a ring holds 4 frames at least (the tuner's cap, tuner.c): a larger WEFT_CHUNK
+     * was accepted up to WEFT_BUFFSIZE/2 and then cut to /4 without a word */
+    size_t chunk_max = cfg.buffsize / 4 < CFG_CHUNK_MAX ? cfg.buffsize / 4 : CFG_CHUNK_MAX;
     if (cfg.chunk != 0 && (cfg.chunk < 256 || cfg.chunk > chunk_max))
         return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_CHUNK=%zu must be 0 or in "
-                          "[256, %zu] (WEFT_BUFFSIZE/2, and 1G at most)", cfg.chunk, chunk_max);
+                          "[256, %zu] (WEFT_BUFFSIZE/4, and 1G at most)", cfg.chunk, chunk_max);
     *out = cfg;
     return WEFT_OK;
 }

@@ -18,7 +18,7 @@
  *   - the staging bound holds a sender until its receiver drains the link;
  *   - the layouts (host, rank on the host, ...) are algo_layout's for every rank;
  *   - bad input: unknown keys, bad values, a bad model file (file:line in the message,
- *     the cluster unchanged), a cluster of one rank, a chunk above half the staging;
+ *     the cluster unchanged), a cluster of one rank, a chunk above a quarter of the staging;
  *   - schedules that do not fit (test algorithms here): a send nobody receives, a frame
  *     larger than the receive, a deadlock, each an error naming ranks and steps; a call
  *     past max_frames is refused before it is replayed.
@@ -365,8 +365,10 @@ static void bad_input(void)
           strstr(weft_last_error(), "1 ranks"), "one rank: %s", weft_last_error());
     run(&c, &algo_ring_def, COLL_ALLREDUCE, 1024, WEFT_ERR_INVALID_ARG);
     simtime_cluster_default(&c);
-    c.chunk = 4u << 20;                 /* above half of 4M staging */
-    CHECK(simtime_cluster_check(&c) == WEFT_ERR_INVALID_ARG, "chunk above staging / 2");
+    c.chunk = 2u << 20;                 /* above a quarter of 4M staging (as WEFT_CHUNK) */
+    CHECK(simtime_cluster_check(&c) == WEFT_ERR_INVALID_ARG, "chunk above staging / 4");
+    c.chunk = 1u << 20;
+    CHECK(simtime_cluster_check(&c) == WEFT_OK, "chunk of staging / 4: %s", weft_last_error());
     simtime_cluster_default(&c);
     run(&c, &algo_ring_def, COLL_ALLTOALL, 1024, WEFT_ERR_UNSUPPORTED);
     sched_args_t a = call(COLL_ALLREDUCE, 1 << 20, 2);

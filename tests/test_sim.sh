@@ -70,7 +70,7 @@ expect "bad: -e nan" 2 "-e nan: not a size" -- -e nan
 expect "bad: -e 1e30 (past 8E)" 2 "-e 1e30: not a size" -- -b 8 -e 1e30
 expect "bad: --max-frames nan" 2 "--max-frames nan" -- --max-frames nan
 expect "bad: root outside the cluster" 2 "root" -- -c broadcast -r 9
-expect "bad: chunk above half the staging" 2 "chunk" -- --chunk 4M
+expect "bad: chunk above a quarter of the staging" 2 "chunk" -- --chunk 2M
 expect "bad: unknown flag" 2 "" -- --frobnicate
 expect "an algorithm that does not run the call" 1 "does not run" -- --algo ring -c alltoall
 expect "hier on one host does not run" 1 "hier does not run" -- --hosts 1 --ranks-per-host 4 \
