@@ -47,6 +47,7 @@ struct comm_op {
     int posted_wait;         /* told the peers it is waiting (comm/fail.c) */
     int draining;            /* its steps are done; waiting for the transports' flush */
     uint64_t t_start;
+    double warned_s;         /* WEFT_WAIT_WARN: the wait it last logged (0: none yet) */
     uint64_t t_queued;       /* set when it was queued first in line (it starts at once),
                                 else 0 */
     uint64_t fr_id;          /* its flight recorder entry */

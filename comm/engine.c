@@ -603,8 +603,28 @@ static void check_stalled(weft_comm_t *comm)
         finish_head(comm, st);
         return;
     }
-    if (comm->cfg.timeout_s > 0 && now - head->t_start > (uint64_t)(comm->cfg.timeout_s * 1e9))
+    if (comm->cfg.timeout_s > 0 && now - head->t_start > (uint64_t)(comm->cfg.timeout_s * 1e9)) {
         finish_head(comm, timeout_error(comm, head));
+        return;
+    }
+    /* a long wait is never silent, where WEFT_TIMEOUT is far off (the NCCL shim's is off,
+     * as NCCL's: PyTorch's watchdog aborts): at WEFT_WAIT_WARN, then at twice that, ... */
+    double waited = (double)(now - head->t_start) / 1e9, warn = comm->cfg.wait_warn_s;
+    if (warn > 0 && waited >= (head->warned_s > 0 ? 2 * head->warned_s : warn)) {
+        char waiting[256];
+        call_desc_t d;
+        engine_waiting(comm, waiting, sizeof(waiting));
+        engine_call_desc(head, &d);
+        int c = head->args.coll, p2p = c == COLL_SEND || c == COLL_RECV || c == COLL_SENDRECV;
+        char limit[48] = "WEFT_TIMEOUT off";
+        if (comm->cfg.timeout_s < 1e9)
+            snprintf(limit, sizeof(limit), "WEFT_TIMEOUT at %g s", comm->cfg.timeout_s);
+        LOG_WARN(LOG_ENGINE, "rank %d: %s %s%u (count %zu, %s) has waited %.1f s for rank(s) "
+                 "%s (%s)", comm->rank, coll_name(c), p2p ? "#" : "seq ", d.seq,
+                 head->args.count, weft_dtype_name(head->args.dtype), waited,
+                 waiting[0] ? waiting : "?", limit);
+        head->warned_s = head->warned_s > 0 ? 2 * head->warned_s : warn;
+    }
 }
 
 weft_status_t engine_poll(weft_comm_t *comm, int *moved_p)

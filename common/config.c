@@ -92,6 +92,19 @@ static int parse_double(const char *s, void *field, size_t cap)
     return 0;
 }
 
+/* As parse_double, or 0 (off: WEFT_WAIT_WARN). */
+static int parse_double0(const char *s, void *field, size_t cap)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!errno && end != s && *end == '\0' && v == 0) {
+        *(double *)field = 0;
+        return 0;
+    }
+    return parse_double(s, field, cap);
+}
+
 /* A count, or "auto" (stored as -1; "-1" says the same) where the caller picks a value at
  * run time. */
 static int parse_long(const char *s, void *field, size_t cap)
@@ -147,6 +160,7 @@ static void format_size(const void *f, char *buf, size_t cap)   { snprintf(buf, 
 
 #define STR(field)  offsetof(weft_config_t, field), sizeof(((weft_config_t *)0)->field), parse_string, format_string
 #define DBL(field)  offsetof(weft_config_t, field), 0, parse_double, format_double
+#define DBL0(field) offsetof(weft_config_t, field), 0, parse_double0, format_double
 #define LNG(field)  offsetof(weft_config_t, field), 0, parse_long, format_long
 #define SIZE(field) offsetof(weft_config_t, field), 0, parse_size, format_size
 
@@ -159,6 +173,9 @@ static const cfg_knob_t knobs[] = {
     { "WEFT_TIMEOUT", "300", "seconds (at most 1e9) a blocking call waits for peers before "
       "WEFT_ERR_TIMEOUT; weft_comm_init gets one in all, a split's connecting another",
       DBL(timeout_s), NULL },
+    { "WEFT_WAIT_WARN", "60", "seconds a call may wait for its peers before it logs a WARN "
+      "naming the ranks it waits for (again at twice as long, and so on); 0 = never",
+      DBL0(wait_warn_s), NULL },
     /* transports */
     { "WEFT_TRANSPORT", "auto", "auto (shm within a host, tcp across, ucx across when UCX "
       "sees an RDMA device, ib across when a verbs device reaches the peer), shm, tcp, ucx "
@@ -308,14 +325,38 @@ static int knob_set(const cfg_knob_t *k, weft_config_t *cfg, const char *v)
     return k->parse(v, (char *)cfg + k->offset, k->cap);
 }
 
+/* cfg_set_default's values, by knob; NULL: the table's */
+static char *default_over[NKNOBS];
+
 const char *cfg_defaults(weft_config_t *cfg)
 {
     const char *bad = NULL;
     memset(cfg, 0, sizeof(*cfg));
     for (size_t i = 0; i < NKNOBS; i++)
-        if (knob_set(&knobs[i], cfg, knobs[i].defval) != 0 && bad == NULL)
+        if (knob_set(&knobs[i], cfg, default_over[i] ? default_over[i] : knobs[i].defval) != 0 &&
+            bad == NULL)
             bad = knobs[i].name;    /* a table error: test_algos checks there is none */
     return bad;
+}
+
+weft_status_t cfg_set_default(const char *name, const char *value)
+{
+    for (size_t i = 0; name && value && i < NKNOBS; i++) {
+        if (strcmp(knobs[i].name, name) != 0)
+            continue;
+        weft_config_t probe;
+        cfg_defaults(&probe);
+        if (knob_set(&knobs[i], &probe, value) != 0)
+            return weft_error(WEFT_ERR_INVALID_ARG, "config: %s='%s' is not valid", name,
+                              value);
+        char *v = strdup(value);
+        if (v == NULL)
+            return weft_error(WEFT_ERR_NO_MEMORY, "config: out of memory");
+        free(default_over[i]);
+        default_over[i] = v;
+        return WEFT_OK;
+    }
+    return weft_error(WEFT_ERR_INVALID_ARG, "config: no knob '%s'", name ? name : "(null)");
 }
 
 weft_status_t cfg_load(weft_config_t *out)

@@ -18,6 +18,7 @@ typedef struct weft_config {
     char debug[16];           /* WEFT_DEBUG (read by the logger) */
     char debug_subsys[128];   /* WEFT_DEBUG_SUBSYS (read by the logger) */
     double timeout_s;         /* WEFT_TIMEOUT */
+    double wait_warn_s;       /* WEFT_WAIT_WARN: a call waiting this long says so (0: never) */
     char transport[16];       /* WEFT_TRANSPORT: auto | shm | tcp | ucx | ib */
     char algo[16];            /* WEFT_ALGO: auto | a registered algorithm (comm/algo.c,
                                  which checks it: algo_check_config) */
@@ -63,6 +64,11 @@ weft_status_t cfg_load(weft_config_t *cfg);
 /* Every knob at its default; the name of a knob whose default does not parse (the table's
  * mistake: it then stays 0, as WEFT_IB_GID_INDEX's "-1" did until 2026-11-27), else NULL. */
 const char *cfg_defaults(weft_config_t *cfg);
+/* Another default for knob `name` in this copy of the library (an embedder's: the NCCL
+ * shim's WEFT_BIND=none and WEFT_TIMEOUT off, as NCCL): the environment still wins.
+ * WEFT_ERR_INVALID_ARG for an unknown knob or a value it does not take. Not thread-safe:
+ * call it before the first communicator. */
+weft_status_t cfg_set_default(const char *name, const char *value);
 void cfg_print(FILE *out, const weft_config_t *cfg);
 
 /* The knobs every rank of a communicator must set alike, because each rank picks its

@@ -33,6 +33,7 @@
 
 #include "nccl.h"
 #include "weft_cuda.h"
+#include "config.h"
 #include "cuda_kern.h"
 #include "log.h"
 #include "memtype.h"
@@ -44,7 +45,7 @@
 #define COMM_MAGIC 0x43746677u              /* "wftC": a live ncclComm */
 #define ID_MAGIC "weftNCCL"                 /* the first 8 bytes of a weft unique id */
 #define ID_MAGIC_LEN 8
-#define MAX_PREMUL 16
+#define MAX_PREMUL 256                /* live PreMulSum ops per communicator */
 
 /* An op from ncclRedOpCreatePreMulSum: each rank's input times its scalar, then a SUM. */
 typedef struct {
@@ -271,11 +272,30 @@ static ncclResult_t check_config(const char *fn, const ncclConfig_t *cfg)
         return fail(ncclInvalidArgument, "%s: config was not made with "
                     "NCCL_CONFIG_INITIALIZER (magic 0x%x, size %zu)", fn, cfg->magic,
                     cfg->size);
+    /* blocking 0 is taken, and the call completes before it returns, which NCCL's API
+     * allows (ncclSuccess where ncclInProgress could be) */
+    if (cfg->blocking != NCCL_CONFIG_UNDEF_INT && cfg->blocking != 0 && cfg->blocking != 1)
+        return fail(ncclInvalidArgument, "%s: config.blocking %d is not 0 or 1", fn,
+                    cfg->blocking);
     return ncclSuccess;
+}
+
+/* The shim's defaults, as NCCL behaves: no binding of the process (NCCL pins only its own
+ * threads; a PyTorch process's OpenMP threads and data-loader workers keep every cpu), and
+ * no call timeout (NCCL has none: PyTorch's watchdog aborts, at the timeout given to
+ * init_process_group); a long wait still logs at WEFT_WAIT_WARN. WEFT_BIND and
+ * WEFT_TIMEOUT set in the environment still rule. */
+static pthread_once_t defaults_once = PTHREAD_ONCE_INIT;
+
+static void shim_defaults(void)
+{
+    cfg_set_default("WEFT_BIND", "none");
+    cfg_set_default("WEFT_TIMEOUT", "1e9");
 }
 
 static void comm_init_now(ncclComm_t c)
 {
+    pthread_once(&defaults_once, shim_defaults);
     if (c->dev >= 0)
         cudaSetDevice(c->dev);
     weft_status_t st = weft_comm_init_rank(c->rank, c->nranks, c->addr, &c->w);

@@ -378,13 +378,14 @@ else
 fi
 # 3b. Failure paths of a running job: lost peer, silent peer, recorder dump, abort, a
 # mismatch in each field (3 ranks: not every rank sees the odd one's frames), and the
-# fault-injection loops (20 random kills per transport).
+# fault-injection loops (20 random kills on shm and tcp, 12 over ucx).
 if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
     ts=(shm tcp)
     [ "$HAVE_UCX" = 1 ] && ts+=(ucx)
     for t in "${ts[@]}"; do
+        # (timeout: with WEFT_WAIT_WARN=0.3 the wait is logged before it fails)
         for m in peer_exit timeout dump; do
-            run "test_fail $m $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=1 \
+            run "test_fail $m $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=1 WEFT_WAIT_WARN=0.3 \
                 "$WEFTRUN" -n 2 "$B/tests/test_fail" "$m"
         done
         # a peer busy outside weft (its windows closed) is late, not lost (WEFT_TCP_DEAD)
@@ -556,6 +557,13 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_progress" ]; then
             "$WEFTRUN" -n 2 "$P" timeout
         [ -x "$B/tests/test_devbuf_emu" ] && run "test_devbuf_emu -n 2 $t" env \
             WEFT_TRANSPORT=$t "$WEFTRUN" -n 2 "$B/tests/test_devbuf_emu"
+        # the NCCL shim's defaults are NCCL's: no binding of the process, no call timeout
+        # (a late rank's wait is logged "WEFT_TIMEOUT off" and the call completes)
+        [ -x "$B/tests/test_nccl_shim_emu" ] && run "test_nccl_shim_emu procs -n 2 $t" \
+            bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0"; [ "$rc" = 0 ] &&
+            grep -q "has waited .* for rank(s) 1(recv) (WEFT_TIMEOUT off)" "$0"' \
+            "$LOG/shim_procs.$t" env -u WEFT_BIND -u WEFT_TIMEOUT WEFT_TRANSPORT=$t \
+            WEFT_WAIT_WARN=0.3 "$WEFTRUN" -n 2 "$B/tests/test_nccl_shim_emu" procs
         run "test_progress peer_kill -n 3 $t" bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0";
             [ "$rc" = 137 ] && [ "$(grep -c "^ok" "$0")" = 8 ] && ! grep -q "^FAIL" "$0"' \
             "$LOG/peer_kill.out" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 "$P" peer_kill

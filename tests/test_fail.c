@@ -1198,9 +1198,41 @@ int main(int argc, char **argv)
             meet("timeout", rank, nranks, 4.0, 4.0);   /* silent until rank 0's call is over */
             _exit(0);                   /* rank 0 has failed by now: nothing to finish */
         }
+        /* with WEFT_WAIT_WARN below WEFT_TIMEOUT, the wait says so first (stderr read
+         * back from a file): a long wait is never silent, where WEFT_TIMEOUT is far off */
+        const char *ww = getenv("WEFT_WAIT_WARN");
+        char path[] = "/tmp/weft_test_fail_warn.XXXXXX";
+        int fd = ww ? mkstemp(path) : -1, saved = fd >= 0 ? dup(2) : -1;
+        if (saved >= 0) {
+            fflush(stderr);
+            dup2(fd, 2);
+        }
         t0 = now_s();
         st = weft_allreduce(buf, buf, 8, WEFT_FLOAT32, WEFT_SUM, c);
-        bad = expect(rank, "silent peer", st, WEFT_ERR_TIMEOUT, "rank(s) 1", now_s() - t0, 3.0);
+        double t = now_s() - t0;
+        if (saved >= 0) {
+            fflush(stderr);
+            dup2(saved, 2);
+            close(saved);
+        }
+        bad = expect(rank, "silent peer", st, WEFT_ERR_TIMEOUT, "rank(s) 1", t, 3.0);
+        if (fd >= 0) {
+            FILE *f = fopen(path, "r");
+            char line[512];
+            int warned = 0;
+            while (f && fgets(line, sizeof(line), f)) {
+                fputs(line, stderr);
+                warned |= strstr(line, "has waited") && strstr(line, "for rank(s) 1(recv)");
+            }
+            if (f)
+                fclose(f);
+            unlink(path);
+            close(fd);
+            printf("%s rank %d WEFT_WAIT_WARN=%s: %s\n", warned ? "ok" : "FAIL", rank, ww,
+                   warned ? "the wait was logged, naming rank 1, before the timeout"
+                          : "no 'has waited ... for rank(s) 1(recv)' warning");
+            bad |= !warned;
+        }
         meet("timeout", rank, nranks, 4.0, 0);
     } else if (!strcmp(mode, "timeout_root") && argc > 2 && nranks == 3) {
         bad = timeout_root(c, rank, argv[2], buf);

@@ -13,11 +13,14 @@
  * device buffers on 1 and 2 ranks through the shim, and runs PreMulSum ops (host and
  * device scalars, device and host buffers). Ends "N passed, N failed".
  */
+#define _GNU_SOURCE             /* sched_getaffinity, CPU_* */
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nccl.h"
 
@@ -493,8 +496,61 @@ static void test_grouped_splits(void)
     }
 }
 
-int main(void)
+/* procs: ranks as processes under weftrun, with NCCL_COMM_ID (else weftrun's rendezvous
+ * address, WEFT_ADDR) set, so that every rank's ncclGetUniqueId gives the same id, and neither WEFT_BIND nor WEFT_TIMEOUT: the shim's
+ * defaults are NCCL's. Init leaves the process's cpus alone (weft's own init binds each
+ * of 2 ranks on 2 cores to one: a PyTorch process's other threads would be held there),
+ * and a call has no timeout: rank 1 comes 1 s late to an all-reduce, which rank 0 logs at
+ * WEFT_WAIT_WARN with "WEFT_TIMEOUT off" (run.sh looks for it) and then completes. Needs a
+ * GPU, or the emulated runtime. Before 2026-11-27 both ranks were bound, and a call
+ * failed after 300 s. */
+static int procs_mode(void)
 {
+    const char *r = getenv("WEFT_RANK"), *n = getenv("WEFT_WORLD_SIZE");
+    if (getenv("NCCL_COMM_ID") == NULL && getenv("WEFT_ADDR") != NULL)
+        setenv("NCCL_COMM_ID", getenv("WEFT_ADDR"), 1);
+    if (r == NULL || n == NULL || getenv("NCCL_COMM_ID") == NULL) {
+        printf("FAIL procs: run under weftrun (or with NCCL_COMM_ID set)\n");
+        return 1;
+    }
+    int rank = atoi(r), nranks = atoi(n);
+    cpu_set_t before, after;
+    CPU_ZERO(&before);
+    CPU_ZERO(&after);
+    sched_getaffinity(0, sizeof(before), &before);
+    ncclUniqueId id;
+    ncclComm_t c = NULL;
+    check(ncclGetUniqueId(&id) == ncclSuccess &&
+          ncclCommInitRank(&c, nranks, id, rank) == ncclSuccess, "procs: init");
+    sched_getaffinity(0, sizeof(after), &after);
+    check(CPU_EQUAL(&before, &after), "procs: init left the process's cpus alone");
+    enum { N = 16 };
+    float h[N], *d = NULL;
+    for (int i = 0; i < N; i++)
+        h[i] = (float)(rank + i);
+    cudaStream_t st;
+    int ok = c != NULL && cudaStreamCreate(&st) == cudaSuccess &&
+             ncclMemAlloc((void **)&d, sizeof(h)) == ncclSuccess &&
+             cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice) == cudaSuccess;
+    if (ok && rank == 1)
+        sleep(1);
+    ok = ok && ncclAllReduce(d, d, N, ncclFloat, ncclSum, c, st) == ncclSuccess &&
+         cudaStreamSynchronize(st) == cudaSuccess &&
+         cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost) == cudaSuccess;
+    for (int i = 0; i < N && ok; i++)
+        ok = h[i] == (float)(nranks * (nranks - 1) / 2 + nranks * i);
+    check(ok, "procs: an all-reduce with a rank 1 s late");
+    ncclMemFree(d);
+    if (c)
+        ncclCommDestroy(c);
+    printf("test_nccl_shim procs rank %d: %d passed, %d failed\n", rank, passed, failed);
+    return failed != 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "procs"))
+        return procs_mode();
     /* a group that waits in a cycle must fail within the test's bound, not after 300 s */
     setenv("WEFT_TIMEOUT", "30", 0);
     int gpu = gpu_visible();
