@@ -43,6 +43,7 @@
 
 #define SHIM_EXPORT __attribute__((visibility("default")))
 #define COMM_MAGIC 0x43746677u              /* "wftC": a live ncclComm */
+#define COMM_ABORTED 0x41746677u            /* "wftA": aborted: kept, never freed (below) */
 #define ID_MAGIC "weftNCCL"                 /* the first 8 bytes of a weft unique id */
 #define ID_MAGIC_LEN 8
 #define MAX_PREMUL 256                /* live PreMulSum ops per communicator */
@@ -61,6 +62,9 @@ struct ncclComm {
     int rank, nranks, dev;      /* dev: the CUDA device at init, -1 when none is visible */
     int finalized;
     ncclResult_t async;         /* the first failure of a call whose caller saw success */
+    ncclComm_t next_aborted;    /* the list of aborted ncclComms, kept (comm_free) */
+    int aborting;               /* set by ncclCommAbort before it waits for inflight:
+                                 * a call counted after it sees it and runs nothing */
     int inflight;               /* threads running this comm's calls (atomic): an abort
                                  * from another thread waits for them to leave */
     char addr[NCCL_UNIQUE_ID_BYTES];
@@ -166,6 +170,8 @@ static ncclResult_t check_comm(const char *fn, ncclComm_t c, int need_ready)
 {
     if (c == NULL)
         return fail(ncclInvalidArgument, "%s: comm is NULL", fn);
+    if (c->magic == COMM_ABORTED)
+        return fail(ncclInvalidArgument, "%s: comm was aborted (ncclCommAbort)", fn);
     if (c->magic != COMM_MAGIC)
         return fail(ncclInvalidArgument, "%s: comm is not a live communicator", fn);
     if (need_ready && c->finalized)
@@ -564,8 +570,14 @@ static ncclResult_t run_comm_calls(ncclComm_t c, const gop_t *ops, size_t n);
  * together after the rest). Counted in c->inflight while it runs. */
 static ncclResult_t run_comm(ncclComm_t c, const gop_t *ops, size_t n)
 {
+    /* counted first, then the abort flag read (both sequentially consistent, as the
+     * abort's store and count): either the abort waits for this call, or the call sees
+     * the abort and leaves weft's communicator, which the abort destroys, alone */
     __atomic_add_fetch(&c->inflight, 1, __ATOMIC_SEQ_CST);
-    ncclResult_t r = run_comm_calls(c, ops, n);
+    ncclResult_t r = __atomic_load_n(&c->aborting, __ATOMIC_SEQ_CST)
+                     ? fail(ncclInvalidUsage, "comm was aborted (ncclCommAbort) while this "
+                            "call started")
+                     : run_comm_calls(c, ops, n);
     __atomic_sub_fetch(&c->inflight, 1, __ATOMIC_SEQ_CST);
     return r;
 }
@@ -743,7 +755,10 @@ SHIM_EXPORT ncclResult_t ncclGroupEnd(void)
         r = run_ops(group_ops, group_n);
         restore_device(dev);
     }
-    group_n = 0;
+    /* the queue is this thread's: freed here, not left behind when the thread exits */
+    free(group_ops);
+    group_ops = NULL;
+    group_n = group_cap = 0;
     group_err = ncclSuccess;
     return r;
 }
@@ -898,7 +913,10 @@ SHIM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm)
 /* Destroy: no call of comm may be running (NCCL's rule; refused, not a use after free).
  * Abort: the calls running on other threads are aborted (weft_comm_abort wakes them) and
  * waited for, 10 s at most; one still inside then (a CUDA wait weft cannot cut short)
- * keeps the communicator's memory: it is leaked, not freed under that thread. */
+ * keeps the communicator's memory: it is leaked, not freed under that thread. An aborted
+ * ncclComm itself is never freed (about 6 KB): a call on another thread may have checked
+ * it just before the abort (PyTorch's watchdog aborts while the main thread issues
+ * calls), and then finds it marked, not freed memory. */
 static ncclResult_t comm_free(const char *fn, ncclComm_t comm, int abort)
 {
     ncclResult_t r = check_comm(fn, comm, 0);
@@ -908,13 +926,15 @@ static ncclResult_t comm_free(const char *fn, ncclComm_t comm, int abort)
         return fail(ncclInvalidUsage, "%s: a call on this communicator is still running on "
                     "another thread (ncclCommAbort stops it)", fn);
     weft_status_t st = WEFT_OK;
+    if (abort)
+        __atomic_store_n(&comm->aborting, 1, __ATOMIC_SEQ_CST);
     if (comm->w && abort) {
         weft_comm_abort(comm->w);
         for (int ms = 0; ms < 10000 && __atomic_load_n(&comm->inflight, __ATOMIC_SEQ_CST) > 0;
              ms++)
             usleep(1000);
         if (__atomic_load_n(&comm->inflight, __ATOMIC_SEQ_CST) > 0) {
-            comm->magic = 0;        /* no new call starts on it */
+            comm->magic = COMM_ABORTED;     /* no new call starts on it */
             LOG_WARN(LOG_INIT, "%s: a call on rank %d was still running 10 s after the "
                      "abort: the communicator is left allocated", fn, comm->rank);
             return ncclSuccess;
@@ -922,16 +942,30 @@ static ncclResult_t comm_free(const char *fn, ncclComm_t comm, int abort)
     }
     if (comm->w)
         st = weft_comm_destroy(comm->w);
+    comm->w = NULL;
     if (comm->scratch_ev) {
         cudaEventSynchronize(comm->scratch_ev);
         cudaEventDestroy(comm->scratch_ev);
     }
+    comm->scratch_ev = NULL;
     if (comm->scratch_dev)
         cudaFree(comm->scratch_dev);
+    comm->scratch_dev = NULL;
     free(comm->scratch_host);
+    comm->scratch_host = NULL;
+    if (abort) {
+        comm->magic = COMM_ABORTED;
+        static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+        static ncclComm_t aborted;      /* kept where it can be found, not leaked */
+        pthread_mutex_lock(&lock);
+        comm->next_aborted = aborted;
+        aborted = comm;
+        pthread_mutex_unlock(&lock);
+        return ncclSuccess;
+    }
     comm->magic = 0;
     free(comm);
-    return abort ? ncclSuccess : from_weft(st);
+    return from_weft(st);
 }
 
 /* A NULL communicator: nothing to do, success (NCCL's answer; cleanup after a failed
@@ -953,12 +987,17 @@ SHIM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *er
         return r;
     if (err == NULL)
         return fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
-    /* a queued call (WEFT_CUDA_ASYNC) that failed after its call returned success */
-    if (comm->async == ncclSuccess && comm->w && mem_cuda_visible(NULL)) {
+    /* a queued call (WEFT_CUDA_ASYNC) that failed after its call returned success;
+     * counted as a call, so that an abort on another thread does not destroy weft's
+     * communicator under it (run_comm) */
+    __atomic_add_fetch(&comm->inflight, 1, __ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&comm->aborting, __ATOMIC_SEQ_CST) && comm->async == ncclSuccess &&
+        comm->w && mem_cuda_visible(NULL)) {
         weft_status_t st = weft_stream_error(comm->w);
         if (st != WEFT_OK)
             comm->async = from_weft(st);
     }
+    __atomic_sub_fetch(&comm->inflight, 1, __ATOMIC_SEQ_CST);
     *err = comm->async;
     return ncclSuccess;
 }

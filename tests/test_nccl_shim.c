@@ -496,6 +496,60 @@ static void test_grouped_splits(void)
     }
 }
 
+/* An abort from another thread while this one issues calls (PyTorch's watchdog aborts while
+ * the main thread enqueues): every call before it succeeds, every call after it fails,
+ * and none touches freed memory (under ASan: before 2026-11-27 a call that had checked
+ * the comm just before the abort used the freed ncclComm). Trials at random moments. */
+typedef struct {
+    ncclComm_t c;
+    float *d;
+    cudaStream_t st;
+    int calls, ended;
+    ncclResult_t last;
+} spin_arg_t;
+
+static void *spin_calls(void *v)
+{
+    spin_arg_t *a = v;
+    for (a->calls = 0; a->calls < 1000000; a->calls++) {
+        a->last = ncclAllReduce(a->d, a->d, 4, ncclFloat, ncclSum, a->c, a->st);
+        if (a->last != ncclSuccess)
+            break;
+    }
+    __atomic_store_n(&a->ended, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void test_abort_race(int trials)
+{
+    int ok = 1;
+    unsigned seed = 12345;
+    for (int k = 0; k < trials && ok; k++) {
+        ncclUniqueId id;
+        spin_arg_t a = { 0 };
+        pthread_t t;
+        ok = ncclGetUniqueId(&id) == ncclSuccess && ncclCommInitRank(&a.c, 1, id, 0) ==
+             ncclSuccess && cudaStreamCreate(&a.st) == cudaSuccess &&
+             ncclMemAlloc((void **)&a.d, 4 * sizeof(float)) == ncclSuccess &&
+             pthread_create(&t, NULL, spin_calls, &a) == 0;
+        if (!ok)
+            break;
+        usleep(rand_r(&seed) % 300);
+        ok = ncclCommAbort(a.c) == ncclSuccess;
+        pthread_join(t, NULL);
+        ok = ok && a.ended && a.last != ncclSuccess;
+        if (!ok)
+            printf("trial %d: abort %s, the calling thread %s after %d calls (last %d)\n", k,
+                   "returned", a.ended ? "ended" : "ran on", a.calls, (int)a.last);
+        ncclMemFree(a.d);
+        cudaStreamDestroy(a.st);
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "%d aborts while another thread calls: its calls then fail, "
+             "nothing freed under it", trials);
+    check(ok, what);
+}
+
 /* procs: ranks as processes under weftrun, with NCCL_COMM_ID (else weftrun's rendezvous
  * address, WEFT_ADDR) set, so that every rank's ncclGetUniqueId gives the same id, and neither WEFT_BIND nor WEFT_TIMEOUT: the shim's
  * defaults are NCCL's. Init leaves the process's cpus alone (weft's own init binds each
@@ -588,6 +642,8 @@ int main(int argc, char **argv)
 
     test_threads(2);
     test_threads(4);
+    if (gpu)
+        test_abort_race(100);
 
     /* one thread, three ranks: the inits must run together at ncclGroupEnd */
     ncclComm_t g[3] = { NULL, NULL, NULL };
