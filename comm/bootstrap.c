@@ -12,6 +12,7 @@
  * disturbing the job. Every wait has the init deadline.
  */
 #define _GNU_SOURCE     /* POLLRDHUP */
+#include <errno.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <stdlib.h>
@@ -146,66 +147,131 @@ static weft_status_t report_missing(bootstrap_t *bs, int have, weft_status_t st)
     return st;
 }
 
-/* Rank 0: accept until every other rank is connected. */
+/* Rank 0: one connection's handshake and hello, now that it has sent something. 1 when it
+ * is a rank (registered), 0 when it was dropped (closed), <0 when rank 0 itself failed or
+ * the deadline passed in it (*st_p then says so). */
+static int greet(bootstrap_t *bs, int fd, const char *secret, int have, weft_status_t *st_p)
+{
+    int peer;
+    /* a real rank sends its whole hello as it connects; one that sent part of one may hold
+     * the loop HELLO_WAIT_NS at most */
+    uint64_t hello_deadline = WEFT_MIN(bs->deadline, time_ns() + HELLO_WAIT_NS);
+    weft_status_t st = auth_handshake(fd, secret, AUTH_BOOTSTRAP, 0, 0, hello_deadline, &peer);
+    boot_msg_t m;
+    if (st == WEFT_OK)
+        st = sock_recv_all(fd, &m, sizeof(m), hello_deadline);
+    if (st == WEFT_OK && (m.magic != BOOT_MAGIC || m.nranks != (uint32_t)bs->nranks ||
+                          m.pad != bs->job_tag || peer <= 0 || peer >= bs->nranks ||
+                          bs->fds[peer] >= 0)) {
+        int dup = peer > 0 && peer < bs->nranks && bs->fds[peer] >= 0;
+        LOG_WARN(LOG_BOOT, "bootstrap: dropped a connection claiming rank %d of %u "
+                 "(job has %d ranks%s%s)", peer, m.nranks, bs->nranks,
+                 dup ? ", duplicate" : "", m.magic == BOOT_MAGIC && m.pad != bs->job_tag ?
+                 ", from another job: its launcher's job id differs" : "");
+        if (m.magic == BOOT_MAGIC)
+            snprintf(bs->dropped, sizeof(bs->dropped), "rank %d %s", peer,
+                     m.pad != bs->job_tag ? "of another job" :
+                     m.nranks != (uint32_t)bs->nranks ? "started for another job size" :
+                     "a second time");
+        if (m.magic == BOOT_MAGIC)  /* a weft rank: it learns why, not "rank 0 lost" */
+            tell_dropped(fd, m.pad != bs->job_tag ? DROP_JOB :
+                         m.nranks != (uint32_t)bs->nranks ? DROP_SIZE : DROP_DUP,
+                         m.nranks != (uint32_t)bs->nranks ? (uint32_t)bs->nranks
+                                                          : (uint32_t)peer,
+                         (uint32_t)bs->nranks);
+        st = WEFT_ERR_AUTH;
+    }
+    if (st == WEFT_OK) {
+        bs->fds[peer] = fd;
+        return 1;
+    }
+    close(fd);
+    if (st == WEFT_ERR_SYSTEM || st == WEFT_ERR_NO_MEMORY) {
+        /* rank 0's own failure (out of fds, memory), not a stranger's: the ranks that
+         * joined are told, the others' connections close with the listener */
+        tell_failure(bs, BOOT_FAIL, 0, st);
+        *st_p = st;
+        return -1;
+    }
+    /* a stranger that held the loop to the deadline is not the news: the rank that never
+     * came is (a port scanner or health probe at the end) */
+    if (st == WEFT_ERR_TIMEOUT && time_ns() >= bs->deadline) {
+        *st_p = report_missing(bs, have, st);
+        return -1;
+    }
+    return 0;           /* a stray or hostile connection: keep waiting */
+}
+
+/* Rank 0: accept until every other rank is connected. Every connection is accepted at once
+ * into a pending set, and its handshake runs once it has sent something: a real rank sends
+ * its hello as it connects, so strangers that connect and say nothing cost nothing and
+ * cannot fill the listen queue ahead of a rank (before 2026-11-27 they were taken one at a
+ * time, 2 s each, behind a queue of nranks: a few held it through the deadline). Past
+ * PENDING_MAX silent ones, the oldest is closed. */
+#define PENDING_MAX 64
+
 static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
 {
-    int have = 1;
-    while (have < bs->nranks) {
-        int fd, peer;
-        weft_status_t ast = sock_accept(lfd, bs->deadline, &fd);
-        if (ast == WEFT_ERR_SYSTEM || ast == WEFT_ERR_NO_MEMORY) {
-            tell_failure(bs, BOOT_FAIL, 0, ast);    /* rank 0's own (out of fds) */
-            return ast;
-        }
-        if (ast != WEFT_OK)
-            return report_missing(bs, have, ast);
-        /* A real rank says hello as soon as it connects; a stranger that says nothing
-         * may hold the (one-at-a-time) accept loop for HELLO_WAIT_NS at most. */
-        uint64_t hello_deadline = WEFT_MIN(bs->deadline, time_ns() + HELLO_WAIT_NS);
-        weft_status_t st = auth_handshake(fd, secret, AUTH_BOOTSTRAP, 0, 0, hello_deadline,
-                                          &peer);
-        boot_msg_t m;
-        if (st == WEFT_OK)
-            st = sock_recv_all(fd, &m, sizeof(m), hello_deadline);
-        if (st == WEFT_OK && (m.magic != BOOT_MAGIC || m.nranks != (uint32_t)bs->nranks ||
-                              m.pad != bs->job_tag || peer <= 0 || peer >= bs->nranks ||
-                              bs->fds[peer] >= 0)) {
-            int dup = peer > 0 && peer < bs->nranks && bs->fds[peer] >= 0;
-            LOG_WARN(LOG_BOOT, "bootstrap: dropped a connection claiming rank %d of %u "
-                     "(job has %d ranks%s%s)", peer, m.nranks, bs->nranks,
-                     dup ? ", duplicate" : "", m.magic == BOOT_MAGIC && m.pad != bs->job_tag ?
-                     ", from another job: its launcher's job id differs" : "");
-            if (m.magic == BOOT_MAGIC)
-                snprintf(bs->dropped, sizeof(bs->dropped), "rank %d %s", peer,
-                         m.pad != bs->job_tag ? "of another job" :
-                         m.nranks != (uint32_t)bs->nranks ? "started for another job size" :
-                         "a second time");
-            if (m.magic == BOOT_MAGIC)  /* a weft rank: it learns why, not "rank 0 lost" */
-                tell_dropped(fd, m.pad != bs->job_tag ? DROP_JOB :
-                             m.nranks != (uint32_t)bs->nranks ? DROP_SIZE : DROP_DUP,
-                             m.nranks != (uint32_t)bs->nranks ? (uint32_t)bs->nranks
-                                                              : (uint32_t)peer,
-                             (uint32_t)bs->nranks);
-            st = WEFT_ERR_AUTH;
-        }
-        if (st != WEFT_OK) {
-            close(fd);
-            if (st == WEFT_ERR_SYSTEM || st == WEFT_ERR_NO_MEMORY) {
-                /* rank 0's own failure (out of fds, memory), not a stranger's: the ranks
-                 * that joined are told, the others' connections close with the listener */
-                tell_failure(bs, BOOT_FAIL, 0, st);
-                return st;
-            }
-            /* a stranger that held the accept loop to the deadline is not the news: the
-             * rank that never came is (a port scanner or health probe at the end) */
-            if (st == WEFT_ERR_TIMEOUT && time_ns() >= bs->deadline)
-                return report_missing(bs, have, st);
-            continue;       /* a stray or hostile connection: keep waiting */
-        }
-        bs->fds[peer] = fd;
-        have++;
+    int have = 1, pend[PENDING_MAX], np = 0, crowded = 0;
+    weft_status_t st = WEFT_OK;
+    if (sock_set_nonblock(lfd) != WEFT_OK) {
+        tell_failure(bs, BOOT_FAIL, 0, WEFT_ERR_SYSTEM);
+        return WEFT_ERR_SYSTEM;
     }
-    return WEFT_OK;
+    while (have < bs->nranks && st == WEFT_OK) {
+        uint64_t now = time_ns();
+        if (now >= bs->deadline) {
+            st = report_missing(bs, have, weft_error_quiet(WEFT_ERR_TIMEOUT, "accept: no "
+                                "connection before the deadline"));
+            break;
+        }
+        struct pollfd pf[1 + PENDING_MAX];
+        pf[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+        for (int i = 0; i < np; i++)
+            pf[1 + i] = (struct pollfd){ .fd = pend[i], .events = POLLIN };
+        int ms = (int)WEFT_MIN((bs->deadline - now + 999999) / 1000000, 100);
+        int n = poll(pf, (nfds_t)(1 + np), ms);
+        if (n < 0 && errno != EINTR) {
+            st = weft_error(WEFT_ERR_SYSTEM, "bootstrap: poll: %m");
+            tell_failure(bs, BOOT_FAIL, 0, st);
+            break;
+        }
+        /* the pending ones that spoke (or hung up), newest first: a swap with the last
+         * moves only one already looked at */
+        for (int i = np - 1; n > 0 && i >= 0 && st == WEFT_OK && have < bs->nranks; i--) {
+            if (!(pf[1 + i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            int fd = pend[i];
+            pend[i] = pend[--np];
+            int r = greet(bs, fd, secret, have, &st);
+            have += r > 0;
+        }
+        while (n > 0 && (pf[0].revents & POLLIN) && st == WEFT_OK && have < bs->nranks) {
+            int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+            if (fd < 0) {
+                if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
+                    continue;
+                if (errno == EAGAIN || errno == EWOULDBLOCK)
+                    break;
+                st = weft_error(WEFT_ERR_SYSTEM, "accept: %m%s", sock_fd_hint(errno));
+                tell_failure(bs, BOOT_FAIL, 0, st);    /* rank 0's own (out of fds) */
+                break;
+            }
+            if (np == PENDING_MAX) {
+                if (!crowded++)
+                    LOG_WARN(LOG_BOOT, "bootstrap: %d connections at the rendezvous have "
+                             "said nothing: closing the oldest of them as others come",
+                             PENDING_MAX);
+                close(pend[0]);
+                memmove(pend, pend + 1, (size_t)(np - 1) * sizeof(pend[0]));
+                np--;
+            }
+            pend[np++] = fd;
+        }
+    }
+    for (int i = 0; i < np; i++)
+        close(pend[i]);
+    return st;
 }
 
 static weft_status_t join(bootstrap_t *bs, const struct sockaddr_in *addr, const char *secret)
@@ -262,7 +328,7 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous,
                      sock_addr_str(&addr, as, sizeof(as)), ntohs(addr.sin_port));
             addr.sin_addr.s_addr = htonl(INADDR_ANY);
         }
-        st = sock_listen(&addr, nranks, &lfd);
+        st = sock_listen(&addr, 0, &lfd);     /* SOMAXCONN: strangers never fill it */
         if (st != WEFT_OK)
             st = weft_error(st, "bootstrap: rank 0 of %d cannot listen at the rendezvous %s: "
                             "%s (it must name this host, and its port must be free: another "

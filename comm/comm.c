@@ -116,6 +116,14 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
     /* a name may not resolve yet (rank 0's service name on Kubernetes) */
     GOTO_IF_ERR(sock_resolve_addr(rendezvous, c->setup_deadline, &c->rdv_addr), st, fail);
     c->rdv_named_lo = nranks > 1 && sock_named_loopback(rendezvous, &c->rdv_addr);
+    /* without a secret, whoever reaches the rendezvous during init joins as a rank: said
+     * once, by rank 0, where that can be more than this host's own processes */
+    if (nranks > 1 && rank == 0 && !c->has_secret &&
+        ((ntohl(c->rdv_addr.sin_addr.s_addr) >> 24) != 127 || c->rdv_named_lo))
+        LOG_WARN(LOG_INIT, "no WEFT_SECRET: any process that reaches the rendezvous %s during "
+                 "init can join this job as a rank and receive its data; export the same "
+                 "WEFT_SECRET to every rank (e.g. openssl rand -hex 16; -x WEFT_SECRET, "
+                 "-genvlist WEFT_SECRET, srun --export=ALL)", rendezvous);
     if (nranks > 1 && c->rdv_addr.sin_port == 0) {
         st = weft_error(WEFT_ERR_INVALID_ARG, "comm_init: rendezvous '%s' has port 0: rank 0 "
                         "would listen on a port of the kernel's choosing that no other rank "

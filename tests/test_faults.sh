@@ -83,7 +83,9 @@ done
 # the dead ones (any weft-*-p<pid> whose pid is gone) and keep the live one.
 (exit 0) & dead=$!
 wait "$dead"
-touch "/dev/shm/weft-00000000feedf00d-1-p$dead" "/dev/shm/weft-00000000feedf00d-1-p$$"
+# (names of both forms: /weft-ID-RANK-RANDOM-pPID, and before 2026-11-27 /weft-ID-RANK-pPID)
+touch "/dev/shm/weft-00000000feedf00d-1-p$dead" "/dev/shm/weft-00000000feedf00d-1-p$$" \
+    "/dev/shm/weft-00000000feedf00d-2-00000000c0ffee00-p$dead"
 WEFT_TRANSPORT=$T timeout -k 5 20 "$B/bin/weftrun" -n 2 "$B/tests/test_fail" dump >/dev/null 2>&1
 left=""
 for f in /dev/shm/weft-*-p*; do

@@ -11,7 +11,8 @@ at once, one that connects and says nothing (it must not hold the job up), and a
 of the bytes the real rank 1 sent to an earlier job's rendezvous (recorded through a
 proxy: the nonces make it worthless). The job must then complete with correct results,
 rank 0 must have logged the refusals, and nothing may crash or hang (every step is
-time-bounded). Then rank 0 alone, with a silent stranger holding its accept loop through
+time-bounded). Then strangers that connect and say nothing, held open, a new one each
+time rank 0 takes one: the job must start at once. Then rank 0 alone, with a silent stranger holding its accept loop through
 the deadline: it must name the rank that did not arrive. Prints `test_hostile.py: N passed,
 M failed`.
 """
@@ -183,6 +184,68 @@ def main():
           f"rank 0 logged the refused connections ({len(warns)} warnings)")
     if failed:
         print(out0[-3000:])
+    silent_flood(t_plain)
+
+
+def silent_flood(t_plain):
+    """Strangers that connect to rank 0's rendezvous and say nothing, held open, and a new
+    one each time rank 0 takes one (its hello arrives), from before rank 1 starts until
+    the job ends (anyone who reaches the port can do it, secret or not): the job must still
+    start at once. Before 2026-11-27 rank 0 took them one at a time, 2 s each, behind a
+    listen queue of nranks that the new ones kept full, and the job failed."""
+    import select
+    port = free_port()
+    r0 = start(0, port)
+    if not wait_listening(port):
+        r0.kill()
+        check(False, "rank 0 listens (silent flood)")
+        return
+    held, stop = [], threading.Event()
+
+    def connect_one():
+        if len(held) >= 300:            # (this process's descriptors)
+            return
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", port))
+        held.append(s)
+
+    def attacker():
+        for _ in range(8):
+            connect_one()
+        while not stop.is_set() and len(held) < 300:
+            live = [s for s in held if s.fileno() >= 0]
+            r, _, _ = select.select(live, [], [], 0.05)
+            for s in r:                 # rank 0 took it: its hello came; one more goes in
+                try:
+                    s.recv(4096)
+                except OSError:
+                    pass
+                connect_one()
+
+    t = threading.Thread(target=attacker, daemon=True)
+    t.start()
+    time.sleep(0.5)
+    t_job = time.time()
+    r1 = start(1, port)
+    try:
+        out1, _ = r1.communicate(timeout=60)
+        out0, _ = r0.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        r0.kill(), r1.kill()
+        out0 = ""
+    t_done = time.time() - t_job
+    stop.set()
+    t.join(5)
+    for s in held:
+        s.close()
+    check(r0.returncode == 0 and r1.returncode == 0 and "Out of bounds values : 0 OK" in out0
+          and t_done < t_plain + 2,
+          f"{len(held)} silent strangers at the rendezvous, a new one for each taken: the "
+          f"job started at once and completed (exit {r0.returncode}, {r1.returncode}; "
+          f"{t_done:.1f} s, a plain job {t_plain:.1f} s)")
+    if r0.returncode != 0:
+        print(out0[-1500:])
 
 
 def stranger_at_the_end():

@@ -30,7 +30,7 @@ clean_env() {
         -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_LOCAL_SIZE -u OMPI_MCA_ess_base_jobid \
         -u PMIX_NAMESPACE -u PMI_RANK -u PMI_SIZE -u PMI_JOBID -u MPI_LOCALNRANKS \
         -u SLURM_PROCID -u SLURM_NTASKS -u SLURM_STEP_NUM_TASKS \
-        -u TORCHELASTIC_USE_AGENT_STORE "$@"
+        -u TORCHELASTIC_USE_AGENT_STORE -u WEFT_SECRET "$@"
 }
 
 # two_ranks NAME VARS_FOR_RANK_0 -- VARS_FOR_RANK_1: both must exit 0.
@@ -69,6 +69,23 @@ two_ranks "torchrun variables (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)" \
 p=$(port)
 two_ranks "PMI variables (PMI_RANK/PMI_SIZE) with WEFT_ADDR" \
     "PMI_RANK=0 PMI_SIZE=2 WEFT_ADDR=127.0.0.1:$p" "PMI_RANK=1 PMI_SIZE=2 WEFT_ADDR=127.0.0.1:$p"
+# no WEFT_SECRET: nothing said where only this host's processes reach the rendezvous (the
+# loopback above), a warning from rank 0 where others can (0.0.0.0, every interface)
+if grep -q "no WEFT_SECRET" "$OUT/r0" "$OUT/r1"; then
+    bad "no WEFT_SECRET, loopback rendezvous: no warning wanted" "$OUT/r0"
+else
+    ok "no WEFT_SECRET, loopback rendezvous: no warning"
+fi
+p=$(port)
+two_ranks "no WEFT_SECRET, rendezvous 0.0.0.0: the job runs" \
+    "WEFT_RANK=0 WEFT_WORLD_SIZE=2 WEFT_ADDR=0.0.0.0:$p" "WEFT_RANK=1 WEFT_WORLD_SIZE=2 WEFT_ADDR=0.0.0.0:$p"
+if [ "$(grep -c "no WEFT_SECRET: any process that reaches the rendezvous 0.0.0.0:$p" \
+        "$OUT/r0" "$OUT/r1" | awk -F: '{ s += $2 } END { print s }')" = 1 ]; then
+    ok "no WEFT_SECRET, rendezvous 0.0.0.0: rank 0 (only) warns that anyone can join"
+else
+    cat "$OUT/r0" "$OUT/r1" >"$OUT/nosecret"
+    bad "no WEFT_SECRET, rendezvous 0.0.0.0: one warning wanted" "$OUT/nosecret"
+fi
 
 job=$((100000 + RANDOM))
 # srun's step count wins over the allocation's, and a WORLD_SIZE exported for another

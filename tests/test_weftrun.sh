@@ -367,6 +367,12 @@ case_options() {
     out=$(FOO=here timeout 20 "$W" -n 2 -x FOO sh -c 'echo ${FOO-unset}' | sort -u)
     if [ "$out" = "here" ]; then ok "-x VAR alone passes its value on"
     else fail "-x VAR alone" "the ranks saw '$out'"; fi
+    # -x WEFT_SECRET=value works, and says the secret is on the command line (ps)
+    out=$(timeout 20 "$W" -n 2 -x WEFT_SECRET=0123456789abcdef0123 sh -c 'echo $WEFT_SECRET' \
+        2>"$T/sx.err" | sort -u)
+    if [ "$out" = "0123456789abcdef0123" ] && grep -q "every user of this host can read" "$T/sx.err"
+    then ok "-x WEFT_SECRET=value: passed on, with a warning"
+    else fail "-x WEFT_SECRET=value" "ranks saw '$out'; stderr: $(cat "$T/sx.err")"; fi
     # --report-bindings without --bind-to core says the rank was left unbound, and by whom
     timeout 20 "$W" -n 2 --report-bindings true 2>"$T/rb.err"
     if [ "$(grep -c 'not bound by weftrun (weft.s init places it' "$T/rb.err")" = 2 ]; then

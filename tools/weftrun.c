@@ -315,12 +315,19 @@ static void set_env(const char *name, const char *value)
 static void setup_env(const opts_t *o)
 {
     char addr[300], num[16];
-    const char *secret = getenv("WEFT_SECRET");
 
-    for (int i = 0; i < o->nx; i++)   /* "VAR" alone is inherited as it is (putenv of a
-                                         name without '=' would unset it) */
+    for (int i = 0; i < o->nx; i++) {   /* "VAR" alone is inherited as it is (putenv of a
+                                           name without '=' would unset it) */
+        if (!strncmp(o->xvars[i], "WEFT_SECRET=", 12))
+            fprintf(stderr, "weftrun: -x WEFT_SECRET=... puts the secret on the command line, "
+                    "which every user of this host can read (ps); export WEFT_SECRET and "
+                    "pass -x WEFT_SECRET, or let weftrun make one\n");
         if (strchr(o->xvars[i], '=') && putenv(o->xvars[i]) != 0)
             die("cannot set %s: %m", o->xvars[i]);
+    }
+    /* read after -x: a secret given there is the job's (before 2026-11-27 a fresh one
+     * replaced it when the caller's environment had none) */
+    const char *secret = getenv("WEFT_SECRET");
     if (!secret || !*secret) {
         unsigned char raw[16];
         char hex[33];

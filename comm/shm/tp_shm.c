@@ -188,8 +188,10 @@ static int shm_can_connect(const weft_comm_t *comm, const peer_info_t *self,
     return self->host_id == peer->host_id && shm_addr_of(peer, &a);
 }
 
-/* Segments are named /weft-<comm id>-<rank>-p<pid> and unlinked once every peer has
- * mapped them; only a job that died during init leaves one. The next job on the host
+/* Segments are named /weft-<comm id>-<rank>-<random>-p<pid> (/weft-<comm id>-<rank>-p<pid>
+ * before 2026-11-27: another user who saw a communicator's id in /dev/shm could create a
+ * split's names first, and the split failed "File exists") and unlinked once every peer
+ * has mapped them; only a job that died during init leaves one. The next job on the host
  * removes those whose creator no longer exists (a pid from another pid namespace looks
  * dead too: weft assumes one /dev/shm per pid namespace, as containers give). Every
  * communicator init calls it, whatever its transports, so a tcp-only job cleans up too. */
@@ -200,10 +202,14 @@ void shm_remove_stale_segments(void)
     if (d == NULL)
         return;
     while ((de = readdir(d)) != NULL) {
-        unsigned long long id;
+        unsigned long long id, nonce;
         int rank, pid, end = 0;
-        if (sscanf(de->d_name, "weft-%16llx-%d-p%d%n", &id, &rank, &pid, &end) != 3 ||
-            de->d_name[end] != '\0' || pid <= 0)
+        if ((sscanf(de->d_name, "weft-%16llx-%d-%16llx-p%d%n", &id, &rank, &nonce, &pid,
+                    &end) != 4 || de->d_name[end] != '\0') &&
+            (end = 0, sscanf(de->d_name, "weft-%16llx-%d-p%d%n", &id, &rank, &pid, &end) != 3 ||
+             de->d_name[end] != '\0'))
+            continue;
+        if (pid <= 0)
             continue;
         if (kill(pid, 0) != 0 && errno == ESRCH) {
             char name[300];
@@ -234,9 +240,19 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
         return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
     size_t ring = align_up(comm->cfg.buffsize, 4096);
     l->bytes = SEG_HDR_BYTES + (size_t)comm->nranks * slot_bytes(ring);
-    snprintf(l->name, sizeof(l->name), "/weft-%016llx-%d-p%d", (unsigned long long)comm->id,
-             comm->rank, (int)getpid());
-    int fd = shm_open(l->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    /* a random part, tried again on a name taken: the name travels in the address */
+    int fd = -1;
+    for (int tries = 0; tries < 8 && fd < 0; tries++) {
+        uint64_t nonce;
+        if (random_bytes(&nonce, sizeof(nonce)) != 0)
+            nonce = time_ns() ^ ((uint64_t)tries << 56);
+        snprintf(l->name, sizeof(l->name), "/weft-%016llx-%d-%016llx-p%d",
+                 (unsigned long long)comm->id, comm->rank, (unsigned long long)nonce,
+                 (int)getpid());
+        fd = shm_open(l->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
     if (fd < 0) {
         weft_status_t st = weft_error(WEFT_ERR_SYSTEM, "shm: cannot create %s: %m%s", l->name,
                                       sock_fd_hint(errno));
