@@ -582,7 +582,7 @@ static int procs_mode(void)
     float h[N], *d = NULL;
     for (int i = 0; i < N; i++)
         h[i] = (float)(rank + i);
-    cudaStream_t st;
+    cudaStream_t st = NULL;
     int ok = c != NULL && cudaStreamCreate(&st) == cudaSuccess &&
              ncclMemAlloc((void **)&d, sizeof(h)) == ncclSuccess &&
              cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice) == cudaSuccess;
@@ -595,6 +595,8 @@ static int procs_mode(void)
         ok = h[i] == (float)(nranks * (nranks - 1) / 2 + nranks * i);
     check(ok, "procs: an all-reduce with a rank 1 s late");
     ncclMemFree(d);
+    if (st != NULL)
+        cudaStreamDestroy(st);
     if (c)
         ncclCommDestroy(c);
     printf("test_nccl_shim procs rank %d: %d passed, %d failed\n", rank, passed, failed);
