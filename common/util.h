@@ -4,8 +4,12 @@
 #ifndef WEFT_UTIL_H
 #define WEFT_UTIL_H
 
+#include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "weft.h"
@@ -59,6 +63,26 @@ static inline int dtype_valid(int d) { return d >= 0 && d < WEFT_NUM_DTYPES; }
 static inline int op_valid(int o)    { return o >= 0 && o < WEFT_NUM_OPS; }
 
 /* a * b without overflow: returns 0 and sets *out, or -1 when it would overflow. */
+/* 1 when process pid has exited: gone (ESRCH: EPERM is also what a security policy that
+ * forbids signals between ranks answers for a live one), or a zombie its parent has not
+ * reaped yet, which kill() still finds (a launcher that waits for rank 0 before rank 1
+ * left rank 1 waiting for a dead rank 0 until WEFT_TIMEOUT, before 2026-11-27). */
+static inline int pid_exited(int pid)
+{
+    if (kill(pid, 0) != 0)
+        return errno == ESRCH;
+    char path[48], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');    /* the command name may hold anything */
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
 static inline int mul_size(size_t a, size_t b, size_t *out)
 {
     if (b != 0 && a > SIZE_MAX / b)

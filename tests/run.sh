@@ -573,6 +573,10 @@ fi
 if [ -x "$B/bin/all_reduce_perf" ]; then
     run "test_hostile.py" /usr/bin/python3 tests/test_hostile.py "$B"
 fi
+# 3c'. A rank that exits while its launcher has not reaped it (a zombie) is lost at once.
+if [ -x "$B/tests/test_fail" ]; then
+    run "test_reap.py" /usr/bin/python3 tests/test_reap.py "$B"
+fi
 # 3d. Several hosts on one machine (network namespaces, each its own hostname; needs
 # root, else skipped saying so): the matrix at 2x2, 3x1 and 2x3 ranks over shm inside
 # and tcp between hosts, the per-transport byte counters, a SIGKILL seen across hosts.

@@ -589,9 +589,7 @@ static void shm_recv_release(tp_ep_t *ep)
  * is still ours to read (our segment outlives it), so it is lost only once drained. */
 static int peer_left(const shm_ep_t *e, int *exited)
 {
-    /* ESRCH only: EPERM is also what a security policy that forbids signals between the
-     * ranks answers for a live peer (a pid reused by another user's process is missed) */
-    *exited = kill(e->peer_pid, 0) != 0 && errno == ESRCH;
+    *exited = pid_exited((int)e->peer_pid);     /* a zombie too */
     return *exited || __atomic_load_n(&e->rx_ctl->gone, __ATOMIC_ACQUIRE) != 0;
 }
 

@@ -416,7 +416,7 @@ static int ucx_can_connect(const weft_comm_t *comm, const peer_info_t *self,
 
 int ucx_peer_exited(const ucx_ep_t *e)
 {
-    return e->same_host && kill(e->peer_pid, 0) != 0 && errno == ESRCH;
+    return e->same_host && pid_exited((int)e->peer_pid);     /* a zombie too */
 }
 
 /* The error callback (on a progressing thread): the endpoint is lost for good. */
