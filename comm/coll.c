@@ -36,6 +36,9 @@ static weft_status_t check_comm(const char *fn, const weft_comm_t *comm)
 {
     if (comm == NULL)
         return BAD("%s: comm is NULL", fn);
+    if (comm->forked)
+        return BAD("%s: the communicator belongs to the parent of this process (made by "
+                   "fork): a child cannot use it (destroy only frees it)", fn);
     weft_status_t err = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
     if (err != WEFT_OK)     /* the progress thread may have set it: its message is in */
         return weft_error_quiet(err, "%s: the communicator failed earlier (%s); "
@@ -447,6 +450,9 @@ weft_status_t weft_test(weft_request_t *req, int *done_p)
     if (req == NULL || done_p == NULL)
         return BAD("test: %s is NULL", req == NULL ? "req" : "done_p");
     weft_comm_t *comm = req->comm;
+    if (comm->forked)
+        return BAD("test: the request's communicator belongs to the parent of this process "
+                   "(made by fork)");
     if (op_status(&req->op) == WEFT_IN_PROGRESS &&
         pthread_mutex_trylock(&comm->lock) == 0) {
         engine_poll(comm, NULL);
@@ -463,6 +469,9 @@ weft_status_t weft_wait(weft_request_t *req)
 {
     if (req == NULL)
         return BAD("wait: req is NULL");
+    if (req->comm->forked)      /* (the request stays the parent's; its copy is left) */
+        return BAD("wait: the request's communicator belongs to the parent of this process "
+                   "(made by fork)");
     weft_status_t st = op_status(&req->op);
     if (st == WEFT_IN_PROGRESS) {
         int entered = comm_enter(req->comm);

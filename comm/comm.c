@@ -26,6 +26,62 @@
 #include "cuda_coll.h"
 #endif
 
+/* ---- fork: the process's live communicators, and a child's view of them ----------
+ *
+ * An application forks after init (PyTorch's data-loader workers). The child inherits
+ * every communicator's sockets, mappings and state, but it is not the rank: before
+ * 2026-11-27 a worker that outlived its rank kept the rank's tcp connections open (the
+ * peers saw nothing die and waited until WEFT_TIMEOUT), and a weft_comm_destroy in the
+ * child (an atexit handler) shut down the parent's sockets and told its peers it was
+ * gone. Now the child closes its copies of the sockets at fork (the transports'
+ * fork_child), every call there is refused, and destroy there frees memory only. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static weft_comm_t *live_comms;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void) { pthread_mutex_lock(&live_lock); }
+static void fork_parent(void)  { pthread_mutex_unlock(&live_lock); }
+
+static void fork_child(void)
+{
+    for (weft_comm_t *c = live_comms; c != NULL; c = c->live_next) {
+        c->forked = 1;
+        for (int p = 0; c->eps && p < c->nranks; p++)
+            if (c->eps[p] && c->eps[p]->ops->fork_child)
+                c->eps[p]->ops->fork_child(c->eps[p]);
+    }
+    pthread_mutex_unlock(&live_lock);
+}
+
+static void atfork_install(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+static void live_add(weft_comm_t *c)
+{
+    pthread_once(&atfork_once, atfork_install);
+    pthread_mutex_lock(&live_lock);
+    c->live_next = live_comms;
+    if (live_comms)
+        live_comms->live_prev = c;
+    live_comms = c;
+    pthread_mutex_unlock(&live_lock);
+}
+
+static void live_remove(weft_comm_t *c)
+{
+    pthread_mutex_lock(&live_lock);
+    if (c->live_prev)
+        c->live_prev->live_next = c->live_next;
+    else if (live_comms == c)
+        live_comms = c->live_next;
+    if (c->live_next)
+        c->live_next->live_prev = c->live_prev;
+    c->live_next = c->live_prev = NULL;
+    pthread_mutex_unlock(&live_lock);
+}
+
 static weft_status_t comm_alloc(int rank, int nranks, const weft_config_t *cfg,
                                 weft_comm_t **comm_p)
 {
@@ -60,6 +116,7 @@ static weft_status_t comm_alloc(int rank, int nranks, const weft_config_t *cfg,
         weft_comm_destroy(c);
         return weft_error(WEFT_ERR_NO_MEMORY, "comm_init: out of memory");
     }
+    live_add(c);
     *comm_p = c;
     return WEFT_OK;
 }
@@ -392,6 +449,12 @@ weft_status_t weft_comm_destroy(weft_comm_t *comm)
 {
     if (comm == NULL)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_destroy: comm is NULL");
+    live_remove(comm);
+    if (comm->forked) {
+        /* the parent's communicator: no thread to stop here, no peer to tell, no socket to
+         * shut down, no segment flag to set; what it holds goes with this process */
+        return WEFT_OK;
+    }
     /* an abort from another thread (a watchdog) may still be telling the peers: the call
      * it ended returned as soon as it saw the flag, and its caller destroys at once */
     while (__atomic_load_n(&comm->abort_busy, __ATOMIC_ACQUIRE) > 0)
@@ -429,6 +492,9 @@ weft_status_t weft_comm_abort(weft_comm_t *comm)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_abort: comm is NULL");
     /* counted before the flag: a call that sees the flag and returns, and a destroy
      * that follows, find this abort in progress and wait for it */
+    if (comm->forked)           /* the parent's peers are not this process's to tell */
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_abort: the communicator "
+                                "belongs to the parent of this process (made by fork)");
     __atomic_add_fetch(&comm->abort_busy, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
     fail_abort_peers(comm);     /* they see WEFT_ERR_PEER_LOST; a pending call here ends */

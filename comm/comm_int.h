@@ -101,6 +101,9 @@ struct weft_comm {
     uint32_t id32;           /* as carried in frame headers */
     weft_config_t cfg;
     int bound_process;       /* init bound this process (comm_bind): undone if init fails */
+    int forked;              /* this process is a child made by fork(): the communicator is
+                                the parent's, unusable here (comm.c, comm_fork_child) */
+    weft_comm_t *live_next, *live_prev;     /* the process's live communicators (comm.c) */
     uint64_t setup_deadline; /* while init or split connects: when it must be over (one
                                 WEFT_TIMEOUT for the whole setup), else 0 */
     char secret[256];

@@ -62,8 +62,40 @@ void mem_free_hook_remove(mem_free_hook_t fn, void *ctx)
     pthread_mutex_unlock(&hook_lock);
 }
 
+/* fork(): a child's view of the regions becomes its own (MAP_PRIVATE over the same
+ * memfd: copy on write, as malloc'd memory is); they were MAP_SHARED, so a data-loader
+ * worker that wrote a tensor there wrote the parent's (before 2026-11-27). The child still
+ * sees the parent's later writes to pages it has not written itself. */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&hook_lock);
+    pthread_mutex_lock(&mem_lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&hook_lock);
+}
+
+static void fork_child(void)
+{
+    for (size_t i = 0; i < mem_n; i++)
+        mmap((void *)(uintptr_t)mem_tab[i].base, mem_tab[i].size, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_FIXED, mem_tab[i].fd, 0);
+    fork_parent();
+}
+
+static void atfork_install(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 weft_status_t weft_mem_alloc(void **ptr_p, size_t size)
 {
+    pthread_once(&atfork_once, atfork_install);
     if (ptr_p == NULL)
         return weft_error(WEFT_ERR_INVALID_ARG, "weft_mem_alloc: ptr_p is NULL");
     if (size == 0)

@@ -214,6 +214,10 @@ typedef struct tp_ops {
     /* from any thread, at any time: this rank gives up on the peer, which then sees
      * WEFT_ERR_PEER_LOST once it has read what was sent before (abort, destroy) */
     void (*abort)(tp_ep_t *ep);
+    /* in a child made by fork() (pthread_atfork, any thread state): let go of what the
+     * child shares with the parent's connection without touching it (tcp: close, never
+     * shutdown, so that the parent's peers see its death when it dies); NULL: nothing */
+    void (*fork_child)(tp_ep_t *ep);
 
     /* -- one-sided access (see the top of this file); all NULL where absent -- */
     weft_status_t (*mem_reg)(weft_comm_t *comm, const void *ptr, size_t len, mem_type_t mt,

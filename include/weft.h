@@ -23,6 +23,14 @@
  * progress; an abort must not start once destroy has). Its first nonblocking call may start one
  * progress thread of weft's own for it (WEFT_PROGRESS_THREAD, see below), which
  * weft_comm_destroy stops.
+ *
+ * fork(): a child of a rank (a data-loader worker) is not that rank. Its copies of the
+ * communicators are unusable (every call, weft_test and weft_wait return
+ * WEFT_ERR_INVALID_ARG; weft_comm_destroy there only forgets the copy and touches nothing
+ * the parent and its peers share), its copies of the tcp connections are closed at the
+ * fork (so that the peers see the rank's death even while the child lives), and memory
+ * from weft_mem_alloc becomes copy-on-write there, as malloc'd memory is (the child still
+ * sees the parent's later writes to pages it has not written itself).
  */
 #ifndef WEFT_H
 #define WEFT_H

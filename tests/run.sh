@@ -577,6 +577,17 @@ fi
 if [ -x "$B/tests/test_fail" ]; then
     run "test_reap.py" /usr/bin/python3 tests/test_reap.py "$B"
 fi
+# 3c''. fork() after init (data-loader workers): a worker's calls refused, its destroy
+# harmless to the parent, registered memory its own; a worker outliving its rank does not
+# hide the rank's death from the peers (tcp).
+if [ -x "$WEFTRUN" ] && [ -x "$B/tests/probe_fork" ]; then
+    for t in shm tcp; do
+        run "probe_fork child -n 2 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 2 \
+            "$B/tests/probe_fork" child
+    done
+    run "probe_fork death -n 2 tcp" env WEFT_TRANSPORT=tcp WEFT_TIMEOUT=15 "$WEFTRUN" -n 2 \
+        "$B/tests/probe_fork" death
+fi
 # 3d. Several hosts on one machine (network namespaces, each its own hostname; needs
 # root, else skipped saying so): the matrix at 2x2, 3x1 and 2x3 ranks over shm inside
 # and tcp between hosts, the per-transport byte counters, a SIGKILL seen across hosts.

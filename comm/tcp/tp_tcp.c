@@ -482,6 +482,17 @@ static void tcp_abort(tp_ep_t *ep)
     shutdown(((tcp_ep_t *)ep)->fd, SHUT_RDWR);
 }
 
+/* The child's copy of the socket, closed: the connection lives on in the parent alone,
+ * so that its peers see its death (before 2026-11-27 a forked worker that outlived its
+ * rank kept the connection open, and the peers waited until WEFT_TIMEOUT). */
+static void tcp_fork_child(tp_ep_t *ep)
+{
+    tcp_ep_t *e = (tcp_ep_t *)ep;
+    if (e->fd >= 0)
+        close(e->fd);
+    e->fd = -1;
+}
+
 static void tcp_close(tp_ep_t *ep)
 {
     tcp_ep_t *e = (tcp_ep_t *)ep;
@@ -519,6 +530,7 @@ const tp_ops_t tp_tcp_ops = {
     .post_state = tcp_post_state,
     .peer_state = tcp_peer_state,
     .abort = tcp_abort,
+    .fork_child = tcp_fork_child,
     /* one-sided: none (every op NULL), so the engine never schedules single-copy steps
      * over tcp (connect.c: cma_all) */
     /* teardown */
