@@ -325,6 +325,12 @@ $(BUILD)/tests/test_nccl_shim_emu: $(BUILD)/obj/emu/test_nccl_shim.o $(BUILD)/ob
 	$(CC) $(EMU_LINK) -o $@ $^ $(LDLIBS)
 endif
 
+# probe_hup links the shared library, as an application does: its dependencies' constructors
+# (libucs's SIGHUP handler) run where they would in one
+$(BUILD)/tests/probe_hup: $(BUILD)/obj/tests/probe_hup.o $(BUILD)/lib/libweft.so
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lweft $(LDLIBS)
+
 # the shim's point-to-point schedule alone (pure C, no CUDA: every build tests it)
 $(BUILD)/obj/tests/test_nccl_p2p.o: CFLAGS := -Inccl $(CFLAGS)
 $(BUILD)/tests/test_nccl_p2p: $(BUILD)/obj/tests/test_nccl_p2p.o $(BUILD)/obj/nccl/p2p_plan.o

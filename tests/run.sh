@@ -577,6 +577,10 @@ fi
 if [ -x "$B/tests/test_fail" ]; then
     run "test_reap.py" /usr/bin/python3 tests/test_reap.py "$B"
 fi
+# 3c'''. A process linked with weft dies of SIGHUP (libucs's handler, which ignored it, is
+# put back to the default unless UCX_DEBUG_SIGNO asks for it).
+[ -x "$B/tests/probe_hup" ] && run "probe_hup: SIGHUP kills" bash -c \
+    'env -u UCX_DEBUG_SIGNO "$0"; [ $? = 129 ]' "$B/tests/probe_hup"
 # 3c''. fork() after init (data-loader workers): a worker's calls refused, its destroy
 # harmless to the parent, registered memory its own; a worker outliving its rank does not
 # hide the rank's death from the peers (tcp).

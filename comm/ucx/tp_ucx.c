@@ -28,6 +28,8 @@
  * until the peer read them, left, said goodbye or WEFT_TIMEOUT passed, then force-closes
  * it; the worker is destroyed only after every endpoint is closed.
  */
+#define _GNU_SOURCE             /* dladdr */
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -42,6 +44,26 @@
 #include "log.h"
 #include "status.h"
 #include "util.h"
+
+/* libucs, as it loads, installs a SIGHUP handler that prints UCX's debug information and
+ * goes on (UCX_DEBUG_SIGNO, SIGHUP by default): every process linked with libweft, whatever
+ * its transport, ignored the hangup a launcher forwards or a closing terminal sends
+ * (weftrun -n 2 then kill -HUP weftrun: the ranks ran on; found by a review, 2026-11-27).
+ * Unless the user asked for UCX's (UCX_DEBUG_SIGNO set), SIGHUP gets its default action
+ * back here, once libucs's constructor has run (a library's run after its dependencies').
+ * UCX's handlers for SIGSEGV, SIGBUS, SIGILL and SIGFPE (backtraces) stay: docs/TRANSPORTS.md
+ * says how to turn them off. */
+__attribute__((constructor)) static void ucx_sighup_default(void)
+{
+    struct sigaction sa;
+    if (getenv("UCX_DEBUG_SIGNO") != NULL || sigaction(SIGHUP, NULL, &sa) != 0)
+        return;
+    void *h = (sa.sa_flags & SA_SIGINFO) ? (void *)sa.sa_sigaction : (void *)sa.sa_handler;
+    Dl_info info;
+    if (h != (void *)SIG_DFL && h != (void *)SIG_IGN && dladdr(h, &info) &&
+        info.dli_fname != NULL && strstr(info.dli_fname, "libucs") != NULL)
+        signal(SIGHUP, SIG_DFL);
+}
 
 /* Whether UCX sees an RDMA device: a memory domain of its "ib" component (InfiniBand,
  * RoCE). Asked in auto mode only, before any context exists. */
