@@ -58,6 +58,7 @@
  * receiving step's room and element size like the engine's header check, and a schedule
  * that would deadlock or leave frames unreceived fails here as in simexec.c.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -148,9 +149,11 @@ weft_status_t simtime_cluster_set(simtime_cluster_t *c, const char *key, const c
                                     SIMTIME_MAX_RANKS);
         break;
     case K_BW:
-        if (parse_double(value, &v) != 0 || !(v > 0) || v > 1e6)
+        /* 1e-9 at least: below, 1 / (v * 1e9) seconds a byte is inf (1e-320 gave time
+         * inf and busbw 0 with exit 0) */
+        if (parse_double(value, &v) != 0 || !(v >= 1e-9) || v > 1e6)
             return weft_error_quiet(WEFT_ERR_INVALID_ARG, "cluster: %s = '%s': want %s, "
-                                    "more than 0", key, value, keys[k].what);
+                                    "from 1e-9 to 1e6", key, value, keys[k].what);
         break;
     case K_US:
         if (parse_double(value, &v) != 0 || v < 0 || v > 1e9)
@@ -235,6 +238,10 @@ weft_status_t simtime_cluster_load(simtime_cluster_t *c, const char *path)
             st = weft_error_quiet(st, "%s:%d: %s", path, no, why);
         }
     }
+    /* a directory opens, and reads as an error, not as an empty file */
+    if (st == WEFT_OK && ferror(f))
+        st = weft_error_quiet(WEFT_ERR_INVALID_ARG, "%s: cannot read it as a model file: %s",
+                              path, strerror(errno));
     fclose(f);
     if (st == WEFT_OK)
         *c = tmp;

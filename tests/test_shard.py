@@ -492,6 +492,14 @@ def test_plan():
           "weft-plan: DDP sends 2x the parameter bytes per step, FULL_SHARD 3x (ring, x (N-1)/N)")
     rc, _ = plan(["--params", "70e9", "--world", "6", "--per-host", "4"])
     check(rc == 2, "weft-plan refuses a shard group that does not divide the world")
+    # --per-host is ranks per host: --world 16 --per-host 4 is 4 hosts (before 2026-11-27,
+    # 1 host: no inter-host traffic), and --hosts that disagree are refused
+    rc, rows = plan(["--params", "1e9", "--world", "16", "--per-host", "4"])
+    rc2, _ = plan(["--params", "1e9", "--world", "16", "--hosts", "2", "--per-host", "4"])
+    check(rc == 0 and rows["hybrid"]["comm_inter_bytes"] > 0 and
+          rows["none"]["comm_inter_bytes"] > 0 and rc2 == 2,
+          "weft-plan --world 16 --per-host 4 spans 4 hosts (inter-host traffic), --hosts 2 "
+          "with them refused")
     # values that are not numbers, or 0 ranks, or a file that is not there: exit 2
     bad = []
     for args in (["--params", "inf"], ["--params", "1e9", "--mem-gb", "nan"],
@@ -523,8 +531,8 @@ def test_plan():
         if p.returncode == 0 and os.path.exists(js):
             recs = [json.loads(l) for l in open(js) if l.strip()]
         pargs = model + ["-b", str(b), "--world", str(max(n, 1)), "--data", DATA]
-        if strat == "hybrid":
-            pargs += ["--per-host", "2"]
+        if strat == "hybrid":       # every rank on this one host, groups of 2
+            pargs += ["--shard-group", "2"]
         prc, rows = plan(pargs)
         if not recs or prc != 0:
             check(False, f"weft-plan against weft-train {strat} on {n} ranks: run failed")

@@ -71,6 +71,19 @@ expect "bad: -e 1e30 (past 8E)" 2 "-e 1e30: not a size" -- -b 8 -e 1e30
 expect "bad: --max-frames nan" 2 "--max-frames nan" -- --max-frames nan
 expect "bad: root outside the cluster" 2 "root" -- -c broadcast -r 9
 expect "bad: chunk above a quarter of the staging" 2 "chunk" -- --chunk 2M
+# a bandwidth whose bytes take forever (1/(1e-320 GB/s) is inf: a time of inf, busbw 0 and
+# exit 0 before 2026-11-27), and a directory as the model file (read as empty before)
+expect "bad: --intra-bw 1e-320" 2 "from 1e-9 to 1e6" -- --intra-bw 1e-320 -b 1M -e 1M --algo ring
+expect "bad: --model a directory" 2 "cannot read it as a model file" -- --model "$D" -b 1M -e 1M
+# the average line: every busbw printed, in place and out of place, as nccl-tests
+expect "4 ranks all-gather, rhd" 0 "Avg bus bandwidth" -- --ranks-per-host 4 -c allgather \
+    -b 64K -e 256K -f 4 --algo rhd
+avg=$(awk '/^ +[0-9]+ +[0-9]+ / { s += $(NF - 5) + $(NF - 1); k += 2 }
+      END { if (k) printf "%.3f", s / k }' "$D/out")
+got=$(sed -n 's/# Avg bus bandwidth *: *//p' "$D/out" | awk '{ printf "%.3f", $1 }')
+if [ -n "$avg" ] && awk -v a="$avg" -v g="$got" 'BEGIN { exit !(a - g < 0.002 && g - a < 0.002) }'
+then ok "Avg bus bandwidth is the mean of both busbw columns ($got)"
+else no "Avg bus bandwidth $got, the columns' mean $avg"; fi
 expect "bad: unknown flag" 2 "" -- --frobnicate
 expect "an algorithm that does not run the call" 1 "does not run" -- --algo ring -c alltoall
 expect "hier on one host does not run" 1 "hier does not run" -- --hosts 1 --ranks-per-host 4 \

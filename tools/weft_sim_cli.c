@@ -205,8 +205,7 @@ static int run_algo(const simtime_cluster_t *c, const algo_t *al, const sim_opts
             double algbw, busbw, s = sec[ip] > 0 ? sec[ip] : 1e-12;
             perf_coll_bw(o->kind, pc.paramcount, t->size, s, n, &algbw, &busbw);
             perf_print_result(sec[ip] * 1e6, algbw, busbw, -1);
-            if (ip == 0)
-                bw_sum += busbw, rows_bw++;
+            bw_sum += busbw, rows_bw++;     /* both columns, as nccl-tests averages */
         }
         printf("\n");
         fflush(stdout);

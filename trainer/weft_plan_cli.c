@@ -26,7 +26,7 @@
 
 typedef struct {
     double params, bpp, mem_gb, act_gb, bw_gbs;
-    int world, hosts, per_host, json;
+    int world, hosts, per_host, shard_group, json;
     // a weft-train model
     int layers, dim, heads, ctx, vocab, B, T, prefetch, param_bf16, reduce_bf16;
     double buffsize_mib;
@@ -45,10 +45,11 @@ static void usage(FILE *f)
         "                        parameters + 2 fp16 gradients + 12 fp32 Adam states)\n"
         "  --mem-gb M            memory per accelerator; fits / fewest ranks are judged\n"
         "                        against it (default: no limit; for hybrid, the fewest\n"
-        "                        ranks of a shard group, N/group: --per-host sets it)\n"
+        "                        ranks of a shard group, N/group: --shard-group sets it)\n"
         "  --act-gb X            activations and the rest per rank (default 0)\n"
-        "  --hosts H             hosts the ranks span (default 1)\n"
-        "  --per-host G          ranks per host: the hybrid shard group (default: world/hosts)\n"
+        "  --hosts H             hosts the ranks span (default 1, or world/per-host)\n"
+        "  --per-host G          ranks per host (default: world/hosts)\n"
+        "  --shard-group G       the hybrid shard group, as weft-train's (default: per-host)\n"
         "  --bw GB/s             bytes/s each rank sends at: adds the time per step\n"
         "  --json                one JSON object per strategy instead of the table\n"
         "weft-train model (fp32 parameters, gradients and AdamW moments: 16 bytes each):\n"
@@ -68,7 +69,8 @@ static int parse(int argc, char **argv, plan_opts_t *o)
         { "--mem-gb", 0, &o->mem_gb }, { "--act-gb", 0, &o->act_gb },
         { "--bw", 0, &o->bw_gbs }, { "--buffsize-mib", 0, &o->buffsize_mib },
         { "--world", 1, &o->world }, { "--hosts", 1, &o->hosts },
-        { "--per-host", 1, &o->per_host }, { "--layers", 1, &o->layers },
+        { "--per-host", 1, &o->per_host }, { "--shard-group", 1, &o->shard_group },
+        { "--layers", 1, &o->layers },
         { "--dim", 1, &o->dim }, { "--heads", 1, &o->heads }, { "--ctx", 1, &o->ctx },
         { "--vocab", 1, &o->vocab }, { "-b", 1, &o->B }, { "-t", 1, &o->T },
         { "--prefetch", 1, &o->prefetch },
@@ -192,7 +194,7 @@ static int model_mode(plan_opts_t *o, shard_plan_in_t *in, double model_rows[][4
     in->obytes = 8;
     in->act_bytes = acts;
     for (int s = 0; s < SHARD_NUM_STRATEGIES; s++) {
-        shard_opts_t so = { .strategy = (shard_strategy_t)s, .group = o->per_host,
+        shard_opts_t so = { .strategy = (shard_strategy_t)s, .group = in->group,
                             .prefetch = o->prefetch, .param_bf16 = o->param_bf16,
                             .reduce_bf16 = o->reduce_bf16 };
         double state = 16 * P, fly = 0;
@@ -265,13 +267,33 @@ static void print(const plan_opts_t *o, const shard_plan_in_t *in,
 
 int main(int argc, char **argv)
 {
-    plan_opts_t o = { .bpp = 16, .world = 0, .hosts = 1, .prefetch = 1, .buffsize_mib = 4 };
+    plan_opts_t o = { .bpp = 16, .world = 0, .hosts = 0, .prefetch = 1, .buffsize_mib = 4 };
     if (argc < 2) {
         usage(stderr);
         return 2;
     }
     if (parse(argc, argv, &o) != 0)
         return 2;
+    /* --per-host is ranks per host: with --world and no --hosts, the hosts follow (before
+     * 2026-11-27 they stayed 1: "16 ranks on 1 host, hybrid groups of 4", no inter-host
+     * traffic); all three given must agree */
+    int hosts_given = o.hosts > 0;
+    if (!hosts_given && o.world > 0 && o.per_host > 0) {
+        if (o.world % o.per_host != 0) {
+            fprintf(stderr, "weft-plan: --per-host %d does not divide --world %d\n",
+                    o.per_host, o.world);
+            return 2;
+        }
+        o.hosts = o.world / o.per_host;
+    } else if (!hosts_given) {
+        o.hosts = 1;
+    }
+    if (hosts_given && o.world > 0 && o.per_host > 0 &&
+        (long long)o.hosts * o.per_host != o.world) {
+        fprintf(stderr, "weft-plan: --hosts %d x --per-host %d is %lld ranks, not --world %d\n",
+                o.hosts, o.per_host, (long long)o.hosts * o.per_host, o.world);
+        return 2;
+    }
     if (o.world == 0 && (long long)o.hosts * o.per_host > 1000000000) {
         fprintf(stderr, "weft-plan: --hosts %d x --per-host %d is over 1e9 ranks\n", o.hosts,
                 o.per_host);
@@ -289,7 +311,8 @@ int main(int argc, char **argv)
     }
     shard_plan_in_t in = { .params = o.params, .pbytes = 2, .gbytes = 2, .obytes = o.bpp - 4,
                            .world = o.world, .hosts = o.hosts,
-                           .group = o.per_host > 0 ? o.per_host : o.world / o.hosts,
+                           .group = o.shard_group > 0 ? o.shard_group :
+                                    o.per_host > 0 ? o.per_host : o.world / o.hosts,
                            .mem_bytes = o.mem_gb * 1e9, .act_bytes = o.act_gb * 1e9,
                            .bw = o.bw_gbs * 1e9 };
     if (o.bpp < 4) {
