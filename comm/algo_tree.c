@@ -1,6 +1,8 @@
 /*
- * algo_tree.c - the double binary tree: all-reduce, reduce and broadcast in about
- * 2 log2(n) hops instead of a ring's 2(n-1), for latency-bound sizes at many ranks.
+ * algo_tree.c - the double binary tree: all-reduce, reduce and broadcast in O(log n) hops
+ * instead of a ring's 2(n-1), for latency-bound sizes at many ranks (all-reduce about
+ * 4 log2(n) - 1: the two trees share links and a rank's sends to a peer go in order, so
+ * one tree's upward send waits behind the other's downward one; docs/SCALE.md).
  *
  * Two binary trees over the same ranks (algo_tree_links): tree 0 over positions
  * 0..n-1 where the position's lowest set bit is its height (odd positions are leaves,
