@@ -31,7 +31,6 @@
 #define AUTH_MAGIC "WEFTAUTH"
 #define AUTH_VERSION 1u
 #define AUTH_NONCE_LEN 16
-#define AUTH_HELLO_LEN 48
 #define AUTH_FLAG_NO_SECRET 0x1u
 #define AUTH_KNOWN_FLAGS AUTH_FLAG_NO_SECRET
 /* Far above any real world size; keeps a forged rank from reaching callers as a huge

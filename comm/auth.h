@@ -20,6 +20,7 @@
 #include "sock.h"
 
 enum { AUTH_BOOTSTRAP = 1, AUTH_DATA = 2 };
+#define AUTH_HELLO_LEN 48       /* a hello's bytes on the wire, sent first by both sides */
 
 weft_status_t auth_handshake(int fd, const char *secret, int purpose, uint64_t comm_id,
                              int my_rank, uint64_t deadline, int *peer_rank_p);

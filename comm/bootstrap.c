@@ -14,6 +14,7 @@
 #define _GNU_SOURCE     /* POLLRDHUP */
 #include <errno.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,9 +211,19 @@ static int greet(bootstrap_t *bs, int fd, const char *secret, int have, weft_sta
  * PENDING_MAX silent ones, the oldest is closed. */
 #define PENDING_MAX 64
 
+/* Bytes waiting on fd (0 when unknown). */
+static int queued_bytes(int fd)
+{
+    int q = 0;
+    return ioctl(fd, FIONREAD, &q) == 0 ? q : 0;
+}
+
 static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
 {
-    int have = 1, pend[PENDING_MAX], np = 0, crowded = 0;
+    /* part[i]: pend[i] has sent part of a hello; polled for a hang-up only (POLLRDHUP), and
+     * looked at again each pass (100 ms at most): a readable fd would wake poll at once,
+     * and spin */
+    int have = 1, pend[PENDING_MAX], part[PENDING_MAX], np = 0, crowded = 0;
     weft_status_t st = WEFT_OK;
     if (sock_set_nonblock(lfd) != WEFT_OK) {
         tell_failure(bs, BOOT_FAIL, 0, WEFT_ERR_SYSTEM);
@@ -228,7 +239,8 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
         struct pollfd pf[1 + PENDING_MAX];
         pf[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
         for (int i = 0; i < np; i++)
-            pf[1 + i] = (struct pollfd){ .fd = pend[i], .events = POLLIN };
+            pf[1 + i] = (struct pollfd){ .fd = pend[i],
+                                         .events = part[i] ? POLLRDHUP : POLLIN | POLLRDHUP };
         int ms = (int)WEFT_MIN((bs->deadline - now + 999999) / 1000000, 100);
         int n = poll(pf, (nfds_t)(1 + np), ms);
         if (n < 0 && errno != EINTR) {
@@ -236,13 +248,22 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
             tell_failure(bs, BOOT_FAIL, 0, st);
             break;
         }
-        /* the pending ones that spoke (or hung up), newest first: a swap with the last
-         * moves only one already looked at */
-        for (int i = np - 1; n > 0 && i >= 0 && st == WEFT_OK && have < bs->nranks; i--) {
-            if (!(pf[1 + i].revents & (POLLIN | POLLHUP | POLLERR)))
+        /* the pending ones with a whole hello (a rank sends it in one write) or a hang-up,
+         * newest first: a swap with the last moves only one already looked at. One that
+         * sent part of a hello and stopped waits at no cost (greeted, it held the loop
+         * HELLO_WAIT_NS); one that sends a whole hello and then stalls still does. */
+        for (int i = np - 1; i >= 0 && st == WEFT_OK && have < bs->nranks; i--) {
+            /* (or it closed its side: greeted, it fails and is logged at once) */
+            int gone = n > 0 && (pf[1 + i].revents & (POLLHUP | POLLERR | POLLRDHUP));
+            if (!gone && !part[i] && !(n > 0 && (pf[1 + i].revents & POLLIN)))
                 continue;
+            if (!gone && queued_bytes(pend[i]) < AUTH_HELLO_LEN) {
+                part[i] = 1;
+                continue;
+            }
             int fd = pend[i];
             pend[i] = pend[--np];
+            part[i] = part[np];
             int r = greet(bs, fd, secret, have, &st);
             have += r > 0;
         }
@@ -258,14 +279,21 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
                 break;
             }
             if (np == PENDING_MAX) {
+                /* room: one that has not sent a whole hello goes (never a rank's, which
+                 * arrives whole), else the first */
+                int v = 0;
+                while (v < np && queued_bytes(pend[v]) >= AUTH_HELLO_LEN)
+                    v++;
+                v = v < np ? v : 0;
                 if (!crowded++)
                     LOG_WARN(LOG_BOOT, "bootstrap: %d connections at the rendezvous have "
-                             "said nothing: closing the oldest of them as others come",
+                             "said nothing: closing one of them as each other comes",
                              PENDING_MAX);
-                close(pend[0]);
-                memmove(pend, pend + 1, (size_t)(np - 1) * sizeof(pend[0]));
-                np--;
+                close(pend[v]);
+                pend[v] = pend[--np];
+                part[v] = part[np];
             }
+            part[np] = 0;
             pend[np++] = fd;
         }
     }

@@ -38,7 +38,7 @@ static weft_status_t check_comm(const char *fn, const weft_comm_t *comm)
         return BAD("%s: comm is NULL", fn);
     if (comm->forked)
         return BAD("%s: the communicator belongs to the parent of this process (made by "
-                   "fork): a child cannot use it (destroy only frees it)", fn);
+                   "fork): a child cannot use it (destroy there only forgets it)", fn);
     weft_status_t err = __atomic_load_n(&comm->error, __ATOMIC_ACQUIRE);
     if (err != WEFT_OK)     /* the progress thread may have set it: its message is in */
         return weft_error_quiet(err, "%s: the communicator failed earlier (%s); "

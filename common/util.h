@@ -62,7 +62,6 @@ static inline uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
 static inline int dtype_valid(int d) { return d >= 0 && d < WEFT_NUM_DTYPES; }
 static inline int op_valid(int o)    { return o >= 0 && o < WEFT_NUM_OPS; }
 
-/* a * b without overflow: returns 0 and sets *out, or -1 when it would overflow. */
 /* 1 when process pid has exited: gone (ESRCH: EPERM is also what a security policy that
  * forbids signals between ranks answers for a live one), or a zombie its parent has not
  * reaped yet, which kill() still finds (a launcher that waits for rank 0 before rank 1
@@ -80,9 +79,21 @@ static inline int pid_exited(int pid)
     fclose(f);
     buf[n] = '\0';
     const char *rp = strrchr(buf, ')');    /* the command name may hold anything */
-    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+    if (!(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X')))
+        return 0;
+    /* a main thread that called pthread_exit shows Z too while the others run on */
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    if ((f = fopen(path, "re")) == NULL)
+        return 1;
+    int threads = 1;
+    while (fgets(buf, sizeof(buf), f))
+        if (sscanf(buf, "Threads: %d", &threads) == 1)
+            break;
+    fclose(f);
+    return threads <= 1;
 }
 
+/* a * b without overflow: returns 0 and sets *out, or -1 when it would overflow. */
 static inline int mul_size(size_t a, size_t b, size_t *out)
 {
     if (b != 0 && a > SIZE_MAX / b)

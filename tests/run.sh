@@ -581,6 +581,9 @@ fi
 # put back to the default unless UCX_DEBUG_SIGNO asks for it).
 [ -x "$B/tests/probe_hup" ] && run "probe_hup: SIGHUP kills" bash -c \
     'env -u UCX_DEBUG_SIGNO "$0"; [ $? = 129 ]' "$B/tests/probe_hup"
+# ... and a process started with SIGHUP ignored (nohup) keeps ignoring it
+[ -x "$B/tests/probe_hup" ] && run "probe_hup: SIGHUP ignored under nohup" bash -c \
+    'trap "" HUP; env -u UCX_DEBUG_SIGNO "$0"; [ $? = 1 ]' "$B/tests/probe_hup"
 # 3c''. fork() after init (data-loader workers): a worker's calls refused, its destroy
 # harmless to the parent, registered memory its own; a worker outliving its rank does not
 # hide the rank's death from the peers (tcp).

@@ -193,6 +193,7 @@ def main():
     if failed:
         print(out0[-3000:])
     silent_flood(t_plain)
+    partial_flood(t_plain)
 
 
 def silent_flood(t_plain):
@@ -247,6 +248,35 @@ def silent_flood(t_plain):
           f"{t_done:.1f} s, a plain job {t_plain:.1f} s)")
     if r0.returncode != 0:
         print(out0[-1500:])
+
+
+def partial_flood(t_plain):
+    """20 strangers that each send one byte of a hello and stop, before rank 1 starts: the
+    job must still start at once (each was greeted in turn and held rank 0 2 s: the job
+    failed at WEFT_TIMEOUT, before 2026-11-27)."""
+    port = free_port()
+    r0 = start(0, port)
+    if not wait_listening(port):
+        r0.kill()
+        check(False, "rank 0 listens (partial hellos)")
+        return
+    held = []
+    for _ in range(20):
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=2)
+            s.sendall(b"W")
+            held.append(s)
+        except OSError:
+            pass
+    time.sleep(0.3)
+    out0, r1, t_done = run_rank1(r0, port)
+    for s in held:
+        s.close()
+    check(out0 is not None and r0.returncode == 0 and r1.returncode == 0 and
+          "Out of bounds values : 0 OK" in out0 and t_done < t_plain + 2,
+          f"{len(held)} strangers that sent one byte of a hello and stopped: the job started "
+          f"at once and completed (exit {r0.returncode}, {r1.returncode}; {t_done:.1f} s, a "
+          f"plain job {t_plain:.1f} s)")
 
 
 def stranger_at_the_end():

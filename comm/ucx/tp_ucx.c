@@ -28,8 +28,6 @@
  * until the peer read them, left, said goodbye or WEFT_TIMEOUT passed, then force-closes
  * it; the worker is destroyed only after every endpoint is closed.
  */
-#define _GNU_SOURCE             /* dladdr */
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -37,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ucs/debug/debug.h>
 #include <uct/api/uct.h>
 
 #include "ucx_int.h"
@@ -49,20 +48,14 @@
  * goes on (UCX_DEBUG_SIGNO, SIGHUP by default): every process linked with libweft, whatever
  * its transport, ignored the hangup a launcher forwards or a closing terminal sends
  * (weftrun -n 2 then kill -HUP weftrun: the ranks ran on; found by a review, 2026-11-27).
- * Unless the user asked for UCX's (UCX_DEBUG_SIGNO set), SIGHUP gets its default action
- * back here, once libucs's constructor has run (a library's run after its dependencies').
- * UCX's handlers for SIGSEGV, SIGBUS, SIGILL and SIGFPE (backtraces) stay: docs/TRANSPORTS.md
- * says how to turn them off. */
+ * Unless the user asked for UCX's (UCX_DEBUG_SIGNO set), libucs puts back the handler it
+ * replaced (SIG_DFL, or SIG_IGN under nohup), once its constructor has run (a library's
+ * run after its dependencies'). UCX's handlers for SIGSEGV, SIGBUS, SIGILL and SIGFPE
+ * (backtraces) stay: docs/TRANSPORTS.md says how to turn them off. */
 __attribute__((constructor)) static void ucx_sighup_default(void)
 {
-    struct sigaction sa;
-    if (getenv("UCX_DEBUG_SIGNO") != NULL || sigaction(SIGHUP, NULL, &sa) != 0)
-        return;
-    void *h = (sa.sa_flags & SA_SIGINFO) ? (void *)sa.sa_sigaction : (void *)sa.sa_handler;
-    Dl_info info;
-    if (h != (void *)SIG_DFL && h != (void *)SIG_IGN && dladdr(h, &info) &&
-        info.dli_fname != NULL && strstr(info.dli_fname, "libucs") != NULL)
-        signal(SIGHUP, SIG_DFL);
+    if (getenv("UCX_DEBUG_SIGNO") == NULL)
+        ucs_debug_disable_signal(SIGHUP);
 }
 
 /* Whether UCX sees an RDMA device: a memory domain of its "ib" component (InfiniBand,
@@ -792,7 +785,8 @@ static void ucx_close(tp_ep_t *ep)
             if (x->eps[p])
                 ucx_abort(&x->eps[p]->base);
     }
-    ucx_drain(e, x->timeout_s);
+    /* 30 s at most: WEFT_TIMEOUT may be off (the NCCL shim's), and a destroy must end */
+    ucx_drain(e, WEFT_MIN(x->timeout_s, 30.0));
     int released = force_close(e);
     ucx_rx_stop(e);
     x->eps[e->base.peer] = NULL;
