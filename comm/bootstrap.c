@@ -208,7 +208,7 @@ static int greet(bootstrap_t *bs, int fd, const char *secret, int have, weft_sta
  * its hello as it connects, so strangers that connect and say nothing cost nothing and
  * cannot fill the listen queue ahead of a rank (before 2026-11-27 they were taken one at a
  * time, 2 s each, behind a queue of nranks: a few held it through the deadline). Past
- * PENDING_MAX silent ones, the oldest is closed. */
+ * PENDING_MAX, one that has not sent a whole hello is closed. */
 #define PENDING_MAX 64
 
 /* Bytes waiting on fd (0 when unknown). */

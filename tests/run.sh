@@ -580,8 +580,8 @@ fi
 # 3c'''. A process linked with weft dies of SIGHUP (libucs's handler, which ignored it, is
 # put back to the default unless UCX_DEBUG_SIGNO asks for it).
 [ -x "$B/tests/probe_hup" ] && run "probe_hup: SIGHUP kills" bash -c \
-    'env -u UCX_DEBUG_SIGNO "$0"; [ $? = 129 ]' "$B/tests/probe_hup"
-# ... and a process started with SIGHUP ignored (nohup) keeps ignoring it
+    'env --default-signal=HUP -u UCX_DEBUG_SIGNO "$0"; [ $? = 129 ]' "$B/tests/probe_hup"
+# (the default disposition first: the suite itself may run under nohup) ... and a process started with SIGHUP ignored (nohup) keeps ignoring it
 [ -x "$B/tests/probe_hup" ] && run "probe_hup: SIGHUP ignored under nohup" bash -c \
     'trap "" HUP; env -u UCX_DEBUG_SIGNO "$0"; [ $? = 1 ]' "$B/tests/probe_hup"
 # 3c''. fork() after init (data-loader workers): a worker's calls refused, its destroy

@@ -220,7 +220,7 @@ def silent_flood(t_plain):
         held.append(s)
 
     def attacker():
-        for _ in range(8):
+        for _ in range(100):            # more than rank 0 keeps pending (64)
             connect_one()
         while not stop.is_set() and len(held) < 300:
             live = [s for s in held if s.fileno() >= 0]
@@ -242,8 +242,8 @@ def silent_flood(t_plain):
     for s in held:
         s.close()
     check(r0.returncode == 0 and r1.returncode == 0 and "Out of bounds values : 0 OK" in out0
-          and t_done < t_plain + 2,
-          f"{len(held)} silent strangers at the rendezvous, a new one for each taken: the "
+          and t_done < t_plain + 5 and "have said nothing" in out0,
+          f"{len(held)} silent strangers at the rendezvous (more than the 64 kept: the oldest closed, said so), a new one for each taken: the "
           f"job started at once and completed (exit {r0.returncode}, {r1.returncode}; "
           f"{t_done:.1f} s, a plain job {t_plain:.1f} s)")
     if r0.returncode != 0:
@@ -273,7 +273,7 @@ def partial_flood(t_plain):
     for s in held:
         s.close()
     check(out0 is not None and r0.returncode == 0 and r1.returncode == 0 and
-          "Out of bounds values : 0 OK" in out0 and t_done < t_plain + 2,
+          "Out of bounds values : 0 OK" in out0 and t_done < t_plain + 5,
           f"{len(held)} strangers that sent one byte of a hello and stopped: the job started "
           f"at once and completed (exit {r0.returncode}, {r1.returncode}; {t_done:.1f} s, a "
           f"plain job {t_plain:.1f} s)")
