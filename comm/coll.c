@@ -450,7 +450,9 @@ weft_status_t weft_test(weft_request_t *req, int *done_p)
     if (req == NULL || done_p == NULL)
         return BAD("test: %s is NULL", req == NULL ? "req" : "done_p");
     weft_comm_t *comm = req->comm;
-    if (comm->forked)
+    /* (a request that is done may outlive its communicator: comm is read only while the
+     * request is in progress, which destroy never leaves it) */
+    if (op_status(&req->op) == WEFT_IN_PROGRESS && comm->forked)
         return BAD("test: the request's communicator belongs to the parent of this process "
                    "(made by fork)");
     if (op_status(&req->op) == WEFT_IN_PROGRESS &&
@@ -469,10 +471,12 @@ weft_status_t weft_wait(weft_request_t *req)
 {
     if (req == NULL)
         return BAD("wait: req is NULL");
-    if (req->comm->forked)      /* (the request stays the parent's; its copy is left) */
+    weft_status_t st = op_status(&req->op);
+    /* (read only in progress: a request that is done may outlive its communicator; one of
+     * a parent's communicator stays the parent's, its copy here left as it is) */
+    if (st == WEFT_IN_PROGRESS && req->comm->forked)
         return BAD("wait: the request's communicator belongs to the parent of this process "
                    "(made by fork)");
-    weft_status_t st = op_status(&req->op);
     if (st == WEFT_IN_PROGRESS) {
         int entered = comm_enter(req->comm);
         st = engine_wait(req->comm, &req->op);
