@@ -30,10 +30,10 @@ LDSAN    = -fsanitize=$(SAN)
 endif
 # The UCX transport (comm/ucx/) is built when pkg-config finds UCX (Debian: libucx-dev);
 # without it the library has shm and tcp only, and WEFT_TRANSPORT=ucx finds no transport.
+# Nothing links UCX: the transport opens libucp.so.0 when it is used (comm/ucx/ucx_api.h).
 HAVE_UCX    := $(shell pkg-config --exists ucx 2>/dev/null && echo 1)
 ifeq ($(HAVE_UCX),1)
 UCX_CFLAGS  := $(shell pkg-config --cflags ucx) -DWEFT_HAVE_UCX
-UCX_LIBS    := $(shell pkg-config --libs ucx)
 else
 $(info weft: UCX not found (pkg-config ucx; Debian: libucx-dev): the UCX transport is skipped)
 endif
@@ -52,7 +52,7 @@ CUDA_CFLAGS := -DWEFT_HAVE_CUDA -I$(CUDA_HOME)/include -Ikernels/cuda
 CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lstdc++
 endif
 CFLAGS  += $(CFLAGS_BASE) $(INCS) $(HWLOC_CFLAGS) $(UCX_CFLAGS) $(CUDA_CFLAGS)
-LDLIBS  += $(HWLOC_LIBS) $(UCX_LIBS) $(CUDA_LIBS) -lrt -lm -pthread $(LDSAN)
+LDLIBS  += $(HWLOC_LIBS) $(CUDA_LIBS) -lrt -lm -pthread $(LDSAN)
 
 LIB_SRC  := $(filter-out %_cli.c,$(wildcard common/*.c kernels/*.c topo/*.c comm/*.c comm/*/*.c))
 ifneq ($(HAVE_UCX),1)
@@ -325,8 +325,8 @@ $(BUILD)/tests/test_nccl_shim_emu: $(BUILD)/obj/emu/test_nccl_shim.o $(BUILD)/ob
 	$(CC) $(EMU_LINK) -o $@ $^ $(LDLIBS)
 endif
 
-# probe_hup links the shared library, as an application does: its dependencies' constructors
-# (libucs's SIGHUP handler) run where they would in one
+# probe_hup links the shared library, as an application does (and dlopens it in its
+# `lazy` mode): what loads with it, and when, is what an application gets
 $(BUILD)/tests/probe_hup: $(BUILD)/obj/tests/probe_hup.o $(BUILD)/lib/libweft.so
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lweft $(LDLIBS)

@@ -56,9 +56,11 @@ cp build/bin/weft-train build/bin/weftrun build/bin/all_reduce_perf build/bin/se
 cp build/tests/test_cuda build/tests/test_nccl_shim build/tests/test_train_gpu .dev/build/tests/ ||
     die "copying build outputs failed"
 # the Debian libraries weft's binaries and MPICH load (the GPU image has libc and libstdc++)
+# (and UCX, which weft opens only when its ucx transport is used)
 for f in .dev/build/lib/libweft.so.0 .dev/build/bin/* .dev/build/tests/test_train_gpu \
-         "$LIBDIR/libmpich.so.12" "$(command -v mpiexec.hydra)"; do
-    ldd "$f" | awk '/=> \// { print $3 }'
+         "$LIBDIR/libmpich.so.12" "$(command -v mpiexec.hydra)" "$LIBDIR/libucp.so.0"; do
+    [ -e "$f" ] && ldd "$f" | awk '/=> \// { print $3 }'
+    case $f in *libucp*) [ -e "$f" ] && echo "$f" ;; esac
 done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' |
     while read -r l; do cp -L "$l" .dev/libs/; done
 # MPICH: launcher, library, headers (C only: nccl-tests is C++, MPICH's C++ bindings are

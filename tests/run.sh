@@ -152,9 +152,10 @@ IBFABRIC=/weft_ibemu.run.$$
 IBENV=(env WEFT_TRANSPORT=ib WEFT_IB_VERBS="$PWD/$IBEMU" WEFT_IBEMU_FABRIC=$IBFABRIC)
 trap 'rm -rf "$LOG"; rm -f "/dev/shm$IBFABRIC"' EXIT
 
-# Whether the UCX transport is built in (Makefile: pkg-config ucx).
+# Whether the UCX transport is built in (Makefile: pkg-config ucx): the library then
+# names the UCX it opens when the transport is used (comm/ucx/ucx_api.c).
 HAVE_UCX=0
-ldd "$B/lib/libweft.so" 2>/dev/null | grep -q 'libucp\.so' && HAVE_UCX=1
+grep -q 'libucp\.so\.0' "$B/lib/libweft.so" && HAVE_UCX=1
 
 # 3. The multi-process matrix: every collective on 1..5 ranks, shm and tcp (and ucx).
 # The full matrix (every dtype x op at every count) runs on 1-2 ranks of each transport;
@@ -183,7 +184,7 @@ else
         WEFT_ALGO=ring "$WEFTRUN" -n 4 "$B/tests/test_coll" --quick
     run "test_coll -n 3 tcp WEFT_NCHANNELS=2 ring" env WEFT_TRANSPORT=tcp WEFT_NCHANNELS=2 \
         WEFT_ALGO=ring "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
-    # UCX (when built: libweft links libucp): the full matrix on 2 ranks, the quick one on
+    # UCX (when built in): the full matrix on 2 ranks, the quick one on
     # 3-5; UCX moves the data over its own shared memory and cma here.
     if [ "$HAVE_UCX" = 1 ]; then
         for n in 2 3 4 5; do
@@ -577,13 +578,20 @@ fi
 if [ -x "$B/tests/test_fail" ]; then
     run "test_reap.py" /usr/bin/python3 tests/test_reap.py "$B"
 fi
-# 3c'''. A process linked with weft dies of SIGHUP (libucs's handler, which ignored it, is
-# put back to the default unless UCX_DEBUG_SIGNO asks for it).
-[ -x "$B/tests/probe_hup" ] && run "probe_hup: SIGHUP kills" bash -c \
-    'env --default-signal=HUP -u UCX_DEBUG_SIGNO "$0"; [ $? = 129 ]' "$B/tests/probe_hup"
-# (the default disposition first: the suite itself may run under nohup) ... and a process started with SIGHUP ignored (nohup) keeps ignoring it
-[ -x "$B/tests/probe_hup" ] && run "probe_hup: SIGHUP ignored under nohup" bash -c \
-    'trap "" HUP; env -u UCX_DEBUG_SIGNO "$0"; [ $? = 1 ]' "$B/tests/probe_hup"
+# 3c'''. A process using weft dies of SIGHUP: one that never uses the ucx transport never
+# loads UCX (its SIGSEGV handler stays, libucp is not mapped); one that does has libucs's
+# SIGHUP handler, which ignored it, put back (the default, or ignored under nohup) unless
+# UCX_DEBUG_SIGNO asks for it. The default disposition is set first: the suite itself may
+# run under nohup.
+if [ -x "$B/tests/probe_hup" ]; then
+    hup=; [ "$HAVE_UCX" = 1 ] && hup=ucx
+    run "probe_hup: SIGHUP kills${hup:+ (after ucx)}" bash -c \
+        'env --default-signal=HUP -u UCX_DEBUG_SIGNO "$0" $1; [ $? = 129 ]' "$B/tests/probe_hup" "$hup"
+    run "probe_hup: SIGHUP ignored under nohup${hup:+ (after ucx)}" bash -c \
+        'trap "" HUP; env -u UCX_DEBUG_SIGNO "$0" $1; [ $? = 1 ]' "$B/tests/probe_hup" "$hup"
+    [ "$HAVE_UCX" = 1 ] && run "probe_hup lazy: UCX loaded for the ucx transport only" \
+        env -u WEFT_TRANSPORT "$B/tests/probe_hup" lazy
+fi
 # 3c''. fork() after init (data-loader workers): a worker's calls refused, its destroy
 # harmless to the parent, registered memory its own; a worker outliving its rank does not
 # hide the rank's death from the peers (tcp).

@@ -10,7 +10,9 @@
 # inside an application); every function weft.h declares is exported; the soname is
 # libweft.so.0 and build/lib/libweft.so.0 exists; a C program built with
 # `cc -Iinclude -Lbuild/lib -lweft` and run with LD_LIBRARY_PATH=build/lib all-reduces on
-# 2 ranks. Ends "test_symbols.sh: N passed, N failed".
+# 2 ranks; libweft needs no UCX library and, where UCX cannot load, WEFT_TRANSPORT=ucx is
+# an error naming it while the other transports run. Ends "test_symbols.sh: N passed, N
+# failed".
 set -u
 cd "$(dirname "$0")/.." || exit 2
 B=${1:-build}
@@ -101,6 +103,33 @@ if cc -Iinclude -o "$TMP/prog" "$TMP/prog.c" -L"$B/lib" -lweft 2>"$TMP/cc.err"; 
         "a program linked with -L$B/lib -lweft needs $needed and runs on 2 ranks (exit $rc: $(echo "$out" | tr '\n' ' ' | cut -c1-120))"
 else
     check 1 "a program links with -L$B/lib -lweft: $(head -c 300 "$TMP/cc.err")"
+fi
+
+# UCX is opened by the ucx transport when used, never linked (comm/ucx/ucx_api.h): no UCX
+# library among libweft's dependencies, no UCX call left for the loader to bind.
+ucxdeps=$(readelf -d "$LIB" | sed -n 's/.*(NEEDED).*\[\(libuc[pst][^]]*\)\].*/\1/p' | tr '\n' ' ')
+ucxsyms=$(nm -D --undefined-only "$LIB" | awk '$2 ~ /^(ucp|ucs|uct|ucm)_/ { print $2 }' | tr '\n' ' ')
+check "$([ -z "$ucxdeps$ucxsyms" ] && echo 0 || echo 1)" \
+    "libweft.so needs no UCX library${ucxdeps:+ (needs: $ucxdeps)} and binds no UCX call${ucxsyms:+ (undefined: $ucxsyms)}"
+# where UCX cannot load (hidden here by a mount namespace), the ucx transport is an error
+# that names it, and the others run as before
+UCP=$(ldconfig -p 2>/dev/null | awk '/libucp\.so\.0 / { print $NF; exit }')
+if ! grep -q 'libucp\.so\.0' "$LIB"; then
+    echo "skip - no UCX: weft is built without the ucx transport"
+elif [ -z "$UCP" ] || [ ! -x "$TMP/prog" ] || ! unshare -m true 2>/dev/null; then
+    echo "skip - no UCX: needs libucp.so.0 in the loader's cache and unshare -m (root)"
+else
+    hidden() {  # hidden TRANSPORT: the program on 2 ranks with libucp.so.0 unloadable
+        unshare -m sh -c 'mount --bind /dev/null "$0" && exec "$@"' "$UCP" \
+            env LD_LIBRARY_PATH="$B/lib" WEFT_TRANSPORT="$1" timeout 60 \
+            "$B/bin/weftrun" -n 2 "$TMP/prog" 2>&1
+    }
+    out=$(hidden ucx); rc=$?
+    check "$([ $rc != 0 ] && echo "$out" | grep -q 'ucx: cannot load UCX (libucp.so.0' && echo 0 || echo 1)" \
+        "no UCX: WEFT_TRANSPORT=ucx fails naming libucp.so.0 (exit $rc: $(echo "$out" | grep -m1 'init:' | cut -c1-160))"
+    out=$(hidden auto); rc=$?
+    check "$([ $rc = 0 ] && echo 0 || echo 1)" \
+        "no UCX: WEFT_TRANSPORT=auto runs on 2 ranks (exit $rc: $(echo "$out" | tr '\n' ' ' | cut -c1-120))"
 fi
 
 echo "test_symbols.sh: $PASS passed, $FAIL failed"

@@ -28,15 +28,13 @@
  * until the peer read them, left, said goodbye or WEFT_TIMEOUT passed, then force-closes
  * it; the worker is destroyed only after every endpoint is closed.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ucs/debug/debug.h>
-#include <uct/api/uct.h>
 
 #include "ucx_int.h"
 #include "check.h"
@@ -44,24 +42,27 @@
 #include "status.h"
 #include "util.h"
 
-/* libucs, as it loads, installs a SIGHUP handler that prints UCX's debug information and
- * goes on (UCX_DEBUG_SIGNO, SIGHUP by default): every process linked with libweft, whatever
- * its transport, ignored the hangup a launcher forwards or a closing terminal sends
- * (weftrun -n 2 then kill -HUP weftrun: the ranks ran on; found by a review, 2026-11-27).
- * Unless the user asked for UCX's (UCX_DEBUG_SIGNO set), libucs puts back the handler it
- * replaced (SIG_DFL, or SIG_IGN under nohup), once its constructor has run (a library's
- * run after its dependencies'). UCX's handlers for SIGSEGV, SIGBUS, SIGILL and SIGFPE
- * (backtraces) stay: docs/TRANSPORTS.md says how to turn them off. */
-__attribute__((constructor)) static void ucx_sighup_default(void)
+/* Whether the kernel lists an RDMA device (InfiniBand, RoCE, soft-RoCE): where it lists
+ * none, UCX's "ib" component has none either, and UCX is not loaded at all. */
+static int rdma_device_listed(void)
 {
-    if (getenv("UCX_DEBUG_SIGNO") == NULL)
-        ucs_debug_disable_signal(SIGHUP);
+    DIR *d = opendir("/sys/class/infiniband");
+    int found = 0;
+    if (d == NULL)
+        return 0;
+    for (struct dirent *e; !found && (e = readdir(d)) != NULL;)
+        found = e->d_name[0] != '.';
+    closedir(d);
+    return found;
 }
 
 /* Whether UCX sees an RDMA device: a memory domain of its "ib" component (InfiniBand,
- * RoCE). Asked in auto mode only, before any context exists. */
+ * RoCE). Asked in auto mode only, before any context exists; loads UCX only where the
+ * kernel lists a device. */
 static int rdma_device_present(void)
 {
+    if (!rdma_device_listed() || ucx_api_load() != WEFT_OK)
+        return 0;
     uct_component_h *comps;
     unsigned n;
     int found = 0;
@@ -324,6 +325,7 @@ static weft_status_t shared_create(int nranks)
 {
     ucp_config_t *cfg;
     RETURN_IF_ERR(mm_seg_check());
+    RETURN_IF_ERR(ucx_api_load());
     ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
     if (s != UCS_OK)
         return weft_error(WEFT_ERR_SYSTEM, "ucx: cannot read the UCX_* configuration: %s",
@@ -332,7 +334,7 @@ static weft_status_t shared_create(int nranks)
     ucp_params_t p = { .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS,
                        .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA,
                        .estimated_num_eps = (size_t)nranks };
-    s = ucp_init(&p, cfg, &shared.ucp);
+    s = ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &p, cfg, &shared.ucp);
     ucp_config_release(cfg);
     if (s != UCS_OK)
         return weft_error(WEFT_ERR_SYSTEM, "ucx: cannot initialize (ucp_init): %s",

@@ -15,9 +15,8 @@
 #define WEFT_UCX_INT_H
 
 #include <sys/types.h>
-#include <ucp/api/ucp.h>
-
 #include "comm_int.h"
+#include "ucx_api.h"
 
 extern const tp_ops_t tp_ucx_ops;
 
