@@ -299,8 +299,8 @@ RDV_HOST=$RDV_NAME WEFT_TIMEOUT=20 RANK_TIMEOUT=40 MATRIX_ARGS="--quick --colls 
 # A host vanishes without closing its connections (its network goes down, its processes
 # live on): the survivor's call fails with PEER_LOST within WEFT_TCP_DEAD (here 4 s) + 5
 # s, not at WEFT_TIMEOUT (before 2026-11-27 it waited for WEFT_TIMEOUT). The cut-off
-# rank stands for a host that lost power: what it reports is not checked, and the
-# RANK_TIMEOUT of 15 s ends it.
+# rank stands for a host that lost power: what it reports is not checked, and it is
+# killed once rank 0 has ended (else the RANK_TIMEOUT of 15 s ends it).
 layout 2 1
 name=netcut
 (   # once both ranks are up (their F.RANK files), host b's link goes down
@@ -310,6 +310,11 @@ name=netcut
     done
     sleep 0.5
     ip -n "${NS}b" link set eth0 down
+    for _ in $(seq 150); do
+        [ -e "$D/netcut.0.end" ] && break
+        sleep 0.1
+    done
+    ip netns pids "${NS}b" | xargs -r kill -9
 ) &
 WEFT_TIMEOUT=60 WEFT_TCP_DEAD=4 RANK_TIMEOUT=15 launch "$name" 29510 "$B/tests/test_fail" \
     netcut "$D/netcut.up"
