@@ -6,7 +6,7 @@
  *              at least a core per local rank: bind the process (every thread) to its own
  *              block of cores (topo_place), as Open MPI binds by default: on a host with
  *              GPUs, cores of the NUMA node of the rank's GPU (local rank i: GPU i mod
- *              ngpus), split among the ranks whose GPUs share that node (left unbound
+ *              ngpus, or of those CUDA_VISIBLE_DEVICES shows), split among the ranks whose GPUs share that node (left unbound
  *              when that node has fewer cores than such ranks); without GPUs,
  *              NUMA-aware blocks. A process already bound (mpirun's default, srun --cpu-bind,
  *              weftrun --bind-to core, taskset) keeps its binding; an oversubscribed host

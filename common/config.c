@@ -290,7 +290,8 @@ static const cfg_knob_t knobs[] = {
     { "WEFT_BIND", "auto", "where each rank runs: auto = when the launcher left the process "
       "unbound and the host has a core per local rank, bind it to its own block of cores "
       "(topo_place: with GPUs, cores of the NUMA node of its GPU, local rank i on GPU i mod "
-      "ngpus; without, NUMA-aware blocks), as Open MPI binds by default; none = leave it; "
+      "ngpus, or on the (i mod n)-th of the n GPUs CUDA_VISIBLE_DEVICES shows; without, "
+      "NUMA-aware blocks), as Open MPI binds by default; none = leave it; "
       "cores:LIST = local rank i on the i-th comma-separated item of LIST, an OS cpu number or "
       "a range (cores:0,1 puts local rank 0 on cpu 0 and 1 on cpu 1; cores:0-3,4-7 gives "
       "each of two ranks four cpus)",

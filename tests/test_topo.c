@@ -203,12 +203,16 @@ static int cpus_in_numa(hwloc_topology_t hw, const char *list, int numa)
  * disjoint (cores and cpus), and a rank's cpus lie in its NUMA node (per hwloc itself).
  * Without GPUs also: blocks cover every core when n <= cores and follow rank order, and
  * the node check needs at least as many ranks as nodes (fewer take whole nodes). With
- * GPUs: local rank r has GPU r mod ngpus and its cores are on that GPU's node.
- * Returns 0 when everything held. */
+ * GPUs: local rank r has GPU r mod ngpus (or, where a test set want_vis, the (r mod n)-th
+ * of those n) and its cores are on that GPU's node. Returns 0 when everything held. */
+static const int *want_vis;     /* the GPUs CUDA_VISIBLE_DEVICES shows, when a test set it */
+static int want_nvis;
+
 static int check_placement(const topo_t *t, const char *path, const char *what, int n,
                            topo_place_t *out)
 {
-    int bad = 0, ncores = topo_num_cores(t), ngpus = topo_num_gpus(t);
+    int bad = 0, ncores = topo_num_cores(t);
+    int ngpus = want_vis && want_nvis == 0 ? 0 : topo_num_gpus(t);
     hwloc_topology_t hw = hw_load(path);
     CHECK(hw, "%s: hwloc cannot load %s", what, path ? path : "this machine");
     hwloc_bitmap_t seen = hwloc_bitmap_alloc(), cpus_seen = hwloc_bitmap_alloc();
@@ -223,7 +227,8 @@ static int check_placement(const topo_t *t, const char *path, const char *what, 
         bad |= p->core_begin < 0 || p->core_end > ncores || p->ncores < 1 ||
                p->ncores != p->core_end - p->core_begin || p->local_rank != r;
         bad |= !ngpus && r > 0 && p->core_begin < out[r - 1].core_begin;
-        if (ngpus && (p->gpu != r % ngpus || topo_gpu(t, p->gpu)->numa != p->numa)) {
+        int want = !ngpus ? -1 : want_vis ? want_vis[r % want_nvis] : r % ngpus;
+        if (ngpus && (p->gpu != want || topo_gpu(t, p->gpu)->numa != p->numa)) {
             CHECK(0, "%s: rank %d of %d: gpu %d on numa %d, cores on numa %d", what, r, n,
                   p->gpu, p->gpu >= 0 ? topo_gpu(t, p->gpu)->numa : -1, p->numa);
             bad = 1;
@@ -380,6 +385,79 @@ static void test_place_dgx2(void)
         topo_place_t many[40];
         check_placement(t, XML_DGX2, "dgx2 sweep", n, many);
     }
+    topo_free(t);
+}
+
+/* CUDA_VISIBLE_DEVICES, read at load: a job on GPUs 12-15 of a DGX-2 (a node shared by
+ * jobs) puts local rank i on GPU 12 + i, its cores on GPU 12's node (1) and its HCA the
+ * one beside that GPU; before 2026-11-27 rank 0 took GPU 0, node 0 and mlx5_0. Parsed
+ * as CUDA does: up to the first bad entry; "" hides every GPU; UUIDs map to none. */
+static void test_place_visible(void)
+{
+    static const int none[1];
+    static const struct {
+        const char *cvd;
+        int gpu0, gpu1;        /* local ranks 0 and 1 of 2; -1 none */
+    } cases[] = {
+        { "12,13,14,15", 12, 13 },  { "5", 5, 5 },       { " 3 , 7", 3, 7 },
+        { "3,99,4", 3, 3 },         { "2,2,6", 2, 2 },   { "4,x,6", 4, 4 },
+        { "", -1, -1 },             { "-1", -1, -1 },    { "16", -1, -1 },
+        { "GPU-6a3e2b1c-0000-1111-2222-333344445555", -1, -1 },
+        { "MIG-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", -1, -1 },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        setenv("CUDA_VISIBLE_DEVICES", cases[i].cvd, 1);
+        topo_t *t = load(XML_DGX2IB);
+        unsetenv("CUDA_VISIBLE_DEVICES");
+        if (!t)
+            return;
+        topo_place_t p[2];
+        int vis[2] = { cases[i].gpu0, cases[i].gpu1 };
+        want_vis = cases[i].gpu0 < 0 ? none : vis;
+        want_nvis = cases[i].gpu0 < 0 ? 0 : 2;
+        check_placement(t, XML_DGX2IB, cases[i].cvd, 2, p);
+        want_vis = NULL;
+        CHECK(p[0].gpu == cases[i].gpu0 && p[1].gpu == cases[i].gpu1,
+              "CUDA_VISIBLE_DEVICES='%s': gpus %d,%d, want %d,%d", cases[i].cvd, p[0].gpu,
+              p[1].gpu, cases[i].gpu0, cases[i].gpu1);
+        CHECK(topo_gpu_visibility(t)[0] != '\0', "CUDA_VISIBLE_DEVICES='%s': no note",
+              cases[i].cvd);
+        topo_free(t);
+    }
+    setenv("CUDA_VISIBLE_DEVICES", "12,13,14,15", 1);
+    topo_t *t = load(XML_DGX2IB);
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    if (!t)
+        return;
+    topo_place_t p[4];
+    static const int vis[4] = { 12, 13, 14, 15 };
+    want_vis = vis;
+    want_nvis = 4;
+    check_placement(t, XML_DGX2IB, "dgx2-8ib visible 12-15", 4, p);
+    want_vis = NULL;
+    topo_nic_choice_t c;
+    for (int r = 0; r < 4; r++) {
+        const topo_gpu_t *g = topo_gpu(t, p[r].gpu);
+        char want[16];
+        snprintf(want, sizeof(want), "mlx5_%d", (12 + r) / 2);
+        CHECK(p[r].gpu == 12 + r && g && g->numa == 1 && p[r].numa == 1,
+              "visible 12-15, rank %d: gpu %d (numa %d), cores on numa %d", r, p[r].gpu,
+              g ? g->numa : -1, p[r].numa);
+        CHECK(topo_nic_for_rank(t, r, 4, TOPO_NIC_IB, "", &c) == WEFT_OK &&
+              !strcmp(c.name, want) && c.dist == TOPO_DIST_SWITCH,
+              "visible 12-15, rank %d: hca %s (%s), want %s", r, c.name,
+              topo_dist_name(c.dist), want);
+    }
+    CHECK(strstr(topo_gpu_visibility(t), "[12,13,14,15][i mod 4]") != NULL, "note: '%s'",
+          topo_gpu_visibility(t));
+    topo_free(t);
+    /* unset: every GPU, i mod ngpus, and no note */
+    t = load(XML_DGX2IB);
+    if (!t)
+        return;
+    CHECK(topo_place(t, 0, 2, &p[0]) == WEFT_OK && p[0].gpu == 0 &&
+          topo_gpu_visibility(t)[0] == '\0', "unset: gpu %d, note '%s'", p[0].gpu,
+          topo_gpu_visibility(t));
     topo_free(t);
 }
 
@@ -746,6 +824,7 @@ static void test_machine_isolated(void)
 int main(void)
 {
     setenv("WEFT_DEBUG", "NONE", 0);          /* the failure tests log on purpose */
+    unsetenv("CUDA_VISIBLE_DEVICES");         /* placements below: every GPU visible */
     if (access(XML_2S, R_OK) != 0)
         fprintf(stderr, "test_topo: %s not found; run from the repository root\n", XML_2S);
 
@@ -756,6 +835,7 @@ int main(void)
     test_place_2socket();
     test_place_4numa();
     test_place_dgx2();
+    test_place_visible();
     test_filter_parse();
     test_nic_for_rank();
     test_nic_nested_switches();

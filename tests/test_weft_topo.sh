@@ -27,7 +27,8 @@ wt() {
     local envs=()
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
     shift
-    env -u WEFT_IB_HCA -u WEFT_SOCKET_IFNAME -u WEFT_TOPO_FILE "${envs[@]}" WEFT_DEBUG=NONE \
+    env -u WEFT_IB_HCA -u WEFT_SOCKET_IFNAME -u WEFT_TOPO_FILE -u CUDA_VISIBLE_DEVICES \
+        "${envs[@]}" WEFT_DEBUG=NONE \
         timeout 30 "$T" "$@" >"$OUT/$name" 2>"$OUT/$name.err"
 }
 has() { grep -qF -- "$2" "$OUT/$1"; }
@@ -77,6 +78,15 @@ if wt dgx -- --xml "$D/nvidia-dgx2.xml" --ranks 16 &&
     ok "dgx2, 16 ranks: gpu i, cores of its node, shared"
 else
     bad "dgx2 --ranks 16" "$OUT/dgx"
+fi
+# CUDA_VISIBLE_DEVICES narrows the GPUs as CUDA does: local rank i on the i-th it shows
+if wt vis CUDA_VISIBLE_DEVICES=12,13,14,15 -- --xml "$D/nvidia-dgx2-8ib.xml" --ranks 2 &&
+   has vis "(CUDA_VISIBLE_DEVICES=12,13,14,15: local rank i uses gpu [12,13,14,15][i mod 4])" &&
+   has vis "rank 1: numa 1 cores 3 (cpus 25) gpu nvml13 (0000:e2:00.0) nic mlx5_6 (0000:e1:00.0, pcie-switch)" &&
+   has vis "rank 1: ib mlx5_6:1 (pcie-switch, 1 of 1)"; then
+    ok "CUDA_VISIBLE_DEVICES=12,13,14,15: gpus 12 and 13, their node's cores and HCA"
+else
+    bad "CUDA_VISIBLE_DEVICES=12,13,14,15 --ranks 2" "$OUT/vis"
 fi
 
 # refusals: status and message

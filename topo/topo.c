@@ -16,6 +16,7 @@
  *  - gpus[]/nics[] hold ngpus/nnics entries, sorted by busid, non-PCI ones last; every
  *    name is NUL-terminated and non-empty; pci_id is the gp_index of the PCI device
  *    (bus ids can repeat in an export, gp_index cannot), 0 when off PCI.
+ *  - vis[0..nvis) (when vis_set) are distinct indices into gpus[].
  *  - A failed topo_load or topo_place writes nothing to its outputs and leaks nothing.
  */
 #include <ctype.h>
@@ -47,6 +48,10 @@ struct topo {
     int nruns;
     topo_gpu_t *gpus;
     int ngpus;
+    int vis_set;                   /* CUDA_VISIBLE_DEVICES was set when loaded */
+    int vis[TOPO_VIS_MAX];         /* then: the visible GPUs, as gpus[] indices */
+    int nvis;                      /* how many (0: none, or none that maps to gpus[]) */
+    char vis_note[160];            /* what it does, for weft-topo and the log */
     topo_nic_t *nics;
     int nnics;
 };
@@ -369,6 +374,59 @@ static weft_status_t scan_nics(topo_t *t)
     return WEFT_OK;
 }
 
+/* CUDA_VISIBLE_DEVICES as CUDA reads it: indices (in PCI bus order, which gpus[] has:
+ * CUDA_DEVICE_ORDER=PCI_BUS_ID, the order of nvidia-smi and of Slurm's GPU indices) up to
+ * the first that is not one, out of range or a repeat; "" or "-1" hides every GPU. A
+ * UUID (GPU-..., MIG-...) cannot be matched to a PCI device here: that rank's GPU is
+ * then unknown, as on a host without GPUs. */
+static void scan_visible(topo_t *t, const char *cvd)
+{
+    t->vis_set = cvd != NULL;
+    t->nvis = 0;
+    t->vis_note[0] = '\0';
+    if (cvd == NULL || t->ngpus == 0)
+        return;
+    const char *p = cvd;
+    int uuid = 0;
+    while (*p && t->nvis < TOPO_VIS_MAX) {
+        while (*p == ' ')
+            p++;
+        if (!strncmp(p, "GPU-", 4) || !strncmp(p, "MIG-", 4)) {
+            uuid = t->nvis == 0;
+            break;
+        }
+        char *end;
+        errno = 0;
+        long v = isdigit((unsigned char)*p) ? strtol(p, &end, 10) : -1;
+        if (v < 0 || v >= t->ngpus || errno)
+            break;
+        int dup = 0;
+        for (int i = 0; i < t->nvis; i++)
+            dup |= t->vis[i] == (int)v;
+        if (dup)
+            break;
+        t->vis[t->nvis++] = (int)v;
+        p = end + strspn(end, " ");
+        if (*p != ',')
+            break;
+        p++;
+    }
+    char list[96] = "";
+    for (int i = 0; i < t->nvis; i++)
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%d", i ? "," : "",
+                 t->vis[i]);
+    if (uuid)
+        snprintf(t->vis_note, sizeof(t->vis_note), "CUDA_VISIBLE_DEVICES=%.40s names GPUs by "
+                 "UUID, not matched to PCI devices here: no rank has a known GPU", cvd);
+    else if (t->nvis == 0)
+        snprintf(t->vis_note, sizeof(t->vis_note), "CUDA_VISIBLE_DEVICES=%.40s: no GPU visible",
+                 cvd);
+    else
+        snprintf(t->vis_note, sizeof(t->vis_note), "CUDA_VISIBLE_DEVICES=%.40s: local rank i "
+                 "uses gpu [%s][i mod %d]", cvd, list, t->nvis);
+    LOG_INFO(LOG_TOPO, "topo: %s", t->vis_note);
+}
+
 static weft_status_t load(const char *xml_path, int io, int bound, topo_t **topo_p)
 {
     weft_status_t st;
@@ -383,6 +441,7 @@ static weft_status_t load(const char *xml_path, int io, int bound, topo_t **topo
     GOTO_IF_ERR(scan_cores(t), st, fail);
     GOTO_IF_ERR(scan_gpus(t), st, fail);
     GOTO_IF_ERR(scan_nics(t), st, fail);
+    scan_visible(t, getenv("CUDA_VISIBLE_DEVICES"));
     LOG_INFO(LOG_TOPO, "topo: %s: %d packages, %d numa nodes, %d cores, %d pus, "
              "%d gpus, %d nics", t->source, t->npackages, t->nnuma, t->ncores, t->npus,
              t->ngpus, t->nnics);
@@ -487,10 +546,18 @@ static int ranks_on_core(const topo_t *t, int pos, int n)
     return (int)(((pos + 1) * (long long)n + K - 1) / K - (pos * (long long)n + K - 1) / K);
 }
 
-/* Local rank r's GPU: r mod ngpus (see topo_place); -1 without GPUs. */
+/* Local rank r's GPU: r mod ngpus, or with CUDA_VISIBLE_DEVICES the (r mod n)-th of the n
+ * it shows (see topo_place); -1 without GPUs. */
 static int rank_gpu(const topo_t *t, int r)
 {
+    if (t->vis_set)
+        return t->nvis > 0 ? t->vis[r % t->nvis] : -1;
     return t->ngpus > 0 ? r % t->ngpus : -1;
+}
+
+const char *topo_gpu_visibility(const topo_t *t)
+{
+    return t->vis_note;
 }
 
 /* The run of core_order holding NUMA node numa's cores, -1 when it has none. */

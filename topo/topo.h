@@ -102,10 +102,20 @@ const topo_gpu_t *topo_gpu(const topo_t *t, int i);   /* NULL when out of range 
 int topo_num_nics(const topo_t *t);
 const topo_nic_t *topo_nic(const topo_t *t, int i);   /* NULL when out of range */
 
+/* What CUDA_VISIBLE_DEVICES (as the loader found it) does to topo_place's GPUs: "" when
+ * it was not set, else a line for weft-topo and the log. */
+const char *topo_gpu_visibility(const topo_t *t);
+#define TOPO_VIS_MAX 64
+
 /* Placement of local rank `local_rank` of `local_size` ranks on this host.
  * GPU: local rank i uses GPU i mod ngpus, GPUs in PCI bus order: the LOCAL_RANK
- * convention of torchrun/NCCL jobs with CUDA_DEVICE_ORDER=PCI_BUS_ID and every GPU
- * visible (a job that narrows CUDA_VISIBLE_DEVICES must bind itself or map the index).
+ * convention of torchrun/NCCL jobs with CUDA_DEVICE_ORDER=PCI_BUS_ID. Where the process
+ * had CUDA_VISIBLE_DEVICES when loaded (read by topo_load*, as CUDA reads it: indices up
+ * to the first invalid one), local rank i uses the (i mod n)-th of the n GPUs it shows,
+ * as `cudaSetDevice(local_rank % count)` does; every local rank is taken to see the same
+ * list (under srun --gpus-per-task each sees its one GPU, and reckons its neighbours'
+ * the same, which keeps their core blocks apart); a UUID list leaves every rank without
+ * a known GPU.
  * Cores, with GPUs: the NUMA node of the rank's GPU, split into contiguous, disjoint
  * blocks among the ranks whose GPUs sit on that node (shared single cores when there
  * are more such ranks than the node has cores). Cores, without GPUs (or a GPU whose

@@ -243,7 +243,9 @@ static int show_topology(const cli_args_t *a, const weft_config_t *cfg)
         return 1;
     }
     topo_print(t, stdout);
-    if (a->ranks > 0 && topo_num_gpus(t) > 0)
+    if (a->ranks > 0 && topo_gpu_visibility(t)[0])
+        printf("placement of %d local ranks (%s):\n", a->ranks, topo_gpu_visibility(t));
+    else if (a->ranks > 0 && topo_num_gpus(t) > 0)
         printf("placement of %d local ranks (local rank i uses gpu i mod %d):\n", a->ranks,
                topo_num_gpus(t));
     else if (a->ranks > 0)
