@@ -4,6 +4,9 @@
  * Each side writes a fixed 48-byte hello, reads the peer's, checks it, then writes a
  * 32-byte MAC and reads and checks the peer's. Neither side waits before writing, so
  * two ranks may call this in either order (both messages fit in any socket buffer).
+ * The rendezvous, which polls many connections, runs the accepting side in two steps
+ * that read only what is already queued (auth_accept_hello, auth_accept_mac): it reads
+ * the peer's hello before writing its own, and its MAC with it; the peer cannot tell.
  *
  * Wire (little-endian, no padding):
  *   hello  0 magic "WEFTAUTH" | 8 u32 version | 12 u32 purpose | 16 u32 flags |
@@ -23,6 +26,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "check.h"
 #include "hmac.h"
 #include "sock.h"
 #include "status.h"
@@ -229,6 +233,81 @@ static weft_status_t mac_exchange(int fd, const char *secret, const auth_hello_t
     return mac_check(secret, me, peer, in, ctx);
 }
 
+/* Checks the caller's arguments and makes this side's hello (a fresh nonce). */
+static weft_status_t hello_make(int fd, const char *secret, int purpose, uint64_t comm_id,
+                                int my_rank, auth_hello_t *me)
+{
+    if (fd < 0 || my_rank < 0 || (unsigned)my_rank >= AUTH_RANK_LIMIT ||
+        (purpose != AUTH_BOOTSTRAP && purpose != AUTH_DATA))
+        return weft_error(WEFT_ERR_INVALID_ARG, "auth_handshake: bad arguments (fd %d, "
+                          "rank %d, purpose %d)", fd, my_rank, purpose);
+    *me = (auth_hello_t){
+        .version = AUTH_VERSION, .purpose = (uint32_t)purpose,
+        .flags = secret != NULL ? 0 : AUTH_FLAG_NO_SECRET,
+        .rank = (uint32_t)my_rank, .comm_id = comm_id,
+    };
+    if (random_bytes(me->nonce, sizeof(me->nonce)) != 0)
+        return weft_error(WEFT_ERR_SYSTEM, "auth: no random bytes for a nonce (getrandom, "
+                          "/dev/urandom): %m");
+    return WEFT_OK;
+}
+
+/* auth_accept_t's contents */
+typedef struct accept_state {
+    auth_hello_t me, peer;
+    const char *secret;
+} accept_state_t;
+_Static_assert(sizeof(accept_state_t) <= sizeof(((auth_accept_t *)0)->opaque),
+               "auth_accept_t too small");
+_Static_assert(SHA256_LEN == AUTH_MAC_LEN, "AUTH_MAC_LEN is a SHA-256 digest");
+
+/* bytes the caller says are queued are read within this (a guard, not a wait) */
+#define AUTH_QUEUED_NS 1000000000ull
+
+weft_status_t auth_accept_hello(int fd, const char *secret, int purpose, uint64_t comm_id,
+                                int my_rank, auth_accept_t *a)
+{
+    if (secret != NULL && *secret == '\0')
+        secret = NULL;
+    accept_state_t s = { .secret = secret };
+    if (a == NULL)
+        return weft_error(WEFT_ERR_INVALID_ARG, "auth_accept_hello: NULL state");
+    RETURN_IF_ERR(hello_make(fd, secret, purpose, comm_id, my_rank, &s.me));
+    auth_ctx_t ctx = { 0 };
+    ctx_init(&ctx, fd, purpose);
+    uint8_t in[AUTH_HELLO_LEN], out[AUTH_HELLO_LEN + SHA256_LEN] = { 0 };
+    weft_status_t st = sock_recv_all(fd, in, sizeof(in), time_ns() + AUTH_QUEUED_NS);
+    if (st != WEFT_OK)
+        return io_context(st, "receiving the peer's hello", &ctx);
+    RETURN_IF_ERR(hello_decode(in, &ctx, &s.peer));
+    RETURN_IF_ERR(hello_match(&s.me, &s.peer, &ctx));
+    hello_encode(&s.me, out);
+    if (secret != NULL)
+        mac_compute(secret, &s.me, &s.peer, out + AUTH_HELLO_LEN);
+    st = sock_send_all(fd, out, sizeof(out), time_ns() + AUTH_QUEUED_NS);
+    if (st != WEFT_OK)
+        return io_context(st, "sending its hello and MAC", &ctx);
+    memcpy(a->opaque, &s, sizeof(s));
+    return WEFT_OK;
+}
+
+weft_status_t auth_accept_mac(int fd, const auth_accept_t *a, int *peer_rank_p)
+{
+    accept_state_t s;
+    if (a == NULL || peer_rank_p == NULL)
+        return weft_error(WEFT_ERR_INVALID_ARG, "auth_accept_mac: bad arguments");
+    memcpy(&s, a->opaque, sizeof(s));
+    auth_ctx_t ctx = { 0 };
+    ctx_init(&ctx, fd, (int)s.me.purpose);
+    uint8_t in[SHA256_LEN];
+    weft_status_t st = sock_recv_all(fd, in, sizeof(in), time_ns() + AUTH_QUEUED_NS);
+    if (st != WEFT_OK)
+        return io_context(st, "receiving the peer's MAC", &ctx);
+    RETURN_IF_ERR(mac_check(s.secret, &s.me, &s.peer, in, &ctx));
+    *peer_rank_p = (int)s.peer.rank;
+    return WEFT_OK;
+}
+
 weft_status_t auth_handshake(int fd, const char *secret, int purpose, uint64_t comm_id,
                              int my_rank, uint64_t deadline, int *peer_rank_p)
 {
@@ -240,25 +319,15 @@ weft_status_t auth_handshake_watched(int fd, const char *secret, int purpose,
                                      uint64_t comm_id, int my_rank, uint64_t deadline,
                                      const sock_watch_t *watch, int *peer_rank_p)
 {
-    if (fd < 0 || peer_rank_p == NULL || my_rank < 0 ||
-        (unsigned)my_rank >= AUTH_RANK_LIMIT ||
-        (purpose != AUTH_BOOTSTRAP && purpose != AUTH_DATA))
-        return weft_error(WEFT_ERR_INVALID_ARG, "auth_handshake: bad arguments (fd %d, "
-                          "rank %d, purpose %d)", fd, my_rank, purpose);
+    if (peer_rank_p == NULL)
+        return weft_error(WEFT_ERR_INVALID_ARG, "auth_handshake: NULL peer rank");
     if (secret != NULL && *secret == '\0')
         secret = NULL;
-
+    auth_hello_t me;
+    RETURN_IF_ERR(hello_make(fd, secret, purpose, comm_id, my_rank, &me));
     auth_ctx_t ctx;
     ctx_init(&ctx, fd, purpose);
     ctx.watch = watch;
-    auth_hello_t me = {
-        .version = AUTH_VERSION, .purpose = (uint32_t)purpose,
-        .flags = secret != NULL ? 0 : AUTH_FLAG_NO_SECRET,
-        .rank = (uint32_t)my_rank, .comm_id = comm_id,
-    };
-    if (random_bytes(me.nonce, sizeof(me.nonce)) != 0)
-        return weft_error(WEFT_ERR_SYSTEM, "auth: no random bytes for a nonce (getrandom, "
-                          "/dev/urandom): %m");
 
     auth_hello_t peer;
     weft_status_t st = hello_exchange(fd, &me, deadline, &ctx, &peer);

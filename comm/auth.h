@@ -21,6 +21,7 @@
 
 enum { AUTH_BOOTSTRAP = 1, AUTH_DATA = 2 };
 #define AUTH_HELLO_LEN 48       /* a hello's bytes on the wire, sent first by both sides */
+#define AUTH_MAC_LEN 32         /* a MAC's, sent by each side once it has the other's hello */
 
 weft_status_t auth_handshake(int fd, const char *secret, int purpose, uint64_t comm_id,
                              int my_rank, uint64_t deadline, int *peer_rank_p);
@@ -28,5 +29,20 @@ weft_status_t auth_handshake(int fd, const char *secret, int purpose, uint64_t c
 weft_status_t auth_handshake_watched(int fd, const char *secret, int purpose,
                                      uint64_t comm_id, int my_rank, uint64_t deadline,
                                      const sock_watch_t *watch, int *peer_rank_p);
+
+/* The accepting side of the same handshake in two steps that never wait, for a loop that
+ * polls many connections (the rendezvous): the peer sees the same exchange. Call
+ * auth_accept_hello once the peer's hello (AUTH_HELLO_LEN bytes) is queued on fd: it
+ * reads and checks it, and writes this side's hello and MAC at once (80 bytes into a
+ * new connection's send buffer). Then auth_accept_mac once the peer's MAC
+ * (AUTH_MAC_LEN bytes) is queued: it reads and checks it and gives the peer's rank.
+ * Called before the bytes are there, a read fails within a second (WEFT_ERR_TIMEOUT).
+ * `a` holds the step's state (and `secret`, which must outlive it). */
+typedef struct auth_accept {
+    uint64_t opaque[16];
+} auth_accept_t;
+weft_status_t auth_accept_hello(int fd, const char *secret, int purpose, uint64_t comm_id,
+                                int my_rank, auth_accept_t *a);
+weft_status_t auth_accept_mac(int fd, const auth_accept_t *a, int *peer_rank_p);
 
 #endif

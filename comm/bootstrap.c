@@ -48,7 +48,6 @@ typedef struct {
 } boot_msg_t;
 
 #define BOOT_MAGIC 0x544f4f42u   /* "BOOT" */
-#define HELLO_WAIT_NS 2000000000ull
 #define BOOT_FAIL  0x4c494146u   /* "FAIL": rank 0 tells the others init failed; len is
                                   * the rank to blame, pad the weft_status_t */
 #define BOOT_DROP  0x504f5244u   /* "DROP": rank 0 refuses a rank that joined; pad is why
@@ -148,19 +147,26 @@ static weft_status_t report_missing(bootstrap_t *bs, int have, weft_status_t st)
     return st;
 }
 
-/* Rank 0: one connection's handshake and hello, now that it has sent something. 1 when it
- * is a rank (registered), 0 when it was dropped (closed), <0 when rank 0 itself failed or
- * the deadline passed in it (*st_p then says so). */
-static int greet(bootstrap_t *bs, int fd, const char *secret, int have, weft_status_t *st_p)
+/* Rank 0: a connection that sent something it does not take: closed, and whether rank 0
+ * goes on (0) or failed itself (-1, *st_p says why: out of fds or memory, not a
+ * stranger's doing; the ranks that joined are told, the others' connections close with
+ * the listener). */
+static int drop(bootstrap_t *bs, int fd, weft_status_t st, weft_status_t *st_p)
 {
-    int peer;
-    /* a real rank sends its whole hello as it connects; one that sent part of one may hold
-     * the loop HELLO_WAIT_NS at most */
-    uint64_t hello_deadline = WEFT_MIN(bs->deadline, time_ns() + HELLO_WAIT_NS);
-    weft_status_t st = auth_handshake(fd, secret, AUTH_BOOTSTRAP, 0, 0, hello_deadline, &peer);
+    close(fd);
+    if (st != WEFT_ERR_SYSTEM && st != WEFT_ERR_NO_MEMORY)
+        return 0;       /* a stray or hostile connection: keep waiting */
+    tell_failure(bs, BOOT_FAIL, 0, st);
+    *st_p = st;
+    return -1;
+}
+
+/* Rank 0: a connection's BOOT hello, its MAC read: 1 when it is a rank (registered), 0
+ * when it was dropped. */
+static int admit(bootstrap_t *bs, int fd, int peer, weft_status_t *st_p)
+{
     boot_msg_t m;
-    if (st == WEFT_OK)
-        st = sock_recv_all(fd, &m, sizeof(m), hello_deadline);
+    weft_status_t st = sock_recv_all(fd, &m, sizeof(m), time_ns() + 1000000000ull);
     if (st == WEFT_OK && (m.magic != BOOT_MAGIC || m.nranks != (uint32_t)bs->nranks ||
                           m.pad != bs->job_tag || peer <= 0 || peer >= bs->nranks ||
                           bs->fds[peer] >= 0)) {
@@ -182,34 +188,38 @@ static int greet(bootstrap_t *bs, int fd, const char *secret, int have, weft_sta
                          (uint32_t)bs->nranks);
         st = WEFT_ERR_AUTH;
     }
-    if (st == WEFT_OK) {
-        bs->fds[peer] = fd;
-        return 1;
-    }
-    close(fd);
-    if (st == WEFT_ERR_SYSTEM || st == WEFT_ERR_NO_MEMORY) {
-        /* rank 0's own failure (out of fds, memory), not a stranger's: the ranks that
-         * joined are told, the others' connections close with the listener */
-        tell_failure(bs, BOOT_FAIL, 0, st);
-        *st_p = st;
-        return -1;
-    }
-    /* a stranger that held the loop to the deadline is not the news: the rank that never
-     * came is (a port scanner or health probe at the end) */
-    if (st == WEFT_ERR_TIMEOUT && time_ns() >= bs->deadline) {
-        *st_p = report_missing(bs, have, st);
-        return -1;
-    }
-    return 0;           /* a stray or hostile connection: keep waiting */
+    if (st != WEFT_OK)
+        return drop(bs, fd, st, st_p);
+    bs->fds[peer] = fd;
+    return 1;
 }
 
 /* Rank 0: accept until every other rank is connected. Every connection is accepted at once
- * into a pending set, and its handshake runs once it has sent something: a real rank sends
- * its hello as it connects, so strangers that connect and say nothing cost nothing and
- * cannot fill the listen queue ahead of a rank (before 2026-11-27 they were taken one at a
- * time, 2 s each, behind a queue of nranks: a few held it through the deadline). Past
- * PENDING_MAX, one that has not sent a whole hello is closed. */
-#define PENDING_MAX 64
+ * into a pending set and goes through two steps, each taken only once its bytes are all
+ * queued (SO_RCVLOWAT makes poll say so), so that no connection ever holds the loop:
+ * HELLO, until the auth hello has come (auth_accept_hello then answers it), and REST,
+ * until the MAC and the BOOT hello have (auth_accept_mac, admit). A real rank sends each
+ * as soon as it can, so strangers that connect and say nothing, or send part of a hello,
+ * or a whole hello and then nothing, cost nothing and cannot fill the listen queue
+ * ahead of a rank (before 2026-11-27 they were taken one at a time, each holding the loop
+ * up to 2 s, and a few held it through the deadline). The set holds every rank still to
+ * come and STRANGERS_MAX more; past that, one that has not sent a whole hello is closed,
+ * else the one that has waited longest in REST (with a fixed 64 in all, a job of more
+ * than about 64 ranks arriving at once lost ranks that had connected but not yet said
+ * their hello: "rank 0 (the rendezvous) was lost", found 2026-11-27). */
+#define STRANGERS_MAX 64
+enum { STEP_HELLO = 0, STEP_REST = 1 };
+#define REST_LEN (AUTH_MAC_LEN + (int)sizeof(boot_msg_t))
+
+typedef struct pending {
+    int fd;
+    int step;
+    int part;               /* fewer bytes queued than the step needs, though poll said
+                               readable (no SO_RCVLOWAT): polled for a hang-up only, and
+                               looked at again each pass (100 ms at most), not to spin */
+    uint64_t since;         /* when it entered its step */
+    auth_accept_t auth;     /* REST: the handshake's state */
+} pending_t;
 
 /* Bytes waiting on fd (0 when unknown). */
 static int queued_bytes(int fd)
@@ -218,16 +228,70 @@ static int queued_bytes(int fd)
     return ioctl(fd, FIONREAD, &q) == 0 ? q : 0;
 }
 
+/* Makes poll report fd readable only once `need` bytes are queued (or it hung up). */
+static void want_bytes(int fd, int need)
+{
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &need, sizeof(need));
+}
+
+/* The pending connection to close for a new one: one without a whole hello, else the one
+ * in REST the longest, else the first. */
+static int evictee(const pending_t *pend, int np)
+{
+    int v = -1;
+    for (int i = 0; i < np && v < 0; i++)
+        if (pend[i].step == STEP_HELLO && queued_bytes(pend[i].fd) < AUTH_HELLO_LEN)
+            v = i;
+    for (int i = 0; i < np && v < 0; i++)
+        if (pend[i].step == STEP_REST)
+            v = i;
+    for (int i = v + 1; i < np && v >= 0 && pend[v].step == STEP_REST; i++)
+        if (pend[i].step == STEP_REST && pend[i].since < pend[v].since)
+            v = i;
+    return v < 0 ? 0 : v;
+}
+
+/* One step of pending connection p, whose bytes are queued (or which hung up): 1 when it
+ * became a rank, 0 when it moved on a step or was dropped (*gone set), -1 when rank 0
+ * failed itself (*st_p). */
+static int step(bootstrap_t *bs, pending_t *p, const char *secret, int *gone,
+                weft_status_t *st_p)
+{
+    int peer;
+    *gone = 1;
+    if (p->step == STEP_HELLO) {
+        weft_status_t st = auth_accept_hello(p->fd, secret, AUTH_BOOTSTRAP, 0, 0, &p->auth);
+        if (st != WEFT_OK)
+            return drop(bs, p->fd, st, st_p);
+        p->step = STEP_REST;
+        p->since = time_ns();
+        want_bytes(p->fd, REST_LEN);
+        *gone = 0;
+        return 0;
+    }
+    weft_status_t st = auth_accept_mac(p->fd, &p->auth, &peer);
+    if (st != WEFT_OK)
+        return drop(bs, p->fd, st, st_p);
+    want_bytes(p->fd, 1);   /* the store's reads from here on take what comes */
+    return admit(bs, p->fd, peer, st_p);
+}
+
 static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
 {
-    /* part[i]: pend[i] has sent part of a hello; polled for a hang-up only (POLLRDHUP), and
-     * looked at again each pass (100 ms at most): a readable fd would wake poll at once,
-     * and spin */
-    int have = 1, pend[PENDING_MAX], part[PENDING_MAX], np = 0, crowded = 0;
+    int have = 1, np = 0, crowded = 0, cap = bs->nranks - 1 + STRANGERS_MAX;
+    pending_t *pend = malloc((size_t)cap * sizeof(*pend));
+    struct pollfd *pf = malloc((size_t)(1 + cap) * sizeof(*pf));
     weft_status_t st = WEFT_OK;
-    if (sock_set_nonblock(lfd) != WEFT_OK) {
-        tell_failure(bs, BOOT_FAIL, 0, WEFT_ERR_SYSTEM);
-        return WEFT_ERR_SYSTEM;
+    if (pend == NULL || pf == NULL)
+        st = weft_error(WEFT_ERR_NO_MEMORY, "bootstrap: no memory for %d pending "
+                        "connections", cap);
+    else if (sock_set_nonblock(lfd) != WEFT_OK)
+        st = WEFT_ERR_SYSTEM;
+    if (st != WEFT_OK) {
+        free(pend);
+        free(pf);
+        tell_failure(bs, BOOT_FAIL, 0, st);
+        return st;
     }
     while (have < bs->nranks && st == WEFT_OK) {
         uint64_t now = time_ns();
@@ -236,11 +300,10 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
                                 "connection before the deadline"));
             break;
         }
-        struct pollfd pf[1 + PENDING_MAX];
         pf[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
         for (int i = 0; i < np; i++)
-            pf[1 + i] = (struct pollfd){ .fd = pend[i],
-                                         .events = part[i] ? POLLRDHUP : POLLIN | POLLRDHUP };
+            pf[1 + i] = (struct pollfd){ .fd = pend[i].fd, .events = pend[i].part
+                                         ? POLLRDHUP : POLLIN | POLLRDHUP };
         int ms = (int)WEFT_MIN((bs->deadline - now + 999999) / 1000000, 100);
         int n = poll(pf, (nfds_t)(1 + np), ms);
         if (n < 0 && errno != EINTR) {
@@ -248,24 +311,21 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
             tell_failure(bs, BOOT_FAIL, 0, st);
             break;
         }
-        /* the pending ones with a whole hello (a rank sends it in one write) or a hang-up,
-         * newest first: a swap with the last moves only one already looked at. One that
-         * sent part of a hello and stopped waits at no cost (greeted, it held the loop
-         * HELLO_WAIT_NS); one that sends a whole hello and then stalls still does. */
+        /* the pending ones whose step's bytes are queued or that hung up (greeted, a
+         * hang-up fails and is logged at once), newest first: a swap with the last moves
+         * only one already looked at */
         for (int i = np - 1; i >= 0 && st == WEFT_OK && have < bs->nranks; i--) {
-            /* (or it closed its side: greeted, it fails and is logged at once) */
-            int gone = n > 0 && (pf[1 + i].revents & (POLLHUP | POLLERR | POLLRDHUP));
-            if (!gone && !part[i] && !(n > 0 && (pf[1 + i].revents & POLLIN)))
+            int hup = n > 0 && (pf[1 + i].revents & (POLLHUP | POLLERR | POLLRDHUP));
+            if (!hup && !pend[i].part && !(n > 0 && (pf[1 + i].revents & POLLIN)))
                 continue;
-            if (!gone && queued_bytes(pend[i]) < AUTH_HELLO_LEN) {
-                part[i] = 1;
+            int need = pend[i].step == STEP_HELLO ? AUTH_HELLO_LEN : REST_LEN;
+            pend[i].part = !hup && queued_bytes(pend[i].fd) < need;
+            if (pend[i].part)
                 continue;
-            }
-            int fd = pend[i];
-            pend[i] = pend[--np];
-            part[i] = part[np];
-            int r = greet(bs, fd, secret, have, &st);
+            int gone, r = step(bs, &pend[i], secret, &gone, &st);
             have += r > 0;
+            if (gone)
+                pend[i] = pend[--np];
         }
         while (n > 0 && (pf[0].revents & POLLIN) && st == WEFT_OK && have < bs->nranks) {
             int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
@@ -278,27 +338,24 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
                 tell_failure(bs, BOOT_FAIL, 0, st);    /* rank 0's own (out of fds) */
                 break;
             }
-            if (np == PENDING_MAX) {
-                /* room: one that has not sent a whole hello goes (never a rank's, which
-                 * arrives whole), else the first */
-                int v = 0;
-                while (v < np && queued_bytes(pend[v]) >= AUTH_HELLO_LEN)
-                    v++;
-                v = v < np ? v : 0;
+            if (np - (bs->nranks - have) >= STRANGERS_MAX) {
+                int v = evictee(pend, np);
                 if (!crowded++)
-                    LOG_WARN(LOG_BOOT, "bootstrap: %d connections at the rendezvous have "
-                             "said nothing: closing one of them as each other comes",
-                             PENDING_MAX);
-                close(pend[v]);
+                    LOG_WARN(LOG_BOOT, "bootstrap: %d connections at the rendezvous, more "
+                             "than the %d ranks still to come, have said nothing or not all "
+                             "of their hello: closing one of them as each other comes", np,
+                             bs->nranks - have);
+                close(pend[v].fd);
                 pend[v] = pend[--np];
-                part[v] = part[np];
             }
-            part[np] = 0;
-            pend[np++] = fd;
+            want_bytes(fd, AUTH_HELLO_LEN);
+            pend[np++] = (pending_t){ .fd = fd, .step = STEP_HELLO, .since = time_ns() };
         }
     }
     for (int i = 0; i < np; i++)
-        close(pend[i]);
+        close(pend[i].fd);
+    free(pend);
+    free(pf);
     return st;
 }
 

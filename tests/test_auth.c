@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -517,6 +518,71 @@ static void test_handshake_silent(void)
     close(b);
 }
 
+/* Waits (2 s at most) until n bytes are queued on fd. */
+static int queued(int fd, int n)
+{
+    for (uint64_t end = time_ns() + 2 * SEC; time_ns() < end; usleep(1000)) {
+        int q = 0;
+        if (ioctl(fd, FIONREAD, &q) == 0 && q >= n)
+            return 1;
+    }
+    return 0;
+}
+
+/* The rendezvous's two-step accepting side (auth_accept_hello, auth_accept_mac) against a
+ * joining rank's auth_handshake: the same exchange to the joiner, secret or not; a wrong
+ * secret refused on both sides at the MAC; misuse refused; a step taken before its bytes
+ * came fails within its 1 s guard. */
+static void test_accept_steps(void)
+{
+    static const struct {
+        const char *joiner, *rdv;
+        weft_status_t want;
+    } cases[] = { { "s", "s", WEFT_OK }, { NULL, NULL, WEFT_OK }, { "t", "s", WEFT_ERR_AUTH } };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        side_t x = side(cases[i].joiner, AUTH_BOOTSTRAP, 0, 3);
+        int b, peer = -1;
+        if (make_pair(&x.fd, &b) != 0) {
+            CHECK(0, "accept steps: make_pair");
+            return;
+        }
+        pthread_t t;
+        pthread_create(&t, NULL, side_run, &x);
+        auth_accept_t a;
+        weft_status_t st = queued(b, AUTH_HELLO_LEN)
+                           ? auth_accept_hello(b, cases[i].rdv, AUTH_BOOTSTRAP, 0, 0, &a)
+                           : WEFT_ERR_TIMEOUT;
+        if (st == WEFT_OK)
+            st = queued(b, AUTH_MAC_LEN) ? auth_accept_mac(b, &a, &peer) : WEFT_ERR_TIMEOUT;
+        pthread_join(t, NULL);
+        CHECK(st == cases[i].want && x.st == cases[i].want &&
+              (st != WEFT_OK || (peer == 3 && x.peer_rank == 0)),
+              "accept steps, secrets %s/%s: rendezvous %d (peer %d), joiner %d (peer %d: %s)",
+              cases[i].joiner ? cases[i].joiner : "-", cases[i].rdv ? cases[i].rdv : "-", st,
+              peer, x.st, x.peer_rank, x.err);
+        close(x.fd);
+        close(b);
+    }
+    int a_fd, b_fd, peer = -1;
+    if (make_pair(&a_fd, &b_fd) != 0) {
+        CHECK(0, "accept steps: make_pair");
+        return;
+    }
+    auth_accept_t a;
+    CHECK(auth_accept_hello(b_fd, "s", AUTH_BOOTSTRAP, 0, 0, NULL) == WEFT_ERR_INVALID_ARG &&
+          auth_accept_mac(b_fd, NULL, &peer) == WEFT_ERR_INVALID_ARG &&
+          auth_accept_hello(-1, "s", AUTH_BOOTSTRAP, 0, 0, &a) == WEFT_ERR_INVALID_ARG,
+          "accept steps: NULL state or a bad fd refused");
+    uint64_t t0 = time_ns();
+    weft_status_t st = auth_accept_hello(b_fd, "s", AUTH_BOOTSTRAP, 0, 0, &a);
+    uint64_t dt = time_ns() - t0;
+    CHECK(st == WEFT_ERR_TIMEOUT && dt < 3 * SEC && peer == -1,
+          "accept steps: no hello queued: st %d after %llu ms", st,
+          (unsigned long long)(dt / MS));
+    close(a_fd);
+    close(b_fd);
+}
+
 int main(void)
 {
     setenv("WEFT_DEBUG", "NONE", 0);   /* failures are checked, not read from the log */
@@ -530,6 +596,7 @@ int main(void)
     test_handshake_pairs();
     test_handshake_rogues();
     test_handshake_silent();
+    test_accept_steps();
     printf("test_auth: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail != 0;
 }

@@ -193,7 +193,10 @@ def main():
     if failed:
         print(out0[-3000:])
     silent_flood(t_plain)
-    partial_flood(t_plain)
+    partial_flood(t_plain, "one byte of a hello", lambda: b"W")
+    # version 1, purpose bootstrap, flags 0 (a secret), rank 1, comm 0, a fresh nonce
+    partial_flood(t_plain, "a whole hello for rank 1", lambda: hello + bytes(4) +
+                  (1).to_bytes(4, "little") + bytes(8) + os.urandom(16))
 
 
 def silent_flood(t_plain):
@@ -250,21 +253,23 @@ def silent_flood(t_plain):
         print(out0[-1500:])
 
 
-def partial_flood(t_plain):
-    """20 strangers that each send one byte of a hello and stop, before rank 1 starts: the
-    job must still start at once (each was greeted in turn and held rank 0 2 s: the job
-    failed at WEFT_TIMEOUT, before 2026-11-27)."""
+def partial_flood(t_plain, what, data):
+    """20 strangers that each send `data` (one byte of a hello; a whole, well-formed hello)
+    and stop, before rank 1 starts: the job must still start at once (each was greeted in
+    turn and held rank 0 2 s: the job failed at WEFT_TIMEOUT, before 2026-11-27; one that
+    sent a whole hello still did until the rendezvous answered it without waiting for
+    its MAC)."""
     port = free_port()
     r0 = start(0, port)
     if not wait_listening(port):
         r0.kill()
-        check(False, "rank 0 listens (partial hellos)")
+        check(False, f"rank 0 listens ({what})")
         return
     held = []
     for _ in range(20):
         try:
             s = socket.create_connection(("127.0.0.1", port), timeout=2)
-            s.sendall(b"W")
+            s.sendall(data())
             held.append(s)
         except OSError:
             pass
@@ -274,9 +279,56 @@ def partial_flood(t_plain):
         s.close()
     check(out0 is not None and r0.returncode == 0 and r1.returncode == 0 and
           "Out of bounds values : 0 OK" in out0 and t_done < t_plain + 5,
-          f"{len(held)} strangers that sent one byte of a hello and stopped: the job started "
+          f"{len(held)} strangers that sent {what} and stopped: the job started "
           f"at once and completed (exit {r0.returncode}, {r1.returncode}; {t_done:.1f} s, a "
           f"plain job {t_plain:.1f} s)")
+
+
+def crowd_of_ranks():
+    """A job of 91 ranks whose 90 others all connect before any has sent its hello (a
+    large job starting at once): rank 0 must keep every one of them (its pending set holds
+    the ranks still to come, and 64 strangers more). With room for 64 in all it closed the
+    rest, and those ranks failed with "rank 0 (the rendezvous) was lost" (1 run in 2 of 80
+    real ranks over tcp here, before 2026-11-27). The connections then stay silent, and
+    rank 0 must end at its WEFT_TIMEOUT naming a rank that did not arrive."""
+    import select
+    port = free_port()
+    env = dict(rank_env(0, port), WORLD_SIZE="91", LOCAL_WORLD_SIZE="91", WEFT_TIMEOUT="3")
+    r0 = subprocess.Popen(PERF, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+    if not wait_listening(port):
+        r0.kill()
+        check(False, "rank 0 of 91 listens")
+        return
+    socks = []
+    for _ in range(90):
+        try:
+            socks.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+        except OSError:
+            pass
+    time.sleep(1.0)
+    closed = 0
+    for s in socks:                     # closed by rank 0: readable, and EOF or reset
+        r, _, _ = select.select([s], [], [], 0)
+        if r:
+            try:
+                closed += s.recv(1) == b""
+            except OSError:
+                closed += 1
+    for s in socks:
+        s.close()
+    try:
+        out0, _ = r0.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        r0.kill()
+        out0 = ""
+    check(len(socks) == 90 and closed == 0 and "said nothing" not in out0 and
+          "1 of 91 ranks arrived" in out0,
+          f"90 ranks' connections before any hello: rank 0 closed {closed} of "
+          f"{len(socks)}, and at its timeout named a rank that did not arrive "
+          f"(exit {r0.returncode})")
+    if closed or "1 of 91 ranks arrived" not in out0:
+        print(out0[-1500:])
 
 
 def stranger_at_the_end():
@@ -309,6 +361,7 @@ def stranger_at_the_end():
 
 if __name__ == "__main__":
     main()
+    crowd_of_ranks()
     stranger_at_the_end()
     print(f"test_hostile.py: {passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
