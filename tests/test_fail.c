@@ -148,6 +148,54 @@ static void meet(const char *tag, int rank, int nranks, double limit_s, double a
 }
 
 /* got == want within max_secs, and the message holds every needle (NULL-terminated). */
+/* stderr into a temporary file while calls run (capture_start .. capture_stop), then read
+ * back a line at a time, each line echoed to the real stderr (capture_line) */
+typedef struct capture {
+    char path[40];
+    int fd, saved;
+    FILE *f;
+} capture_t;
+
+static int capture_start(capture_t *k)
+{
+    snprintf(k->path, sizeof(k->path), "/tmp/weft_test_fail.XXXXXX");
+    k->f = NULL;
+    k->fd = mkstemp(k->path);
+    k->saved = k->fd >= 0 ? dup(2) : -1;
+    if (k->saved < 0) {
+        if (k->fd >= 0)
+            unlink(k->path), close(k->fd);
+        return -1;
+    }
+    fflush(stderr);
+    dup2(k->fd, 2);
+    return 0;
+}
+
+static void capture_stop(capture_t *k)
+{
+    fflush(stderr);
+    dup2(k->saved, 2);
+    close(k->saved);
+    k->f = fopen(k->path, "r");
+}
+
+static int capture_line(capture_t *k, char *line, int n)
+{
+    if (k->f == NULL || fgets(line, n, k->f) == NULL)
+        return 0;
+    fputs(line, stderr);
+    return 1;
+}
+
+static void capture_free(capture_t *k)
+{
+    if (k->f)
+        fclose(k->f);
+    unlink(k->path);
+    close(k->fd);
+}
+
 static int expectv(int rank, const char *what, weft_status_t got, weft_status_t want,
                    const char *const *needles, double secs, double max_secs)
 {
@@ -1201,33 +1249,21 @@ int main(int argc, char **argv)
         /* with WEFT_WAIT_WARN below WEFT_TIMEOUT, the wait says so first (stderr read
          * back from a file): a long wait is never silent, where WEFT_TIMEOUT is far off */
         const char *ww = getenv("WEFT_WAIT_WARN");
-        char path[] = "/tmp/weft_test_fail_warn.XXXXXX";
-        int fd = ww ? mkstemp(path) : -1, saved = fd >= 0 ? dup(2) : -1;
-        if (saved >= 0) {
-            fflush(stderr);
-            dup2(fd, 2);
-        }
+        capture_t k;
+        int captured = ww && capture_start(&k) == 0;
         t0 = now_s();
         st = weft_allreduce(buf, buf, 8, WEFT_FLOAT32, WEFT_SUM, c);
         double t = now_s() - t0;
-        if (saved >= 0) {
-            fflush(stderr);
-            dup2(saved, 2);
-            close(saved);
-        }
+        if (captured)
+            capture_stop(&k);
         bad = expect(rank, "silent peer", st, WEFT_ERR_TIMEOUT, "rank(s) 1", t, 3.0);
-        if (fd >= 0) {
-            FILE *f = fopen(path, "r");
+        if (ww) {
             char line[512];
             int warned = 0;
-            while (f && fgets(line, sizeof(line), f)) {
-                fputs(line, stderr);
+            while (captured && capture_line(&k, line, sizeof(line)))
                 warned |= strstr(line, "has waited") && strstr(line, "for rank(s) 1(recv)");
-            }
-            if (f)
-                fclose(f);
-            unlink(path);
-            close(fd);
+            if (captured)
+                capture_free(&k);
             printf("%s rank %d WEFT_WAIT_WARN=%s: %s\n", warned ? "ok" : "FAIL", rank, ww,
                    warned ? "the wait was logged, naming rank 1, before the timeout"
                           : "no 'has waited ... for rank(s) 1(recv)' warning");
@@ -1264,31 +1300,24 @@ int main(int argc, char **argv)
          * its number was taken but not recorded: a peer's mismatch quoted a seq that the
          * dump did not show) */
         st = weft_allreduce(buf, buf, 0, WEFT_FLOAT32, WEFT_SUM, c);
-        char path[] = "/tmp/weft_test_fail_dump.XXXXXX";
-        int fd = mkstemp(path), saved = dup(2);
-        if (st == WEFT_OK && fd >= 0 && saved >= 0) {
-            fflush(stderr);
-            dup2(fd, 2);
+        capture_t k;
+        int captured = st == WEFT_OK && capture_start(&k) == 0;
+        if (captured) {
             st = weft_comm_dump(c);
-            fflush(stderr);
-            dup2(saved, 2);
+            capture_stop(&k);
         }
         bad = st != WEFT_OK;
-        FILE *f = fd >= 0 ? fopen(path, "r") : NULL;
         char line[512], coll[32];
         unsigned call, seq;
         size_t count;
         int seen = 0;
-        while (f && fgets(line, sizeof(line), f)) {
-            fputs(line, stderr);
+        while (captured && capture_line(&k, line, sizeof(line))) {
             if (sscanf(line, "%u %u %31s %zu", &call, &seq, coll, &count) == 4 && seq == 3 &&
                 !strcmp(coll, "allreduce") && count == 0)
                 seen = 1;
         }
-        if (f)
-            fclose(f);
-        if (fd >= 0)
-            unlink(path), close(fd);
+        if (captured)
+            capture_free(&k);
         printf("%s rank %d dump: %s\n", seen ? "ok" : "FAIL", rank,
                seen ? "the count-0 all-reduce is seq 3 in the recorder"
                     : "no count-0 all-reduce as seq 3 in the recorder");

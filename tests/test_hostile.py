@@ -18,26 +18,11 @@ M failed`.
 """
 import os, random, socket, subprocess, sys, threading, time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from weftlib import check, failures, free_port, summary
+
 B = sys.argv[1] if len(sys.argv) > 1 else "build"
 PERF = [f"{B}/bin/all_reduce_perf", "-b", "8", "-e", "1M", "-f", "16", "-n", "2", "-w", "1"]
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def rank_env(rank, port, secret="sesame"):
@@ -50,9 +35,9 @@ def rank_env(rank, port, secret="sesame"):
     return e
 
 
-def start(rank, port):
-    return subprocess.Popen(PERF, env=rank_env(rank, port), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+def start(rank, port, **env):
+    return subprocess.Popen(PERF, env=dict(rank_env(rank, port), **env),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def wait_listening(port, deadline=10.0):
@@ -64,6 +49,18 @@ def wait_listening(port, deadline=10.0):
         except OSError:
             time.sleep(0.05)
     return False
+
+
+def start_rank0(what, **env):
+    """Rank 0 on a free port (env: more variables), once it listens: (process, port), or
+    (None, port) after a failed check naming `what`."""
+    port = free_port()
+    r0 = start(0, port, **env)
+    if wait_listening(port):
+        return r0, port
+    r0.kill()
+    check(False, f"rank 0 listens ({what})")
+    return None, port
 
 
 def send(port, data, hold=0.0):
@@ -146,11 +143,8 @@ def main():
     rng = random.Random(7)
     ok, rec, t_plain = record_rank1(free_port())   # also: how long a job takes here
     check(ok and len(rec) >= 80, f"recorded a real rank 1 through a proxy ({len(rec)} bytes)")
-    port = free_port()
-    r0 = start(0, port)
-    if not wait_listening(port):
-        check(False, "rank 0 listens on its rendezvous port")
-        r0.kill()
+    r0, port = start_rank0("strangers one at a time")
+    if r0 is None:
         return
     hello = b"WEFTAUTH" + (1).to_bytes(4, "little") + (1).to_bytes(4, "little")
     attacks = {
@@ -190,7 +184,7 @@ def main():
     # one line per refused stranger (the empty and the silent ones may end as one)
     check(len(warns) >= len(attacks),
           f"rank 0 logged the refused connections ({len(warns)} warnings)")
-    if failed:
+    if failures():
         print(out0[-3000:])
     silent_flood(t_plain)
     partial_flood(t_plain, "one byte of a hello", lambda: b"W")
@@ -206,11 +200,8 @@ def silent_flood(t_plain):
     start at once. Before 2026-11-27 rank 0 took them one at a time, 2 s each, behind a
     listen queue of nranks that the new ones kept full, and the job failed."""
     import select
-    port = free_port()
-    r0 = start(0, port)
-    if not wait_listening(port):
-        r0.kill()
-        check(False, "rank 0 listens (silent flood)")
+    r0, port = start_rank0("silent flood")
+    if r0 is None:
         return
     held, stop = [], threading.Event()
 
@@ -259,11 +250,8 @@ def partial_flood(t_plain, what, data):
     turn and held rank 0 2 s: the job failed at WEFT_TIMEOUT, before 2026-11-27; one that
     sent a whole hello still did until the rendezvous answered it without waiting for
     its MAC)."""
-    port = free_port()
-    r0 = start(0, port)
-    if not wait_listening(port):
-        r0.kill()
-        check(False, f"rank 0 listens ({what})")
+    r0, port = start_rank0(what)
+    if r0 is None:
         return
     held = []
     for _ in range(20):
@@ -292,13 +280,9 @@ def crowd_of_ranks():
     real ranks over tcp here, before 2026-11-27). The connections then stay silent, and
     rank 0 must end at its WEFT_TIMEOUT naming a rank that did not arrive."""
     import select
-    port = free_port()
-    env = dict(rank_env(0, port), WORLD_SIZE="91", LOCAL_WORLD_SIZE="91", WEFT_TIMEOUT="3")
-    r0 = subprocess.Popen(PERF, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
-    if not wait_listening(port):
-        r0.kill()
-        check(False, "rank 0 of 91 listens")
+    r0, port = start_rank0("rank 0 of 91", WORLD_SIZE="91", LOCAL_WORLD_SIZE="91",
+                           WEFT_TIMEOUT="3")
+    if r0 is None:
         return
     socks = []
     for _ in range(90):
@@ -335,13 +319,8 @@ def stranger_at_the_end():
     """Rank 1 never comes, and a silent stranger holds rank 0's accept loop through the
     deadline (a port scanner, a health probe): rank 0 must still say which rank did not
     arrive, not only that the stranger's handshake failed (it did, before 2026-11-27)."""
-    port = free_port()
-    env = dict(rank_env(0, port), WEFT_TIMEOUT="2")
-    r0 = subprocess.Popen(PERF, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
-    if not wait_listening(port):
-        r0.kill()
-        check(False, "rank 0 alone listens (stranger at the end)")
+    r0, port = start_rank0("alone, stranger at the end", WEFT_TIMEOUT="2")
+    if r0 is None:
         return
     time.sleep(0.8)
     t = threading.Thread(target=send, args=(port, None), daemon=True)
@@ -363,5 +342,4 @@ if __name__ == "__main__":
     main()
     crowd_of_ranks()
     stranger_at_the_end()
-    print(f"test_hostile.py: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    sys.exit(summary("test_hostile.py"))

@@ -10,27 +10,12 @@ warm-up; rank 0's next all-reduce must fail with PEER_LOST within 2 s (test_fail
 over shm and ucx (which judge a local peer by its pid) and tcp. Before 2026-11-27 rank 0
 waited for the zombie until WEFT_TIMEOUT on shm. Prints `test_reap.py: N passed, M failed`.
 """
-import os, socket, subprocess, sys
+import os, subprocess, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from weftlib import check, free_port, summary
 
 B = sys.argv[1] if len(sys.argv) > 1 else "build"
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def job(transport):
@@ -60,9 +45,8 @@ def job(transport):
 
 if __name__ == "__main__":
     transports = ["shm", "tcp"]
-    if os.path.exists(f"{B}/lib/libweft.so") and b"ucp_init" in open(f"{B}/lib/libweft.so", "rb").read():
+    if os.path.exists(f"{B}/lib/libweft.so") and b"libucp.so.0" in open(f"{B}/lib/libweft.so", "rb").read():
         transports.append("ucx")
     for t in transports:
         job(t)
-    print(f"test_reap.py: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    sys.exit(summary("test_reap.py"))

@@ -32,12 +32,14 @@ Every run has a time bound (a hang is a failure). The last line is "N passed, N 
 import json
 import os
 import signal
-import socket
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from weftlib import check, free_port, summary  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
@@ -47,19 +49,7 @@ PLAN = os.path.join(ROOT, BUILD, "bin", "weft-plan")
 GLOBAL_B = 12
 STEPS = 20
 RUN_LIMIT = 90          # seconds for any one run
-passed = failed = 0
 tmp = tempfile.mkdtemp(prefix="test_shard.")
-
-
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok - {what}")
-    else:
-        failed += 1
-        print(f"FAIL - {what}")
-    sys.stdout.flush()
 
 
 def make_text():
@@ -266,14 +256,6 @@ def test_hybrid_cyclic_hosts():
     hybrid_refused("0|2) h=hA;; *) h=hB;;",
                    ["rank 1 is not local rank 1 on its host"],
                    "with ranks placed cyclically on 2 hosts")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def test_killed_rank():
@@ -629,8 +611,7 @@ def main():
     test_plan()
     test_launch_detection(ref)
     subprocess.run(["rm", "-rf", tmp])
-    print(f"test_shard.py: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary("test_shard.py")
 
 
 if __name__ == "__main__":
