@@ -4,8 +4,9 @@
  *   probe_hup [ucx]   raises SIGHUP; with `ucx`, after a 1-rank communicator over the ucx
  *                     transport (WEFT_TRANSPORT=ucx), which loads UCX
  *   probe_hup lazy    a 1-rank communicator over shm leaves UCX unloaded and the process's
- *                     SIGSEGV handler in place; one over ucx then loads it (exit 0: both
- *                     held; 1 and why on stdout otherwise)
+ *                     SIGSEGV handler in place; one over ucx then loads it, and the
+ *                     handler is still the process's (exit 0: all held; 1 and why on
+ *                     stdout otherwise)
  *
  * A process using weft dies of SIGHUP, as any process does (run.sh wants exit 129 from a
  * shell). libucs installs a SIGHUP handler as it loads that prints UCX's debug
@@ -13,8 +14,8 @@
  * forwards. Started with SIGHUP ignored (nohup), it keeps ignoring it (run.sh wants exit
  * 1). UCX_DEBUG_SIGNO set in the environment keeps UCX's handler (the user asked for it).
  * libucs also replaces the SIGSEGV, SIGBUS, SIGILL and SIGFPE handlers: libweft links no
- * UCX and opens it only for the ucx transport, so a process that uses weft without it
- * (a Python process that dlopens weft after setting its own handlers) keeps them.
+ * UCX and opens it only for the ucx transport (or an RDMA host), and then puts back the
+ * handlers the process had (a Python process that set its own keeps them).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -77,7 +78,10 @@ static int lazy(void)
         return 1;
     if (!ucx_mapped())
         return printf("probe_hup: a communicator over ucx ran without UCX loaded\n"), 1;
-    printf("probe_hup: UCX loaded for the ucx transport only; SIGSEGV handler kept under shm\n");
+    sigaction(SIGSEGV, NULL, &now);
+    if (now.sa_handler != on_segv)
+        return printf("probe_hup: loading UCX replaced the SIGSEGV handler\n"), 1;
+    printf("probe_hup: UCX loaded for the ucx transport only; the SIGSEGV handler kept\n");
     return 0;
 }
 

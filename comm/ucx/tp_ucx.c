@@ -61,8 +61,12 @@ static int rdma_device_listed(void)
  * kernel lists a device. */
 static int rdma_device_present(void)
 {
-    if (!rdma_device_listed() || ucx_api_load() != WEFT_OK)
+    if (!rdma_device_listed())
         return 0;
+    if (ucx_api_load() != WEFT_OK) {
+        LOG_INFO(LOG_NET, "an RDMA device is listed, but %s; no ucx transport", weft_last_error());
+        return 0;
+    }
     uct_component_h *comps;
     unsigned n;
     int found = 0;

@@ -3,12 +3,14 @@
  *
  * libucp.so.0 is opened with RTLD_LOCAL (its calls stay out of the application's symbol
  * namespace) and never closed (UCX does not support being unloaded); its dependencies,
- * libucs and libuct, load with it and the handle's lookups reach them. libucs installs a
- * SIGHUP handler as it loads that prints UCX's debug information and goes on: every
- * process using the ucx transport would ignore the hangup a launcher forwards or a
- * closing terminal sends. Unless the user asked for it (UCX_DEBUG_SIGNO set), the
- * handler it replaced is put back (SIG_DFL, or SIG_IGN under nohup). Its handlers for
- * SIGSEGV, SIGBUS, SIGILL and SIGFPE stay (docs/TRANSPORTS.md: UCX_HANDLE_ERRORS).
+ * libucs and libuct, load with it and the handle's lookups reach them. libucs installs
+ * signal handlers as it loads: for SIGHUP one that prints UCX's debug information and
+ * goes on (every process using the ucx transport would ignore the hangup a launcher
+ * forwards or a closing terminal sends), and backtrace handlers for SIGSEGV, SIGBUS,
+ * SIGILL and SIGFPE, replacing the application's own (Python's faulthandler, a crash
+ * reporter). What the process had is put back (put_back), also where the load fails
+ * halfway; UCX_DEBUG_SIGNO set keeps UCX's SIGHUP handler, and where the application had
+ * left an error signal at its default, UCX's backtrace handler stays.
  */
 #define UCX_API_DEFINE
 #include "ucx_api.h"
@@ -28,8 +30,28 @@ static int ok;
 static char why[512];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
+/* The signals libucs takes as it loads, and what the process had for each before. */
+static const int taken[] = { SIGHUP, SIGSEGV, SIGBUS, SIGILL, SIGFPE };
+#define NTAKEN (int)(sizeof(taken) / sizeof(taken[0]))
+
+/* Puts back what the process had: SIGHUP always (unless UCX_DEBUG_SIGNO asks for UCX's),
+ * the error signals where the application had a handler of its own (or ignored them);
+ * where it had the default, UCX's backtrace handler stays, as in any UCX program. */
+static void put_back(const struct sigaction before[NTAKEN])
+{
+    for (int i = 0; i < NTAKEN; i++) {
+        if (taken[i] == SIGHUP ? getenv("UCX_DEBUG_SIGNO") != NULL
+                               : before[i].sa_handler == SIG_DFL)
+            continue;
+        sigaction(taken[i], &before[i], NULL);
+    }
+}
+
 static void load(void)
 {
+    struct sigaction before[NTAKEN];
+    for (int i = 0; i < NTAKEN; i++)
+        sigaction(taken[i], NULL, &before[i]);
     void *h = dlopen(UCX_LIB, RTLD_NOW | RTLD_LOCAL);
     if (h == NULL) {
         snprintf(why, sizeof(why), "cannot load UCX (%s, Debian: libucx0): %s", UCX_LIB,
@@ -40,21 +62,25 @@ static void load(void)
 #define UCX_API_SYM(f)                                                                     \
     if ((*(void **)&t.f = dlsym(h, #f)) == NULL) {                                         \
         snprintf(why, sizeof(why), "%s lacks %s: not the UCX weft was built with (%d.%d)", \
-                 UCX_LIB, #f, UCP_API_MAJOR, UCP_API_MINOR);                                           \
+                 UCX_LIB, #f, UCP_API_MAJOR, UCP_API_MINOR);                               \
+        put_back(before);                                                                  \
         return;                                                                            \
     }
     UCX_API_CALLS(UCX_API_SYM)
 #undef UCX_API_SYM
     ucx_api = t;
     if (getenv("UCX_DEBUG_SIGNO") == NULL)
-        ucx_api.ucs_debug_disable_signal(SIGHUP);
+        ucx_api.ucs_debug_disable_signal(SIGHUP);   /* UCX's own record of it, too */
+    put_back(before);
     ok = 1;
 }
 
 weft_status_t ucx_api_load(void)
 {
     pthread_once(&once, load);
-    return ok ? WEFT_OK : weft_error(WEFT_ERR_UNSUPPORTED, "ucx: %s", why);
+    /* quiet: in auto mode a host without UCX just has no ucx transport; where ucx was
+     * forced the caller's init fails with this message */
+    return ok ? WEFT_OK : weft_error_quiet(WEFT_ERR_UNSUPPORTED, "ucx: %s", why);
 }
 
 int ucx_api_loaded(void)

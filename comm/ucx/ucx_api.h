@@ -2,10 +2,10 @@
  * ucx_api.h - the UCX calls the ucx transport makes, as a table filled at run time.
  *
  * libweft does not link UCX: a process whose communicators never use the ucx transport
- * never loads it, so libucs's signal handlers (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGHUP;
- * installed as it loads), its memory hooks and its threads stay out of an application
- * that dlopens weft (a Python process, the NCCL shim under PyTorch) unless it asks for
- * UCX. ucx_api_load opens libucp.so.0 (the loader's search: LD_LIBRARY_PATH selects
+ * (in auto mode: on a host that lists no RDMA device) never loads it, so libucs's memory
+ * hooks and threads stay out of an application that dlopens weft (a Python process, the
+ * NCCL shim under PyTorch), and where it is loaded the signal handlers libucs replaces
+ * are put back (ucx_api.c). ucx_api_load opens libucp.so.0 (the loader's search: LD_LIBRARY_PATH selects
  * another UCX build, as for Open MPI) when the transport is forced or an RDMA device is
  * present, and fills the table once per process. The table's types are the headers' own
  * (__typeof__), so every call is checked against the UCX this was compiled with.
