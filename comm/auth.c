@@ -6,7 +6,9 @@
  * two ranks may call this in either order (both messages fit in any socket buffer).
  * The rendezvous, which polls many connections, runs the accepting side in two steps
  * that read only what is already queued (auth_accept_hello, auth_accept_mac): it reads
- * the peer's hello before writing its own, and its MAC with it; the peer cannot tell.
+ * the peer's hello before writing its own, and its MAC with it (or, refusing the peer's
+ * hello, its own hello alone, so that the peer refuses for the same reason); the peer
+ * cannot tell.
  *
  * Wire (little-endian, no padding):
  *   hello  0 magic "WEFTAUTH" | 8 u32 version | 12 u32 purpose | 16 u32 flags |
@@ -279,9 +281,15 @@ weft_status_t auth_accept_hello(int fd, const char *secret, int purpose, uint64_
     weft_status_t st = sock_recv_all(fd, in, sizeof(in), time_ns() + AUTH_QUEUED_NS);
     if (st != WEFT_OK)
         return io_context(st, "receiving the peer's hello", &ctx);
-    RETURN_IF_ERR(hello_decode(in, &ctx, &s.peer));
-    RETURN_IF_ERR(hello_match(&s.me, &s.peer, &ctx));
     hello_encode(&s.me, out);
+    if ((st = hello_decode(in, &ctx, &s.peer)) != WEFT_OK ||
+        (st = hello_match(&s.me, &s.peer, &ctx)) != WEFT_OK) {
+        /* the peer gets this side's hello all the same (best effort), as in the
+         * symmetric exchange: it then refuses for the same reason, and says so, where it
+         * would otherwise see a closed connection ("peer lost") */
+        (void)send(fd, out, AUTH_HELLO_LEN, MSG_DONTWAIT | MSG_NOSIGNAL);
+        return st;
+    }
     if (secret != NULL)
         mac_compute(secret, &s.me, &s.peer, out + AUTH_HELLO_LEN);
     st = sock_send_all(fd, out, sizeof(out), time_ns() + AUTH_QUEUED_NS);

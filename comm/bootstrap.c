@@ -203,8 +203,9 @@ static int admit(bootstrap_t *bs, int fd, int peer, weft_status_t *st_p)
  * or a whole hello and then nothing, cost nothing and cannot fill the listen queue
  * ahead of a rank (before 2026-11-27 they were taken one at a time, each holding the loop
  * up to 2 s, and a few held it through the deadline). The set holds every rank still to
- * come and STRANGERS_MAX more; past that, one that has not sent a whole hello is closed,
- * else the one that has waited longest in REST (with a fixed 64 in all, a job of more
+ * come and STRANGERS_MAX more; past that, one that has not sent its hello, or stalled
+ * after rank 0's answer, is closed, else the newcomer (evictee; a rank closed so
+ * connects again: join) (with a fixed 64 in all, a job of more
  * than about 64 ranks arriving at once lost ranks that had connected but not yet said
  * their hello: "rank 0 (the rendezvous) was lost", found 2026-11-27). */
 #define STRANGERS_MAX 64
@@ -234,21 +235,33 @@ static void want_bytes(int fd, int need)
     (void)setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &need, sizeof(need));
 }
 
-/* The pending connection to close for a new one: one without a whole hello, else the one
- * in REST the longest, else the first. */
-static int evictee(const pending_t *pend, int np)
+/* Whether p's step has all its bytes queued: it is taken on the next pass. */
+static int step_ready(const pending_t *p)
+{
+    return queued_bytes(p->fd) >= (p->step == STEP_HELLO ? AUTH_HELLO_LEN : REST_LEN);
+}
+
+/* A connection that answered rank 0's hello is a rank's unless it stalls this long. */
+#define REST_GRACE_NS 1000000000ull
+
+/* The pending connection to close for a new one, -1 for the new one itself: the oldest
+ * that has not sent its whole hello, else the oldest that has stalled in REST past
+ * REST_GRACE_NS. A rank's connection is closed so only before rank 0 answered it, and the
+ * rank then connects again (join); one in REST, whose MAC comes within a round trip, is
+ * never closed (a review's flood of 3000 strangers sending whole hellos closed a rank's
+ * connection there, and the rank, its side of the handshake done, found rank 0 "lost"). */
+static int evictee(const pending_t *pend, int np, uint64_t now)
 {
     int v = -1;
-    for (int i = 0; i < np && v < 0; i++)
-        if (pend[i].step == STEP_HELLO && queued_bytes(pend[i].fd) < AUTH_HELLO_LEN)
+    for (int i = 0; i < np; i++)
+        if (pend[i].step == STEP_HELLO && !step_ready(&pend[i]) &&
+            (v < 0 || pend[i].since < pend[v].since))
             v = i;
     for (int i = 0; i < np && v < 0; i++)
-        if (pend[i].step == STEP_REST)
+        if (pend[i].step == STEP_REST && now - pend[i].since > REST_GRACE_NS &&
+            !step_ready(&pend[i]))
             v = i;
-    for (int i = v + 1; i < np && v >= 0 && pend[v].step == STEP_REST; i++)
-        if (pend[i].step == STEP_REST && pend[i].since < pend[v].since)
-            v = i;
-    return v < 0 ? 0 : v;
+    return v;
 }
 
 /* One step of pending connection p, whose bytes are queued (or which hung up): 1 when it
@@ -327,7 +340,9 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
             if (gone)
                 pend[i] = pend[--np];
         }
-        while (n > 0 && (pf[0].revents & POLLIN) && st == WEFT_OK && have < bs->nranks) {
+        /* at most STRANGERS_MAX a pass: the pending ones' steps come between bursts */
+        for (int took = 0; n > 0 && (pf[0].revents & POLLIN) && st == WEFT_OK &&
+                           have < bs->nranks && took < STRANGERS_MAX; took++) {
             int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
             if (fd < 0) {
                 if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
@@ -339,12 +354,17 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
                 break;
             }
             if (np - (bs->nranks - have) >= STRANGERS_MAX) {
-                int v = evictee(pend, np);
+                int v = evictee(pend, np, time_ns());
                 if (!crowded++)
                     LOG_WARN(LOG_BOOT, "bootstrap: %d connections at the rendezvous, more "
-                             "than the %d ranks still to come, have said nothing or not all "
-                             "of their hello: closing one of them as each other comes", np,
+                             "than the %d ranks still to come, have not finished their "
+                             "handshake (strangers that said nothing or stalled): closing "
+                             "the longest waiting, or the newcomer, as each other comes", np,
                              bs->nranks - have);
+                if (v < 0) {
+                    close(fd);
+                    continue;
+                }
                 close(pend[v].fd);
                 pend[v] = pend[--np];
             }
@@ -359,12 +379,24 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
     return st;
 }
 
+/* A rank: connects to rank 0 and joins. Rank 0 closes a connection without a word only
+ * to make room in a crowded rendezvous (accept_all): the rank then connects again, a
+ * few times, while the deadline allows. */
+#define JOIN_RETRIES 20
 static weft_status_t join(bootstrap_t *bs, const struct sockaddr_in *addr, const char *secret)
 {
     int fd, peer;
-    RETURN_IF_ERR(sock_connect(addr, bs->deadline, &fd));
-    weft_status_t st = auth_handshake(fd, secret, AUTH_BOOTSTRAP, 0, bs->rank, bs->deadline,
-                                      &peer);
+    weft_status_t st;
+    for (int tries = 0;; tries++) {
+        RETURN_IF_ERR(sock_connect(addr, bs->deadline, &fd));
+        st = auth_handshake(fd, secret, AUTH_BOOTSTRAP, 0, bs->rank, bs->deadline, &peer);
+        if (st != WEFT_ERR_PEER_LOST || tries == JOIN_RETRIES || time_ns() >= bs->deadline)
+            break;
+        close(fd);
+        LOG_INFO(LOG_BOOT, "bootstrap: rank 0 closed the connection during the handshake "
+                 "(a crowded rendezvous makes room so); connecting again");
+        usleep((useconds_t)(10000 << WEFT_MIN(tries, 4)));
+    }
     boot_msg_t m = { BOOT_MAGIC, (uint32_t)bs->nranks, 0, bs->job_tag };
     if (st == WEFT_OK && peer != 0)
         st = weft_error(WEFT_ERR_AUTH, "bootstrap: rendezvous answered as rank %d", peer);

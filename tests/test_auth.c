@@ -531,14 +531,20 @@ static int queued(int fd, int n)
 
 /* The rendezvous's two-step accepting side (auth_accept_hello, auth_accept_mac) against a
  * joining rank's auth_handshake: the same exchange to the joiner, secret or not; a wrong
- * secret refused on both sides at the MAC; misuse refused; a step taken before its bytes
- * came fails within its 1 s guard. */
+ * secret refused on both sides at the MAC; a secret on one side only refused on both
+ * sides, the joiner told why (it gets rank 0's hello all the same: without it, it said
+ * "connection closed", found by a review 2026-11-27); misuse refused; a step taken before
+ * its bytes came fails within its 1 s guard. */
 static void test_accept_steps(void)
 {
     static const struct {
         const char *joiner, *rdv;
         weft_status_t want;
-    } cases[] = { { "s", "s", WEFT_OK }, { NULL, NULL, WEFT_OK }, { "t", "s", WEFT_ERR_AUTH } };
+        const char *why;        /* in the joiner's message */
+    } cases[] = { { "s", "s", WEFT_OK, "" }, { NULL, NULL, WEFT_OK, "" },
+                  { "t", "s", WEFT_ERR_AUTH, "wrong MAC" },
+                  { NULL, "s", WEFT_ERR_AUTH, "peer has WEFT_SECRET set but this rank has none" },
+                  { "s", NULL, WEFT_ERR_AUTH, "peer has no WEFT_SECRET but this rank has one" } };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         side_t x = side(cases[i].joiner, AUTH_BOOTSTRAP, 0, 3);
         int b, peer = -1;
@@ -556,7 +562,8 @@ static void test_accept_steps(void)
             st = queued(b, AUTH_MAC_LEN) ? auth_accept_mac(b, &a, &peer) : WEFT_ERR_TIMEOUT;
         pthread_join(t, NULL);
         CHECK(st == cases[i].want && x.st == cases[i].want &&
-              (st != WEFT_OK || (peer == 3 && x.peer_rank == 0)),
+              (st != WEFT_OK || (peer == 3 && x.peer_rank == 0)) &&
+              strstr(x.err, cases[i].why) != NULL,
               "accept steps, secrets %s/%s: rendezvous %d (peer %d), joiner %d (peer %d: %s)",
               cases[i].joiner ? cases[i].joiner : "-", cases[i].rdv ? cases[i].rdv : "-", st,
               peer, x.st, x.peer_rank, x.err);
