@@ -39,7 +39,9 @@ case_ "default port, provider named" ok "weftemu0 port 1 .* via weft verbs emula
     WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET
 case_ "WEFT_IB_HCA=weftemu0:1" ok "passed" WEFT_IB_HCA=weftemu0:1
 # The HCA topo/ places each local rank on (WEFT_TOPO_FILE: one with mlx5_0), not the
-# verbs list's order (mlx5_1 first); WEFT_IB_HCA still has the last word
+# verbs list's order (mlx5_1 first); WEFT_IB_HCA still has the last word. (Every GPU
+# of the topology visible, whatever the caller's shell narrows: the HCA follows the GPU.)
+unset CUDA_VISIBLE_DEVICES
 TOPO=$PWD/tests/data/topologies/2socket-4gpu-1ib.xml
 case_ "the HCA the topology chooses, not the first listed" ok \
     "mlx5_0 port 1 .*by the topology (host-bridge" WEFT_IBEMU_DEVICES=mlx5_1,mlx5_0 \

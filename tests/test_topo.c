@@ -391,7 +391,10 @@ static void test_place_dgx2(void)
 /* CUDA_VISIBLE_DEVICES, read at load: a job on GPUs 12-15 of a DGX-2 (a node shared by
  * jobs) puts local rank i on GPU 12 + i, its cores on GPU 12's node (1) and its HCA the
  * one beside that GPU; before 2026-11-27 rank 0 took GPU 0, node 0 and mlx5_0. Parsed
- * as CUDA does: up to the first bad entry; "" hides every GPU; UUIDs map to none. */
+ * as CUDA does: up to the first bad entry, an entry's leading digits; a repeat or ""
+ * hides every GPU; UUIDs map to none. One GPU visible and more ranks (srun
+ * --gpus-per-task: each sees its own) gives NUMA blocks, which cannot overlap another
+ * rank's whatever GPU it sees. */
 static void test_place_visible(void)
 {
     static const int none[1];
@@ -400,7 +403,8 @@ static void test_place_visible(void)
         int gpu0, gpu1;        /* local ranks 0 and 1 of 2; -1 none */
     } cases[] = {
         { "12,13,14,15", 12, 13 },  { "5", 5, 5 },       { " 3 , 7", 3, 7 },
-        { "3,99,4", 3, 3 },         { "2,2,6", 2, 2 },   { "4,x,6", 4, 4 },
+        { "3,99,4", 3, 3 },         { "2,2,6", -1, -1 }, { "4,x,6", 4, 4 },
+        { "1gpu2,2", 1, 2 },        { "+3,\t4", 3, 4 },  { "6,", 6, 6 },
         { "", -1, -1 },             { "-1", -1, -1 },    { "16", -1, -1 },
         { "GPU-6a3e2b1c-0000-1111-2222-333344445555", -1, -1 },
         { "MIG-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", -1, -1 },
@@ -413,8 +417,10 @@ static void test_place_visible(void)
             return;
         topo_place_t p[2];
         int vis[2] = { cases[i].gpu0, cases[i].gpu1 };
-        want_vis = cases[i].gpu0 < 0 ? none : vis;
-        want_nvis = cases[i].gpu0 < 0 ? 0 : 2;
+        /* one GPU visible: every rank's GPU, cores by NUMA blocks (as without GPUs) */
+        int one = cases[i].gpu0 == cases[i].gpu1;
+        want_vis = cases[i].gpu0 < 0 || one ? none : vis;
+        want_nvis = cases[i].gpu0 < 0 || one ? 0 : 2;
         check_placement(t, XML_DGX2IB, cases[i].cvd, 2, p);
         want_vis = NULL;
         CHECK(p[0].gpu == cases[i].gpu0 && p[1].gpu == cases[i].gpu1,

@@ -374,11 +374,13 @@ static weft_status_t scan_nics(topo_t *t)
     return WEFT_OK;
 }
 
-/* CUDA_VISIBLE_DEVICES as CUDA reads it: indices (in PCI bus order, which gpus[] has:
- * CUDA_DEVICE_ORDER=PCI_BUS_ID, the order of nvidia-smi and of Slurm's GPU indices) up to
- * the first that is not one, out of range or a repeat; "" or "-1" hides every GPU. A
- * UUID (GPU-..., MIG-...) cannot be matched to a PCI device here: that rank's GPU is
- * then unknown, as on a host without GPUs. */
+/* CUDA_VISIBLE_DEVICES as CUDA reads it (and PyTorch's reading of it): comma-separated
+ * entries, each an index's leading digits after blanks or a '+', up to the first entry
+ * that has none, or is out of range; a repeated index shows no GPU at all; "" or "-1"
+ * shows none. Indices count in PCI bus order, which gpus[] has (CUDA_DEVICE_ORDER=
+ * PCI_BUS_ID, the order of nvidia-smi and of Slurm's GPU indices). A UUID (GPU-...,
+ * MIG-...) is not matched to a PCI device here: that rank's GPU is then unknown, as on a
+ * host without GPUs. */
 static void scan_visible(topo_t *t, const char *cvd)
 {
     t->vis_set = cvd != NULL;
@@ -386,31 +388,34 @@ static void scan_visible(topo_t *t, const char *cvd)
     t->vis_note[0] = '\0';
     if (cvd == NULL || t->ngpus == 0)
         return;
-    const char *p = cvd;
-    int uuid = 0;
-    while (*p && t->nvis < TOPO_VIS_MAX) {
-        while (*p == ' ')
+    int uuid = 0, repeat = 0;
+    for (const char *p = cvd; *p && t->nvis < TOPO_VIS_MAX;) {
+        while (isspace((unsigned char)*p))
             p++;
         if (!strncmp(p, "GPU-", 4) || !strncmp(p, "MIG-", 4)) {
             uuid = t->nvis == 0;
             break;
         }
+        p += *p == '+';
+        if (!isdigit((unsigned char)*p))
+            break;
         char *end;
         errno = 0;
-        long v = isdigit((unsigned char)*p) ? strtol(p, &end, 10) : -1;
-        if (v < 0 || v >= t->ngpus || errno)
+        long v = strtol(p, &end, 10);
+        if (v >= t->ngpus || errno)
             break;
-        int dup = 0;
         for (int i = 0; i < t->nvis; i++)
-            dup |= t->vis[i] == (int)v;
-        if (dup)
+            repeat |= t->vis[i] == (int)v;
+        if (repeat)
             break;
         t->vis[t->nvis++] = (int)v;
-        p = end + strspn(end, " ");
-        if (*p != ',')
+        p = strchr(end, ',');
+        if (p == NULL)
             break;
         p++;
     }
+    if (repeat)
+        t->nvis = 0;
     char list[96] = "";
     for (int i = 0; i < t->nvis; i++)
         snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%d", i ? "," : "",
@@ -419,8 +424,12 @@ static void scan_visible(topo_t *t, const char *cvd)
         snprintf(t->vis_note, sizeof(t->vis_note), "CUDA_VISIBLE_DEVICES=%.40s names GPUs by "
                  "UUID, not matched to PCI devices here: no rank has a known GPU", cvd);
     else if (t->nvis == 0)
-        snprintf(t->vis_note, sizeof(t->vis_note), "CUDA_VISIBLE_DEVICES=%.40s: no GPU visible",
-                 cvd);
+        snprintf(t->vis_note, sizeof(t->vis_note), "CUDA_VISIBLE_DEVICES=%.40s: no GPU visible%s",
+                 cvd, repeat ? " (an index repeated)" : "");
+    else if (t->nvis == 1)
+        snprintf(t->vis_note, sizeof(t->vis_note), "CUDA_VISIBLE_DEVICES=%.40s: every local "
+                 "rank uses gpu %d (cores by NUMA blocks: other ranks may see others)", cvd,
+                 t->vis[0]);
     else
         snprintf(t->vis_note, sizeof(t->vis_note), "CUDA_VISIBLE_DEVICES=%.40s: local rank i "
                  "uses gpu [%s][i mod %d]", cvd, list, t->nvis);
@@ -585,7 +594,11 @@ static int gpu_run(const topo_t *t, int r)
  * gave blocks that overlapped without being marked shared. */
 static void rank_cores(const topo_t *t, int r, int n, int *begin, int *end, int *shared)
 {
-    int b = gpu_run(t, r);
+    /* one visible GPU, more ranks: most likely each rank sees its own (srun
+     * --gpus-per-task), which this rank cannot know; splitting its GPU's node among all n
+     * gave blocks that overlapped or left most of a node idle. NUMA blocks for all. */
+    int one_each = t->vis_set && t->nvis == 1 && n > 1;
+    int b = one_each ? -1 : gpu_run(t, r);
     for (int q = 0; q < n && b >= 0; q++)
         if (gpu_run(t, q) < 0)
             b = -1;

@@ -113,9 +113,10 @@ const char *topo_gpu_visibility(const topo_t *t);
  * had CUDA_VISIBLE_DEVICES when loaded (read by topo_load*, as CUDA reads it: indices up
  * to the first invalid one), local rank i uses the (i mod n)-th of the n GPUs it shows,
  * as `cudaSetDevice(local_rank % count)` does; every local rank is taken to see the same
- * list (under srun --gpus-per-task each sees its one GPU, and reckons its neighbours'
- * the same, which keeps their core blocks apart); a UUID list leaves every rank without
- * a known GPU.
+ * list, except where it shows one GPU to several local ranks (srun --gpus-per-task:
+ * each sees its own, which a rank cannot know): the cores are then NUMA blocks, as
+ * without GPUs, and the GPU decides the NIC only. A repeated index shows no GPU (as in
+ * CUDA); a UUID list leaves every rank without a known GPU.
  * Cores, with GPUs: the NUMA node of the rank's GPU, split into contiguous, disjoint
  * blocks among the ranks whose GPUs sit on that node (shared single cores when there
  * are more such ranks than the node has cores). Cores, without GPUs (or a GPU whose
