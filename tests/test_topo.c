@@ -392,7 +392,8 @@ static void test_place_dgx2(void)
  * jobs) puts local rank i on GPU 12 + i, its cores on GPU 12's node (1) and its HCA the
  * one beside that GPU; before 2026-11-27 rank 0 took GPU 0, node 0 and mlx5_0. Parsed
  * as CUDA does: up to the first bad entry, an entry's leading digits; a repeat or ""
- * hides every GPU; UUIDs map to none. One GPU visible and more ranks (srun
+ * hides every GPU; GPU UUIDs (by prefix) map to the GPUs whose NVML device has them, MIG
+ * ones to none. One GPU visible and more ranks (srun
  * --gpus-per-task: each sees its own) gives NUMA blocks, which cannot overlap another
  * rank's whatever GPU it sees. */
 static void test_place_visible(void)
@@ -407,6 +408,10 @@ static void test_place_visible(void)
         { "1gpu2,2", 1, 2 },        { "+3,\t4", 3, 4 },  { "6,", 6, 6 },
         { "", -1, -1 },             { "-1", -1, -1 },    { "16", -1, -1 },
         { "GPU-6a3e2b1c-0000-1111-2222-333344445555", -1, -1 },
+        /* the XML's NVIDIAUUIDs: nvml12's whole, nvml13's by prefix; "GPU-ac" is nvml11's
+         * and nvml12's (ambiguous): none, or the list stops there */
+        { "GPU-ac1a8e86-5183-b838-64c9-71a0c82facc5, GPU-117d7ff7", 12, 13 },
+        { "GPU-ac", -1, -1 },       { "GPU-117d7ff7,GPU-ac,GPU-bb4648d3", 13, 13 },
         { "MIG-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", -1, -1 },
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

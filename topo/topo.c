@@ -276,6 +276,11 @@ static void add_gpu(topo_t *t, hwloc_obj_t pci, hwloc_obj_t osdev)
         model = hwloc_obj_get_info_by_name(pci, "PCIDevice");
     copy_str(g->name, sizeof(g->name), osdev ? osdev->name : NULL);
     copy_str(g->model, sizeof(g->model), model);
+    const char *uuid = NULL;     /* on the NVML device, whichever names the GPU */
+    for (hwloc_obj_t c = pci ? pci->io_first_child : osdev; c && !uuid;
+         c = pci ? c->next_sibling : NULL)
+        uuid = hwloc_obj_get_info_by_name(c, "NVIDIAUUID");
+    copy_str(g->uuid, sizeof(g->uuid), uuid);
     format_busid(pci, g->busid, sizeof(g->busid));
     g->pci_id = pci ? pci->gp_index : 0;
     g->numa = numa_of_io(t, pci ? pci : osdev);
@@ -378,9 +383,12 @@ static weft_status_t scan_nics(topo_t *t)
  * entries, each an index's leading digits after blanks or a '+', up to the first entry
  * that has none, or is out of range; a repeated index shows no GPU at all; "" or "-1"
  * shows none. Indices count in PCI bus order, which gpus[] has (CUDA_DEVICE_ORDER=
- * PCI_BUS_ID, the order of nvidia-smi and of Slurm's GPU indices). A UUID (GPU-...,
- * MIG-...) is not matched to a PCI device here: that rank's GPU is then unknown, as on a
- * host without GPUs. */
+ * PCI_BUS_ID, the order of nvidia-smi and of Slurm's GPU indices). A list that starts
+ * with a GPU UUID (GPU-..., Kubernetes' and some Slurm setups' form) is UUIDs, each
+ * matched by prefix, as CUDA does, against the NVIDIAUUID hwloc's NVML backend gives
+ * each GPU, up to one that matches no GPU or several; where the topology carries no
+ * UUIDs, and for MIG instances (MIG-...), every rank's GPU is unknown, as on a host
+ * without GPUs. */
 static void scan_visible(topo_t *t, const char *cvd)
 {
     t->vis_set = cvd != NULL;
@@ -389,9 +397,32 @@ static void scan_visible(topo_t *t, const char *cvd)
     if (cvd == NULL || t->ngpus == 0)
         return;
     int uuid = 0, repeat = 0;
+    const char *first = cvd + strspn(cvd, " \t");
+    int by_uuid = !strncmp(first, "GPU-", 4);
     for (const char *p = cvd; *p && t->nvis < TOPO_VIS_MAX;) {
         while (isspace((unsigned char)*p))
             p++;
+        if (by_uuid) {          /* a prefix of exactly one GPU's UUID */
+            size_t len = strcspn(p, ", \t");
+            int hit = -1, hits = 0;
+            for (int g = 0; len >= 5 && g < t->ngpus; g++)
+                if (t->gpus[g].uuid[0] && !strncmp(t->gpus[g].uuid, p, len))
+                    hit = g, hits++;
+            if (hits != 1) {
+                uuid = t->nvis == 0;
+                break;
+            }
+            for (int i = 0; i < t->nvis; i++)
+                repeat |= t->vis[i] == hit;
+            if (repeat)
+                break;
+            t->vis[t->nvis++] = hit;
+            p = strchr(p, ',');
+            if (p == NULL)
+                break;
+            p++;
+            continue;
+        }
         if (!strncmp(p, "GPU-", 4) || !strncmp(p, "MIG-", 4)) {
             uuid = t->nvis == 0;
             break;
@@ -422,7 +453,8 @@ static void scan_visible(topo_t *t, const char *cvd)
                  t->vis[i]);
     if (uuid)
         snprintf(t->vis_note, sizeof(t->vis_note), "CUDA_VISIBLE_DEVICES=%.40s names GPUs by "
-                 "UUID, not matched to PCI devices here: no rank has a known GPU", cvd);
+                 "UUID that no GPU here has (MIG, or no NVML data): no rank has a known GPU",
+                 cvd);
     else if (t->nvis == 0)
         snprintf(t->vis_note, sizeof(t->vis_note), "CUDA_VISIBLE_DEVICES=%.40s: no GPU visible%s",
                  cvd, repeat ? " (an index repeated)" : "");

@@ -32,6 +32,7 @@ typedef struct topo topo_t;
 typedef struct topo_gpu {
     char name[TOPO_NAME_MAX];      /* cuda0, nvml3, opencl0d1; "gpuN" when no OS device */
     char model[TOPO_MODEL_MAX];    /* GPUModel, else the PCI device name */
+    char uuid[48];                 /* NVIDIAUUID of its NVML device ("GPU-..."), "" unknown */
     char busid[TOPO_BUSID_MAX];    /* "" when not on PCI */
     int numa;                      /* nearest NUMA node (logical), -1 unknown */
     unsigned long long pci_id;     /* topo.c's handle on the PCI device, 0 none */
@@ -116,7 +117,9 @@ const char *topo_gpu_visibility(const topo_t *t);
  * list, except where it shows one GPU to several local ranks (srun --gpus-per-task:
  * each sees its own, which a rank cannot know): the cores are then NUMA blocks, as
  * without GPUs, and the GPU decides the NIC only. A repeated index shows no GPU (as in
- * CUDA); a UUID list leaves every rank without a known GPU.
+ * CUDA); GPU UUIDs are matched by prefix against topo_gpu_t.uuid (hwloc's NVML data), and
+ * a list that matches none (MIG instances, no NVML data) leaves every rank without a
+ * known GPU.
  * Cores, with GPUs: the NUMA node of the rank's GPU, split into contiguous, disjoint
  * blocks among the ranks whose GPUs sit on that node (shared single cores when there
  * are more such ranks than the node has cores). Cores, without GPUs (or a GPU whose
