@@ -15,6 +15,12 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 
+# the build directory comes from BUILD only: an argument (`run.sh build/asan`, as the
+# other test scripts take it) used to be ignored, and the plain build tested instead
+if [ $# -gt 0 ]; then
+    echo "usage: [BUILD=dir] [RUN_FILTER=regex] bash tests/run.sh (no arguments; got: $*)" >&2
+    exit 2
+fi
 B=${BUILD:-build}
 WEFTRUN=$B/bin/weftrun
 TIMEOUT=${RUN_TIMEOUT:-120}
