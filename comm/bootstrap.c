@@ -245,10 +245,10 @@ static int step_ready(const pending_t *p)
 #define REST_GRACE_NS 1000000000ull
 
 /* The pending connection to close for a new one, -1 for the new one itself: the oldest
- * that has not sent its whole hello, else the oldest that has stalled in REST past
- * REST_GRACE_NS. A rank's connection is closed so only before rank 0 answered it, and the
- * rank then connects again (join); one in REST, whose MAC comes within a round trip, is
- * never closed (a review's flood of 3000 strangers sending whole hellos closed a rank's
+ * that has not sent its whole hello, else one that has stalled in REST past REST_GRACE_NS.
+ * A rank's connection is closed so only before rank 0 answered it, and the rank then
+ * connects again (join); one in REST, whose MAC comes within a round trip, is closed only
+ * after that grace (a review's flood of 3000 strangers sending whole hellos closed a rank's
  * connection there, and the rank, its side of the handshake done, found rank 0 "lost"). */
 static int evictee(const pending_t *pend, int np, uint64_t now)
 {
@@ -379,23 +379,33 @@ static weft_status_t accept_all(bootstrap_t *bs, int lfd, const char *secret)
     return st;
 }
 
-/* A rank: connects to rank 0 and joins. Rank 0 closes a connection without a word only
- * to make room in a crowded rendezvous (accept_all): the rank then connects again, a
- * few times, while the deadline allows. */
-#define JOIN_RETRIES 20
+/* A rank: connects to rank 0 and joins. Rank 0, alive, closes a connection during the
+ * handshake only to make room in a crowded rendezvous (accept_all): the rank then
+ * connects again until the deadline, backing off to 160 ms. A connection refused on such
+ * a retry (within 1 s) means rank 0 is gone or done (it crashed, timed out, or closed
+ * its listener with this rank a duplicate): the first failure is the answer. */
+#define JOIN_AGAIN_NS 1000000000ull
 static weft_status_t join(bootstrap_t *bs, const struct sockaddr_in *addr, const char *secret)
 {
     int fd, peer;
     weft_status_t st;
+    RETURN_IF_ERR(sock_connect(addr, bs->deadline, &fd));
     for (int tries = 0;; tries++) {
-        RETURN_IF_ERR(sock_connect(addr, bs->deadline, &fd));
         st = auth_handshake(fd, secret, AUTH_BOOTSTRAP, 0, bs->rank, bs->deadline, &peer);
-        if (st != WEFT_ERR_PEER_LOST || tries == JOIN_RETRIES || time_ns() >= bs->deadline)
+        uint64_t now = time_ns(), pause = 10000000ull << WEFT_MIN(tries, 4);
+        if (st != WEFT_ERR_PEER_LOST || now + pause >= bs->deadline)
             break;
+        weft_error_saved_t first;
+        weft_error_save(&first);
         close(fd);
         LOG_INFO(LOG_BOOT, "bootstrap: rank 0 closed the connection during the handshake "
-                 "(a crowded rendezvous makes room so); connecting again");
-        usleep((useconds_t)(10000 << WEFT_MIN(tries, 4)));
+                 "(it makes room so in a crowded rendezvous); connecting again");
+        usleep((useconds_t)(pause / 1000));
+        if (sock_connect(addr, WEFT_MIN(bs->deadline, time_ns() + JOIN_AGAIN_NS), &fd) !=
+            WEFT_OK) {
+            weft_error_restore(&first);
+            return st;
+        }
     }
     boot_msg_t m = { BOOT_MAGIC, (uint32_t)bs->nranks, 0, bs->job_tag };
     if (st == WEFT_OK && peer != 0)

@@ -597,6 +597,12 @@ if [ -x "$B/tests/probe_hup" ]; then
         'trap "" HUP; env -u UCX_DEBUG_SIGNO "$0" $1; [ $? = 1 ]' "$B/tests/probe_hup" "$hup"
     [ "$HAVE_UCX" = 1 ] && run "probe_hup lazy: UCX loaded for the ucx transport only" \
         env -u WEFT_TRANSPORT "$B/tests/probe_hup" lazy
+    # libucs loaded before weft (Open MPI's UCX layer, say): its SIGHUP handler is what
+    # the process "had", and must go all the same
+    ucs=$(ldconfig -p 2>/dev/null | awk '/libucs\.so\.0 / { print $NF; exit }')
+    [ "$HAVE_UCX" = 1 ] && [ -n "$ucs" ] && run "probe_hup: SIGHUP kills, libucs loaded first" \
+        bash -c 'env --default-signal=HUP -u UCX_DEBUG_SIGNO LD_PRELOAD="$1" "$0" ucx; [ $? = 129 ]' \
+        "$B/tests/probe_hup" "$ucs"
 fi
 # 3c''. fork() after init (data-loader workers): a worker's calls refused, its destroy
 # harmless to the parent, registered memory its own; a worker outliving its rank does not

@@ -397,13 +397,17 @@ static void scan_visible(topo_t *t, const char *cvd)
     if (cvd == NULL || t->ngpus == 0)
         return;
     int uuid = 0, repeat = 0;
-    const char *first = cvd + strspn(cvd, " \t");
+    const char *first = cvd;
+    while (isspace((unsigned char)*first))
+        first++;
     int by_uuid = !strncmp(first, "GPU-", 4);
     for (const char *p = cvd; *p && t->nvis < TOPO_VIS_MAX;) {
         while (isspace((unsigned char)*p))
             p++;
         if (by_uuid) {          /* a prefix of exactly one GPU's UUID */
-            size_t len = strcspn(p, ", \t");
+            size_t len = 0;
+            while (p[len] && p[len] != ',' && !isspace((unsigned char)p[len]))
+                len++;
             int hit = -1, hits = 0;
             for (int g = 0; len >= 5 && g < t->ngpus; g++)
                 if (t->gpus[g].uuid[0] && !strncmp(t->gpus[g].uuid, p, len))
@@ -460,8 +464,8 @@ static void scan_visible(topo_t *t, const char *cvd)
                  cvd, repeat ? " (an index repeated)" : "");
     else if (t->nvis == 1)
         snprintf(t->vis_note, sizeof(t->vis_note), "CUDA_VISIBLE_DEVICES=%.40s: every local "
-                 "rank uses gpu %d (cores by NUMA blocks: other ranks may see others)", cvd,
-                 t->vis[0]);
+                 "rank uses gpu %d (several ranks: cores by NUMA blocks, as each may see "
+                 "another)", cvd, t->vis[0]);
     else
         snprintf(t->vis_note, sizeof(t->vis_note), "CUDA_VISIBLE_DEVICES=%.40s: local rank i "
                  "uses gpu [%s][i mod %d]", cvd, list, t->nvis);

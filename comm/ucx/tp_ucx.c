@@ -329,7 +329,9 @@ static weft_status_t shared_create(int nranks)
 {
     ucp_config_t *cfg;
     RETURN_IF_ERR(mm_seg_check());
-    RETURN_IF_ERR(ucx_api_load());
+    weft_status_t st = ucx_api_load();
+    if (st != WEFT_OK)      /* (quiet in auto mode; here the transport was asked for) */
+        return weft_error(st, "%s", weft_last_error());
     ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
     if (s != UCS_OK)
         return weft_error(WEFT_ERR_SYSTEM, "ucx: cannot read the UCX_* configuration: %s",

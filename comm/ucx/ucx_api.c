@@ -34,13 +34,16 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static const int taken[] = { SIGHUP, SIGSEGV, SIGBUS, SIGILL, SIGFPE };
 #define NTAKEN (int)(sizeof(taken) / sizeof(taken[0]))
 
-/* Puts back what the process had: SIGHUP always (unless UCX_DEBUG_SIGNO asks for UCX's),
- * the error signals where the application had a handler of its own (or ignored them);
- * where it had the default, UCX's backtrace handler stays, as in any UCX program. */
-static void put_back(const struct sigaction before[NTAKEN])
+/* Puts back what the process had: SIGHUP (with_hup: where ucs_debug_disable_signal could
+ * not, and unless UCX_DEBUG_SIGNO asks for UCX's), the error signals where the
+ * application had a handler of its own (or ignored them); where it had the default,
+ * UCX's backtrace handler stays, as in any UCX program. (Where libucs was loaded before
+ * weft, by Open MPI's UCX layer say, `before` holds UCX's SIGHUP handler: only
+ * ucs_debug_disable_signal knows what it replaced.) */
+static void put_back(const struct sigaction before[NTAKEN], int with_hup)
 {
     for (int i = 0; i < NTAKEN; i++) {
-        if (taken[i] == SIGHUP ? getenv("UCX_DEBUG_SIGNO") != NULL
+        if (taken[i] == SIGHUP ? !with_hup || getenv("UCX_DEBUG_SIGNO") != NULL
                                : before[i].sa_handler == SIG_DFL)
             continue;
         sigaction(taken[i], &before[i], NULL);
@@ -63,15 +66,15 @@ static void load(void)
     if ((*(void **)&t.f = dlsym(h, #f)) == NULL) {                                         \
         snprintf(why, sizeof(why), "%s lacks %s: not the UCX weft was built with (%d.%d)", \
                  UCX_LIB, #f, UCP_API_MAJOR, UCP_API_MINOR);                               \
-        put_back(before);                                                                  \
+        put_back(before, 1);                                                               \
         return;                                                                            \
     }
     UCX_API_CALLS(UCX_API_SYM)
 #undef UCX_API_SYM
     ucx_api = t;
     if (getenv("UCX_DEBUG_SIGNO") == NULL)
-        ucx_api.ucs_debug_disable_signal(SIGHUP);   /* UCX's own record of it, too */
-    put_back(before);
+        ucx_api.ucs_debug_disable_signal(SIGHUP);   /* what libucs replaced, whenever */
+    put_back(before, 0);
     ok = 1;
 }
 
