@@ -85,8 +85,3 @@ weft_status_t ucx_api_load(void)
      * forced the caller's init fails with this message */
     return ok ? WEFT_OK : weft_error_quiet(WEFT_ERR_UNSUPPORTED, "ucx: %s", why);
 }
-
-int ucx_api_loaded(void)
-{
-    return ok;
-}

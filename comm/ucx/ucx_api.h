@@ -48,9 +48,6 @@ extern ucx_api_t ucx_api;
  * why (no libucp.so.0, a call missing from it); the same answer on every call. */
 weft_status_t ucx_api_load(void);
 
-/* Whether ucx_api_load has succeeded (no attempt made here). */
-int ucx_api_loaded(void);
-
 #ifndef UCX_API_DEFINE
 #define ucp_config_read (ucx_api.ucp_config_read)
 #define ucp_config_modify (ucx_api.ucp_config_modify)
