@@ -389,6 +389,28 @@ static weft_status_t scan_nics(topo_t *t)
  * each GPU, up to one that matches no GPU or several; where the topology carries no
  * UUIDs, and for MIG instances (MIG-...), every rank's GPU is unknown, as on a host
  * without GPUs. */
+/* One entry of CUDA_VISIBLE_DEVICES (blanks skipped) as a gpus[] index, -1 when it names
+ * none: by_uuid, a prefix of exactly one GPU's UUID; else an index's leading digits. */
+static int visible_entry(const topo_t *t, const char *p, int by_uuid)
+{
+    if (by_uuid) {
+        size_t len = 0;
+        while (p[len] && p[len] != ',' && !isspace((unsigned char)p[len]))
+            len++;
+        int hit = -1, hits = 0;
+        for (int g = 0; len >= 5 && g < t->ngpus; g++)
+            if (t->gpus[g].uuid[0] && !strncmp(t->gpus[g].uuid, p, len))
+                hit = g, hits++;
+        return hits == 1 ? hit : -1;
+    }
+    p += *p == '+';
+    if (!isdigit((unsigned char)*p))
+        return -1;
+    errno = 0;
+    long v = strtol(p, NULL, 10);
+    return v < t->ngpus && !errno ? (int)v : -1;
+}
+
 static void scan_visible(topo_t *t, const char *cvd)
 {
     t->vis_set = cvd != NULL;
@@ -401,53 +423,21 @@ static void scan_visible(topo_t *t, const char *cvd)
     while (isspace((unsigned char)*first))
         first++;
     int by_uuid = !strncmp(first, "GPU-", 4);
-    for (const char *p = cvd; *p && t->nvis < TOPO_VIS_MAX;) {
+    for (const char *p = cvd; *p && t->nvis < TOPO_VIS_MAX; p++) {
         while (isspace((unsigned char)*p))
             p++;
-        if (by_uuid) {          /* a prefix of exactly one GPU's UUID */
-            size_t len = 0;
-            while (p[len] && p[len] != ',' && !isspace((unsigned char)p[len]))
-                len++;
-            int hit = -1, hits = 0;
-            for (int g = 0; len >= 5 && g < t->ngpus; g++)
-                if (t->gpus[g].uuid[0] && !strncmp(t->gpus[g].uuid, p, len))
-                    hit = g, hits++;
-            if (hits != 1) {
-                uuid = t->nvis == 0;
-                break;
-            }
-            for (int i = 0; i < t->nvis; i++)
-                repeat |= t->vis[i] == hit;
-            if (repeat)
-                break;
-            t->vis[t->nvis++] = hit;
-            p = strchr(p, ',');
-            if (p == NULL)
-                break;
-            p++;
-            continue;
-        }
-        if (!strncmp(p, "GPU-", 4) || !strncmp(p, "MIG-", 4)) {
-            uuid = t->nvis == 0;
+        int g = visible_entry(t, p, by_uuid);
+        if (g < 0) {
+            uuid = t->nvis == 0 && (by_uuid || !strncmp(p, "MIG-", 4));
             break;
         }
-        p += *p == '+';
-        if (!isdigit((unsigned char)*p))
-            break;
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (v >= t->ngpus || errno)
-            break;
         for (int i = 0; i < t->nvis; i++)
-            repeat |= t->vis[i] == (int)v;
+            repeat |= t->vis[i] == g;
         if (repeat)
             break;
-        t->vis[t->nvis++] = (int)v;
-        p = strchr(end, ',');
-        if (p == NULL)
+        t->vis[t->nvis++] = g;
+        if ((p = strchr(p, ',')) == NULL)
             break;
-        p++;
     }
     if (repeat)
         t->nvis = 0;
