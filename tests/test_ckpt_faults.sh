@@ -14,7 +14,8 @@
 # 3. The directory's bookkeeping: --ckpt-keep never prunes the checkpoint `latest` names
 #    (a step above it, from a run that crashed before naming it, is left alone) and
 #    removes a save's leftover .tmp; a step saved again replaces its copy; a manifest
-#    whose text was edited (its data position) or lost its manifest_hash line is refused;
+#    whose text was edited (its data position, also with its format set back to 1) or lost
+#    its manifest_hash line is refused;
 #    resuming with another -t, shuffled data with another --seed, or another --data, is
 #    refused; another --lr goes on with a note; ranks that
 #    disagree on --ckpt-every stop at start instead of waiting in a save.
@@ -117,6 +118,13 @@ timeout 60 "$TRAIN" $ONE --steps 7 --ckpt-dir "$CK" --resume >"$TMP/b4b.out" 2>&
 rc=$?
 check "$([ $rc != 0 ] && grep -q 'does not match its manifest_hash' "$TMP/b4b.out" && echo 0 || echo 1)" \
     "a manifest with a loader_cursor line added after its manifest_hash is refused (exit $rc)"
+sed -e 's/^loader_cursor \([0-9]*\)/loader_cursor 1\1/' -e 's/^weft-checkpoint 2$/weft-checkpoint 1/' \
+    "$TMP/manifest.keep" >"$MF"
+timeout 60 "$TRAIN" $ONE --steps 7 --ckpt-dir "$CK" --resume >"$TMP/b4c.out" 2>&1
+rc=$?
+check "$([ $rc != 0 ] && grep -q '^weft-checkpoint 1$' "$MF" &&
+         grep -q 'does not match its manifest_hash' "$TMP/b4c.out" && echo 0 || echo 1)" \
+    "a manifest whose loader_cursor was edited and whose format was set back to 1 (keeping its manifest_hash line) is refused (exit $rc)"
 grep -v '^manifest_hash' "$TMP/manifest.keep" >"$MF"
 timeout 60 "$TRAIN" $ONE --steps 7 --ckpt-dir "$CK" --resume >"$TMP/b5.out" 2>&1
 rc=$?

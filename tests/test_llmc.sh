@@ -4,7 +4,8 @@
 #   bash tests/test_llmc.sh [BUILD]        (tests/run.sh runs it)
 #
 # 1. 2 ranks train with --shard full and --ckpt-dir; `weft-train --export-model` turns
-#    the sharded checkpoint into an llm.c file;
+#    the sharded checkpoint into an llm.c file (under a launcher it is refused: every
+#    rank would write that file at once);
 # 2. llm.c's own test program (test_gpt2.c from the llm.c peer, compiled here, unmodified)
 #    loads that file and compares its forward and backward with a debug state that weft
 #    wrote from the same file: logits, loss and all 16 gradient tensors must be OK (its
@@ -37,6 +38,12 @@ timeout 60 $TRAIN --ckpt-dir "$TMP/ck" --export-model "$TMP/gpt2_124M.bin" >"$TM
 rc=$?
 head -c 4 "$TMP/gpt2_124M.bin" 2>/dev/null | od -An -tu4 | grep -q 20240326
 check $((rc || $?)) "--export-model writes an llm.c checkpoint (magic 20240326): $(tail -1 "$TMP/exp.out")"
+# under a launcher every rank would write that file at once: refused, nothing written
+$RUN $TRAIN --ckpt-dir "$TMP/ck" --export-model "$TMP/two_ranks.bin" >"$TMP/exp2.out" 2>&1
+rc=$?
+check "$([ $rc != 0 ] && [ ! -e "$TMP/two_ranks.bin" ] && [ ! -e "$TMP/two_ranks.bin.tmp" ] &&
+         grep -q 'export-model is a conversion for one process' "$TMP/exp2.out" && echo 0 || echo 1)" \
+    "--export-model under weftrun -n 2 is refused, nothing written (exit $rc): $(grep -m1 -o 'export-model is a conversion[^:]*' "$TMP/exp2.out")"
 
 # a sharded run from the llm.c file: the same first loss as one process from it
 first() { grep -m1 '^step 1 ' "$1" | sed 's/.*loss \([0-9.]*\).*/\1/'; }

@@ -15,6 +15,8 @@
 #    exit 0: AdamW divides by 1 - beta^step).
 # 5. Options that do not fit together (-b 0, --heads not dividing --dim, -t above --ctx)
 #    exit 2, before the data is read (they exited 1, some after a data error).
+# 6. One process: --param-dtype, --reduce-dtype, --prefetch, --shard, and --ckpt-keep or
+#    --ckpt-fail without --ckpt-every, each get a note that they are ignored.
 # Every run is bounded by `timeout`. Ends "test_train_data.sh: N passed, N failed".
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -120,6 +122,32 @@ done <<'EOF'
 EOF
 check "$([ -z "$bad" ] && echo 0 || echo 1)" \
     "-b 0, --accum 0, --heads 3, --ctx 0, -t above --ctx: exit 2 before the data is read${bad:+: not so:$bad}"
+
+# 6. one process: the sharding options and the checkpoint options without --ckpt-every
+#    have no effect, and weft-train says so (they were ignored without a word); none of
+#    them given, nothing is said
+bad=""
+while IFS='|' read -r a want; do
+    # shellcheck disable=SC2086
+    timeout 60 "$TRAIN" "${SMALL[@]}" --data "$TMP/text.txt" --steps 1 -b 2 $a \
+        >"$TMP/one.out" 2>&1
+    rc=$?
+    if [ -n "$want" ]; then
+        { [ $rc = 0 ] && grep -q -- "$want" "$TMP/one.out"; } || bad="$bad '$a' (exit $rc)"
+    else
+        { [ $rc = 0 ] && ! grep -q -e 'ignored' "$TMP/one.out"; } || bad="$bad '$a' (exit $rc)"
+    fi
+done <<'EOF'
+--param-dtype bf16|--param-dtype, --reduce-dtype and --prefetch have nothing to split
+--reduce-dtype bf16|--param-dtype, --reduce-dtype and --prefetch have nothing to split
+--prefetch 3|--param-dtype, --reduce-dtype and --prefetch have nothing to split
+--shard full|--param-dtype, --reduce-dtype and --prefetch have nothing to split
+--ckpt-keep 5|--ckpt-keep and --ckpt-fail apply to checkpoints saved by --ckpt-every
+--ckpt-fail stop|--ckpt-keep and --ckpt-fail apply to checkpoints saved by --ckpt-every
+--prefetch 1 --ckpt-keep 2|
+EOF
+check "$([ -z "$bad" ] && echo 0 || echo 1)" \
+    "one process: --param-dtype, --reduce-dtype, --prefetch, --shard, and --ckpt-keep/--ckpt-fail without --ckpt-every each get a note that they are ignored; the defaults none${bad:+: not so:$bad}"
 
 echo "test_train_data.sh: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

@@ -143,14 +143,14 @@ static void prune(const char *dir, int keep, const char *cur)
             snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
             remove_dir(p);
         } else if (n < 4096 && !strncmp(e->d_name, "step-", 5) && len == 13 &&
-                   strcmp(e->d_name, cur) <= 0) {
-            names[n++] = strdup(e->d_name);
+                   strcmp(e->d_name, cur) <= 0 && (names[n] = strdup(e->d_name)) != NULL) {
+            n++;    /* out of memory: that one is kept (cmp_str takes no NULL) */
         }
     }
     closedir(dh);
     qsort(names, (size_t)n, sizeof(char *), cmp_str);
     for (int i = 0; i < n; i++) {
-        if (names[i] && keep > 0 && i < n - keep) {
+        if (keep > 0 && i < n - keep) {
             char p[4200];
             snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
             remove_dir(p);
@@ -383,7 +383,7 @@ static weft_status_t manifest_read(const char *path, manifest_t *mf)
         st = weft_error_quiet(mf->format ? WEFT_ERR_UNSUPPORTED : WEFT_ERR_INVALID_ARG,
                               "checkpoint %s: format %d, this weft reads 1 to %d", path,
                               mf->format, MANIFEST_FORMAT);
-    else if (st == WEFT_OK && mf->format >= 2 && !(mf->have & MF_HASH_OK))
+    else if (st == WEFT_OK && (mf->format >= 2 || hashed) && !(mf->have & MF_HASH_OK))
         st = weft_error_quiet(WEFT_ERR_INVALID_ARG, "checkpoint %s: the manifest's %s "
                               "(edited or corrupted)", path, hashed ? "text does not match "
                               "its manifest_hash" : "manifest_hash line is missing");

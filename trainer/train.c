@@ -58,8 +58,8 @@ void train_opts_default(train_opts_t *o)
     o->val_batches = 8;
     o->threads = 1;
     o->shard = -1;
-    o->prefetch = 1;
-    o->ckpt_keep = 2;
+    o->prefetch = TRAIN_PREFETCH_DEFAULT;
+    o->ckpt_keep = TRAIN_CKPT_KEEP_DEFAULT;
 }
 
 float train_lr_at(const train_opts_t *o, int step)
@@ -426,6 +426,13 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     if (o->export_path) {   // a conversion, no training
         if (!o->ckpt_dir)
             return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--export-model needs --ckpt-dir");
+        /* every rank of a job would write the same file at once (each rename publishing
+         * a file another rank is still rewriting) */
+        if (train_dist_launched_size() != 1)
+            return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--export-model is a conversion "
+                                    "for one process: run weft-train --ckpt-dir %s "
+                                    "--export-model %s without a launcher", o->ckpt_dir,
+                                    o->export_path);
         RETURN_IF_ERR(train_ckpt_export(o->ckpt_dir, o->export_path));
         fprintf(out, "weft-train: exported %s/latest to %s (llm.c GPT-2, fp32)\n",
                 o->ckpt_dir, o->export_path);
@@ -479,9 +486,14 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
         goto cleanup;
     }
     print_header(out, m, o, &d, T, &dist);
-    if (!dist.world && (o->shard >= 0 || o->shard_group > 0))
-        fprintf(out, "weft-train: one process: --shard has nothing to split (start several "
-                "ranks: weftrun -n N weft-train ..., mpirun, srun)\n");
+    if (!dist.world && (o->shard >= 0 || o->shard_group > 0 || o->param_bf16 ||
+                        o->reduce_bf16 || o->prefetch != TRAIN_PREFETCH_DEFAULT))
+        fprintf(out, "weft-train: one process: --shard, --shard-group, --param-dtype, "
+                "--reduce-dtype and --prefetch have nothing to split or gather, and are "
+                "ignored (start several ranks: weftrun -n N weft-train ..., mpirun, srun)\n");
+    if (o->ckpt_every == 0 && (o->ckpt_keep != TRAIN_CKPT_KEEP_DEFAULT || o->ckpt_fail_stop))
+        fprintf(out, "weft-train: --ckpt-keep and --ckpt-fail apply to checkpoints saved by "
+                "--ckpt-every, which is not set: ignored\n");
 
     const train_gpt2_cfg_t *c = &m->cfg;
     double flops_per_token = 6.0 * (double)train_gpt2_true_params(m) +
@@ -528,8 +540,12 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
                 GOTO_IF_ERR(train_cuda_download(g, m, 0), st, cleanup);
             weft_status_t cs = train_ckpt_save(o->ckpt_dir, o->ckpt_keep, m, &dist, o, &pr,
                                                &cbytes);
+            /* out of memory stops too: a rank short of it before the save's first exchange
+             * cannot take part, and going on would leave the others waiting in it; its
+             * exit fails their save (PEER_LOST), so every rank stops */
             if (cs != WEFT_OK && (o->ckpt_fail_stop || cs == WEFT_ERR_PEER_LOST ||
-                                  cs == WEFT_ERR_TIMEOUT || cs == WEFT_ERR_ABORTED)) {
+                                  cs == WEFT_ERR_TIMEOUT || cs == WEFT_ERR_ABORTED ||
+                                  cs == WEFT_ERR_NO_MEMORY)) {
                 st = cs;   // --ckpt-fail stop, or the ranks themselves failed
                 goto cleanup;
             }

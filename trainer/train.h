@@ -30,11 +30,13 @@ typedef struct {
     // data parallel (several ranks from a launcher)
     int shard;                               // shard_strategy_t; -1: none
     int shard_group, prefetch;               // hybrid group size (0: a host); units ahead
+#define TRAIN_PREFETCH_DEFAULT 1
     int param_bf16, reduce_bf16;             // --param-dtype, --reduce-dtype bf16
     int log_all;                             // every rank prints (else rank 0)
     // training checkpoints (ckpt_dir.c)
     const char *ckpt_dir;
     int ckpt_every, ckpt_keep, resume;
+#define TRAIN_CKPT_KEEP_DEFAULT 2
     int ckpt_fail_stop;                      // --ckpt-fail stop: a failed save ends the run
     const char *export_path;                 // --export-model: convert and stop
     // outputs
