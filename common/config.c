@@ -185,7 +185,8 @@ static const cfg_knob_t knobs[] = {
       "ib0,eth (prefixes, in order of preference), =eth1 (exactly), ^docker,lo (all but); "
       "default: the address that reaches the rendezvous host", STR(socket_ifname), NULL },
     { "WEFT_IB_HCA", "", "verbs devices (and ports) a rank may use, NCCL's syntax: "
-      "mlx5_0:1,mlx5_1 (name prefixes, optional port), =mlx5_0 (exactly), ^mlx5_2 (all but); "
+      "mlx5_0:1,mlx5_1 (name prefixes, optional port; empty entries skipped), =mlx5_0 "
+      "(exactly), ^mlx5_2 (all but); InfiniBand and RoCE devices only (EFA, iWARP skipped); "
       "each local rank takes the nearest allowed one to its GPU (topo_nic_for_rank); empty: "
       "every active port", STR(ib_hca), NULL },
     { "WEFT_IB_QPS_PER_CONN", "1", "RC queue pairs per ib connection; frames are striped "

@@ -176,7 +176,10 @@ static void test_local_addr(void)
     CHECK(sock_local_addr(&to, "^", &me) == WEFT_ERR_INVALID_ARG &&
           strstr(weft_last_error(), "WEFT_SOCKET_IFNAME") != NULL && me.sin_port == htons(77),
           "bad syntax refused, naming the knob, output untouched");
-    CHECK(sock_local_addr(&to, "lo,,eth", &me) == WEFT_ERR_INVALID_ARG, "empty entry refused");
+    CHECK(sock_local_addr(&to, "lo,,eth", &me) == WEFT_OK &&
+          me.sin_addr.s_addr == htonl(INADDR_LOOPBACK), "an empty entry skipped, as NCCL");
+    CHECK(sock_local_addr(&to, "lo,:1", &me) == WEFT_ERR_INVALID_ARG,
+          "an entry without a name refused");
     /* excluding loopback: another IPv4 interface if this host has one, else an error */
     int other = 0;
     struct ifaddrs *ifs;

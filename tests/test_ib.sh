@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_ib.sh - the ib transport's knobs and setup refusals, on weft's verbs emulator: which
 # port WEFT_IB_HCA allows (NCCL's syntax), the HCA the topology places a rank on, bad values refused at init naming the knob, a
-# missing verbs library or device named, ranks that disagree on WEFT_IB_QPS_PER_CONN, and
-# the INFO line naming the provider. Each case is a 2-rank test_rma basic job (a few
+# missing verbs library or device named, ranks that disagree on WEFT_IB_QPS_PER_CONN,
+# devices that are not InfiniBand or RoCE (EFA, iWARP) skipped, and the INFO line naming
+# the provider. Each case is a 2-rank test_rma basic job (a few
 # hundred ms) under timeout.
 #
 #   bash tests/test_ib.sh [build]
@@ -79,6 +80,17 @@ case_ "WEFT_IB_VERBS without a table" fail "WEFT_IB_VERBS=/nonexistent.so" \
 # ranks that disagree on the QPs per connection: refused at connect, naming the knob
 RANK1='[ "$WEFT_RANK" = 1 ] && export WEFT_IB_QPS_PER_CONN=2;' \
     case_ "QPs per connection differ" fail "WEFT_IB_QPS_PER_CONN differs"
+# devices of another kind are skipped, not taken: AWS EFA (no RC queue pairs) and iWARP
+# (QPs through rdma_cm); before 2026-11-27 the first active port was taken whatever its
+# kind, and init failed creating an RC queue pair on EFA
+case_ "an EFA device skipped for the next one" ok \
+    "efa0 skipped: its transport is another one, not InfiniBand or RoCE.*" \
+    WEFT_IBEMU_DEVICES=efa0,weftemu0 WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET
+grep -q "weftemu0 port 1 (InfiniBand" "$OUT/an EFA device skipped for the next one" || {
+    FAIL=$((FAIL + 1)); echo "FAIL - the EFA case did not go on to weftemu0"; }
+case_ "only iWARP and EFA devices: refused, naming them" fail \
+    "no active port among 2 device(s) .*not InfiniBand or RoCE: iwarp0, efa0" \
+    WEFT_IBEMU_DEVICES=iwarp0,efa0
 if ! compgen -G "/sys/class/infiniband/*" >/dev/null; then
     case_ "rdma-core without a device" fail "finds no RDMA device" WEFT_IB_VERBS=
 fi

@@ -522,8 +522,19 @@ static void test_filter_parse(void)
           topo_nic_filter_allows(&f, "anything", NULL), "empty filter");
     CHECK(topo_nic_filter_parse(NULL, "WEFT_IB_HCA", &f) == WEFT_OK && f.n == 0, "NULL filter");
 
+    /* as NCCL's parser: empty entries skipped, "name:" any port */
+    CHECK(topo_nic_filter_parse("mlx5_0,", "WEFT_IB_HCA", &f) == WEFT_OK && f.n == 1 &&
+          !strcmp(f.e[0].name, "mlx5_0"), "mlx5_0, (a trailing comma): %s", weft_last_error());
+    CHECK(topo_nic_filter_parse(",mlx5_0,,mlx5_1:2,", "WEFT_IB_HCA", &f) == WEFT_OK &&
+          f.n == 2 && !strcmp(f.e[0].name, "mlx5_0") && !strcmp(f.e[1].name, "mlx5_1") &&
+          f.e[1].port == 2, ",mlx5_0,,mlx5_1:2,: %s", weft_last_error());
+    CHECK(topo_nic_filter_parse("mlx5_0:", "WEFT_IB_HCA", &f) == WEFT_OK && f.n == 1 &&
+          f.e[0].port == 0 && topo_nic_filter_allows_port(&f, "mlx5_0", 2),
+          "mlx5_0: (no port: any): %s", weft_last_error());
+    CHECK(topo_nic_filter_parse(",", "WEFT_IB_HCA", &f) == WEFT_OK && f.n == 0, "','");
+
     static const char *const bad[] = {
-        "^", "=", "^=", "mlx5_0,", ",mlx5_0", "mlx5_0,,mlx5_1", "mlx5_0:", ":1", "mlx5_0:0",
+        "^", "=", "^=", "^,", "=,,", ":1", "mlx5_0:0",
         "mlx5_0:256", "mlx5_0:1x", "mlx5_0::1", "mlx 5", "eth0;rm", "^^mlx5_0",
         "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q",                  /* 17 entries */
         "a_name_that_is_thirty_two_chars", "a_name_that_is_thirty_two_chars_",
@@ -600,7 +611,7 @@ static void test_nic_for_rank(void)
     CHECK(topo_nic_for_rank(t, 0, 4, TOPO_NIC_IB, "^mlx5", &c) == WEFT_ERR_INVALID_ARG &&
           strstr(weft_last_error(), "leaves no device") && strstr(weft_last_error(), "mlx5_0"),
           "^mlx5 with only mlx5_0: %s", weft_last_error());
-    CHECK(topo_nic_for_rank(t, 0, 4, TOPO_NIC_IB, "mlx5_0,", &c) == WEFT_ERR_INVALID_ARG,
+    CHECK(topo_nic_for_rank(t, 0, 4, TOPO_NIC_IB, "mlx5_0,:1", &c) == WEFT_ERR_INVALID_ARG,
           "bad syntax accepted");
     CHECK(topo_nic_for_rank(t, 4, 4, TOPO_NIC_IB, "", &c) == WEFT_ERR_INVALID_ARG,
           "rank == size accepted");

@@ -102,7 +102,7 @@ refuse() {
 }
 refuse 1 "leaves no device to use (this host has: mlx5_0)" WEFT_IB_HCA=^mlx5 -- \
     --xml "$D/2socket-4gpu-1ib.xml" --ranks 2
-refuse 1 "WEFT_IB_HCA='mlx5_0,' is not valid: an empty entry" WEFT_IB_HCA=mlx5_0, -- \
+refuse 1 "WEFT_IB_HCA='mlx5_0,:1' is not valid: an entry without a device name" WEFT_IB_HCA=mlx5_0,:1 -- \
     --xml "$D/2socket-4gpu-1ib.xml" --ranks 2
 refuse 1 "cannot read topology file" -- --xml "$D/none.xml" --ranks 2
 refuse 2 "--hosts needs --ranks" -- --hosts 2

@@ -995,12 +995,15 @@ weft_status_t topo_nic_filter_parse(const char *spec, const char *knob, topo_nic
         *out = f;
         return WEFT_OK;
     }
-    for (;;) {
+    for (;; p += strcspn(p, ",") + 1) {
         size_t len = strcspn(p, ",");
         const char *colon = memchr(p, ':', len);
         size_t nlen = colon ? (size_t)(colon - p) : len;
-        if (len == 0)
-            return filter_error(knob, spec, "an empty entry");
+        if (len == 0) {         /* as NCCL: empty entries ("mlx5_0,", ",,") are skipped */
+            if (p[len] == '\0')
+                break;
+            continue;
+        }
         if (f.n == TOPO_FILTER_MAX)
             return filter_error(knob, spec, "more than 16 devices");
         if (nlen == 0)
@@ -1013,21 +1016,22 @@ weft_status_t topo_nic_filter_parse(const char *spec, const char *knob, topo_nic
                                     "than letters, digits, '_', '-' and '.'");
         memcpy(f.e[f.n].name, p, nlen);
         f.e[f.n].name[nlen] = '\0';
-        if (colon) {
+        if (colon && len - nlen - 1 > 0) {      /* "mlx5_0:" is any port, as NCCL */
             size_t plen = len - nlen - 1;
             int port = 0;
             for (size_t i = 0; i < plen && port <= 255; i++)
                 port = isdigit((unsigned char)colon[1 + i]) ? port * 10 + colon[1 + i] - '0'
                                                             : 256;
-            if (plen == 0 || port < 1 || port > 255)
+            if (port < 1 || port > 255)
                 return filter_error(knob, spec, "a port is not a number from 1 to 255");
             f.e[f.n].port = port;
         }
         f.n++;
         if (p[len] == '\0')
             break;
-        p += len + 1;
     }
+    if (f.n == 0 && (f.exclude || f.exact))
+        return filter_error(knob, spec, "no device after '^' or '='");
     *out = f;
     return WEFT_OK;
 }

@@ -324,14 +324,25 @@ static int open_device_port(weft_comm_t *comm, ib_ctx_t *c, struct ibv_device *d
 {
     const ib_verbs_t *v = c->v;
     const char *name = v->get_device_name(dev);
+    /* RC queue pairs set up by hand need an InfiniBand-transport device (InfiniBand or
+     * RoCE): iWARP connects its QPs through rdma_cm, and EFA has no RC at all */
+    if (dev->transport_type != IBV_TRANSPORT_IB) {
+        LOG_INFO(LOG_NET, "ib: %s skipped: its transport is %s, not InfiniBand or RoCE "
+                 "(the ib transport needs RC queue pairs connected by hand)", name,
+                 dev->transport_type == IBV_TRANSPORT_IWARP ? "iWARP" : "another one");
+        return 0;
+    }
     struct ibv_context *d = v->open_device(dev);
     if (d == NULL)
         return 0;
-    for (uint8_t port = 1; port <= 2; port++) {
-        struct ibv_port_attr pa;
+    /* ports are numbered from 1 with no gap: the first that does not answer ends them */
+    struct ibv_port_attr pa;
+    for (uint8_t port = 1; port != 0 && v->query_port(d, port, &pa) == 0; port++) {
         union ibv_gid gid;
-        if ((only && port != only) || v->query_port(d, port, &pa) != 0 ||
-            pa.state != IBV_PORT_ACTIVE || !topo_nic_filter_allows_port(hca, name, port))
+        if ((only && port != only) || pa.state != IBV_PORT_ACTIVE ||
+            (pa.link_layer != IBV_LINK_LAYER_INFINIBAND &&
+             pa.link_layer != IBV_LINK_LAYER_ETHERNET) ||
+            !topo_nic_filter_allows_port(hca, name, port))
             continue;
         int gi = (int)comm->cfg.ib_gid_index;
         if (gi < 0)
@@ -453,10 +464,16 @@ static weft_status_t open_port(weft_comm_t *comm, ib_ctx_t *c, int quiet)
     }
     if (near)
         snprintf(why, sizeof(why), ", on this NUMA node");
+    char other[128] = "";           /* devices of another transport, for the error */
+    for (int i = 0; c->dev == NULL && i < n; i++)
+        if (list[i]->transport_type != IBV_TRANSPORT_IB)
+            snprintf(other + strlen(other), sizeof(other) - strlen(other), "%s%s",
+                     other[0] ? ", " : "; not InfiniBand or RoCE: ",
+                     v->get_device_name(list[i]));
     v->free_device_list(list);
     if (c->dev == NULL)
         return err(WEFT_ERR_UNSUPPORTED, "ib: no active port among %d device(s) of %s "
-                   "passes WEFT_IB_HCA='%s'", n, v->provider, comm->cfg.ib_hca);
+                   "passes WEFT_IB_HCA='%s'%s", n, v->provider, comm->cfg.ib_hca, other);
     c->pd = v->alloc_pd(c->dev);
     if (c->pd == NULL) {
         v->close_device(c->dev);
@@ -480,13 +497,15 @@ static int ib_addr_of(const peer_info_t *pi, ib_addr_t *a)
     return a->magic == IB_ADDR_MAGIC;
 }
 
-/* Both ends have a port; on Ethernet (RoCE) any GID routes, on InfiniBand the peer must
- * share the subnet prefix. */
+/* Both ends have a port of the same kind (a RoCE port has no LID); on Ethernet any GID
+ * routes, on InfiniBand the peer must share the subnet prefix. The same answer on both
+ * sides (each decides alone: a RoCE rank that said yes to an InfiniBand one that said
+ * no waited for a handshake that never came). */
 static int ib_can_connect(const weft_comm_t *comm, const peer_info_t *self,
                           const peer_info_t *peer)
 {
     ib_addr_t a, b;
-    if (!ib_addr_of(self, &a) || !ib_addr_of(peer, &b))
+    if (!ib_addr_of(self, &a) || !ib_addr_of(peer, &b) || (a.lid == 0) != (b.lid == 0))
         return 0;
     return a.lid == 0 || !memcmp(a.gid, b.gid, 8);
 }

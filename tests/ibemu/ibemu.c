@@ -4,7 +4,8 @@
  *
  * It is weft's test double for an RDMA device, so it makes the checks hardware makes
  * that weft relies on. One emulated device (weftemu0, port 1, LID 1; WEFT_IBEMU_DEVICES
- * names up to 4, all on the same fabric, for the tests of HCA choice) whose "fabric" is a
+ * names up to 4, all on the same fabric, for the tests of HCA choice; a name starting
+ * efa or iwarp is a device of that kind, which weft must skip) whose "fabric" is a
  * shared-memory segment (/dev/shm/weft_ibemu.<uid>, or WEFT_IBEMU_FABRIC) holding the MR,
  * QP and CQ tables of every process that opened it, under one robust process-shared
  * mutex. A post_send does the whole transfer at once, under the lock: it checks the QP
@@ -262,8 +263,12 @@ static struct ibv_device **emu_get_device_list(int *num)
         struct ibv_device *d = &edev.dev[n];
         snprintf(d->name, sizeof(d->name), "%s", t);
         snprintf(d->dev_name, sizeof(d->dev_name), "uverbs%d", n);
-        d->node_type = IBV_NODE_CA;
-        d->transport_type = IBV_TRANSPORT_IB;
+        /* other kinds by name, as their providers report them: efa* (AWS EFA: no RC)
+         * and iwarp* (iWARP: QPs connected through rdma_cm) */
+        d->node_type = !strncmp(t, "efa", 3) ? IBV_NODE_UNSPECIFIED :
+                       !strncmp(t, "iwarp", 5) ? IBV_NODE_RNIC : IBV_NODE_CA;
+        d->transport_type = !strncmp(t, "efa", 3) ? IBV_TRANSPORT_UNSPECIFIED :
+                            !strncmp(t, "iwarp", 5) ? IBV_TRANSPORT_IWARP : IBV_TRANSPORT_IB;
         edev.list[n] = d;
     }
     edev.list[n] = NULL;
@@ -294,7 +299,11 @@ static int emu_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_a
     a->state = IBV_PORT_ACTIVE;
     a->max_mtu = a->active_mtu = IBV_MTU_4096;
     a->lid = 1;
-    a->link_layer = IBV_LINK_LAYER_INFINIBAND;
+    a->link_layer = !strncmp(c->device->name, "efa", 3) ? IBV_LINK_LAYER_UNSPECIFIED :
+                    !strncmp(c->device->name, "iwarp", 5) ? IBV_LINK_LAYER_ETHERNET :
+                    IBV_LINK_LAYER_INFINIBAND;
+    if (a->link_layer != IBV_LINK_LAYER_INFINIBAND)
+        a->lid = 0;
     a->gid_tbl_len = 1;
     a->max_msg_sz = 1u << 31;
     return 0;
