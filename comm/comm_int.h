@@ -120,6 +120,9 @@ struct weft_comm {
     const tp_ops_t *progress_tps[TP_MAX]; /* used, with a progress op */
     int nprogress;
     size_t chunk_default;    /* the largest chunk of the transports the endpoints use */
+    size_t buffsize_min;     /* the smallest WEFT_BUFFSIZE of the ranks (connect's barrier):
+                              * every receiver's ring or frame limit takes a frame of a
+                              * quarter of it (tuner.c: pick_chunk); 0 before connect */
     int flush_eps;           /* some endpoint's transport has a flush op */
     char transport_desc[16];
 
@@ -294,6 +297,7 @@ typedef struct connect_agree {
     int slow;       /* they run well below a plain copy here (tp_ops_t.get_cost) */
     int net;        /* some peer's are emulated over a network (tp_ep_t.rma_net) */
     cfg_agree_t cfg;    /* the knobs every rank must set alike (config.h) */
+    uint64_t buffsize;  /* WEFT_BUFFSIZE, which may differ: frames fit the smallest */
 } connect_agree_t;
 /* comm.c: when a wait of init's or split's setup must end: the setup's deadline, else
  * WEFT_TIMEOUT from now. */

@@ -331,8 +331,10 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
                              (int)(local_cma_min(comm) >> 10),
                              st == WEFT_OK && local_blocks(comm),
                              st == WEFT_OK && local_slow(comm, &ratio),
-                             st == WEFT_OK && local_net(comm), { { 0 } } };
+                             st == WEFT_OK && local_net(comm), { { 0 } },
+                             comm->cfg.buffsize };
     cfg_agree_hash(&comm->cfg, &mine.cfg);
+    uint64_t buffsize_min = mine.buffsize;
     int knob_rank = -1, knob = -1;  /* the first rank whose knobs differ from rank 0's */
     int all_ok = 1, first_bad = -1, cma = 1, cma_min_k = mine.cma_min_k, blocks = 1, slow = 0, net = 0;
     /* which failure to report: this rank's own where it told the others it was this
@@ -357,6 +359,8 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
         blocks &= all[p].blocks;
         slow |= all[p].slow;
         net |= all[p].net;
+        if (all[p].buffsize > 0 && all[p].buffsize < buffsize_min)     /* 0: left out */
+            buffsize_min = all[p].buffsize;
         for (int k = 0; knob_rank < 0 && k < CFG_AGREE_MAX; k++)
             if (all[p].cfg.h[k] != all[0].cfg.h[k]) {
                 knob_rank = p;
@@ -385,6 +389,10 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
                           rank_label(comm, knob_rank, rp, sizeof(rp)), comm->rank, name, val);
     }
     comm->cma_all = cma && comm->nranks > 1;
+    comm->buffsize_min = (size_t)buffsize_min;
+    if (buffsize_min < comm->cfg.buffsize)
+        LOG_INFO(LOG_TUNE, "WEFT_BUFFSIZE: %zu here, %llu on another rank: frames fit the "
+                 "smaller", comm->cfg.buffsize, (unsigned long long)buffsize_min);
     /* single copy by default only where no rank's reads are emulated over a network
      * (ucx held to tcp: the ring was 1.3-2x faster, docs/PERF.md) */
     comm->cma_min_default = comm->cma_all && !net ? (size_t)cma_min_k << 10 : 0;

@@ -87,7 +87,11 @@ static size_t pick_chunk(const weft_comm_t *comm, const sched_args_t *a)
     size_t chunk = comm->cfg.chunk;
     if (chunk == 0)
         chunk = comm->chunk_default ? comm->chunk_default : 512 * 1024;   /* transports' */
-    chunk = WEFT_MIN(WEFT_MIN(chunk, comm->cfg.buffsize / 4), CFG_CHUNK_MAX);
+    /* a quarter of the smallest WEFT_BUFFSIZE of the ranks: the receiver's shm ring, tcp
+     * or ucx frame limit or ib slot is sized by its own (a frame over a smaller peer's
+     * ring waited for room until WEFT_TIMEOUT; over its tcp limit failed the call) */
+    size_t buffsize = comm->buffsize_min ? comm->buffsize_min : comm->cfg.buffsize;
+    chunk = WEFT_MIN(WEFT_MIN(chunk, buffsize / 4), CFG_CHUNK_MAX);
     size_t esz = weft_dtype_size(a->dtype);
     chunk = chunk / 64 * 64;
     return chunk / esz * esz;

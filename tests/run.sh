@@ -496,6 +496,13 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
                     init_knob ${kv%% -n*}
             done
         fi
+        # WEFT_BUFFSIZE may differ per rank: frames fit the smallest (a 128K peer's shm
+        # ring waited for room until WEFT_TIMEOUT; its tcp and ucx frame limit failed the
+        # call with INTERNAL; before 2026-11-27)
+        [ -x "$B/bin/all_reduce_perf" ] && run "buffsize differs -n 2 $t" env \
+            WEFT_TRANSPORT=$t WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 sh -c \
+            '[ "$WEFT_RANK" = 1 ] && export WEFT_BUFFSIZE=128K; exec "$0" "$@"' \
+            "$B/bin/all_reduce_perf" -b 1M -e 4M -f 2 -n 2 -w 1 -c 1
         # single copy on shm: a peer that aborts mid-call and reuses its buffers at once
         # never leaves the reader with WEFT_OK and its new bytes (15 random trials; the
         # old code was caught in each of 7 runs, at trial 1-12)
