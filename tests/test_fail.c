@@ -23,6 +23,11 @@
  * cutframe      (2 ranks, tcp, WEFT_TIMEOUT=2) rank 0 times out with a frame half sent
  *               to rank 1 (away for 3 s) and keeps its communicator: rank 1's call
  *               fails at once with PEER_LOST naming rank 0, not at its own timeout
+ * send_leave KB (2 ranks, tcp over a slow link) rank 0 sends KB KiB to rank 1, destroys its
+ *               communicator and exits 0 while the bytes are still on their way; rank 1,
+ *               whose receive starts 0.2 s late and, waiting over 50 ms, posts its state
+ *               to rank 0 meanwhile, gets every byte, right, and WEFT_OK
+ *               (test_multihost.sh)
  * netcut F      each rank creates F.RANK once up, then all-reduces in a loop while
  *               test_multihost.sh takes one host's network away (the processes live on):
  *               the failing call must be PEER_LOST within WEFT_TCP_DEAD + 5 s on every rank
@@ -468,6 +473,39 @@ static int netcut_test(weft_comm_t *c, int rank, const char *ready)
     printf("%s rank %d netcut: the call failed after %.2f s with %s (want peer lost within "
            "%.0f s): %s\n", ok ? "ok" : "FAIL", rank, took, weft_status_str(st), limit,
            weft_last_error());
+    return !ok;
+}
+
+/* send_leave: see the banner. The pattern is the byte index's low bits mixed. */
+static int send_leave(weft_comm_t *c, int rank, size_t kb)
+{
+    size_t n = kb << 10;
+    unsigned char *b = malloc(n);
+    if (b == NULL)
+        return 1;
+    for (size_t i = 0; i < n; i++)
+        b[i] = rank == 0 ? (unsigned char)(i * 131 + (i >> 12)) : 0;
+    double t0 = now_s();
+    if (rank == 0) {
+        weft_status_t st = weft_send(b, n, WEFT_UINT8, 1, c);
+        printf("%s rank 0 send_leave: sent %zu KiB (%s) in %.2f s, leaving\n",
+               st == WEFT_OK ? "ok" : "FAIL", kb, weft_status_str(st), now_s() - t0);
+        weft_comm_destroy(c);
+        free(b);
+        fflush(stdout);
+        _exit(st != WEFT_OK);
+    }
+    usleep(200000);     /* rank 0 has queued everything and left by now */
+    t0 = now_s();
+    weft_status_t st = weft_recv(b, n, WEFT_UINT8, 0, c);
+    size_t wrong = 0;
+    for (size_t i = 0; st == WEFT_OK && i < n; i++)
+        wrong += b[i] != (unsigned char)(i * 131 + (i >> 12));
+    int ok = st == WEFT_OK && wrong == 0;
+    printf("%s rank 1 send_leave: received %zu KiB in %.2f s from a rank that left: %s, %zu "
+           "wrong bytes%s%s\n", ok ? "ok" : "FAIL", kb, now_s() - t0, weft_status_str(st),
+           wrong, st == WEFT_OK ? "" : ": ", st == WEFT_OK ? "" : weft_last_error());
+    free(b);
     return !ok;
 }
 
@@ -1215,6 +1253,12 @@ int main(int argc, char **argv)
     float *buf = calloc(n + 64, sizeof(float));
     if (buf == NULL)
         return 1;
+    if (!strcmp(mode, "send_leave") && argc > 2 && nranks == 2) {   /* no warm-up: slow link */
+        int bad = send_leave(c, rank, (size_t)atoi(argv[2]));
+        weft_comm_destroy(c);
+        free(buf);
+        return bad;
+    }
     int peer_exit = !strcmp(mode, "peer_exit");
     weft_status_t warm = warm_up(c, buf, n);
     /* peer_exit: the last rank leaves once its warm-up is done, and a rank still in its
@@ -1324,7 +1368,7 @@ int main(int argc, char **argv)
         bad |= !seen;
         weft_comm_destroy(c);
     } else {
-        fprintf(stderr, "usage: test_fail peer_exit|timeout|mismatch FIELD|busy|cutframe|netcut F|abort|"
+        fprintf(stderr, "usage: test_fail peer_exit|timeout|mismatch FIELD|busy|cutframe|send_leave KB|netcut F|abort|"
                 "kill SEED FILE|init_kill SEED FILE|connect_kill SEED FILE|split_kill FILE (3 ranks)|"
                 "split_fds VICTIM K|init_fds VICTIM K|init_bind VICTIM (2 ranks)|read_abort N (2 ranks)|"
                 "init_knob KNOB VICTIM VALUE [SAME]|init_stall LATE [VICTIM [listen]] (tcp)|"

@@ -38,6 +38,8 @@
 # timeout (RANK_TIMEOUT, default 60 s; 20 s in the kill cases); the namespaces and
 # every process in them go at exit, also on failure or interruption, and those of an
 # earlier run killed before its cleanup at the start.
+#   4. a host's network taken away (netcut), and a rank that sends over a slow link and
+#      leaves at once (send_leave: its bytes still arrive whole).
 # Where namespaces cannot be made (not root, no ip/unshare, no veth or bridge) it says
 # "skipped" and exits 0. Ends "test_multihost.sh: N passed, N failed".
 set -u
@@ -69,7 +71,7 @@ remove_ns() {
 }
 cleanup() {
     remove_ns "${HOSTS[@]/#/$NS}" "${NS}h"
-    rm -rf "$D" "${HOSTS[@]/#//etc/netns/$NS}"
+    [ -n "${KEEP_D:-}" ] || rm -rf "$D" "${HOSTS[@]/#//etc/netns/$NS}"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -323,6 +325,31 @@ bad=""
 grep -q "^ok rank 0 netcut" "$D/$name.0" || bad=" rank 0 (the survivor) did not report it in time;"
 report "$bad" "2x1: host b's network taken away, its process alive: rank 0 $(grep -h -o 'failed after [0-9.]* s with [a-z ]*' "$D/$name.0")" "$name"
 ip -n "${NS}b" link set eth0 up
+
+# A rank that sends and leaves at once, its bytes still on their way over a slow link
+# (host a's egress held to 8 Mbit/s; 768 KiB, which the two ends' socket buffers
+# (WEFT_SOCKET_BUFFSIZE=1M) hold, take about 0.8 s): the receiver, whose call starts 0.2 s
+# late and posts its state to the sender after 50 ms, gets every byte and WEFT_OK. Before
+# 2026-11-27 the sender's close left those bytes to its kernel, and the receiver's state
+# frame arriving at the closed socket made that kernel reset the connection and drop
+# them: PEER_LOST in the middle of the frame. Skipped where tc cannot shape the link.
+if ip netns exec "${NS}a" tc qdisc add dev eth0 root tbf rate 8mbit burst 16kb \
+        latency 2000ms 2>"$D/tc.err"; then
+    layout 2 1
+    name=send_leave
+    WEFT_SOCKET_BUFFSIZE=1M WEFT_TIMEOUT=20 RANK_TIMEOUT=30 launch "$name" 29511 \
+        "$B/tests/test_fail" send_leave 768
+    bad=""
+    for r in 0 1; do
+        read -r rc _ <"$D/$name.$r.end"
+        grep -q "^ok rank $r send_leave" "$D/$name.$r" && [ "$rc" = 0 ] ||
+            bad="$bad rank $r (exit $rc) failed;"
+    done
+    report "$bad" "2x1 over 8 Mbit/s: rank 0 sends 768 KiB and leaves; rank 1 $(grep -h -o 'received .*' "$D/$name.1" | cut -c1-120)" "$name"
+    ip netns exec "${NS}a" tc qdisc del dev eth0 root
+else
+    echo "skip - send_leave: tc cannot shape the link here ($(tail -n 1 "$D/tc.err"))"
+fi
 
 echo "test_multihost.sh: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

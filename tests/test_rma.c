@@ -25,6 +25,10 @@
  *            through the cached key; then rank 1 frees the region (weft_mem_free) and
  *            rank 0's next read through that key must fail (remote access error, naming
  *            rank 1): the cache let go of it.
+ * slot       (ib, rank 1 with a smaller WEFT_BUFFSIZE) a frame larger than rank 1's slots,
+ *            sent below the engine (whose frames fit the smallest WEFT_BUFFSIZE): refused
+ *            with WEFT_ERR_MISMATCH naming both sides, nothing written; a frame that
+ *            fits, sent next, arrives whole
  * left       frames, not one-sided ops: rank 1 sends 3 frames, destroys its communicator
  *            and exits 0 (a rank that finished its part and left). Rank 0, once rank 1 is
  *            gone, takes frame 1 (its release answers a departed peer), then, while
@@ -470,6 +474,54 @@ static void progress_all(weft_comm_t *comm)
 {
     for (int i = 0; i < comm->nprogress; i++)
         comm->progress_tps[i]->progress(comm);
+}
+
+static void slot(weft_comm_t *comm)
+{
+    tp_ep_t *ep = comm->eps[1 - rank];
+    frame_hdr_t h;
+    unsigned char pl[512];
+    weft_status_t st;
+    double t0;
+    if (rank == 0) {
+        size_t big = 128 << 10;     /* rank 1's slots (WEFT_BUFFSIZE=64K) take 32K */
+        unsigned char *b = calloc(1, big);
+        left_frame(&h, pl, 1);
+        h.len = (uint32_t)big;
+        st = b ? ep->ops->send(ep, &h, b) : WEFT_ERR_NO_MEMORY;
+        check(st == WEFT_ERR_MISMATCH && strstr(weft_last_error(), "rank 0 sends a frame of "
+                                                "131072 bytes, rank 1's slots take"),
+              "a frame larger than the peer's slots: MISMATCH naming both sides");
+        free(b);
+        left_frame(&h, pl, 1);
+        for (t0 = now_s(); (st = ep->ops->send(ep, &h, pl)) == WEFT_IN_PROGRESS &&
+                           now_s() - t0 < 5;)
+            progress_all(comm);
+        check(st == WEFT_OK, "then a frame that fits is sent");
+        for (t0 = now_s(); ep->ops->flush && ep->ops->flush(ep) == WEFT_IN_PROGRESS &&
+                           now_s() - t0 < 5;)
+            progress_all(comm);
+        return;
+    }
+    const frame_hdr_t *got = NULL;
+    const void *payload = NULL;
+    for (t0 = now_s(); (st = ep->ops->recv_peek(ep, &got, &payload)) == WEFT_IN_PROGRESS &&
+                       now_s() - t0 < 5;)
+        progress_all(comm);
+    check(st == WEFT_OK && got && got->frame == 1 && got->len == 512,
+          "the first frame to arrive is the one that fits");
+    if (st != WEFT_OK || got == NULL)
+        return;
+    if (payload == NULL) {
+        for (t0 = now_s(); (st = ep->ops->recv_payload(ep, pl, &payload)) == WEFT_IN_PROGRESS &&
+                           now_s() - t0 < 5;)
+            progress_all(comm);
+        payload = payload ? payload : pl;
+    }
+    unsigned char want[512];
+    left_frame(&h, want, 1);
+    check(st == WEFT_OK && memcmp(payload, want, 512) == 0, "its payload is whole");
+    ep->ops->recv_release(ep);
 }
 
 static void left(weft_comm_t **comm_p)
@@ -1185,6 +1237,8 @@ int main(int argc, char **argv)
         peer_exit(comm);
     else if (!strcmp(mode, "left"))
         left(&comm);
+    else if (!strcmp(mode, "slot"))
+        slot(comm);
     else if (!strcmp(mode, "regcache"))
         regcache(comm);
     else if (!strcmp(mode, "goodbyes"))
@@ -1214,7 +1268,7 @@ int main(int argc, char **argv)
         }
     }
     else {
-        printf("usage: test_rma basic|peer_exit|stale_key|left|regcache|zcopy|kept|posted|get_cancel|goodbyes|cut\n");
+        printf("usage: test_rma basic|peer_exit|stale_key|slot|left|regcache|zcopy|kept|posted|get_cancel|goodbyes|cut\n");
         return 2;
     }
     /* after a lost peer too: destroy must still release everything (LeakSanitizer

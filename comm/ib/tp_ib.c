@@ -1051,7 +1051,8 @@ static weft_status_t send_frame(ib_ep_t *e, const frame_hdr_t *hdr, const void *
     size_t bytes = sizeof(*hdr) + hdr->len;
     if (bytes > e->peer.slot_bytes)
         return weft_error(WEFT_ERR_MISMATCH, "ib: rank %d sends a frame of %u bytes, rank %d's "
-                          "slots take %llu (WEFT_BUFFSIZE differs between them?)", e->rank,
+                          "slots take %llu (the engine's frames fit the smallest WEFT_BUFFSIZE: a "
+                          "frame this large did not come from it)", e->rank,
                           hdr->len, ep->peer,
                           (unsigned long long)(e->peer.slot_bytes - sizeof(*hdr)));
     if (e->tx_seq - e->ctrl->rx_credits >= IB_SLOTS)

@@ -19,6 +19,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -285,8 +288,16 @@ static weft_status_t tcp_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *p
 {
     tcp_ep_t *e = (tcp_ep_t *)ep;
     size_t hl = sizeof(*hdr), total = hl + hdr->len;
-    if (e->tx_off == 0 && e->st_pending && flush_states(e) != WEFT_OK)
-        return WEFT_IN_PROGRESS;    /* a real failure shows on the next data send */
+    if (e->tx_off == 0 && e->st_pending) {
+        weft_status_t fs = flush_states(e);
+        if (fs == WEFT_IN_PROGRESS)
+            return WEFT_IN_PROGRESS;
+        /* the stream is broken: the state cannot go, and the data send below fails
+         * with why (before 2026-11-27 every send returned IN_PROGRESS from here on, and
+         * a wait on it ran to WEFT_TIMEOUT) */
+        if (fs != WEFT_OK)
+            e->st_pending = 0;
+    }
     while (e->tx_off < total) {
         struct iovec iov[2];
         int n = 0;
@@ -493,15 +504,39 @@ static void tcp_fork_child(tp_ep_t *ep)
     e->fd = -1;
 }
 
+/* How long a close waits for the peer to acknowledge what this rank sent (tcp_close). */
+#define TCP_LINGER_NS 1000000000ull
+
 static void tcp_close(tp_ep_t *ep)
 {
     tcp_ep_t *e = (tcp_ep_t *)ep;
-    /* Unread bytes at close make the kernel reset the connection, which can throw away
-     * data the peer has not read yet: read what is queued (late state frames) first. */
-    char sink[4096];
+    /* a state frame still pending (a FAILED one says why this rank's call failed, and
+     * nothing else sends it now): one more try */
+    if (e->tx_off == 0 && e->st_pending && !e->broken)
+        flush_states(e);
     shutdown(e->fd, SHUT_WR);
-    while (recv(e->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
-        ;
+    /* A send completes once its bytes are in the kernel's queue, so some may not have
+     * left yet. Closed, the socket still sends them, but anything the peer writes to it
+     * then (the state frame a waiting call posts after 50 ms) makes the kernel reset the
+     * connection and drop what is unsent: the peer lost the end of a frame and reported
+     * this rank lost (test_multihost.sh send_leave). So wait, up to TCP_LINGER_NS, until
+     * the peer has acknowledged every byte (SIOCOUTQ: only the FIN, which counts one,
+     * may be left), reading what it sends meanwhile (unread bytes at close reset the
+     * connection too); a peer that closed or reset ends the wait, and a connection known
+     * broken is not waited on. */
+    uint64_t end = time_ns() + TCP_LINGER_NS;
+    char sink[4096];
+    for (;;) {
+        ssize_t r;
+        while ((r = recv(e->fd, sink, sizeof(sink), MSG_DONTWAIT)) > 0)
+            ;
+        int outq = 0;
+        if (e->broken || r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
+            ioctl(e->fd, SIOCOUTQ, &outq) != 0 || outq <= 1 || time_ns() >= end)
+            break;
+        struct pollfd p = { .fd = e->fd, .events = POLLIN };
+        poll(&p, 1, 1);
+    }
     close(e->fd);
     free(e->rx_buf);
     free(e);
