@@ -236,6 +236,10 @@ typedef struct tp_ops {
     const void *(*rptr)(tp_ep_t *ep, tp_rmem_t *rmem, uint64_t raddr, size_t len);
 
     /* -- teardown -- */
+    /* NULL, or starts what close waits for (the peer acknowledging what was sent), so
+     * that the waits of all endpoints overlap: connect_close_all calls it on every one,
+     * then close on every one; close alone must also work */
+    void (*close_start)(tp_ep_t *ep);
     void (*close)(tp_ep_t *ep);
 } tp_ops_t;
 

@@ -236,6 +236,10 @@ typedef struct ib_ep {
     uint32_t state_wr[2];               /* the write that last read each tx_state box */
     tp_state_t st_rx;
     int probing;                        /* a probe write is in flight */
+    int closing;                        /* ib_close_start ran: close_mark[0..closed) */
+    int close_marked;                   /* QPs whose closing probe is posted */
+    uint32_t close_mark[IB_MAX_QPS];    /* sq_posted[q] at that probe */
+    uint64_t close_end;                 /* when the close stops waiting */
     weft_status_t err;                  /* the first failure; later calls return it */
     int aborted;
     int quiet;                          /* in peer_state: a failure is the caller's to report */
@@ -1424,9 +1428,37 @@ static void ib_fail_end(tp_ep_t *ep)
     e->cut = 0;
 }
 
+/* Posts, on each QP whose closing probe is not posted yet, a zero-byte signaled write
+ * behind what is posted there: its completion says the peer's HCA took everything before
+ * it on that QP (a send returns once its frame is staged, and the queue's last WRs may be
+ * unsignaled). A full queue leaves the rest for the next try. */
+static void close_probes(ib_ep_t *e)
+{
+    for (; e->close_marked < e->nqp; e->close_marked++) {
+        int q = e->close_marked;
+        if (post(e, q, IBV_WR_RDMA_WRITE, NULL, 0, 0, e->peer.ctrl_addr, e->peer.ctrl_rkey,
+                 0, WR_PROBE, 1) != WEFT_OK)
+            break;
+        e->close_mark[q] = e->sq_posted[q];
+    }
+}
+
+static void ib_close_start(tp_ep_t *ep)
+{
+    ib_ep_t *e = (ib_ep_t *)ep;
+    if (e->closing)
+        return;
+    e->closing = 1;
+    e->close_end = time_ns() + 1000000000ull;
+    e->quiet = 1;
+    if (e->err == WEFT_OK && !e->aborted && ep_poll(e) == WEFT_OK)
+        close_probes(e);
+}
+
 static void ib_close(tp_ep_t *ep)
 {
     ib_ep_t *e = (ib_ep_t *)ep;
+    ib_close_start(ep);
     if (e->c->zcopy)
         LOG_INFO(LOG_NET, "ib: rank %d: frames by posted buffers (WEFT_IB_ZCOPY=%s): "
                  "%llu of %llu from rank %d, %llu of %llu to it; %llu sent from where they "
@@ -1434,19 +1466,18 @@ static void ib_close(tp_ep_t *ep)
                  (unsigned long long)e->zc_rx, (unsigned long long)e->rx_seq, ep->peer,
                  (unsigned long long)e->zc_tx, (unsigned long long)e->tx_seq,
                  (unsigned long long)ep->frames_kept);
-    /* what was posted must reach the peer before the QP goes: wait (1 s at most) for a
-     * signaled write behind it */
-    e->quiet = 1;
-    if (e->err == WEFT_OK && !e->aborted) {
-        e->probing = 0;
-        ep_poll(e);
-        if (post(e, 0, IBV_WR_RDMA_WRITE, NULL, 0, 0, e->peer.ctrl_addr, e->peer.ctrl_rkey,
-                 0, WR_PROBE, 1) == WEFT_OK) {
-            e->probing = 1;
-            uint64_t end = time_ns() + 1000000000ull;
-            while (e->probing && e->err == WEFT_OK && time_ns() < end)
-                ep_poll(e);
-        }
+    /* what was posted on every QP must reach the peer before the QPs go: wait (1 s
+     * from close_start at most) for each QP's closing probe (before 2026-11-27 only QP
+     * 0's: frames striped over the others could be cut, and an earlier probe's
+     * completion could end the wait before the frames behind it) */
+    while (e->err == WEFT_OK && !e->aborted && time_ns() < e->close_end &&
+           ep_poll(e) == WEFT_OK) {
+        close_probes(e);
+        int done = e->close_marked == e->nqp;
+        for (int q = 0; q < e->close_marked; q++)
+            done &= (int32_t)(e->sq_retired[q] - e->close_mark[q]) >= 0;
+        if (done)
+            break;
     }
     ep_free(e);
 }
@@ -1772,5 +1803,6 @@ const tp_ops_t tp_ib_ops = {
     .put = ib_put,
     .rma_test = ib_rma_test,
     .rma_cancel = ib_rma_cancel,
+    .close_start = ib_close_start,
     .close = ib_close,
 };

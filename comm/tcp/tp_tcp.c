@@ -66,6 +66,8 @@ typedef struct tcp_ep {
     int st_pending;         /* st_tx (1) or st_next too (2) waits to go out */
     tp_state_t st_rx;       /* the peer's latest */
     int broken;             /* the connection failed: only salvage reads it now */
+    int closing;            /* tcp_close_start ran: this side's stream is ended */
+    uint64_t close_end;     /* when tcp_close stops waiting for the peer's acks */
     int quiet;              /* in peer_state: a failure is the caller's to report */
     char st_rx_buf[sizeof(tp_state_t)];
     frame_hdr_t rx_hdr;
@@ -507,14 +509,25 @@ static void tcp_fork_child(tp_ep_t *ep)
 /* How long a close waits for the peer to acknowledge what this rank sent (tcp_close). */
 #define TCP_LINGER_NS 1000000000ull
 
-static void tcp_close(tp_ep_t *ep)
+/* Ends this side's stream (every endpoint's first: their waits in tcp_close overlap). */
+static void tcp_close_start(tp_ep_t *ep)
 {
     tcp_ep_t *e = (tcp_ep_t *)ep;
+    if (e->closing)
+        return;
+    e->closing = 1;
+    e->close_end = time_ns() + TCP_LINGER_NS;
     /* a state frame still pending (a FAILED one says why this rank's call failed, and
      * nothing else sends it now): one more try */
     if (e->tx_off == 0 && e->st_pending && !e->broken)
         flush_states(e);
     shutdown(e->fd, SHUT_WR);
+}
+
+static void tcp_close(tp_ep_t *ep)
+{
+    tcp_ep_t *e = (tcp_ep_t *)ep;
+    tcp_close_start(ep);
     /* A send completes once its bytes are in the kernel's queue, so some may not have
      * left yet. Closed, the socket still sends them, but anything the peer writes to it
      * then (the state frame a waiting call posts after 50 ms) makes the kernel reset the
@@ -524,7 +537,6 @@ static void tcp_close(tp_ep_t *ep)
      * may be left), reading what it sends meanwhile (unread bytes at close reset the
      * connection too); a peer that closed or reset ends the wait, and a connection known
      * broken is not waited on. */
-    uint64_t end = time_ns() + TCP_LINGER_NS;
     char sink[4096];
     for (;;) {
         ssize_t r;
@@ -532,7 +544,7 @@ static void tcp_close(tp_ep_t *ep)
             ;
         int outq = 0;
         if (e->broken || r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
-            ioctl(e->fd, SIOCOUTQ, &outq) != 0 || outq <= 1 || time_ns() >= end)
+            ioctl(e->fd, SIOCOUTQ, &outq) != 0 || outq <= 1 || time_ns() >= e->close_end)
             break;
         struct pollfd p = { .fd = e->fd, .events = POLLIN };
         poll(&p, 1, 1);
@@ -569,5 +581,6 @@ const tp_ops_t tp_tcp_ops = {
     /* one-sided: none (every op NULL), so the engine never schedules single-copy steps
      * over tcp (connect.c: cma_all) */
     /* teardown */
+    .close_start = tcp_close_start,
     .close = tcp_close,
 };
