@@ -663,7 +663,10 @@ static weft_status_t ep_create(weft_comm_t *comm, ib_ctx_t *c, ib_ep_t *e, ib_co
 {
     const ib_verbs_t *v = c->v;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    e->slot_bytes = (sizeof(frame_hdr_t) + comm->cfg.buffsize / 2 + 63) & ~(size_t)63;
+    /* a frame is a chunk at most, and a chunk a quarter of the smallest WEFT_BUFFSIZE
+     * (config.c, tuner.c: pick_chunk): slots of half of it pinned twice what was used */
+    e->slot_bytes = (sizeof(frame_hdr_t) + WEFT_MIN(comm->cfg.buffsize / 4, CFG_CHUNK_MAX) +
+                     63) & ~(size_t)63;
     size_t bytes = (IB_SLOTS * e->slot_bytes + page - 1) & ~(page - 1);
     if (posix_memalign((void **)&e->ring, page, bytes) != 0 ||
         posix_memalign((void **)&e->stage, page, bytes) != 0 ||
