@@ -237,6 +237,10 @@ else
         # a rank that left after its part: its frames are read before it counts as lost
         run "test_rma left ib" "${IBENV[@]}" WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
             "$B/tests/test_rma" left
+        # single copy from read-only send buffers: registered for reads alone (it asked
+        # for writes too, which the kernel refuses on such pages, before 2026-11-27)
+        run "test_rma readonly ib" "${IBENV[@]}" WEFT_ALGO=cma WEFT_TIMEOUT=5 \
+            "$WEFTRUN" -n 2 "$B/tests/test_rma" readonly
         # posted receive buffers (WEFT_IB_ZCOPY): frames written straight into them where
         # the setting covers the memory, never past a post, not after a withdrawal
         for z in reg all 0; do
@@ -287,6 +291,8 @@ else
                 "$WEFTRUN" -n 2 "$B/tests/test_rma" peer_exit
             run "test_rma left $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
                 "$B/tests/test_rma" left
+            [ "$t" != tcp ] && run "test_rma readonly $t" env WEFT_TRANSPORT=$t WEFT_ALGO=cma \
+                WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 "$B/tests/test_rma" readonly
         done
         # ucx sends payloads over 32K from where they lie (send_kept), and gives up those
         # of a failed call that a peer has not taken (their endpoint closed)

@@ -25,6 +25,10 @@
  *            through the cached key; then rank 1 frees the region (weft_mem_free) and
  *            rank 0's next read through that key must fail (remote access error, naming
  *            rank 1): the cache let go of it.
+ * readonly   (WEFT_ALGO=cma) an all-gather and an all-reduce whose send buffers are
+ *            read-only memory (mprotect PROT_READ), which peers read by single copy:
+ *            right results (ib registered them for writing too, which the kernel, and
+ *            the emulator, refuse on read-only pages)
  * slot       (ib, rank 1 with a smaller WEFT_BUFFSIZE) a frame larger than rank 1's slots,
  *            sent below the engine (whose frames fit the smallest WEFT_BUFFSIZE): refused
  *            with WEFT_ERR_MISMATCH naming both sides, nothing written; a frame that
@@ -91,6 +95,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -474,6 +479,39 @@ static void progress_all(weft_comm_t *comm)
 {
     for (int i = 0; i < comm->nprogress; i++)
         comm->progress_tps[i]->progress(comm);
+}
+
+static void readonly(weft_comm_t *comm)
+{
+    size_t n = 64 * 1024 / sizeof(float);   /* a 256K all-gather, single copy by WEFT_ALGO */
+    size_t bytes = n * sizeof(float);
+    float *ro = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    float *out = malloc(2 * bytes);
+    if (ro == MAP_FAILED || out == NULL) {
+        check(0, "readonly: buffers");
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        ro[i] = (float)(rank * 1000 + (int)(i % 997));
+    check(mprotect(ro, bytes, PROT_READ) == 0, "readonly: mprotect");
+    weft_status_t st = weft_allgather(ro, out, n, WEFT_FLOAT32, comm);
+    size_t bad = 0;
+    for (int r = 0; st == WEFT_OK && r < 2; r++)
+        for (size_t i = 0; i < n; i++)
+            bad += out[(size_t)r * n + i] != (float)(r * 1000 + (int)(i % 997));
+    char msg[200];
+    snprintf(msg, sizeof(msg), "all-gather from read-only memory: %s, %zu wrong",
+             weft_status_str(st), bad);
+    check(st == WEFT_OK && bad == 0, msg);
+    st = weft_allreduce(ro, out, n, WEFT_FLOAT32, WEFT_SUM, comm);
+    bad = 0;
+    for (size_t i = 0; st == WEFT_OK && i < n; i++)
+        bad += out[i] != (float)(1000 + 2 * (int)(i % 997));
+    snprintf(msg, sizeof(msg), "all-reduce from read-only memory: %s, %zu wrong",
+             weft_status_str(st), bad);
+    check(st == WEFT_OK && bad == 0, msg);
+    munmap(ro, bytes);
+    free(out);
 }
 
 static void slot(weft_comm_t *comm)
@@ -1239,6 +1277,8 @@ int main(int argc, char **argv)
         left(&comm);
     else if (!strcmp(mode, "slot"))
         slot(comm);
+    else if (!strcmp(mode, "readonly"))
+        readonly(comm);
     else if (!strcmp(mode, "regcache"))
         regcache(comm);
     else if (!strcmp(mode, "goodbyes"))
@@ -1268,7 +1308,7 @@ int main(int argc, char **argv)
         }
     }
     else {
-        printf("usage: test_rma basic|peer_exit|stale_key|slot|left|regcache|zcopy|kept|posted|get_cancel|goodbyes|cut\n");
+        printf("usage: test_rma basic|peer_exit|stale_key|slot|readonly|left|regcache|zcopy|kept|posted|get_cancel|goodbyes|cut\n");
         return 2;
     }
     /* after a lost peer too: destroy must still release everything (LeakSanitizer

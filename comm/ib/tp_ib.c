@@ -1515,13 +1515,21 @@ static int in_region(const void *ptr, size_t len, mem_region_t *r)
     return r->fd >= 0 && (uint64_t)(uintptr_t)ptr + len <= r->base + r->size;
 }
 
-/* Registers the pages holding [ptr, ptr+len). */
+/* Registers the pages holding [ptr, ptr+len). Memory the process may only read (a const
+ * array, a read-only file mapping) cannot be pinned for writing: where `access` asks for
+ * writes and the kernel refuses (EFAULT, EACCES), again for reads alone, which is what
+ * peers do with a call's buffers (a single-copy get; only tests put). */
 static struct ibv_mr *reg_pages(ib_ctx_t *c, const void *ptr, size_t len, int access)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     uintptr_t lo = (uintptr_t)ptr & ~(page - 1);
     uintptr_t hi = ((uintptr_t)ptr + len + page - 1) & ~(page - 1);
-    return c->v->reg_mr(c->pd, (void *)lo, hi - lo, access);
+    struct ibv_mr *mr = c->v->reg_mr(c->pd, (void *)lo, hi - lo, access);
+    int w = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    if (mr == NULL && (access & w) && (access & IBV_ACCESS_REMOTE_READ) &&
+        (errno == EFAULT || errno == EACCES))
+        mr = c->v->reg_mr(c->pd, (void *)lo, hi - lo, IBV_ACCESS_REMOTE_READ);
+    return mr;
 }
 
 /* ---- the registration cache ----
@@ -1693,7 +1701,9 @@ static weft_status_t rma_post(tp_ep_t *ep, enum ibv_wr_opcode op, void *local,
     ib_rma_t *t = calloc(1, sizeof(*t));
     if (t == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
-    weft_status_t st = reg_take(e->c, local, len, IBV_ACCESS_LOCAL_WRITE, &t->mem);
+    /* a get writes its local buffer, a put only reads it (read-only memory may be put) */
+    weft_status_t st = reg_take(e->c, local, len, op == IBV_WR_RDMA_READ ?
+                                IBV_ACCESS_LOCAL_WRITE : 0, &t->mem);
     if (st != WEFT_OK) {
         free(t);
         return st;

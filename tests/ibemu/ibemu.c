@@ -5,7 +5,8 @@
  * It is weft's test double for an RDMA device, so it makes the checks hardware makes
  * that weft relies on. One emulated device (weftemu0, port 1, LID 1; WEFT_IBEMU_DEVICES
  * names up to 4, all on the same fabric, for the tests of HCA choice; a name starting
- * efa or iwarp is a device of that kind, which weft must skip) whose "fabric" is a
+ * efa or iwarp is a device of that kind, which weft must skip; reg_mr refuses pages that
+ * are not mapped, or not writable when it asks for writes, with EFAULT) whose "fabric" is a
  * shared-memory segment (/dev/shm/weft_ibemu.<uid>, or WEFT_IBEMU_FABRIC) holding the MR,
  * QP and CQ tables of every process that opened it, under one robust process-shared
  * mutex. A post_send does the whole transfer at once, under the lock: it checks the QP
@@ -333,10 +334,38 @@ static int emu_dealloc_pd(struct ibv_pd *pd) { free(pd); return 0; }
 
 /* ---- MR ---- */
 
+/* Whether every page of [addr, addr+len) is mapped, and writable where `write` (from
+ * /proc/self/maps): pinning pages for writing fails on read-only memory, as the kernel's
+ * does under ibv_reg_mr (EFAULT). */
+static int pages_ok(uintptr_t addr, size_t len, int write)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (f == NULL)
+        return 1;               /* cannot tell: as before */
+    uintptr_t at = addr, end = addr + len;
+    char line[512];
+    while (at < end && fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        char perm[8];
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perm) != 3 || hi <= at || lo > at)
+            continue;           /* (the file lists mappings in address order) */
+        if (perm[0] != 'r' || (write && perm[1] != 'w'))
+            break;
+        at = hi;
+    }
+    fclose(f);
+    return at >= end;
+}
+
 static struct ibv_mr *emu_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 {
     if (len == 0 || addr == NULL) {
         errno = EINVAL;
+        return NULL;
+    }
+    if (!pages_ok((uintptr_t)addr, len,
+                  access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE))) {
+        errno = EFAULT;
         return NULL;
     }
     struct ibv_mr *mr = calloc(1, sizeof(*mr));
