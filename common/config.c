@@ -197,6 +197,13 @@ static const cfg_knob_t knobs[] = {
       LNG(ib_timeout), NULL },
     { "WEFT_IB_RETRY_CNT", "7", "ib QP transport retries before a peer is lost (0-7)",
       LNG(ib_retry_cnt), "0|1|2|3|4|5|6|7" },
+    { "WEFT_IB_SL", "0", "InfiniBand service level of the ib QPs (0-15), as NCCL_IB_SL: the "
+      "fabric's QoS class for weft's traffic", LNG(ib_sl), NULL },
+    { "WEFT_IB_TC", "0", "traffic class of the ib QPs' global route header (0-255), as "
+      "NCCL_IB_TC: on RoCE its upper 6 bits are the DSCP, which picks the lossless "
+      "(PFC/ECN) priority a fabric reserves for RDMA", LNG(ib_tc), NULL },
+    { "WEFT_IB_PKEY", "0", "partition key index of the ib QPs (0-65535), as NCCL_IB_PKEY: "
+      "for a partition other than the port's first", LNG(ib_pkey), NULL },
     { "WEFT_IB_ZCOPY", "reg", "which receive buffers an ib rank posts to its peer, which then "
       "RDMA-writes the data straight into them instead of into the receive ring (no copy "
       "out of it): reg = weft_mem_alloc memory (registered once, cached), all = any host "
@@ -380,6 +387,11 @@ weft_status_t cfg_load(weft_config_t *out)
         return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_IB_TIMEOUT=%ld must be in "
                           "[1, 31], WEFT_IB_GID_INDEX=%ld in [-1, 255]", cfg.ib_timeout,
                           cfg.ib_gid_index);
+    if (cfg.ib_sl < 0 || cfg.ib_sl > 15 || cfg.ib_tc < 0 || cfg.ib_tc > 255 ||
+        cfg.ib_pkey < 0 || cfg.ib_pkey > 65535)
+        return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_IB_SL=%ld must be in [0, 15], "
+                          "WEFT_IB_TC=%ld in [0, 255], WEFT_IB_PKEY=%ld in [0, 65535]",
+                          cfg.ib_sl, cfg.ib_tc, cfg.ib_pkey);
     if (cfg.nchannels < 1 || cfg.nchannels > 64)
         return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_NCHANNELS=%ld must be in "
                           "[1, 64]", cfg.nchannels);

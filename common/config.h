@@ -28,6 +28,8 @@ typedef struct weft_config {
     long ib_gid_index;        /* WEFT_IB_GID_INDEX: -1 = auto */
     long ib_timeout;          /* WEFT_IB_TIMEOUT */
     long ib_retry_cnt;        /* WEFT_IB_RETRY_CNT */
+    long ib_sl, ib_tc;        /* WEFT_IB_SL, WEFT_IB_TC: the QPs' service level, traffic class */
+    long ib_pkey;             /* WEFT_IB_PKEY: the QPs' partition key index */
     char ib_zcopy[8];         /* WEFT_IB_ZCOPY: reg | all | 0 (comm/ib/tp_ib.c) */
     char topo_file[256];      /* WEFT_TOPO_FILE */
     char bind[256];           /* WEFT_BIND: auto | none | cores:LIST (comm/bind.c) */

@@ -75,6 +75,13 @@ case_ "WEFT_IB_QPS_PER_CONN=5 refused" fail "WEFT_IB_QPS_PER_CONN='5' is not val
 case_ "WEFT_IB_TIMEOUT=0 refused" fail "WEFT_IB_TIMEOUT=0 must be in" WEFT_IB_TIMEOUT=0
 case_ "WEFT_IB_ZCOPY=yes refused" fail "WEFT_IB_ZCOPY='yes' is not valid" WEFT_IB_ZCOPY=yes
 case_ "WEFT_IB_GID_INDEX=1 (no such GID)" fail "no active port" WEFT_IB_GID_INDEX=1
+# NCCL_IB_SL / NCCL_IB_TC / NCCL_IB_PKEY's counterparts: in the QPs and the INFO line,
+# out-of-range values refused naming the knob, a pkey index the port lacks fails setup
+case_ "WEFT_IB_SL=3 WEFT_IB_TC=96" ok "service level 3, traffic class 96, pkey index 0" \
+    WEFT_IB_SL=3 WEFT_IB_TC=96 WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET
+case_ "WEFT_IB_SL=16 refused" fail "WEFT_IB_SL=16 must be in \[0, 15\]" WEFT_IB_SL=16
+case_ "WEFT_IB_TC=256 refused" fail "WEFT_IB_TC=256 in \[0, 255\]" WEFT_IB_TC=256
+case_ "WEFT_IB_PKEY=1 (no such index)" fail "QP to INIT on weftemu0 failed" WEFT_IB_PKEY=1
 case_ "WEFT_IB_VERBS without a table" fail "WEFT_IB_VERBS=/nonexistent.so" \
     WEFT_IB_VERBS=/nonexistent.so
 # ranks that disagree on the QPs per connection: refused at connect, naming the knob

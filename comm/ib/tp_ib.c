@@ -484,9 +484,11 @@ static weft_status_t open_port(weft_comm_t *comm, ib_ctx_t *c, int quiet)
         c->dev = NULL;
         return err(WEFT_ERR_SYSTEM, "ib: ibv_alloc_pd on %s: %m", c->devname);
     }
-    LOG_INFO(LOG_NET, "ib: %s port %u (%s, lid %u, gid index %d%s) via %s", c->devname,
-             c->port, c->pattr.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
-             c->pattr.lid, c->gid_index, why, v->provider);
+    LOG_INFO(LOG_NET, "ib: %s port %u (%s, lid %u, gid index %d%s) via %s; service level "
+             "%ld, traffic class %ld, pkey index %ld", c->devname, c->port,
+             c->pattr.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
+             c->pattr.lid, c->gid_index, why, v->provider, comm->cfg.ib_sl, comm->cfg.ib_tc,
+             comm->cfg.ib_pkey);
     return WEFT_OK;
 }
 
@@ -701,6 +703,7 @@ static weft_status_t ep_create(weft_comm_t *comm, ib_ctx_t *c, ib_ep_t *e, ib_co
             return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_create_qp on %s: %m", c->devname);
         /* remote reads too: the one-sided gets of the single-copy algorithm */
         struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = c->port,
+                                 .pkey_index = (uint16_t)comm->cfg.ib_pkey,
                                  .qp_access_flags = rw | IBV_ACCESS_REMOTE_READ };
         if (v->modify_qp(e->qp[q], &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
                          IBV_QP_ACCESS_FLAGS) != 0)
@@ -720,13 +723,14 @@ static weft_status_t ep_rtr(weft_comm_t *comm, ib_ep_t *e, const ib_conn_info_t 
         .qp_state = IBV_QPS_RTR, .path_mtu = WEFT_MIN(p->mtu, me->mtu),
         .dest_qp_num = p->qpn[q], .rq_psn = p->psn, .max_dest_rd_atomic = 1,
         .min_rnr_timer = 12,
-        .ah_attr = { .dlid = p->lid, .port_num = c->port },
+        .ah_attr = { .dlid = p->lid, .port_num = c->port, .sl = (uint8_t)comm->cfg.ib_sl },
     };
     if (c->pattr.link_layer == IBV_LINK_LAYER_ETHERNET || c->pattr.lid == 0) {
         a.ah_attr.is_global = 1;
         memcpy(a.ah_attr.grh.dgid.raw, p->gid, 16);
         a.ah_attr.grh.sgid_index = (uint8_t)c->gid_index;
         a.ah_attr.grh.hop_limit = 255;
+        a.ah_attr.grh.traffic_class = (uint8_t)comm->cfg.ib_tc;
     }
     if (c->v->modify_qp(e->qp[q], &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
                         IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |

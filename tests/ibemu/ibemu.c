@@ -586,6 +586,8 @@ static int emu_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
             rc = EINVAL;
         else if (mask & IBV_QP_PORT && a->port_num != 1)
             rc = EINVAL;
+        else if (mask & IBV_QP_PKEY_INDEX && a->pkey_index != 0)
+            rc = EINVAL;            /* the port's pkey table has one entry */
         else {
             if (mask & IBV_QP_ACCESS_FLAGS)
                 q->access = (int32_t)a->qp_access_flags;
