@@ -209,7 +209,8 @@ static const cfg_knob_t knobs[] = {
       "out of it): reg = weft_mem_alloc memory (registered once, cached), all = any host "
       "buffer (its pages registered for the receive), 0 = none", STR(ib_zcopy),
       "reg|all|0" },
-    { "WEFT_BUFFSIZE", "4M", "bytes of staging per connection and direction (shm ring size)",
+    { "WEFT_BUFFSIZE", "4M", "bytes of staging per connection and direction (shm ring size); "
+      "may differ between ranks: frames are cut to a quarter of the smallest",
       SIZE(buffsize), NULL },
     { "WEFT_SOCKET_BUFFSIZE", "0", "SO_SNDBUF and SO_RCVBUF of each tcp data connection "
       "(the kernel caps them at net.core.wmem_max/rmem_max); 0 = leave both to the kernel's "
