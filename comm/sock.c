@@ -519,6 +519,8 @@ static weft_status_t iface_addr(const char *spec, const struct sockaddr_in *to,
 {
     topo_nic_filter_t f;
     RETURN_IF_ERR(topo_nic_filter_parse(spec, "WEFT_SOCKET_IFNAME", &f));
+    if (f.n == 0 && to != NULL)     /* only empty entries (","): as if unset */
+        return route_addr(to, out);
     struct ifaddrs *ifs;
     if (getifaddrs(&ifs) != 0)
         return weft_error(WEFT_ERR_SYSTEM, "getifaddrs: %m");

@@ -43,7 +43,8 @@
  * Among few ranks this is the table weft had before algorithms registered themselves,
  * choice for choice; the model decides everywhere else.
  * Frames: WEFT_CHUNK, else 128K on shm and 512K on tcp, never above a quarter of the
- * staging buffer (a frame and a wrap must always fit).
+ * smallest staging buffer of the ranks (WEFT_BUFFSIZE may differ; a frame and a wrap must
+ * always fit every receiver's).
  * Streaming stores: in a call whose larger buffer is WEFT_NT_MIN (4M) or more, the steps
  * that write the caller's buffers use non-temporal stores (kern_copy_nt, kern_reduce_nt):
  * those stores cost no read of the line and leave the caches to the ring (from 4M they

@@ -180,6 +180,8 @@ static void test_local_addr(void)
           me.sin_addr.s_addr == htonl(INADDR_LOOPBACK), "an empty entry skipped, as NCCL");
     CHECK(sock_local_addr(&to, "lo,:1", &me) == WEFT_ERR_INVALID_ARG,
           "an entry without a name refused");
+    CHECK(sock_local_addr(&to, ",", &me) == WEFT_OK &&
+          me.sin_addr.s_addr == htonl(INADDR_LOOPBACK), "',' (no entry): as if unset");
     /* excluding loopback: another IPv4 interface if this host has one, else an error */
     int other = 0;
     struct ifaddrs *ifs;

@@ -38,6 +38,13 @@ timeout 60 $TRAIN --ckpt-dir "$TMP/ck" --export-model "$TMP/gpt2_124M.bin" >"$TM
 rc=$?
 head -c 4 "$TMP/gpt2_124M.bin" 2>/dev/null | od -An -tu4 | grep -q 20240326
 check $((rc || $?)) "--export-model writes an llm.c checkpoint (magic 20240326): $(tail -1 "$TMP/exp.out")"
+# in a Slurm batch script's own process (SLURM_PROCID and SLURM_NTASKS, no step): one
+# process, the conversion runs
+env SLURM_JOB_ID=77 SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_NNODES=1 \
+    timeout 60 $TRAIN --ckpt-dir "$TMP/ck" --export-model "$TMP/batch.bin" >"$TMP/exp3.out" 2>&1
+rc=$?
+check "$([ $rc = 0 ] && cmp -s "$TMP/batch.bin" "$TMP/gpt2_124M.bin" && echo 0 || echo 1)" \
+    "--export-model in a Slurm batch script's process (no step) writes the same file (exit $rc)"
 # under a launcher every rank would write that file at once: refused, nothing written
 $RUN $TRAIN --ckpt-dir "$TMP/ck" --export-model "$TMP/two_ranks.bin" >"$TMP/exp2.out" 2>&1
 rc=$?

@@ -327,8 +327,8 @@ report "$bad" "2x1: host b's network taken away, its process alive: rank 0 $(gre
 ip -n "${NS}b" link set eth0 up
 
 # A rank that sends and leaves at once, its bytes still on their way over a slow link
-# (host a's egress held to 8 Mbit/s; 768 KiB, which the two ends' socket buffers
-# (WEFT_SOCKET_BUFFSIZE=1M) hold, take about 0.8 s): the receiver, whose call starts 0.2 s
+# (host a's egress held to 8 Mbit/s; 512 KiB, which the two ends' socket buffers
+# (WEFT_SOCKET_BUFFSIZE=1M) hold, take about 0.55 s, within tcp's 1 s linger): the receiver, whose call starts 0.2 s
 # late and posts its state to the sender after 50 ms, gets every byte and WEFT_OK. Before
 # 2026-11-27 the sender's close left those bytes to its kernel, and the receiver's state
 # frame arriving at the closed socket made that kernel reset the connection and drop
@@ -338,14 +338,14 @@ if ip netns exec "${NS}a" tc qdisc add dev eth0 root tbf rate 8mbit burst 16kb \
     layout 2 1
     name=send_leave
     WEFT_SOCKET_BUFFSIZE=1M WEFT_TIMEOUT=20 RANK_TIMEOUT=30 launch "$name" 29511 \
-        "$B/tests/test_fail" send_leave 768
+        "$B/tests/test_fail" send_leave 512
     bad=""
     for r in 0 1; do
         read -r rc _ <"$D/$name.$r.end"
         grep -q "^ok rank $r send_leave" "$D/$name.$r" && [ "$rc" = 0 ] ||
             bad="$bad rank $r (exit $rc) failed;"
     done
-    report "$bad" "2x1 over 8 Mbit/s: rank 0 sends 768 KiB and leaves; rank 1 $(grep -h -o 'received .*' "$D/$name.1" | cut -c1-120)" "$name"
+    report "$bad" "2x1 over 8 Mbit/s: rank 0 sends 512 KiB and leaves; rank 1 $(grep -h -o 'received .*' "$D/$name.1" | cut -c1-120)" "$name"
     ip netns exec "${NS}a" tc qdisc del dev eth0 root
 else
     echo "skip - send_leave: tc cannot shape the link here ($(tail -n 1 "$D/tc.err"))"

@@ -522,7 +522,7 @@ static void slot(weft_comm_t *comm)
     weft_status_t st;
     double t0;
     if (rank == 0) {
-        size_t big = 128 << 10;     /* rank 1's slots (WEFT_BUFFSIZE=64K) take 32K */
+        size_t big = 128 << 10;     /* rank 1's slots (WEFT_BUFFSIZE=64K) take 16K */
         unsigned char *b = calloc(1, big);
         left_frame(&h, pl, 1);
         h.len = (uint32_t)big;

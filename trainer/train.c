@@ -428,7 +428,7 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
             return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--export-model needs --ckpt-dir");
         /* every rank of a job would write the same file at once (each rename publishing
          * a file another rank is still rewriting) */
-        if (train_dist_launched_size() != 1)
+        if (train_dist_launched_size() > 1)     /* (-1: a batch script's own process) */
             return weft_error_quiet(WEFT_ERR_INVALID_ARG, "--export-model is a conversion "
                                     "for one process: run weft-train --ckpt-dir %s "
                                     "--export-model %s without a launcher", o->ckpt_dir,

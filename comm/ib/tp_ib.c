@@ -12,7 +12,7 @@
  * then closed: everything afterwards is verbs.
  *
  * Data. Each direction has a ring of IB_SLOTS slots in the receiver's memory, each one
- * frame (header + up to WEFT_BUFFSIZE/2 bytes). The sender copies a frame to its own
+ * frame (header + up to WEFT_BUFFSIZE/4 bytes, the largest chunk). The sender copies a frame to its own
  * registered staging slot and RDMA-writes it to the peer's slot with immediate data (the
  * frame's sequence number); frames are striped across WEFT_IB_QPS_PER_CONN QPs (frame k
  * on QP k % n), and the receiver delivers them in sequence order. A frame larger than the
@@ -94,6 +94,9 @@ extern const tp_ops_t tp_ib_ops;
 #define IB_IMM_SEQ 0x7fffffffu      /* immediate: the frame's number (mod 2^31) */
 #define IB_RKEY_MAGIC 0x77696b31u   /* "wik1" */
 #define IB_ACCESS_ALL (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)
+/* not a verbs flag: with it, reg_pages may register for remote reads alone where the
+ * pages cannot be pinned for writing (ib_mem_reg: peers only read a call's buffers) */
+#define IB_ACCESS_READ_OK (1 << 30)
 
 /* The address blob: where to meet this rank, and its port. */
 typedef struct ib_addr {
@@ -1520,18 +1523,19 @@ static int in_region(const void *ptr, size_t len, mem_region_t *r)
 }
 
 /* Registers the pages holding [ptr, ptr+len). Memory the process may only read (a const
- * array, a read-only file mapping) cannot be pinned for writing: where `access` asks for
- * writes and the kernel refuses (EFAULT, EACCES), again for reads alone, which is what
- * peers do with a call's buffers (a single-copy get; only tests put). */
+ * array, a read-only file mapping) cannot be pinned for writing: with IB_ACCESS_READ_OK,
+ * where the kernel refuses (EFAULT, EACCES), again for remote reads alone, which is what
+ * peers do with a call's buffers (a single-copy get; only tests put). Not for posted
+ * receive buffers, which the peer writes. */
 static struct ibv_mr *reg_pages(ib_ctx_t *c, const void *ptr, size_t len, int access)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     uintptr_t lo = (uintptr_t)ptr & ~(page - 1);
     uintptr_t hi = ((uintptr_t)ptr + len + page - 1) & ~(page - 1);
+    int read_ok = access & IB_ACCESS_READ_OK;
+    access &= ~IB_ACCESS_READ_OK;
     struct ibv_mr *mr = c->v->reg_mr(c->pd, (void *)lo, hi - lo, access);
-    int w = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-    if (mr == NULL && (access & w) && (access & IBV_ACCESS_REMOTE_READ) &&
-        (errno == EFAULT || errno == EACCES))
+    if (mr == NULL && read_ok && (errno == EFAULT || errno == EACCES))
         mr = c->v->reg_mr(c->pd, (void *)lo, hi - lo, IBV_ACCESS_REMOTE_READ);
     return mr;
 }
@@ -1637,7 +1641,7 @@ static weft_status_t ib_mem_reg(weft_comm_t *comm, const void *ptr, size_t len, 
     ib_mem_t *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
-    weft_status_t st = reg_take(c, ptr, len, IB_ACCESS_ALL, m);
+    weft_status_t st = reg_take(c, ptr, len, IB_ACCESS_ALL | IB_ACCESS_READ_OK, m);
     if (st != WEFT_OK) {
         free(m);
         return st;

@@ -518,16 +518,24 @@ static void tcp_close_start(tp_ep_t *ep)
     e->closing = 1;
     e->close_end = time_ns() + TCP_LINGER_NS;
     /* a state frame still pending (a FAILED one says why this rank's call failed, and
-     * nothing else sends it now): one more try */
+     * nothing else sends it now): one more try; one that went out in part is finished
+     * in tcp_close before the stream ends (else the peer reads half a frame, then EOF) */
     if (e->tx_off == 0 && e->st_pending && !e->broken)
         flush_states(e);
-    shutdown(e->fd, SHUT_WR);
+    if (!(e->st_pending && e->st_off > 0))
+        shutdown(e->fd, SHUT_WR);
 }
 
 static void tcp_close(tp_ep_t *ep)
 {
     tcp_ep_t *e = (tcp_ep_t *)ep;
     tcp_close_start(ep);
+    while (e->st_pending && e->st_off > 0 && !e->broken && time_ns() < e->close_end &&
+           flush_states(e) == WEFT_IN_PROGRESS) {
+        struct pollfd p = { .fd = e->fd, .events = POLLOUT };
+        poll(&p, 1, 1);
+    }
+    shutdown(e->fd, SHUT_WR);       /* (again where close_start did: harmless) */
     /* A send completes once its bytes are in the kernel's queue, so some may not have
      * left yet. Closed, the socket still sends them, but anything the peer writes to it
      * then (the state frame a waiting call posts after 50 ms) makes the kernel reset the
