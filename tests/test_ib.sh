@@ -87,19 +87,26 @@ case_ "WEFT_IB_VERBS without a table" fail "WEFT_IB_VERBS=/nonexistent.so" \
 # ranks that disagree on the QPs per connection: refused at connect, naming the knob
 RANK1='[ "$WEFT_RANK" = 1 ] && export WEFT_IB_QPS_PER_CONN=2;' \
     case_ "QPs per connection differ" fail "WEFT_IB_QPS_PER_CONN differs"
+# (a topology file: with several devices and none, hwloc's I/O discovery runs, whose pci
+# plugin leaks under LeakSanitizer)
 # devices of another kind are skipped, not taken: AWS EFA (no RC queue pairs) and iWARP
 # (QPs through rdma_cm); before 2026-11-27 the first active port was taken whatever its
 # kind, and init failed creating an RC queue pair on EFA
 case_ "an EFA device skipped for the next one" ok \
     "efa0 skipped: its transport is another one, not InfiniBand or RoCE.*" \
-    WEFT_IBEMU_DEVICES=efa0,weftemu0 WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET
+    WEFT_IBEMU_DEVICES=efa0,weftemu0 WEFT_TOPO_FILE="$TOPO" WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET
 grep -q "weftemu0 port 1 (InfiniBand" "$OUT/an EFA device skipped for the next one" || {
     FAIL=$((FAIL + 1)); echo "FAIL - the EFA case did not go on to weftemu0"; }
 case_ "only iWARP and EFA devices: refused, naming them" fail \
     "no active port among 2 device(s) .*not InfiniBand or RoCE: iwarp0, efa0" \
-    WEFT_IBEMU_DEVICES=iwarp0,efa0
+    WEFT_IBEMU_DEVICES=iwarp0,efa0 WEFT_TOPO_FILE="$TOPO"
 if ! compgen -G "/sys/class/infiniband/*" >/dev/null; then
     case_ "rdma-core without a device" fail "finds no RDMA device" WEFT_IB_VERBS=
+    # rdma-core loaded, its ibv_fork_init called before anything else (a kernel of 5.13
+    # or later needs nothing, and rdma-core says yes): no warning
+    if grep -q "ibv_fork_init failed" "$OUT/rdma-core without a device"; then
+        FAIL=$((FAIL + 1)); echo "FAIL - ibv_fork_init failed on this kernel ($(uname -r))"
+    fi
 fi
 echo "test_ib.sh: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

@@ -3,7 +3,7 @@
  *
  * WEFT_IB_VERBS (a testing knob) names a library exporting `weft_ib_verbs`, a filled
  * table (weft's verbs emulator, tests/ibemu/); otherwise rdma-core's libibverbs.so.1 is
- * opened and its exported calls looked up. A process without either simply has no ib
+ * opened, its exported calls looked up and ibv_fork_init called. A process without either simply has no ib
  * transport; the reason is kept for the error a forced WEFT_TRANSPORT=ib reports.
  */
 #include <dlfcn.h>
@@ -17,6 +17,7 @@ static ib_verbs_t real;
 static const ib_verbs_t *loaded;
 static char why_buf[512];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int fork_failed;     /* ibv_fork_init refused (ib_verbs_fork_failed) */
 
 /* <infiniband/verbs.h> has these inline, through the context's ops: the same here. */
 static int real_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
@@ -81,6 +82,15 @@ static void load(void)
     SYM(modify_qp, "ibv_modify_qp");
     SYM(destroy_qp, "ibv_destroy_qp");
     SYM(wc_status_str, "ibv_wc_status_str");
+    /* As NCCL does at its IB init, before anything is registered: registrations safe
+     * across fork() (a PyTorch data loader's workers, forked after init): without it, on
+     * a kernel older than 5.13 the parent's next write to a pinned page after a fork
+     * copies that page, and the HCA keeps the old one (credits and frames lost, stale
+     * bytes sent). Where the kernel keeps pinned pages in the parent by itself,
+     * rdma-core does nothing here. Best effort: a failure leaves things as they were. */
+    int (*fork_init)(void) = (int (*)(void))dlsym(h, "ibv_fork_init");
+    if (fork_init && fork_init() != 0)
+        fork_failed = 1;
     real.post_send = real_post_send;
     real.post_recv = real_post_recv;
     real.poll_cq = real_poll_cq;
@@ -95,4 +105,9 @@ const ib_verbs_t *ib_verbs_load(const char **why)
     if (why)
         *why = why_buf;
     return loaded;
+}
+
+int ib_verbs_fork_failed(void)
+{
+    return fork_failed;
 }

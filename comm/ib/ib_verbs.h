@@ -45,5 +45,8 @@ typedef struct ib_verbs {
 
 /* The process's table: NULL (and *why says why) where no verbs library loads. */
 const ib_verbs_t *ib_verbs_load(const char **why);
+/* 1 when rdma-core's ibv_fork_init, called at load, refused (registrations are then not
+ * safe across fork() on kernels before 5.13). */
+int ib_verbs_fork_failed(void);
 
 #endif

@@ -545,6 +545,9 @@ static weft_status_t ib_local_setup(weft_comm_t *comm, tp_addr_t *self)
         free(pending);
         return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
     }
+    if (ib_verbs_fork_failed())
+        LOG_WARN(LOG_NET, "ib: ibv_fork_init failed: on a kernel before 5.13, a fork() after "
+                 "init (a data loader's workers) can corrupt what ib sends");
     c->v = v;
     c->lfd = -1;
     c->zcopy = !strcmp(comm->cfg.ib_zcopy, "all") ? 2 : !strcmp(comm->cfg.ib_zcopy, "0") ? 0 : 1;
