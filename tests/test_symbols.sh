@@ -95,7 +95,12 @@ int main(void)
     return 0;
 }
 EOF
-if cc -Iinclude -o "$TMP/prog" "$TMP/prog.c" -L"$B/lib" -lweft 2>"$TMP/cc.err"; then
+# (a sanitizer build's library needs the program built with the sanitizer too: its
+# runtime must come first among the libraries loaded)
+SAN_FLAGS=""
+readelf -d "$LIB" | grep -q 'NEEDED.*libasan' && SAN_FLAGS="-fsanitize=address,undefined"
+# shellcheck disable=SC2086
+if cc $SAN_FLAGS -Iinclude -o "$TMP/prog" "$TMP/prog.c" -L"$B/lib" -lweft 2>"$TMP/cc.err"; then
     out=$(LD_LIBRARY_PATH=$B/lib timeout 60 "$B/bin/weftrun" -n 2 "$TMP/prog" 2>&1)
     rc=$?
     needed=$(readelf -d "$TMP/prog" | sed -n 's/.*(NEEDED).*\[\(libweft[^]]*\)\].*/\1/p')
