@@ -237,6 +237,15 @@ else
         # a rank that left after its part: its frames are read before it counts as lost
         run "test_rma left ib" "${IBENV[@]}" WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
             "$B/tests/test_rma" left
+        # QPs that move at their own pace (WEFT_IBEMU_LAG: a WR runs when its process polls,
+        # the second QP 64 times slower than the first): a rank that sends and leaves
+        # waits for every QP's writes before destroying them (before 2026-11-27 QP 0's
+        # alone: frame 2, on QP 1, was lost), and frames that arrive out of order over the
+        # QPs are delivered in order (the matrix)
+        run "test_rma left ib lagging QPs" "${IBENV[@]}" WEFT_IBEMU_LAG=1 \
+            WEFT_IB_QPS_PER_CONN=3 WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 "$B/tests/test_rma" left
+        run "test_coll -n 3 ib lagging QPs" "${IBENV[@]}" WEFT_IBEMU_LAG=1 \
+            WEFT_IB_QPS_PER_CONN=2 WEFT_TIMEOUT=20 "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
         # single copy from read-only send buffers: registered for reads alone (it asked
         # for writes too, which the kernel refuses on such pages, before 2026-11-27)
         run "test_rma readonly ib" "${IBENV[@]}" WEFT_ALGO=cma WEFT_TIMEOUT=5 \

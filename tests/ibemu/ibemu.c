@@ -17,7 +17,8 @@
  * the target process with process_vm_writev/readv and posts the completions. A failed
  * check completes with the status hardware gives (REM_ACCESS_ERR, LOC_PROT_ERR,
  * RETRY_EXC_ERR, RNR_RETRY_EXC_ERR, ...) and moves the QP to ERR, which flushes what is
- * posted; an error completion's opcode is given wrong on purpose (verbs leaves it
+ * posted (WEFT_IBEMU_LAG=1 holds each send WR until its process polls, each QP at its
+ * own pace, and drops those still held when the QP is destroyed); an error completion's opcode is given wrong on purpose (verbs leaves it
  * undefined). Unsignaled WRs hold their send-queue slot until a later signaled completion on
  * that QP is polled, so a transport that never signals finds its send queue full.
  *
@@ -96,7 +97,26 @@ typedef struct emu_dev {
 } emu_dev_t;
 
 typedef struct emu_cq_h { struct ibv_cq cq; int idx; } emu_cq_h_t;
-typedef struct emu_qp_h { struct ibv_qp qp; int idx; } emu_qp_h_t;
+/* A send WR held back in WEFT_IBEMU_LAG mode, with its pieces. */
+typedef struct emu_pend { struct ibv_send_wr wr; struct ibv_sge sg[EMU_SGE]; } emu_pend_t;
+#define EMU_PEND 256
+typedef struct emu_qp_h {
+    struct ibv_qp qp;
+    int idx;
+    int nth;                    /* QPs on its send CQ made before it (lag: its pace) */
+    uint32_t pend_head, pend_tail;
+    emu_pend_t pend[EMU_PEND];  /* WEFT_IBEMU_LAG: posted, not yet run */
+} emu_qp_h_t;
+
+/* WEFT_IBEMU_LAG=1: a send WR does not run when it is posted but when this process later
+ * polls a CQ, a QP's WRs in order, one per poll on the first QP of a send CQ, one per 64
+ * polls on the second, per 4096 on the third..., as QPs on real hardware move at their own
+ * pace: a QP destroyed with WRs still held loses them (as hardware does). For the close
+ * tests: a transport must wait for every QP's WRs, not one QP's. This process's QPs: */
+static int lag_on = -1;
+static emu_qp_h_t *lag_qps[EMU_QPS];
+static int nlag_qps;
+static uint64_t lag_tick;
 
 static emu_fabric_t *fab;
 /* This process's pid: getpid() is a system call, and the emulator asked it several
@@ -461,6 +481,7 @@ static int emu_destroy_cq(struct ibv_cq *cq)
 }
 
 static void qp_to_err(emu_qp_t *q);
+static void lag_run(void);
 
 /* Posts a completion; a full CQ is an overrun, which moves the QP to ERR (as the
  * hardware's CQ error does), reported on stderr since nothing else would see it. */
@@ -482,6 +503,8 @@ static int emu_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
     emu_cq_h_t *h = (emu_cq_h_t *)cq;
     lock();
+    if (lag_on)
+        lag_run();
     emu_cq_t *c = &fab->cq[h->idx];
     int got = 0;
     while (got < n && c->head != c->tail) {
@@ -535,6 +558,14 @@ static struct ibv_qp *emu_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
     q->max_send_sge = a->cap.max_send_sge ? a->cap.max_send_sge : 1;
     q->max_recv_wr = a->cap.max_recv_wr;
     q->sq_sig_all = (uint32_t)a->sq_sig_all;
+    if (lag_on < 0) {
+        const char *lag = getenv("WEFT_IBEMU_LAG");
+        lag_on = lag && *lag && strcmp(lag, "0") != 0;
+    }
+    for (int k = 0; k < nlag_qps; k++)
+        h->nth += lag_qps[k]->qp.send_cq == a->send_cq;
+    if (nlag_qps < EMU_QPS)
+        lag_qps[nlag_qps++] = h;
     unlock();
     h->idx = i;
     h->qp.context = pd->context;
@@ -626,6 +657,11 @@ static int emu_destroy_qp(struct ibv_qp *qp)
         fab->qp[h->idx].pid = 0;
         fab->qp[h->idx].state = IBV_QPS_RESET;
     }
+    for (int k = 0; k < nlag_qps; k++)      /* WRs still held are lost, as on hardware */
+        if (lag_qps[k] == h) {
+            lag_qps[k] = lag_qps[--nlag_qps];
+            break;
+        }
     unlock();
     free(h);
     return 0;
@@ -781,6 +817,38 @@ static enum ibv_wc_status execute(emu_qp_t *q, uint32_t qpn, struct ibv_send_wr 
     }
 }
 
+/* Runs one send WR on q and posts its completion (where signaled, or failed). Lock held. */
+static void run_wr(emu_qp_t *q, uint32_t qpn, struct ibv_send_wr *wr)
+{
+    q->sq_since++;
+    struct ibv_wc wc = { .wr_id = wr->wr_id, .opcode = send_wc_opcode(wr->opcode),
+                         .qp_num = qpn };
+    if (q->state == IBV_QPS_ERR)
+        wc.status = IBV_WC_WR_FLUSH_ERR;
+    else
+        wc.status = execute(q, qpn, wr, &wc.byte_len);
+    if (wc.status != IBV_WC_SUCCESS || (wr->send_flags & IBV_SEND_SIGNALED) || q->sq_sig_all) {
+        cq_push(q->send_cq, q, &wc, q->sq_since);   /* retired once polled */
+        q->sq_since = 0;
+    }
+    /* the failed WR's completion first, then the flushes of what is posted */
+    if (wc.status != IBV_WC_SUCCESS && q->state != IBV_QPS_ERR)
+        qp_to_err(q);
+}
+
+/* WEFT_IBEMU_LAG: runs this process's held WRs at each QP's pace (see lag_on). Lock held. */
+static void lag_run(void)
+{
+    lag_tick++;
+    for (int i = 0; i < nlag_qps; i++) {
+        emu_qp_h_t *h = lag_qps[i];
+        if (h->pend_head == h->pend_tail || lag_tick % (1ull << (6 * (h->nth & 3))) != 0)
+            continue;
+        emu_pend_t *pw = &h->pend[h->pend_head++ % EMU_PEND];
+        run_wr(&fab->qp[h->idx], h->qp.qp_num, &pw->wr);
+    }
+}
+
 static int emu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
     emu_qp_h_t *h = (emu_qp_h_t *)qp;
@@ -800,21 +868,20 @@ static int emu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_s
             rc = ENOMEM;
             break;
         }
-        q->sq_used++;
-        q->sq_since++;
-        struct ibv_wc wc = { .wr_id = wr->wr_id, .opcode = send_wc_opcode(wr->opcode),
-                             .qp_num = qp->qp_num };
-        if (q->state == IBV_QPS_ERR)
-            wc.status = IBV_WC_WR_FLUSH_ERR;
-        else
-            wc.status = execute(q, qp->qp_num, wr, &wc.byte_len);
-        if (wc.status != IBV_WC_SUCCESS || (wr->send_flags & IBV_SEND_SIGNALED) || q->sq_sig_all) {
-            cq_push(q->send_cq, q, &wc, q->sq_since);   /* retired once polled */
-            q->sq_since = 0;
+        if (lag_on && h->pend_tail - h->pend_head >= EMU_PEND) {
+            rc = ENOMEM;
+            break;
         }
-        /* the failed WR's completion first, then the flushes of what is posted */
-        if (wc.status != IBV_WC_SUCCESS && q->state != IBV_QPS_ERR)
-            qp_to_err(q);
+        q->sq_used++;
+        if (lag_on) {           /* held: run by a later poll (lag_run) */
+            emu_pend_t *pw = &h->pend[h->pend_tail++ % EMU_PEND];
+            pw->wr = *wr;
+            pw->wr.next = NULL;
+            memcpy(pw->sg, wr->sg_list, (size_t)wr->num_sge * sizeof(*pw->sg));
+            pw->wr.sg_list = pw->sg;
+            continue;
+        }
+        run_wr(q, qp->qp_num, wr);
     }
     unlock();
     if (rc && bad)
