@@ -130,6 +130,8 @@ static void comm_set_id(weft_comm_t *c, uint64_t id)
 weft_status_t comm_local_addr(const weft_comm_t *c, struct sockaddr_in *out)
 {
     const char *ifname = c->cfg.socket_ifname;
+    if (ifname[strspn(ifname, ",")] == '\0')
+        ifname = "";                /* only empty entries (","): as if unset */
     if (!*ifname && c->rdv_named_lo) {
         /* the route to a loopback rendezvous is the loopback: ranks on other hosts
          * could not reach an address on it. The first other interface instead. */

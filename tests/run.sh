@@ -300,7 +300,9 @@ else
                 "$WEFTRUN" -n 2 "$B/tests/test_rma" peer_exit
             run "test_rma left $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
                 "$B/tests/test_rma" left
-            [ "$t" != tcp ] && run "test_rma readonly $t" env WEFT_TRANSPORT=$t WEFT_ALGO=cma \
+            # (not ucx: UCX registers with write access whatever weft asks, so on a host
+            # where it pins pages read-only memory fails there; here it pins none)
+            [ "$t" = shm ] && run "test_rma readonly $t" env WEFT_TRANSPORT=$t WEFT_ALGO=cma \
                 WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 "$B/tests/test_rma" readonly
         done
         # ucx sends payloads over 32K from where they lie (send_kept), and gives up those

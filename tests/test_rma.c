@@ -28,7 +28,9 @@
  * readonly   (WEFT_ALGO=cma) an all-gather and an all-reduce whose send buffers are
  *            read-only memory (mprotect PROT_READ), which peers read by single copy:
  *            right results (ib registered them for writing too, which the kernel, and
- *            the emulator, refuse on read-only pages)
+ *            the emulator, refuse on read-only pages). Run on shm and ib; ucx passes
+ *            here only because this host's UCX pins no pages (it registers with write
+ *            access whatever it is asked)
  * slot       (ib, rank 1 with a smaller WEFT_BUFFSIZE) a frame larger than rank 1's slots,
  *            sent below the engine (whose frames fit the smallest WEFT_BUFFSIZE): refused
  *            with WEFT_ERR_MISMATCH naming both sides, nothing written; a frame that

@@ -58,6 +58,7 @@
  */
 #define _GNU_SOURCE     /* sched_getcpu */
 #include <errno.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -545,9 +546,11 @@ static weft_status_t ib_local_setup(weft_comm_t *comm, tp_addr_t *self)
         free(pending);
         return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
     }
-    if (ib_verbs_fork_failed())
-        LOG_WARN(LOG_NET, "ib: ibv_fork_init failed: on a kernel before 5.13, a fork() after "
-                 "init (a data loader's workers) can corrupt what ib sends");
+    static atomic_int fork_warned;
+    if (ib_verbs_fork_failed() && !atomic_exchange(&fork_warned, 1))
+        LOG_WARN(LOG_NET, "ib: ibv_fork_init failed (memory registered before weft loaded "
+                 "rdma-core?): with rdma-core before v35 or a kernel before 5.13, a fork() "
+                 "after init (a data loader's workers) can corrupt what ib sends");
     c->v = v;
     c->lfd = -1;
     c->zcopy = !strcmp(comm->cfg.ib_zcopy, "all") ? 2 : !strcmp(comm->cfg.ib_zcopy, "0") ? 0 : 1;

@@ -530,9 +530,14 @@ static void tcp_close(tp_ep_t *ep)
 {
     tcp_ep_t *e = (tcp_ep_t *)ep;
     tcp_close_start(ep);
+    char sink[4096];
     while (e->st_pending && e->st_off > 0 && !e->broken && time_ns() < e->close_end &&
            flush_states(e) == WEFT_IN_PROGRESS) {
-        struct pollfd p = { .fd = e->fd, .events = POLLOUT };
+        /* reading what the peer sends meanwhile: a peer that does the same waits for
+         * room here too */
+        while (recv(e->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
+            ;
+        struct pollfd p = { .fd = e->fd, .events = POLLOUT | POLLIN };
         poll(&p, 1, 1);
     }
     shutdown(e->fd, SHUT_WR);       /* (again where close_start did: harmless) */
@@ -545,7 +550,6 @@ static void tcp_close(tp_ep_t *ep)
      * may be left), reading what it sends meanwhile (unread bytes at close reset the
      * connection too); a peer that closed or reset ends the wait, and a connection known
      * broken is not waited on. */
-    char sink[4096];
     for (;;) {
         ssize_t r;
         while ((r = recv(e->fd, sink, sizeof(sink), MSG_DONTWAIT)) > 0)

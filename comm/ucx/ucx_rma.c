@@ -116,14 +116,6 @@ static weft_status_t reg_map(uint64_t base, uint64_t size, uint32_t serial, ucx_
     };
     ucs_status_t s = ucp_mem_map(ctx, &mp, &r->memh);
     if (s != UCS_OK) {
-        /* memory the process may only read (a const array, a read-only mapping), which a
-         * memory domain that pins pages (verbs) cannot pin for writing: peers only read
-         * a call's buffers, so again for reads alone */
-        mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_PROT;
-        mp.prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_REMOTE_READ;
-        s = ucp_mem_map(ctx, &mp, &r->memh);
-    }
-    if (s != UCS_OK) {
         free(r);
         return weft_error(WEFT_ERR_SYSTEM, "ucx: cannot register %llu bytes at %#llx "
                           "(ucp_mem_map): %s", (unsigned long long)size,

@@ -110,7 +110,7 @@ typedef struct emu_qp_h {
 
 /* WEFT_IBEMU_LAG=1: a send WR does not run when it is posted but when this process later
  * polls a CQ, a QP's WRs in order, one per poll on the first QP of a send CQ, one per 64
- * polls on the second, per 4096 on the third..., as QPs on real hardware move at their own
+ * polls on the second, per 4096 on the others, as QPs on real hardware move at their own
  * pace: a QP destroyed with WRs still held loses them (as hardware does). For the close
  * tests: a transport must wait for every QP's WRs, not one QP's. This process's QPs: */
 static int lag_on = -1;
@@ -842,7 +842,8 @@ static void lag_run(void)
     lag_tick++;
     for (int i = 0; i < nlag_qps; i++) {
         emu_qp_h_t *h = lag_qps[i];
-        if (h->pend_head == h->pend_tail || lag_tick % (1ull << (6 * (h->nth & 3))) != 0)
+        if (h->pend_head == h->pend_tail ||
+            lag_tick % (1ull << (6 * (h->nth < 2 ? h->nth : 2))) != 0)
             continue;
         emu_pend_t *pw = &h->pend[h->pend_head++ % EMU_PEND];
         run_wr(&fab->qp[h->idx], h->qp.qp_num, &pw->wr);
