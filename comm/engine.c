@@ -382,8 +382,12 @@ weft_status_t engine_progress(weft_comm_t *comm, comm_op_t *op, int *moved_p)
             rc = progress_queue(comm, op, &comm->cursor[2 * p], 1, &moved);
         if (rc == WEFT_OK && comm->cursor[2 * p + 1] >= 0)
             rc = progress_queue(comm, op, &comm->cursor[2 * p + 1], 0, &moved);
-        if (rc < 0)
-            return rc == WEFT_ERR_PEER_LOST ? fail_explain_lost(comm, op, p, rc) : rc;
+        if (rc == WEFT_ERR_PEER_LOST)
+            return fail_explain_lost(comm, op, p, rc);
+        if (rc < 0) {   /* a frame or a link to rank p went wrong: say which peer */
+            fail_note(comm, rc, p, NULL);
+            return rc;
+        }
     }
     while (comm->local_cursor < s->nlocals) {
         int i = s->locals[comm->local_cursor];

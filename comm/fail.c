@@ -86,7 +86,8 @@ static weft_status_t adopt(weft_comm_t *comm, const comm_op_t *op, int p, const 
         call_desc_str(&d, ours + n, sizeof(ours) - n);
     }
     comm->fail = *s;
-    switch (s->status) {
+    switch (s->status == WEFT_ERR_MISMATCH && s->other_call.coll == 0 ? WEFT_ERR_INTERNAL
+            : s->status) {  /* a mismatch with no call of the other's: a transport's */
     case WEFT_ERR_MISMATCH:
         call_desc_str(&s->other_call, other, sizeof(other));
         return weft_error(WEFT_ERR_MISMATCH, "rank %d: collective mismatch found by rank %d "
@@ -113,6 +114,12 @@ static weft_status_t adopt(weft_comm_t *comm, const comm_op_t *op, int p, const 
                               s->other, s->origin, theirs, p, ours);
         /* fall through */
     default:
+        if (s->other >= 0 && s->other != s->origin)
+            return weft_error(WEFT_ERR_PEER_LOST, "rank %d: rank %d failed (%s) with rank %d "
+                              "in %s (told by rank %d; rank %d's log says why); the "
+                              "communicator cannot go on; this rank called %s", comm->rank,
+                              s->origin, weft_status_str(s->status), s->other, theirs, p,
+                              s->origin, ours);
         return weft_error(WEFT_ERR_PEER_LOST, "rank %d: rank %d failed (%s) in %s (told by "
                           "rank %d); the communicator cannot go on; this rank called %s",
                           comm->rank, s->origin, weft_status_str(s->status), theirs, p, ours);

@@ -418,6 +418,10 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
         # a rank that fails with a frame half sent ends the stream: the peer is told at once
         [ "$t" = tcp ] && run "test_fail cutframe tcp" env WEFT_TRANSPORT=tcp WEFT_TIMEOUT=2 \
             "$WEFTRUN" -n 2 "$B/tests/test_fail" cutframe
+        # a stream that turns to garbage: the reader fails naming the sender, and the
+        # news names both (3 ranks: rank 2 only hears of it)
+        [ "$t" = tcp ] && run "test_fail garbage -n 3 tcp" env WEFT_TRANSPORT=tcp \
+            WEFT_ALGO=direct "$WEFTRUN" -n 3 "$B/tests/test_fail" garbage
         run "test_fail peer_exit -n 4 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 4 \
             "$B/tests/test_fail" peer_exit
         run "test_fail abort -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \

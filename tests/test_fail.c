@@ -88,6 +88,12 @@
  *               socket once each is up, and no fd and no shm segment of this process
  *               is left afterwards
  * dump          weft_comm_dump prints the recorder with the calls made so far
+ * garbage       (3 ranks, tcp, WEFT_ALGO=direct) rank 1 writes 64 bytes of 0xa5 into its
+ *               data connections to rank 0 (found by the ports rank 0 lists in a file),
+ *               as a broken peer or link would, then every rank all-reduces until a call
+ *               fails (at most 5 calls): rank 0's fails naming rank 1, and the others are
+ *               told within 2 s, PEER_LOST "rank 0 failed ... with rank 1" (before
+ *               2026-11-28 the news did not say which peer rank 0 failed with)
  * Each rank prints one ok/FAIL line per check and exits 0 when it saw what it should.
  */
 #define _GNU_SOURCE     /* RTLD_NEXT */
@@ -427,6 +433,115 @@ static int count_tcp(unsigned state)
     if (d)
         closedir(d);
     return n;
+}
+
+/* Established TCP sockets of this process (IPv4 and IPv6): for each, its fd, its local
+ * and its far port; at most cap. From /proc/self/net/tcp{,6} matched against the socket
+ * inodes of /proc/self/fd. */
+typedef struct { int fd; unsigned lport, rport; } tcp_sock_t;
+
+static int tcp_socks(tcp_sock_t *out, int cap)
+{
+    char line[512], path[300], link[64];
+    struct { unsigned long ino; unsigned lport, rport; } e[256];
+    int ne = 0, n = 0;
+    const char *files[] = { "/proc/self/net/tcp", "/proc/self/net/tcp6" };
+    for (int k = 0; k < 2; k++) {
+        FILE *f = fopen(files[k], "r");
+        while (f && fgets(line, sizeof(line), f) && ne < 256) {
+            unsigned st, lp, rp;
+            unsigned long ino;
+            if (sscanf(line, " %*d: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%x %x %*s %*s %*s %*s "
+                       "%*s %lu", &lp, &rp, &st, &ino) == 4 && st == 0x01) {
+                e[ne].ino = ino;
+                e[ne].lport = lp;
+                e[ne++].rport = rp;
+            }
+        }
+        if (f)
+            fclose(f);
+    }
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL && n < cap) {
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+        ssize_t len = readlink(path, link, sizeof(link) - 1);
+        unsigned long ino;
+        if (len <= 0)
+            continue;
+        link[len] = '\0';
+        if (sscanf(link, "socket:[%lu]", &ino) == 1)
+            for (int i = 0; i < ne && n < cap; i++)
+                if (e[i].ino == ino)
+                    out[n++] = (tcp_sock_t){ atoi(de->d_name), e[i].lport, e[i].rport };
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* garbage: see the banner. */
+static int garbage_test(weft_comm_t *c, int rank)
+{
+    const char *secret = getenv("WEFT_SECRET"), *tmp = getenv("TMPDIR");
+    if (secret == NULL || strlen(secret) < 16) {
+        printf("FAIL rank %d garbage: needs weftrun's WEFT_SECRET\n", rank);
+        return 1;
+    }
+    char path[512];
+    snprintf(path, sizeof(path), "%s/weft_test_fail.%.16s.ports", tmp && *tmp ? tmp : "/tmp",
+             secret);
+    tcp_sock_t s[64];
+    int ns = tcp_socks(s, 64), bad = 0;
+    if (rank == 0) {
+        FILE *f = fopen(path, "w");
+        for (int i = 0; f && i < ns; i++)
+            fprintf(f, "%u\n", s[i].lport);
+        if (f)
+            fclose(f);
+    }
+    meet("garbage", rank, 3, 10.0, 1.0);
+    if (rank == 1) {
+        unsigned ports[64];
+        int np = 0, hit = 0;
+        FILE *f = fopen(path, "r");
+        while (f && np < 64 && fscanf(f, "%u", &ports[np]) == 1)
+            np++;
+        if (f)
+            fclose(f);
+        unlink(path);
+        unsigned char junk[64];
+        memset(junk, 0xa5, sizeof(junk));
+        for (int i = 0; i < ns; i++)
+            for (int j = 0; j < np; j++)
+                if (s[i].rport == ports[j] && send(s[i].fd, junk, sizeof(junk), MSG_NOSIGNAL) ==
+                    (ssize_t)sizeof(junk))
+                    hit++;
+        if (hit == 0) {
+            printf("FAIL rank 1 garbage: no connection to rank 0 found (%d sockets, %d ports)\n",
+                   ns, np);
+            return 1;
+        }
+    }
+    float x[1024];
+    memset(x, 0, sizeof(x));
+    weft_status_t st = WEFT_OK;
+    double t0 = now_s(), t;
+    for (int k = 0; k < 5 && st == WEFT_OK; k++) {
+        t = now_s();
+        st = weft_allreduce(x, x, 1024, WEFT_FLOAT32, WEFT_SUM, c);
+    }
+    t = now_s() - t;
+    if (rank == 0)
+        bad = expectv(rank, "garbage from rank 1", st, st == WEFT_OK ? WEFT_ERR_INTERNAL : st,
+                      (const char *[]){ "rank 1", NULL }, t, 2.0);
+    else
+        bad = expectv(rank, "told of rank 0's failure", st, WEFT_ERR_PEER_LOST,
+                      (const char *[]){ "rank 0 failed", "with rank 1", NULL }, t, 2.0);
+    printf("%s rank %d garbage: %.2f s from the first call\n", bad ? "FAIL" : "ok", rank,
+           now_s() - t0);
+    meet("garbage2", rank, 3, 10.0, 1.0);
+    return bad;
 }
 
 /* The victim kills itself from a thread at a random moment; the others time the news. */
@@ -1324,6 +1439,8 @@ int main(int argc, char **argv)
         meet("mismatch", rank, nranks, 10.0, 0.5);
     } else if (!strcmp(mode, "busy") && nranks == 2) {
         bad = busy_test(c, rank);
+    } else if (!strcmp(mode, "garbage") && nranks == 3) {
+        bad = garbage_test(c, rank);
     } else if (!strcmp(mode, "cutframe") && nranks == 2) {
         bad = cutframe_test(c, rank);
     } else if (!strcmp(mode, "netcut") && argc > 2) {
@@ -1372,7 +1489,7 @@ int main(int argc, char **argv)
                 "kill SEED FILE|init_kill SEED FILE|connect_kill SEED FILE|split_kill FILE (3 ranks)|"
                 "split_fds VICTIM K|init_fds VICTIM K|init_bind VICTIM (2 ranks)|read_abort N (2 ranks)|"
                 "init_knob KNOB VICTIM VALUE [SAME]|init_stall LATE [VICTIM [listen]] (tcp)|"
-                "timeout_root reduce|broadcast (3 ranks)|leaks|dump\n");
+                "timeout_root reduce|broadcast (3 ranks)|garbage (3 ranks, tcp)|leaks|dump\n");
         return 2;
     }
     fflush(stdout);
