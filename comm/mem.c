@@ -65,7 +65,10 @@ void mem_free_hook_remove(mem_free_hook_t fn, void *ctx)
 /* fork(): a child's view of the regions becomes its own (MAP_PRIVATE over the same
  * memfd: copy on write, as malloc'd memory is); they were MAP_SHARED, so a data-loader
  * worker that wrote a tensor there wrote the parent's (before 2026-11-27). The child still
- * sees the parent's later writes to pages it has not written itself. */
+ * sees the parent's later writes to pages it has not written itself. Its copies of the
+ * memfds are closed and the regions no longer offered to peers (fd -1, as plain memory):
+ * a peer that mapped one would read the parent's pages, not the child's (before
+ * 2026-11-28 a worker's single-copy all-reduce of such buffers summed the parent's). */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void fork_prepare(void)
@@ -82,9 +85,14 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
-    for (size_t i = 0; i < mem_n; i++)
+    for (size_t i = 0; i < mem_n; i++) {
+        if (mem_tab[i].fd < 0)
+            continue;           /* a child's child: already its own */
         mmap((void *)(uintptr_t)mem_tab[i].base, mem_tab[i].size, PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_FIXED, mem_tab[i].fd, 0);
+        close(mem_tab[i].fd);
+        mem_tab[i].fd = -1;
+    }
     fork_parent();
 }
 
@@ -159,7 +167,8 @@ weft_status_t weft_mem_free(void *ptr)
             hooks[h].fn(hooks[h].ctx, &r);
         pthread_mutex_unlock(&hook_lock);
         munmap(ptr, r.size);
-        close(r.fd);
+        if (r.fd >= 0)
+            close(r.fd);
         return WEFT_OK;
     }
     pthread_mutex_unlock(&mem_lock);
@@ -176,7 +185,7 @@ void mem_lookup(const void *ptr, mem_region_t *r)
         return;
     pthread_mutex_lock(&mem_lock);
     for (size_t i = 0; i < mem_n; i++)
-        if (a >= mem_tab[i].base && a - mem_tab[i].base < mem_tab[i].size) {
+        if (mem_tab[i].fd >= 0 && a >= mem_tab[i].base && a - mem_tab[i].base < mem_tab[i].size) {
             *r = mem_tab[i];
             break;
         }

@@ -9,7 +9,8 @@
 #include <stdint.h>
 
 /* One allocation as its owner describes it to a peer: the peer opens the owner's fd
- * through /proc/<pid>/fd and maps it. fd < 0: not weft_mem_alloc memory. */
+ * through /proc/<pid>/fd and maps it. fd < 0: not weft_mem_alloc memory (or a region
+ * inherited across fork(), which is the child's own and not shared). */
 typedef struct mem_region {
     uint64_t base, size;        /* in the owner's address space */
     int32_t fd;

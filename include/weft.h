@@ -30,7 +30,9 @@
  * the parent and its peers share), its copies of the tcp connections are closed at the
  * fork (so that the peers see the rank's death even while the child lives), and memory
  * from weft_mem_alloc becomes copy-on-write there, as malloc'd memory is (the child still
- * sees the parent's later writes to pages it has not written itself).
+ * sees the parent's later writes to pages it has not written itself); in the child's own
+ * communicators such memory is plain memory, read by peers as any other (never shared
+ * in place).
  */
 #ifndef WEFT_H
 #define WEFT_H

@@ -14,13 +14,24 @@
  *                      destroying; rank 0's next all-reduce must fail with PEER_LOST
  *                      within 2 s. Before, the worker's copies of the sockets kept the
  *                      connection open and rank 0 waited until WEFT_TIMEOUT.
+ *   probe_fork regions (one process, no launcher; run with WEFT_TRANSPORT=shm and
+ *                      WEFT_ALGO=cma or WEFT_REG_MIN=1) allocates two buffers with
+ *                      weft_mem_alloc, then forks two workers that each write their own
+ *                      values into them (copy on write: their own pages) and all-reduce
+ *                      them in a communicator of their own (weft_comm_init_rank), by single
+ *                      copy: every element must be the workers' sum. Before 2026-11-28 a
+ *                      worker still offered the inherited regions to its peer, which mapped
+ *                      the parent's pages through the memfd and summed the parent's zeros.
  *
  * Prints "ok ..." / "FAIL ..." lines; exit 0 when every check passed.
  */
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -110,9 +121,73 @@ static void death_mode(weft_comm_t *c, int rank, int nranks)
     check(rank, st == WEFT_ERR_PEER_LOST && t < 2.0, what);
 }
 
+/* regions: see the banner. The rendezvous is a loopback port the kernel picked free. */
+static int regions_mode(void)
+{
+    size_t n = (size_t)1 << 18;
+    float *in = NULL, *out = NULL;
+    if (weft_mem_alloc((void **)&in, n * sizeof(float)) != WEFT_OK ||
+        weft_mem_alloc((void **)&out, n * sizeof(float)) != WEFT_OK) {
+        printf("FAIL weft_mem_alloc: %s\n", weft_last_error());
+        return 1;
+    }
+    memset(in, 0, n * sizeof(float));
+    memset(out, 0, n * sizeof(float));
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t alen = sizeof(a);
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(s, (struct sockaddr *)&a, &alen) != 0) {
+        printf("FAIL no free loopback port\n");
+        return 1;
+    }
+    close(s);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+    fflush(stdout);
+    pid_t pid[2];
+    for (int r = 0; r < 2; r++) {
+        pid[r] = fork();
+        if (pid[r] == 0) {
+            for (size_t i = 0; i < n; i++)
+                in[i] = (float)(r + 1);
+            weft_comm_t *c;
+            weft_status_t st = weft_comm_init_rank(r, 2, addr, &c);
+            if (st != WEFT_OK) {
+                printf("FAIL worker %d init: %s\n", r, weft_last_error());
+                _exit(1);
+            }
+            st = weft_allreduce(in, out, n, WEFT_FLOAT32, WEFT_SUM, c);
+            size_t wrong = 0, first = 0;
+            for (size_t i = 0; i < n; i++)
+                if (out[i] != 3.0f && wrong++ == 0)
+                    first = i;
+            char what[200];
+            snprintf(what, sizeof(what), "worker all-reduce of inherited weft_mem_alloc "
+                     "buffers: %s, %zu of %zu elements wrong (element %zu is %g, want 3)",
+                     weft_status_str(st), wrong, n, first, (double)out[first]);
+            check(r, st == WEFT_OK && wrong == 0, what);
+            weft_comm_destroy(c);
+            _exit(bad);
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        int ws = 0;
+        if (pid[r] <= 0 || waitpid(pid[r], &ws, 0) != pid[r] || !WIFEXITED(ws) ||
+            WEXITSTATUS(ws) != 0)
+            bad = 1;
+    }
+    check(0, in[0] == 0.0f && out[0] == 0.0f, "the parent's buffers kept their zeros");
+    weft_mem_free(in);
+    weft_mem_free(out);
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "regions"))
+        return regions_mode();
     weft_comm_t *c;
     if (weft_comm_init(&c) != WEFT_OK) {
         printf("FAIL init: %s\n", weft_last_error());
@@ -126,7 +201,7 @@ int main(int argc, char **argv)
         fflush(stdout);
         _exit(bad);             /* the communicator has failed */
     } else {
-        fprintf(stderr, "usage: probe_fork child|death (2 ranks)\n");
+        fprintf(stderr, "usage: probe_fork child|death (2 ranks) | regions (no launcher)\n");
         return 2;
     }
     weft_comm_destroy(c);

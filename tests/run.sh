@@ -641,6 +641,11 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/probe_fork" ]; then
     done
     run "probe_fork death -n 2 tcp" env WEFT_TRANSPORT=tcp WEFT_TIMEOUT=15 "$WEFTRUN" -n 2 \
         "$B/tests/probe_fork" death
+    # workers' own communicators over inherited weft_mem_alloc buffers, by single copy:
+    # each worker's pages, not the parent's
+    for k in WEFT_ALGO=cma WEFT_REG_MIN=1; do
+        run "probe_fork regions $k" env WEFT_TRANSPORT=shm $k "$B/tests/probe_fork" regions
+    done
 fi
 # 3d. Several hosts on one machine (network namespaces, each its own hostname; needs
 # root, else skipped saying so): the matrix at 2x2, 3x1 and 2x3 ranks over shm inside
