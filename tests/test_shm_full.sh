@@ -10,7 +10,14 @@
 # root: else skipped, saying so):
 #   - 2 ranks at WEFT_BUFFSIZE=4M (8 MB of rings): init fails on both within 10 s, no
 #     rank dies of a signal, and one names /dev/shm and WEFT_BUFFSIZE;
-#   - the same at WEFT_BUFFSIZE=1M: the all-reduce runs.
+#   - the same at WEFT_BUFFSIZE=1M: the all-reduce runs;
+#   - 4M again with madvise(MADV_POPULATE_WRITE) refused as a kernel before 5.14 refuses
+#     it (EINVAL; an LD_PRELOAD shim built here), where the rings' pages were touched
+#     one by one: init fails the same way, no SIGBUS (before 2026-11-28: rank killed by
+#     signal 7);
+#   - 8 ranks, each on a "host" of its own (WEFT_HOSTID), with a 128K tmpfs: no rank has
+#     a local peer, so none takes ring pages, and the all-reduce runs over tcp (before
+#     2026-11-28 each took a control page per rank of the job: 36K each, init failed).
 set -u
 B=${1:-build}
 W=$B/bin/weftrun
@@ -28,29 +35,67 @@ if ! unshare -m sh -c 'mount -t tmpfs -o size=1M tmpfs /dev/shm' 2>/dev/null; th
     exit 0
 fi
 
-# job BUFFSIZE: 2 shm ranks in a namespace whose /dev/shm holds 6 MB
+# job BUFFSIZE [PRELOAD]: 2 shm ranks in a namespace whose /dev/shm holds 6 MB
 job() {
-    env WEFT_TRANSPORT=shm WEFT_BUFFSIZE="$1" WEFT_TIMEOUT=10 timeout 60 unshare -m sh -c \
-        'mount -t tmpfs -o size=6M tmpfs /dev/shm && exec "$@"' sh \
+    env WEFT_TRANSPORT=shm WEFT_BUFFSIZE="$1" WEFT_TIMEOUT=10 ${2:+LD_PRELOAD=$2} timeout 60 \
+        unshare -m sh -c 'mount -t tmpfs -o size=6M tmpfs /dev/shm && exec "$@"' sh \
         "$W" -n 2 "$B/bin/all_reduce_perf" -b 1M -e 1M -n 5 -w 1
 }
 
-t0=$(date +%s)
-job 4M >"$OUT/full" 2>&1
-rc=$?
-dt=$(( $(date +%s) - t0 ))
-if [ $rc != 0 ] && [ $rc != 124 ] && [ $dt -lt 10 ] && grep -q 'no room in /dev/shm' "$OUT/full" &&
-   grep -q 'lower WEFT_BUFFSIZE' "$OUT/full" && ! grep -qi 'signal\|bus error\|SIGBUS' "$OUT/full"; then
-    ok "rings larger than /dev/shm: init fails in ${dt}s saying so, no rank killed by a signal"
-else
-    bad "rings larger than /dev/shm: exit $rc after ${dt}s" "$OUT/full"
-fi
+# full NAME [PRELOAD]: the 4M job must fail at init, saying so, no rank killed
+full() {
+    local t0 rc dt
+    t0=$(date +%s)
+    job 4M "${2:-}" >"$OUT/full" 2>&1
+    rc=$?
+    dt=$(( $(date +%s) - t0 ))
+    if [ $rc != 0 ] && [ $rc != 124 ] && [ $dt -lt 10 ] && grep -q 'no room in /dev/shm' "$OUT/full" &&
+       grep -q 'lower WEFT_BUFFSIZE' "$OUT/full" && ! grep -qi 'signal\|bus error\|SIGBUS' "$OUT/full"; then
+        ok "$1: init fails in ${dt}s saying so, no rank killed by a signal"
+    else
+        bad "$1: exit $rc after ${dt}s" "$OUT/full"
+    fi
+}
+
+full "rings larger than /dev/shm"
 job 1M >"$OUT/fits" 2>&1
 rc=$?
 if [ $rc = 0 ] && grep -q '^ *1048576 ' "$OUT/fits"; then
     ok "WEFT_BUFFSIZE=1M in the same /dev/shm: the all-reduce runs"
 else
     bad "WEFT_BUFFSIZE=1M in the same /dev/shm: exit $rc" "$OUT/fits"
+fi
+# a kernel before 5.14: MADV_POPULATE_WRITE unknown (EINVAL), every other advice real
+cat >"$OUT/madv.c" <<'EOF'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stddef.h>
+int madvise(void *a, size_t n, int advice)
+{
+    int (*real)(void *, size_t, int) = (int (*)(void *, size_t, int))dlsym(RTLD_NEXT, "madvise");
+    if (advice == 23) {             /* MADV_POPULATE_WRITE */
+        errno = EINVAL;
+        return -1;
+    }
+    return real(a, n, advice);
+}
+EOF
+if ${CC:-cc} -shared -fPIC -o "$OUT/madv.so" "$OUT/madv.c" -ldl 2>"$OUT/cc.log"; then
+    full "rings larger than /dev/shm, MADV_POPULATE_WRITE refused (kernel < 5.14)" "$OUT/madv.so"
+else
+    bad "cannot build the madvise shim" "$OUT/cc.log"
+fi
+# 8 ranks, a host each: no local peer, no ring pages; tcp between them
+env WEFT_TIMEOUT=20 timeout 90 unshare -m sh -c \
+    'mount -t tmpfs -o size=128k tmpfs /dev/shm && exec "$@"' sh \
+    "$W" -n 8 sh -c 'WEFT_HOSTID=h$WEFT_RANK exec "$0" "$@"' \
+    "$B/bin/all_reduce_perf" -b 64K -e 64K -n 2 -w 1 >"$OUT/hosts" 2>&1
+rc=$?
+if [ $rc = 0 ] && grep -q '^ *65536 ' "$OUT/hosts"; then
+    ok "8 ranks on 8 hosts with a 128K /dev/shm: init takes no ring pages, the all-reduce runs"
+else
+    bad "8 ranks on 8 hosts with a 128K /dev/shm: exit $rc" "$OUT/hosts"
 fi
 echo "test_shm_full.sh: $PASS passed, $FAIL failed"
 [ $FAIL = 0 ]

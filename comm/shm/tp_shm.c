@@ -103,13 +103,13 @@ typedef struct shm_seg_hdr {
     uint64_t nslots;
     uint64_t slot_bytes;    /* distance between rings */
     uint64_t ring_bytes;    /* data bytes per ring */
+    uint64_t key;           /* the owner's random stamp key: ring r's is ring_key(key, r) */
 } shm_seg_hdr_t;
 
 /* The producer also owns the mailbox: its latest tp_state_t under a sequence lock
  * (state_gen odd while it writes), and `gone`, set when it gave up on the consumer. */
 typedef struct shm_ring_ctl {
     _Alignas(64) uint64_t head;     /* consumer: bytes consumed */
-    _Alignas(64) uint64_t key;      /* the consumer's random stamp key, set before mapping */
     _Alignas(64) uint64_t state_gen;
     uint64_t gone;
     uint64_t state[sizeof(tp_state_t) / 8];
@@ -136,6 +136,8 @@ typedef struct shm_local {
     char name[64];
     char *base;
     size_t bytes;
+    int fd;                         /* the segment's, until post_connect: connect takes
+                                       each local peer's ring pages through it */
     int unlinked;
     uint64_t cma_probe;             /* peers read this to test single-copy access */
 } shm_local_t;
@@ -227,6 +229,12 @@ static size_t slot_bytes(size_t ring)
     return align_up(CTL_BYTES + ring, 4096);
 }
 
+/* The stamp key of ring r of a segment whose owner drew `key` (distinct per ring). */
+static uint64_t ring_key(uint64_t key, int r)
+{
+    return key + (uint64_t)r * 0x9e3779b97f4a7c15ull;
+}
+
 /* What to do about a /dev/shm too small for the rings: each rank of a host takes
  * WEFT_BUFFSIZE (4M) for every other rank of its host. */
 #define SHM_FULL_HINT "; /dev/shm is full: each rank takes WEFT_BUFFSIZE for every other " \
@@ -238,6 +246,7 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
     shm_local_t *l = calloc(1, sizeof(*l));
     if (l == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
+    l->fd = -1;
     size_t ring = align_up(comm->cfg.buffsize, 4096);
     l->bytes = SEG_HDR_BYTES + (size_t)comm->nranks * slot_bytes(ring);
     /* a random part, tried again on a name taken: the name travels in the address */
@@ -267,13 +276,13 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
         free(l);
         return st;
     }
-    /* the segment is sparse: the pages written below (the header, each ring's control
-     * block) are taken now, where a full /dev/shm is an error, not a SIGBUS at the first
-     * store; the rings' data pages at connect (ring_populate), for the local peers only */
+    /* the segment is sparse, a slot for every rank of the job: the header page, written
+     * below, is taken now, where a full /dev/shm is an error, not a SIGBUS at the first
+     * store; a ring's pages (control block and data) at connect, for the local peers only
+     * (take_slot). Before 2026-11-28 every rank's control page was taken here: a page per
+     * rank of the job, remote ones included (128 MB at 4096 ranks, twice a container's
+     * /dev/shm) */
     int fe = posix_fallocate(fd, 0, SEG_HDR_BYTES);
-    for (int r = 0; fe == 0 && r < comm->nranks; r++)
-        fe = posix_fallocate(fd, (off_t)(SEG_HDR_BYTES + (size_t)r * slot_bytes(ring)),
-                             CTL_BYTES);
     if (fe != 0) {
         errno = fe;
         weft_status_t st = weft_error(WEFT_ERR_SYSTEM, "shm: cannot take the pages of %s: "
@@ -284,9 +293,9 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
         return st;
     }
     l->base = mmap(NULL, l->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (l->base == MAP_FAILED) {
         weft_status_t st = weft_error(WEFT_ERR_SYSTEM, "shm: cannot map %s: %m", l->name);
+        close(fd);
         shm_unlink(l->name);
         free(l);
         return st;
@@ -295,12 +304,9 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
     h->nslots = (uint64_t)comm->nranks;
     h->slot_bytes = slot_bytes(ring);
     h->ring_bytes = ring;
-    uint64_t key;
-    if (random_bytes(&key, sizeof(key)) != 0)
-        key = time_ns() ^ ((uint64_t)getpid() << 32);
-    for (int r = 0; r < comm->nranks; r++)      /* a distinct stamp key per ring */
-        ((shm_ring_ctl_t *)(l->base + SEG_HDR_BYTES + (size_t)r * slot_bytes(ring)))->key =
-            key + (uint64_t)r * 0x9e3779b97f4a7c15ull;
+    if (random_bytes(&h->key, sizeof(h->key)) != 0)
+        h->key = time_ns() ^ ((uint64_t)getpid() << 32);
+    l->fd = fd;
     __atomic_store_n(&h->magic, SHM_MAGIC, __ATOMIC_RELEASE);
     if (random_bytes(&l->cma_probe, sizeof(l->cma_probe)) != 0)
         l->cma_probe = time_ns() ^ SHM_MAGIC;
@@ -313,7 +319,10 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
     return WEFT_OK;
 }
 
-static weft_status_t map_peer(int peer, const char *name, void **base_p, size_t *bytes_p)
+/* Maps rank peer's segment; *fd_p is left open (the caller takes ring pages through it
+ * and closes it). */
+static weft_status_t map_peer(int peer, const char *name, void **base_p, size_t *bytes_p,
+                              int *fd_p)
 {
     int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0 && errno == ENOENT)  /* unlinked, or in another /dev/shm */
@@ -329,11 +338,13 @@ static weft_status_t map_peer(int peer, const char *name, void **base_p, size_t 
         return weft_error(WEFT_ERR_SYSTEM, "shm: peer segment %s is truncated", name);
     }
     void *base = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (base == MAP_FAILED)
+    if (base == MAP_FAILED) {
+        close(fd);
         return weft_error(WEFT_ERR_SYSTEM, "shm: cannot map peer segment %s: %m", name);
+    }
     *base_p = base;
     *bytes_p = (size_t)sb.st_size;
+    *fd_p = fd;
     return WEFT_OK;
 }
 
@@ -373,6 +384,18 @@ static int ring_populate(char *data, size_t bytes)
     return 0;
 }
 
+/* Takes the tmpfs pages of the slot at off in the segment behind fd (a ring's control
+ * block and data), before anything is stored there: where /dev/shm is full that is an
+ * errno here, not a SIGBUS at the first store. ring_populate's madvise says so too, but
+ * a kernel before 5.14 has none (EINVAL) and its fallback stores (before 2026-11-28 a
+ * rank died of SIGBUS there). Both ends take the same pages: the second finds them. */
+static int take_slot(int fd, size_t off, size_t bytes)
+{
+    int fe = posix_fallocate(fd, (off_t)off, (off_t)bytes);
+    errno = fe == ENOSPC ? EFAULT : fe;     /* ring_populate's errno for a full tmpfs */
+    return fe == 0 ? 0 : -1;
+}
+
 static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
 {
     shm_local_t *l = tp_ctx(comm, &tp_shm_ops);
@@ -383,7 +406,8 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     if (e == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
     e->copy.mode = comm->cfg.shm_nt;
-    weft_status_t st = map_peer(peer, a.name, &e->peer_map, &e->peer_map_bytes);
+    int pfd = -1;
+    weft_status_t st = map_peer(peer, a.name, &e->peer_map, &e->peer_map_bytes, &pfd);
     if (st != WEFT_OK) {
         free(e);
         return st;
@@ -392,6 +416,7 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     if (__atomic_load_n(&ph->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC ||
         ph->nslots != (uint64_t)comm->nranks ||
         SEG_HDR_BYTES + ph->nslots * ph->slot_bytes > e->peer_map_bytes) {
+        close(pfd);
         munmap(e->peer_map, e->peer_map_bytes);
         free(e);
         return weft_error(WEFT_ERR_INTERNAL, "shm: segment of rank %d is not a weft "
@@ -405,16 +430,23 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     e->rx_ctl = (shm_ring_ctl_t *)rx_slot;
     e->rx_data = rx_slot + CTL_BYTES;
     e->rx_size = mh->ring_bytes;
-    e->tx_key = e->tx_ctl->key;     /* written before the magic we acquired */
-    e->rx_key = e->rx_ctl->key;
+    e->tx_key = ring_key(ph->key, comm->rank);  /* written before the magic we acquired */
+    e->rx_key = ring_key(mh->key, peer);
     e->peer_pid = (pid_t)comm->peers[peer].pid;
     e->rma = shm_rma_create(peer, e->peer_pid, cma_probe(e, &comm->peers[peer], &a));
     if (e->rma == NULL) {
+        close(pfd);
         munmap(e->peer_map, e->peer_map_bytes);
         free(e);
         return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
     }
-    if (ring_populate(e->rx_data, e->rx_size) != 0 || ring_populate(e->tx_data, e->tx_size) != 0) {
+    int taken = take_slot(l->fd, (size_t)(rx_slot - l->base), (size_t)mh->slot_bytes) == 0 &&
+                take_slot(pfd, (size_t)(tx_slot - (char *)e->peer_map), (size_t)ph->slot_bytes) == 0;
+    int errno_taken = errno;
+    close(pfd);
+    errno = errno_taken;
+    if (!taken || ring_populate(e->rx_data, e->rx_size) != 0 ||
+        ring_populate(e->tx_data, e->tx_size) != 0) {
         int full = errno == EFAULT;
         st = weft_error(WEFT_ERR_SYSTEM, "shm: %s for the rings from and to rank %d (%zu and "
                         "%zu bytes)%s%s", full ? "no room in /dev/shm" : "no memory",
@@ -436,6 +468,10 @@ static weft_status_t shm_post_connect(weft_comm_t *comm)
         shm_unlink(l->name);
         l->unlinked = 1;
     }
+    if (l && l->fd >= 0) {
+        close(l->fd);
+        l->fd = -1;
+    }
     return WEFT_OK;
 }
 
@@ -446,6 +482,8 @@ static void shm_local_cleanup(weft_comm_t *comm)
         return;
     if (!l->unlinked)
         shm_unlink(l->name);
+    if (l->fd >= 0)
+        close(l->fd);
     munmap(l->base, l->bytes);
     free(l);
     tp_set_ctx(comm, &tp_shm_ops, NULL);
