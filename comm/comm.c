@@ -82,8 +82,11 @@ static void live_remove(weft_comm_t *c)
     pthread_mutex_unlock(&live_lock);
 }
 
+/* secret: the job's WEFT_SECRET (init: the environment's; split: the parent's, which an
+ * application may have taken out of its environment since), NULL or "" for none; the
+ * caller checked its length. */
 static weft_status_t comm_alloc(int rank, int nranks, const weft_config_t *cfg,
-                                weft_comm_t **comm_p)
+                                const char *secret, weft_comm_t **comm_p)
 {
     weft_comm_t *c = calloc(1, sizeof(*c));
     if (c == NULL)
@@ -105,7 +108,6 @@ static weft_status_t comm_alloc(int rank, int nranks, const weft_config_t *cfg,
     c->p2p_rx = calloc(n, sizeof(uint32_t));
     c->meta_in = calloc(n, sizeof(sched_meta_t));
     c->rma.rmem = calloc(2 * n, sizeof(*c->rma.rmem));
-    const char *secret = getenv("WEFT_SECRET");
     if (secret && *secret) {
         snprintf(c->secret, sizeof(c->secret), "%s", secret);
         c->has_secret = 1;
@@ -162,13 +164,21 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_init_rank: rank %d of %d is "
                                 "not a rank", rank, nranks);
     if (rendezvous == NULL || strchr(rendezvous, ':') == NULL)
-        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_init_rank: rendezvous '%s' is "
-                                "not host:port", rendezvous ? rendezvous : "(null)");
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_init: rendezvous '%s' is not "
+                                "host:port (WEFT_ADDR, MASTER_ADDR and MASTER_PORT, or "
+                                "weft_comm_init_rank's argument)",
+                                rendezvous ? rendezvous : "(null)");
+    /* kept whole: a longer one was cut to its first 255 bytes, and two jobs whose
+     * secrets differed only past them authenticated each other */
+    const char *secret = getenv("WEFT_SECRET");
+    if (secret && strlen(secret) >= sizeof(((weft_comm_t *)0)->secret))
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_init: WEFT_SECRET is %zu bytes, "
+                                "%zu at most", strlen(secret),
+                                sizeof(((weft_comm_t *)0)->secret) - 1);
     RETURN_IF_ERR(cfg_load(&cfg));
     RETURN_IF_ERR(algo_check_config(&cfg));
     log_set_rank(rank);
-    fr_install_signal();
-    GOTO_IF_ERR(comm_alloc(rank, nranks, &cfg, &c), st, fail);
+    GOTO_IF_ERR(comm_alloc(rank, nranks, &cfg, secret, &c), st, fail);
     /* one WEFT_TIMEOUT for the whole of init: resolving, the rendezvous, connecting and
      * the cores' probe each wait until it, not a timeout of their own */
     c->setup_deadline = time_ns() + (uint64_t)(cfg.timeout_s * 1e9);
@@ -211,6 +221,9 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
     GOTO_IF_ERR(comm_bind(c), st, fail);
     GOTO_IF_ERR(connect_cores_far(c), st, fail);
     c->setup_deadline = 0;
+    /* SIGUSR1 prints the recorders: set once an init succeeded (a refused or failed
+     * one left it set before 2026-11-28, and SIGUSR1 no longer ended the process) */
+    fr_install_signal();
     LOG_INFO(LOG_INIT, "comm %#x: rank %d of %d ready (local %d of %d, %s)", c->id32, rank,
              nranks, c->local_rank, c->local_size, c->transport_desc);
     *comm_p = c;
@@ -366,7 +379,7 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
     uint32_t split_no = comm->nsplits++;
     split_ctx_t x = { comm, members, m, split_no };
     if (mine[0] >= 0)
-        st = comm_alloc(newrank, m, &comm->cfg, &c);
+        st = comm_alloc(newrank, m, &comm->cfg, comm->has_secret ? comm->secret : NULL, &c);
     if (mine[0] < 0 || st != WEFT_OK) {
         /* take part in the exchanges connect_all makes, with nothing to connect: a rank
          * left out, or a member that could not allocate its communicator, which says so
@@ -508,6 +521,9 @@ weft_status_t weft_comm_dump(weft_comm_t *comm)
 {
     if (comm == NULL)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_dump: comm is NULL");
+    if (comm->forked)           /* its lock may have been held by a thread the fork left */
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "comm_dump: the communicator "
+                                "belongs to the parent of this process (made by fork)");
     int entered = comm_enter(comm);
     fr_dump(&comm->flight, stderr, comm->rank, comm->nranks, comm->id32, "weft_comm_dump");
     comm_leave(comm, entered);

@@ -127,7 +127,7 @@ int cfg_parse_size(const char *s, size_t *out)
 {
     char *end;
     errno = 0;
-    if (*s == '-')
+    if (*s < '0' || *s > '9')  /* strtoull takes " -1" as 2^64 - 1 */
         return -1;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno || end == s)
@@ -396,9 +396,11 @@ weft_status_t cfg_load(weft_config_t *out)
     if (cfg.nchannels < 1 || cfg.nchannels > 64)
         return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_NCHANNELS=%ld must be in "
                           "[1, 64]", cfg.nchannels);
-    if (cfg.buffsize < 64 * 1024)
-        return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_BUFFSIZE=%zu is below 64K",
-                          cfg.buffsize);
+    /* 4G: a frame is a quarter at most, and WEFT_CHUNK stops at 1G; a larger value
+     * wrapped the shm ring's size to 0 (SIGFPE at the first send) */
+    if (cfg.buffsize < 64 * 1024 || cfg.buffsize > ((size_t)4 << 30))
+        return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_BUFFSIZE=%zu must be in "
+                          "[64K, 4G]", cfg.buffsize);
     if (cfg.socket_buffsize != 0 &&
         (cfg.socket_buffsize < 64 * 1024 || cfg.socket_buffsize > ((size_t)1 << 30)))
         return weft_error(WEFT_ERR_INVALID_ARG, "config: WEFT_SOCKET_BUFFSIZE=%zu must be 0 "

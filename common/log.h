@@ -32,7 +32,9 @@ static inline int log_enabled(int level, unsigned subsys)
 {
     if (log_level_cached < 0)
         log_init();
-    return level <= log_level_cached && (subsys & log_subsys_mask);
+    /* warnings whatever WEFT_DEBUG_SUBSYS says, as NCCL's: a list of unknown names
+     * (mask 0) silenced them all before 2026-11-28 */
+    return level <= log_level_cached && (level == LOG_LVL_WARN || (subsys & log_subsys_mask));
 }
 
 #define LOG_AT(lvl, subsys, ...) do {                                         \

@@ -5,7 +5,8 @@
  *   probe_fork child   each rank forks a worker that calls a collective on the inherited
  *                      communicator (refused: it is the parent's), destroys it (as an
  *                      atexit handler would) and writes a weft_mem_alloc'd buffer, then
- *                      exits; the parents then all-reduce correctly, and the parent's
+ *                      exits (the worker's weft_comm_dump is refused too); the parents
+ *                      then all-reduce correctly, and the parent's
  *                      buffer still holds its own value. Before 2026-11-27 the child's
  *                      destroy shut down the parent's tcp sockets or set its shm segment's
  *                      "gone" flag (the parents' next call failed), and the child's write
@@ -80,6 +81,9 @@ static void child_mode(weft_comm_t *c, int rank, int nranks)
         float x[16] = { 0 };
         weft_status_t st = weft_allreduce(x, x, 16, WEFT_FLOAT32, WEFT_SUM, c);
         int refused = st == WEFT_ERR_INVALID_ARG && strstr(weft_last_error(), "fork");
+        /* the dump too: the parent's lock may be held by a thread the fork left behind */
+        alarm(10);
+        refused &= weft_comm_dump(c) == WEFT_ERR_INVALID_ARG;
         int destroyed = weft_comm_destroy(c) == WEFT_OK;
         if (have_mem)
             mine[0] = 2;

@@ -422,6 +422,9 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
         # news names both (3 ranks: rank 2 only hears of it)
         [ "$t" = tcp ] && run "test_fail garbage -n 3 tcp" env WEFT_TRANSPORT=tcp \
             WEFT_ALGO=direct "$WEFTRUN" -n 3 "$B/tests/test_fail" garbage
+        # a split keeps the job's secret, out of the environment or not
+        [ "$t" = tcp ] && run "test_fail split_secret tcp" env WEFT_TRANSPORT=tcp \
+            WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 "$B/tests/test_fail" split_secret
         run "test_fail peer_exit -n 4 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 4 \
             "$B/tests/test_fail" peer_exit
         run "test_fail abort -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
@@ -631,6 +634,11 @@ if [ -x "$B/tests/probe_hup" ]; then
         bash -c 'env --default-signal=HUP -u UCX_DEBUG_SIGNO LD_PRELOAD="$1" "$0" ucx; [ $? = 129 ]' \
         "$B/tests/probe_hup" "$ucs"
 fi
+# 3c-w. Warnings are printed whatever WEFT_DEBUG_SUBSYS names (an unknown name made its
+# mask 0 and silenced them): a job with no launcher says why it cannot start.
+run "WARN whatever WEFT_DEBUG_SUBSYS" bash -c 'env -u WEFT_RANK -u RANK -u OMPI_COMM_WORLD_RANK \
+    -u PMI_RANK -u SLURM_PROCID WEFT_DEBUG_SUBSYS=NETWORK "$0" -b 8 -e 8 2>&1 |
+    grep -q "weft WARN comm_init: no launcher environment"' "$B/bin/all_reduce_perf"
 # 3c''. fork() after init (data-loader workers): a worker's calls refused, its destroy
 # harmless to the parent, registered memory its own; a worker outliving its rank does not
 # hide the rank's death from the peers (tcp).

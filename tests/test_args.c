@@ -195,7 +195,14 @@ static void check_init_rank(ctx_t *c)
         { 0, 1, "127.0.0.1:-5", "rendezvous negative port" },
         { 0, 1, "::1:29500", "an IPv6 rendezvous (IPv4 only, said at once)" },
         { 0, 1, "[::1]:29500", "a bracketed IPv6 rendezvous" },
+        { 0, 2, "127.0.0.1:0", "2 ranks at port 0" },
     };
+    /* a refused init leaves the process as it was: SIGUSR1 at its default (the
+     * recorder's handler is set by an init that succeeds, none yet here; before
+     * 2026-11-28 an init refused past the config, a rendezvous that does not resolve or
+     * has port 0, had set it) */
+    struct sigaction before, after;
+    sigaction(SIGUSR1, NULL, &before);
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
         char what[128];
         snprintf(what, sizeof(what), "comm_init_rank(%d, %d, %s%s%s): %s", bad[k].rank,
@@ -207,6 +214,10 @@ static void check_init_rank(ctx_t *c)
         if (m != SENTINEL_COMM)
             fail(c, what, "*comm_p was written by a failing call");
     }
+    begin("refused inits leave SIGUSR1 alone");
+    sigaction(SIGUSR1, NULL, &after);
+    if (after.sa_handler != before.sa_handler)
+        fail(c, "refused inits leave SIGUSR1 alone", "a refused init changed SIGUSR1's handler");
     begin("comm_init_rank(comm_p NULL)");
     expect_invalid(c, "comm_init_rank(comm_p NULL)",
                    weft_comm_init_rank(0, 1, "127.0.0.1:0", NULL));
@@ -224,6 +235,11 @@ static void check_bad_config(ctx_t *c)
         { "WEFT_SOCKET_BUFFSIZE", "2G" },           /* above 1G */
         { "WEFT_SOCKET_BUFFSIZE", "-4M" },
         { "WEFT_BUFFSIZE", "1K" },                  /* below 64K */
+        { "WEFT_BUFFSIZE", "18446744073709551615" }, /* the shm ring's size wrapped to 0 */
+        { "WEFT_BUFFSIZE", "8G" },                  /* above 4G */
+        { "WEFT_BUFFSIZE", " -1" },                 /* strtoull: 2^64 - 1 */
+        { "WEFT_REG_MIN", " -64" },
+        { "WEFT_DIRECT_MAX", " -5" },
         { "WEFT_CHUNK", "100" },                    /* below 256 */
         { "WEFT_ALGO", "fastest" },
         { "WEFT_TRANSPORT", "carrier-pigeon" },
@@ -253,12 +269,12 @@ static void check_bad_config(ctx_t *c)
     }
     /* a frame of 4 GiB + 64 (its 32-bit length cut to 64: the sender returned OK with
      * nothing sent) is refused even where WEFT_BUFFSIZE would hold it */
-    const char *what = "comm_init_rank with WEFT_BUFFSIZE=20G WEFT_CHUNK=4294967360";
+    const char *what = "comm_init_rank with WEFT_BUFFSIZE=4G WEFT_CHUNK=4294967360";
     char *old_b = getenv("WEFT_BUFFSIZE"), *old_c = getenv("WEFT_CHUNK");
     old_b = old_b ? strdup(old_b) : NULL;
     old_c = old_c ? strdup(old_c) : NULL;
     begin(what);
-    setenv("WEFT_BUFFSIZE", "20G", 1);
+    setenv("WEFT_BUFFSIZE", "4G", 1);
     setenv("WEFT_CHUNK", "4294967360", 1);
     weft_comm_t *m = SENTINEL_COMM;
     expect_invalid(c, what, weft_comm_init_rank(0, 1, "127.0.0.1:0", &m));
@@ -270,6 +286,24 @@ static void check_bad_config(ctx_t *c)
     old_c ? setenv("WEFT_CHUNK", old_c, 1) : unsetenv("WEFT_CHUNK");
     free(old_b);
     free(old_c);
+
+    /* a WEFT_SECRET longer than weft keeps is refused, not cut to its first 255 bytes
+     * (two jobs whose secrets differed past them authenticated each other) */
+    what = "comm_init_rank with a WEFT_SECRET of 300 bytes";
+    begin(what);
+    char long_secret[301], *old_s = getenv("WEFT_SECRET");
+    old_s = old_s ? strdup(old_s) : NULL;
+    memset(long_secret, 'k', 300);
+    long_secret[300] = '\0';
+    setenv("WEFT_SECRET", long_secret, 1);
+    m = SENTINEL_COMM;
+    expect_invalid(c, what, weft_comm_init_rank(0, 1, "127.0.0.1:0", &m));
+    if (m != SENTINEL_COMM)
+        fail(c, what, "*comm_p was written by a failing call");
+    if (strstr(weft_last_error(), "WEFT_SECRET") == NULL)
+        fail(c, what, "the error does not name WEFT_SECRET: %s", weft_last_error());
+    old_s ? setenv("WEFT_SECRET", old_s, 1) : unsetenv("WEFT_SECRET");
+    free(old_s);
 }
 
 /* Every call with comm == NULL. */

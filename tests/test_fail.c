@@ -88,6 +88,11 @@
  *               socket once each is up, and no fd and no shm segment of this process
  *               is left afterwards
  * dump          weft_comm_dump prints the recorder with the calls made so far
+ * split_secret  (2 ranks, tcp) rank 1 takes WEFT_SECRET out of its environment after init
+ *               (as an application that keeps it from its workers does); a split then
+ *               connects with the communicator's secret, and all-reduces (before
+ *               2026-11-28 a split read the environment again: rank 0 AUTH, rank 1
+ *               TIMEOUT after WEFT_TIMEOUT)
  * garbage       (3 ranks, tcp, WEFT_ALGO=direct) rank 1 writes 64 bytes of 0xa5 into its
  *               data connections to rank 0 (found by the ports rank 0 lists in a file),
  *               as a broken peer or link would, then every rank all-reduces until a call
@@ -478,6 +483,32 @@ static int tcp_socks(tcp_sock_t *out, int cap)
     if (d)
         closedir(d);
     return n;
+}
+
+/* split_secret: see the banner. */
+static int split_secret(weft_comm_t *c, int rank)
+{
+    if (getenv("WEFT_SECRET") == NULL) {
+        printf("FAIL rank %d split_secret: needs weftrun's WEFT_SECRET\n", rank);
+        return 1;
+    }
+    if (rank == 1)
+        unsetenv("WEFT_SECRET");
+    weft_comm_t *n = NULL;
+    double t0 = now_s();
+    weft_status_t st = weft_comm_split(c, 0, rank, &n);
+    int bad = expectv(rank, "split after WEFT_SECRET left the environment", st, WEFT_OK, NULL,
+                      now_s() - t0, 5.0);
+    float x[64];
+    for (int i = 0; i < 64; i++)
+        x[i] = 1.0f;
+    if (st == WEFT_OK) {
+        st = weft_allreduce(x, x, 64, WEFT_FLOAT32, WEFT_SUM, n);
+        bad |= expectv(rank, "all-reduce on the split", st, WEFT_OK, NULL, 0, 1.0);
+        bad |= st == WEFT_OK && x[63] != 2.0f;
+        weft_comm_destroy(n);
+    }
+    return bad;
 }
 
 /* garbage: see the banner. */
@@ -1439,6 +1470,8 @@ int main(int argc, char **argv)
         meet("mismatch", rank, nranks, 10.0, 0.5);
     } else if (!strcmp(mode, "busy") && nranks == 2) {
         bad = busy_test(c, rank);
+    } else if (!strcmp(mode, "split_secret") && nranks == 2) {
+        bad = split_secret(c, rank);
     } else if (!strcmp(mode, "garbage") && nranks == 3) {
         bad = garbage_test(c, rank);
     } else if (!strcmp(mode, "cutframe") && nranks == 2) {
@@ -1489,7 +1522,8 @@ int main(int argc, char **argv)
                 "kill SEED FILE|init_kill SEED FILE|connect_kill SEED FILE|split_kill FILE (3 ranks)|"
                 "split_fds VICTIM K|init_fds VICTIM K|init_bind VICTIM (2 ranks)|read_abort N (2 ranks)|"
                 "init_knob KNOB VICTIM VALUE [SAME]|init_stall LATE [VICTIM [listen]] (tcp)|"
-                "timeout_root reduce|broadcast (3 ranks)|garbage (3 ranks, tcp)|leaks|dump\n");
+                "timeout_root reduce|broadcast (3 ranks)|garbage (3 ranks, tcp)|split_secret (2 ranks)|"
+                "leaks|dump\n");
         return 2;
     }
     fflush(stdout);
