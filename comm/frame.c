@@ -35,9 +35,18 @@ const char *call_desc_str(const call_desc_t *d, char *buf, size_t cap)
                  (unsigned long long)d->count, dt ? dt : "?", peer, d->seq);
         return buf;                 /* no op; the number is among that pair's calls */
     }
-    snprintf(buf, cap, "%s(count=%llu, %s, %s, root=%d) seq %u", coll_name(d->coll),
-             (unsigned long long)d->count, dt ? dt : "?", op ? op : "?", (int)d->root,
-             d->seq);
+    /* the op of a reduction only, the root of a rooted call only: a broadcast was said
+     * as "broadcast(count=4, float, sum, root=0)", an op its caller never gave */
+    int reduces = d->coll == COLL_ALLREDUCE || d->coll == COLL_REDUCE_SCATTER ||
+                  d->coll == COLL_REDUCE;
+    int rooted = d->coll == COLL_BROADCAST || d->coll == COLL_REDUCE;
+    char ops[24] = "", roots[24] = "";
+    if (reduces)
+        snprintf(ops, sizeof(ops), ", %s", op ? op : "?");
+    if (rooted)
+        snprintf(roots, sizeof(roots), ", root=%d", (int)d->root);
+    snprintf(buf, cap, "%s(count=%llu, %s%s%s) seq %u", coll_name(d->coll),
+             (unsigned long long)d->count, dt ? dt : "?", ops, roots, d->seq);
     return buf;
 }
 
