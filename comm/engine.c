@@ -485,6 +485,11 @@ static void finish_head(weft_comm_t *comm, weft_status_t st)
         snprintf(comm->error_msg, sizeof(comm->error_msg), "%s", weft_last_error());
         __atomic_store_n(&comm->error, st, __ATOMIC_RELEASE);
         fail_publish(comm, op, st);
+        /* the posted state before any store the caller then makes to its buffers: a
+         * release store does not keep later stores behind it, and on a weakly ordered
+         * CPU (AArch64) a peer reading them in place could see the new bytes and the old
+         * state (fail_check_read_peers' acquire fence is the other half) */
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
     }
     /* Only then are the buffers peers may still reach taken back: a peer's read or write
      * that then fails (ib: a remote access error, which breaks the connection both ways)

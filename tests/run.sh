@@ -300,6 +300,9 @@ else
                 "$WEFTRUN" -n 2 "$B/tests/test_rma" peer_exit
             run "test_rma left $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=5 "$WEFTRUN" -n 2 \
                 "$B/tests/test_rma" left
+            # an exited peer whose ring will never drain is lost, unread frame or not
+            [ "$t" = shm ] && run "test_rma blocked $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=30 \
+                "$WEFTRUN" -n 2 "$B/tests/test_rma" blocked
             # (not ucx: UCX registers with write access whatever weft asks, so on a host
             # where it pins pages read-only memory fails there; here it pins none)
             [ "$t" = shm ] && run "test_rma readonly $t" env WEFT_TRANSPORT=$t WEFT_ALGO=cma \

@@ -45,6 +45,11 @@
  *            delivered whole, and only after them is rank 1 reported lost (PEER_LOST
  *            naming it, within 5 s, from the next recv_peek or check_alive); a flush
  *            towards it, with nothing outstanding, still says done.
+ * blocked    (shm) rank 0 fills its ring to rank 1, which reads nothing, sends rank 0 one
+ *            frame and exits; with rank 0's send blocked and that frame unread (as an
+ *            in-place receive that waits for its send leaves it), check_alive must
+ *            report rank 1 lost within 5 s: nothing will drain the ring (before
+ *            2026-11-28 the unread frame kept it "alive" until WEFT_TIMEOUT)
  * zcopy      (ib) posted receive buffers (transport.h recv_post; WEFT_IB_ZCOPY, whose
  *            value the test reads): rank 0 posts a buffer, tells rank 1 by a frame, and
  *            rank 1 sends; the frames must land in place (recv_peek says no payload,
@@ -652,6 +657,49 @@ static void left(weft_comm_t **comm_p)
     snprintf(fmsg, sizeof(fmsg), "flush towards the departed rank, nothing outstanding: %s",
              weft_status_str(f));
     check(f == WEFT_OK, fmsg);
+}
+
+static void blocked(weft_comm_t *comm)
+{
+    tp_ep_t *ep = comm->eps[1 - rank];
+    frame_hdr_t h;
+    unsigned char pl[512];
+    weft_status_t st;
+    double t0;
+    if (rank == 1) {
+        left_frame(&h, pl, 1);
+        for (t0 = now_s(); (st = ep->ops->send(ep, &h, pl)) == WEFT_IN_PROGRESS &&
+                           now_s() - t0 < 5;)
+            progress_all(comm);
+        check(st == WEFT_OK, "rank 1 sends its frame");
+        fflush(stdout);
+        usleep(200000);             /* rank 0's ring to it fills meanwhile */
+        _exit(fails ? 1 : 0);       /* gone, the frame unread there */
+    }
+    int sent = 0;
+    left_frame(&h, pl, 1);
+    h.src_rank = 0;
+    for (t0 = now_s(); (st = ep->ops->send(ep, &h, pl)) == WEFT_OK && now_s() - t0 < 5;)
+        sent++;
+    check(st == WEFT_IN_PROGRESS, "rank 0's ring to rank 1 fills (its send waits)");
+    pid_t pid = (pid_t)comm->peers[1].pid;
+    for (t0 = now_s(); !(kill(pid, 0) != 0 && errno == ESRCH) && now_s() - t0 < 5;)
+        usleep(1000);
+    check(kill(pid, 0) != 0, "rank 1 exited");
+    const frame_hdr_t *got = NULL;
+    const void *payload = NULL;
+    check(ep->ops->recv_peek(ep, &got, &payload) == WEFT_OK, "its frame waits unread");
+    weft_status_t a = WEFT_OK;
+    for (t0 = now_s(); a == WEFT_OK && now_s() - t0 < 5; usleep(5000)) {
+        if (ep->ops->send(ep, &h, pl) != WEFT_IN_PROGRESS)
+            break;
+        a = ep->ops->check_alive(ep);
+    }
+    char msg[300];
+    snprintf(msg, sizeof(msg), "a send to an exited rank that cannot go, its frame unread "
+             "here: check_alive says %s after %.2f s (%d frames sent): %s",
+             weft_status_str(a), now_s() - t0, sent, a < 0 ? weft_last_error() : "");
+    check(a == WEFT_ERR_PEER_LOST && strstr(weft_last_error(), "rank 1"), msg);
 }
 
 /* ---- zcopy: frames below the engine, raw ---- */
@@ -1277,6 +1325,8 @@ int main(int argc, char **argv)
         peer_exit(comm);
     else if (!strcmp(mode, "left"))
         left(&comm);
+    else if (!strcmp(mode, "blocked"))
+        blocked(comm);
     else if (!strcmp(mode, "slot"))
         slot(comm);
     else if (!strcmp(mode, "readonly"))

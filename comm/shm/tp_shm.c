@@ -167,6 +167,7 @@ typedef struct shm_ep {
     shm_ring_ctl_t *tx_ctl;         /* our slot in the peer's segment */
     char *tx_data;
     uint64_t tx_size, tx_tail, tx_head_seen, tx_key;
+    int tx_blocked;                 /* the last send found no room (check_alive) */
     shm_ring_ctl_t *rx_ctl;         /* the peer's slot in our segment */
     char *rx_data;
     uint64_t rx_size, rx_head, rx_key;
@@ -562,9 +563,12 @@ static weft_status_t shm_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *p
     uint64_t need = contig < total ? contig + total : total;
     if (e->tx_size - (e->tx_tail - e->tx_head_seen) < need) {
         e->tx_head_seen = __atomic_load_n(&e->tx_ctl->head, __ATOMIC_ACQUIRE);
-        if (e->tx_size - (e->tx_tail - e->tx_head_seen) < need)
+        if (e->tx_size - (e->tx_tail - e->tx_head_seen) < need) {
+            e->tx_blocked = 1;
             return WEFT_IN_PROGRESS;
+        }
     }
+    e->tx_blocked = 0;
     uint64_t tail = e->tx_tail;
     if (contig < total) {
         *(uint32_t *)(e->tx_data + pos) = WRAP_MAGIC;
@@ -637,7 +641,10 @@ static weft_status_t shm_check_alive(tp_ep_t *ep)
     int exited;
     if (!peer_left(e, &exited))
         return WEFT_OK;
-    if (frame_waiting(e))
+    /* what it sent is read before its departure counts; but a send to an exited peer
+     * that found no room never goes (nothing drains its ring), whatever waits here: an
+     * in-place receive behind that send waited until WEFT_TIMEOUT (before 2026-11-28) */
+    if (frame_waiting(e) && !(exited && e->tx_blocked))
         return WEFT_OK;
     if (exited)
         return weft_error(WEFT_ERR_PEER_LOST, "shm: rank %d (pid %d) has exited", ep->peer,
