@@ -15,6 +15,11 @@
 #     it (EINVAL; an LD_PRELOAD shim built here), where the rings' pages were touched
 #     one by one: init fails the same way, no SIGBUS (before 2026-11-28: rank killed by
 #     signal 7);
+#   - 4 ranks, rank 0's rings refused (MADV_POPULATE_WRITE ENOMEM in rank 0 only: a
+#     memory cgroup at its limit), launched by hand so that nobody stops the others:
+#     rank 0 fails saying so, ranks 1-3 with PEER_LOST naming rank 0 (before 2026-11-28
+#     each rank that found a failed rank's segment gone told the job it had failed
+#     itself, "system error: cannot open rank 3's segment");
 #   - 8 ranks, each on a "host" of its own (WEFT_HOSTID), with a 128K tmpfs: no rank has
 #     a local peer, so none takes ring pages, and the all-reduce runs over tcp (before
 #     2026-11-28 each took a control page per rank of the job: 36K each, init failed).
@@ -85,6 +90,32 @@ if ${CC:-cc} -shared -fPIC -o "$OUT/madv.so" "$OUT/madv.c" -ldl 2>"$OUT/cc.log";
     full "rings larger than /dev/shm, MADV_POPULATE_WRITE refused (kernel < 5.14)" "$OUT/madv.so"
 else
     bad "cannot build the madvise shim" "$OUT/cc.log"
+fi
+# rank 0's rings refused: the others blame rank 0
+sed -e 's/if (advice == 23) {/const char *r = getenv("WEFT_RANK");\n    if (advice == 23 \&\& r \&\& r[0] == 0x30 \&\& !r[1]) {/' \
+    -e 's/errno = EINVAL;/errno = ENOMEM;/' -e 's/#include <stddef.h>/#include <stddef.h>\n#include <stdlib.h>/' \
+    "$OUT/madv.c" >"$OUT/madv0.c"
+if ${CC:-cc} -shared -fPIC -o "$OUT/madv0.so" "$OUT/madv0.c" -ldl 2>"$OUT/cc0.log"; then
+    port=$((20000 + RANDOM % 20000))
+    for r in 0 1 2 3; do
+        env WEFT_TRANSPORT=shm WEFT_TIMEOUT=10 WEFT_RANK=$r WEFT_WORLD_SIZE=4 \
+            WEFT_ADDR=127.0.0.1:$port WEFT_SECRET=shm-full-test-$port LD_PRELOAD="$OUT/madv0.so" \
+            timeout 30 "$B/bin/all_reduce_perf" -b 1M -e 1M -n 2 -w 1 >"$OUT/r$r" 2>&1 &
+    done
+    wait
+    good=1
+    grep -q 'init failed: system error: shm: no memory for the rings' "$OUT/r0" || good=0
+    for r in 1 2 3; do
+        grep -q 'init failed: peer lost: .*rank 0' "$OUT/r$r" || good=0
+    done
+    if [ $good = 1 ]; then
+        ok "rank 0's rings refused: it says why, ranks 1-3 fail naming rank 0"
+    else
+        for r in 0 1 2 3; do echo "rank $r:"; cat "$OUT/r$r"; done >"$OUT/r"
+        bad "rank 0's rings refused: not every rank said what it should" "$OUT/r"
+    fi
+else
+    bad "cannot build the rank-0 madvise shim" "$OUT/cc0.log"
 fi
 # 8 ranks, a host each: no local peer, no ring pages; tcp between them
 env WEFT_TIMEOUT=20 timeout 90 unshare -m sh -c \

@@ -326,8 +326,12 @@ static weft_status_t map_peer(int peer, const char *name, void **base_p, size_t 
                               int *fd_p)
 {
     int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0 && errno == ENOENT)  /* unlinked, or in another /dev/shm */
-        return weft_error(WEFT_ERR_SYSTEM, "shm: cannot open rank %d's segment %s: it is "
+    /* unlinked (its setup or connect failed, and it let go: the others hear it from
+     * that rank, so this is no failure of this rank's own to tell them: before
+     * 2026-11-28 every rank that found a segment gone told the job it had failed, and
+     * the others blamed it), or in another /dev/shm */
+    if (fd < 0 && errno == ENOENT)
+        return weft_error(WEFT_ERR_PEER_LOST, "shm: cannot open rank %d's segment %s: it is "
                           "not there (rank %d's setup failed, or it left; or the two do not "
                           "share /dev/shm: containers with their own need WEFT_HOSTID apart)",
                           peer, name, peer);
