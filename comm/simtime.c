@@ -47,7 +47,8 @@
  *     of a host, every compute cost there takes per_host / cores times as long (the
  *     cores time-shared, polling not counted); net_copies does the same between hosts
  *     at the inter-host beta per byte on each end (tcp: the kernel copies on both
- *     sides), a reduction after the copy;
+ *     sides), a reduction after the copy, and holds no NIC (the CPUs are the bound:
+ *     the number of NICs changes nothing);
  * Not modelled: without shm_copies, the sender's own CPU time to copy into staging (inside beta), caches and
  * memory contention between ranks of a host beyond their ports, the PCIe or network
  * topology inside a host or between hosts (a full-bisection fabric: only the NICs at
@@ -212,10 +213,14 @@ weft_status_t simtime_cluster_load(simtime_cluster_t *c, const char *path)
         return weft_error_quiet(WEFT_ERR_INVALID_ARG, "cluster: cannot open model file %s",
                                 path);
     simtime_cluster_t tmp = *c;         /* all or nothing */
-    char line[512];
+    /* getline, not a fixed buffer: fgets cut a line of 512 bytes or more in two and
+     * parsed its tail as a line of its own (a long comment ending in "hosts = 3" set
+     * hosts), numbering every line after it one too high */
+    char *line = NULL;
+    size_t cap = 0;
     int no = 0;
     weft_status_t st = WEFT_OK;
-    while (st == WEFT_OK && fgets(line, sizeof(line), f)) {
+    while (st == WEFT_OK && getline(&line, &cap, f) >= 0) {
         no++;
         char *hash = strchr(line, '#');
         if (hash)
@@ -238,10 +243,12 @@ weft_status_t simtime_cluster_load(simtime_cluster_t *c, const char *path)
             st = weft_error_quiet(st, "%s:%d: %s", path, no, why);
         }
     }
-    /* a directory opens, and reads as an error, not as an empty file */
-    if (st == WEFT_OK && ferror(f))
+    /* a directory opens, and reads as an error, not as an empty file (and a line
+     * getline found no memory for ends the loop short of the end as well) */
+    if (st == WEFT_OK && (ferror(f) || !feof(f)))
         st = weft_error_quiet(WEFT_ERR_INVALID_ARG, "%s: cannot read it as a model file: %s",
                               path, strerror(errno));
+    free(line);
     fclose(f);
     if (st == WEFT_OK)
         *c = tmp;
@@ -316,22 +323,36 @@ static void layout_from(const simtime_cluster_t *c, const sched_layout_t *l0, in
     l->host = rank / c->per_host;
 }
 
-/* algo_layout, as the engine gets it, for rank 0 (O(n^2): once per call), then the
- * per-rank fields; test_sim checks the result equals algo_layout's for every rank. */
+/* algo_layout, as the engine gets it, for rank 0, then the per-rank fields; test_sim
+ * checks the result equals algo_layout's for every rank. algo_layout is O(n^2) (2.3 s at
+ * 65536 ranks), and weft-sim asks for the layout twice per row and column: rank 0's is
+ * kept per thread for the last hosts x per_host, all it depends on. */
 void simtime_layout(const simtime_cluster_t *c, int rank, sched_layout_t *l)
 {
+    static _Thread_local struct {
+        int hosts, per_host;            /* 0: nothing kept */
+        sched_layout_t l0;
+    } kept;
     int n = c->hosts * c->per_host;
-    uint64_t *ids = malloc((size_t)n * sizeof(uint64_t));
     sched_layout_t l0;
-    if (ids == NULL) {                  /* what algo_layout would say, field by field */
-        memset(&l0, 0, sizeof(l0));
-        l0.nhosts = c->hosts;
-        l0.per_host = c->per_host;
+    if (kept.hosts == c->hosts && kept.per_host == c->per_host) {
+        l0 = kept.l0;
     } else {
-        for (int q = 0; q < n; q++)
-            ids[q] = (uint64_t)(q / c->per_host);
-        algo_layout(ids, n, 0, 0, &l0);
-        free(ids);
+        uint64_t *ids = malloc((size_t)n * sizeof(uint64_t));
+        if (ids == NULL) {              /* what algo_layout would say, field by field */
+            memset(&l0, 0, sizeof(l0));
+            l0.nhosts = c->hosts;
+            l0.per_host = c->per_host;
+            l0.uniform = 1;
+        } else {
+            for (int q = 0; q < n; q++)
+                ids[q] = (uint64_t)(q / c->per_host);
+            algo_layout(ids, n, 0, 0, &l0);
+            free(ids);
+            kept.hosts = c->hosts;
+            kept.per_host = c->per_host;
+            kept.l0 = l0;
+        }
     }
     l0.rank_host = c->rank_host;
     layout_from(c, &l0, rank, l);
@@ -412,9 +433,10 @@ typedef struct ts_ev {
 typedef struct ts {
     const simtime_cluster_t *c;
     int n;
+    int nics;                           /* NICs per host that ranks use: at most per_host */
     size_t chunk;
     ts_rank_t *r;
-    ts_port_t *nic_tx;                  /* [hosts * nics] */
+    ts_port_t *nic_tx;                  /* [hosts * ts_t.nics] */
     double *nic_rx;
     ts_wait_t *wt;                      /* port waiters, free list free_wt */
     int32_t free_wt;
@@ -570,7 +592,12 @@ static double move_beta(const simtime_cluster_t *c, int cls)
     return cls == ALGO_LINK_SHM ? c->copy_beta : c->m.beta[cls];
 }
 
-/* The ports a frame from s to d occupies. */
+/* The ports a frame from s to d occupies (local % nics: NIC local % c->nics, as no
+ * rank's local index reaches the NICs beyond per_host). A frame between hosts that the
+ * CPUs move (net_copies) occupies none: *tx is NULL then, and the sender's compute
+ * resource alone orders its frames. Inside a host, a CPU-moved frame (shm_copies) keeps
+ * the sender's own port: no other rank uses it, and it makes the rank's sends take turns
+ * while its CPU copies one frame at a time anyway. */
 static void ports(ts_t *t, ts_rank_t *s, ts_rank_t *d, int cls, ts_port_t **tx, double **rx)
 {
     if (cls == ALGO_LINK_SHM) {
@@ -578,7 +605,12 @@ static void ports(ts_t *t, ts_rank_t *s, ts_rank_t *d, int cls, ts_port_t **tx, 
         *rx = &d->rx;
         return;
     }
-    int nics = t->c->nics;
+    if (cpu_moves(t->c, cls)) {
+        *tx = NULL;
+        *rx = NULL;
+        return;
+    }
+    int nics = t->nics;
     *tx = &t->nic_tx[s->host * nics + s->local % nics];
     *rx = &t->nic_rx[d->host * nics + d->local % nics];
 }
@@ -643,16 +675,20 @@ static weft_status_t try_send(ts_t *t, int rank, int i)
     double *rx;
     ports(t, r, d, cls, &tx, &rx);
     int64_t me = (int64_t)rank << 32 | (uint32_t)i;
-    if (tx->grant != me && (tx->free > t->now || tx->grant >= 0 || tx->head >= 0))
+    if (tx && tx->grant != me && (tx->free > t->now || tx->grant >= 0 || tx->head >= 0))
         return port_wait(t, tx, me);            /* EV_TX_DONE of the port's frame wakes it */
-    tx->grant = -1;
+    if (tx)
+        tx->grant = -1;
     /* The sender's port, then the receiver's: a frame that finds the receiver's port
      * busy waits in the fabric, not on the sender's port (an all-to-all runs at the
      * busier side's rate, as through a switch). */
     double occ, end, in;
     if (cpu_moves(t->c, cls)) {
         /* the sender's CPU copies the frame in when it is free; the receiver's copies it
-         * out when its receive runs (try_recv): no receiving port */
+         * out when its receive runs (try_recv): no receiving port, and between hosts no
+         * NIC either (tx NULL: a NIC port held from now to `end` was held through the
+         * CPU's other work and made the host's ranks wait for each other's CPUs, so one
+         * NIC took 86 ms where two took 69 for a 2x2 all-to-all) */
         occ = (t->c->overhead[cls] + (double)n * move_beta(t->c, cls)) * t->cpuf;
         end = WEFT_MAX(t->now, r->cpu) + occ;
         r->cpu = end;
@@ -663,7 +699,8 @@ static weft_status_t try_send(ts_t *t, int rank, int i)
         in = WEFT_MAX(end, *rx + occ);
         *rx = in;
     }
-    tx->free = end;
+    if (tx)
+        tx->free = end;
     int32_t f;
     if (t->free_fr >= 0) {
         f = t->free_fr;
@@ -789,7 +826,8 @@ static weft_status_t handle(ts_t *t, const ts_ev_t *e)
         double *rx;
         ports(t, r, d, d->host == r->host ? ALGO_LINK_SHM : ALGO_LINK_NET, &tx, &rx);
         st->busy = 0;
-        RETURN_IF_ERR(port_next(t, tx));        /* waiters first: round-robin */
+        if (tx)
+            RETURN_IF_ERR(port_next(t, tx));    /* waiters first: round-robin */
         return wake(t, e->rank, e->arg);
     }
     default:                                    /* EV_BUSY_DONE */
@@ -831,27 +869,43 @@ static int cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Rank q's schedule as the engine builds it (a = its arguments); the caller frees s. */
+static weft_status_t build_sched(ts_t *t, const algo_t *al, const sched_args_t *args, int q,
+                                 int root_check, const sched_layout_t *l0, sched_args_t *a,
+                                 sched_t *s)
+{
+    *a = *args;
+    a->rank = q;
+    layout_from(t->c, l0, q, &a->layout);
+    if (!al->supports(a))
+        return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "weft-sim: %s does not run this call "
+                                "on rank %d", al->name, q);
+    RETURN_IF_ERR(algo_build(al, a, root_check, s));
+    if (s->probe) {
+        sched_free(s);
+        return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "weft-sim: %s is an address exchange "
+                                "that another schedule continues", al->name);
+    }
+    return WEFT_OK;
+}
+
+/* The frames a send step cuts: at least one, an empty one too. */
+static long long send_frames(const ts_t *t, const sched_step_t *x)
+{
+    return x->len ? (long long)((x->len + t->chunk - 1) / t->chunk) : 1;
+}
+
 /* Builds rank q's schedule and keeps its compact form. */
 static weft_status_t build_rank(ts_t *t, const algo_t *al, const sched_args_t *args, int q,
                                 int root_check, const sched_layout_t *l0)
 {
     ts_rank_t *r = &t->r[q];
-    sched_args_t a = *args;
-    a.rank = q;
-    layout_from(t->c, l0, q, &a.layout);
+    sched_args_t a;
+    sched_t s;
+    RETURN_IF_ERR(build_sched(t, al, args, q, root_check, l0, &a, &s));
     r->host = a.layout.host;
     r->local = a.layout.local_rank;
     r->esz = weft_dtype_size(a.dtype);
-    if (!al->supports(&a))
-        return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "weft-sim: %s does not run this call "
-                                "on rank %d", al->name, q);
-    sched_t s;
-    RETURN_IF_ERR(algo_build(al, &a, root_check, &s));
-    if (s.probe) {
-        sched_free(&s);
-        return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "weft-sim: %s is an address exchange "
-                                "that another schedule continues", al->name);
-    }
     int n = s.nsteps;
     size_t nn = (size_t)n;
     r->n = n;
@@ -884,7 +938,7 @@ static weft_status_t build_rank(ts_t *t, const algo_t *al, const sched_args_t *a
         if (is_recv(x->kind))
             peers[np++] = x->peer;
         if (x->kind == STEP_SEND)
-            t->planned += x->len ? (long long)((x->len + t->chunk - 1) / t->chunk) : 1;
+            t->planned += send_frames(t, x);
         if (x->kind != STEP_SEND && !is_recv(x->kind)) {
             int cls = x->peer >= 0 && x->peer / t->c->per_host != r->host ? ALGO_LINK_NET
                                                                           : ALGO_LINK_SHM;
@@ -999,11 +1053,71 @@ static void ts_free(ts_t *t)
     free(t->wt);
 }
 
+static weft_status_t too_many(const ts_t *t, const algo_t *al, long long max_frames, int q)
+{
+    return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "weft-sim: %s would replay %lld frames "
+                            "or more, more than the limit of %lld (the sends of the first "
+                            "%d of %d ranks cut that many)", al->name, t->planned,
+                            max_frames, q + 1, t->n);
+}
+
+/* The frames rank q's sends cut, from its schedule built and dropped. */
+static weft_status_t frames_of(ts_t *t, const algo_t *al, const sched_args_t *args, int q,
+                               int root_check, const sched_layout_t *l0, long long *frames)
+{
+    sched_args_t a;
+    sched_t s;
+    RETURN_IF_ERR(build_sched(t, al, args, q, root_check, l0, &a, &s));
+    *frames = 0;
+    for (int i = 0; i < s.nsteps; i++)
+        if (s.steps[i].kind == STEP_SEND)
+            *frames += send_frames(t, &s.steps[i]);
+    sched_free(&s);
+    return WEFT_OK;
+}
+
+/* Whether the call would cut more than max_frames frames, judged before the ranks past
+ * rank 0 (cutting rank0_frames) are built: when every one of a few ranks spread over
+ * the cluster (0, 1, the middle, the last: a host's first and later ranks, both ends
+ * of a ring or chain) cuts more than max_frames / n, so would n of the fewest. A
+ * schedule where some rank sends less (a broadcast's leaves, a reduce's root) is not
+ * judged here: the count as the ranks are built refuses it if it must. Counting every
+ * rank first is no way out: a ring's schedule of 65536 ranks takes 0.4 s to build. */
+static weft_status_t over_limit(ts_t *t, const algo_t *al, const sched_args_t *args,
+                                int root_check, long long max_frames,
+                                const sched_layout_t *l0, long long rank0_frames)
+{
+    const int probe[] = { 1, t->n / 2 + 1, t->n - 1 };
+    long long fewest = rank0_frames;
+    char ranks[64] = "0";
+    size_t len = 1;
+    for (size_t k = 0; k < sizeof(probe) / sizeof(probe[0]); k++) {
+        int q = probe[k], seen = q >= t->n;     /* 2 ranks: 1, 2, 1; 4: 1, 3, 3 */
+        for (size_t j = 0; j < k; j++)
+            seen |= probe[j] == q;
+        if (seen)
+            continue;
+        long long f;
+        RETURN_IF_ERR(frames_of(t, al, args, q, root_check, l0, &f));
+        fewest = WEFT_MIN(fewest, f);
+        if ((double)fewest * t->n <= (double)max_frames)
+            return WEFT_OK;
+        len += (size_t)snprintf(ranks + len, sizeof(ranks) - len, ", %d", q);
+    }
+    return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "weft-sim: %s would replay about %.3g "
+                            "frames, more than the limit of %lld (ranks %s of %d cut %lld "
+                            "or more each; the rest were not built)", al->name,
+                            (double)fewest * t->n, max_frames, ranks, t->n, fewest);
+}
+
 static weft_status_t replay(ts_t *t, const algo_t *al, const sched_args_t *args,
                             int root_check, long long max_frames, simtime_result_t *res)
 {
     const simtime_cluster_t *c = t->c;
-    size_t nn = (size_t)c->hosts * (size_t)c->nics;
+    /* rank r uses NIC (r % per_host) % nics: NICs beyond per_host carry nothing, and
+     * 32768 hosts of 65536 NICs each asked for 51 GB of ports */
+    t->nics = WEFT_MIN(c->nics, c->per_host);
+    size_t nn = (size_t)c->hosts * (size_t)t->nics;
     t->r = ts_alloc(t, (size_t)t->n * sizeof(ts_rank_t));
     t->nic_tx = ts_alloc(t, nn * sizeof(ts_port_t));
     t->nic_rx = ts_alloc(t, nn * sizeof(double));
@@ -1017,12 +1131,19 @@ static weft_status_t replay(ts_t *t, const algo_t *al, const sched_args_t *args,
     memset(t->nic_rx, 0, nn * sizeof(double));
     sched_layout_t l0;
     simtime_layout(c, 0, &l0);
-    for (int q = 0; q < t->n; q++)
-        RETURN_IF_ERR(build_rank(t, al, args, q, root_check, &l0));
+    /* The limit is checked as the schedules are built, not once all are (which kept
+     * every rank's steps first: a 65536-rank ring of 8 bytes asked for 825 GB before it
+     * said N/A), and judged from a few ranks before the rest are built (over_limit). */
+    RETURN_IF_ERR(build_rank(t, al, args, 0, root_check, &l0));
     if (max_frames > 0 && t->planned > max_frames)
-        return weft_error_quiet(WEFT_ERR_UNSUPPORTED, "weft-sim: %s would replay %lld frames, "
-                                "more than the limit of %lld", al->name, t->planned,
-                                max_frames);
+        return too_many(t, al, max_frames, 0);
+    if (max_frames > 0 && (double)t->planned * t->n > (double)max_frames)
+        RETURN_IF_ERR(over_limit(t, al, args, root_check, max_frames, &l0, t->planned));
+    for (int q = 1; q < t->n; q++) {
+        RETURN_IF_ERR(build_rank(t, al, args, q, root_check, &l0));
+        if (max_frames > 0 && t->planned > max_frames)
+            return too_many(t, al, max_frames, q);
+    }
     RETURN_IF_ERR(resolve_sends(t));
     long long steps = 0;
     for (int q = 0; q < t->n; q++) {
@@ -1053,6 +1174,12 @@ weft_status_t simtime_run(const simtime_cluster_t *c, const algo_t *al,
                           simtime_result_t *res)
 {
     RETURN_IF_ERR(simtime_cluster_check(c));
+    memset(res, 0, sizeof(*res));
+    /* The engine moves nothing for a count of 0 (coll_run completes the call without a
+     * schedule, whatever the algorithm; a barrier, whose count is always 0, runs): no
+     * time, no steps. Replayed, an 8-byte all-gather of 4 ranks (count 0) took 0.5 us. */
+    if (args->count == 0 && args->coll != COLL_BARRIER)
+        return WEFT_OK;
     sched_args_t a = *args;
     a.nranks = c->hosts * c->per_host;
     a.chunk = simtime_chunk(c, &a);
@@ -1062,7 +1189,6 @@ weft_status_t simtime_run(const simtime_cluster_t *c, const algo_t *al,
     ts_t t = { .c = c, .n = a.nranks, .chunk = a.chunk, .free_fr = -1, .free_wt = -1,
                .cpuf = c->cores && c->per_host > c->cores ? (double)c->per_host / c->cores
                                                          : 1.0 };
-    memset(res, 0, sizeof(*res));
     weft_status_t st = replay(&t, al, &a, root_check, max_frames, res);
     ts_free(&t);
     return st;

@@ -25,7 +25,8 @@
 typedef struct simtime_cluster {
     int hosts, per_host;        /* ranks = hosts * per_host */
     int nics;                   /* NICs per host; rank r sends and receives between hosts
-                                   on NIC (r % per_host) % nics of its host */
+                                   on NIC (r % per_host) % nics of its host (those beyond
+                                   per_host carry nothing, and the replay keeps none) */
     algo_model_t m;             /* alpha (s), beta (s/byte) per link class, gamma (s/byte) */
     double overhead[ALGO_NLINKS];   /* s a link stays busy per frame beyond bytes * beta */
     double copy_beta;           /* s/byte of a local copy (memory bandwidth) */
@@ -50,8 +51,8 @@ typedef struct simtime_cluster {
     int net_copies;             /* 1: a frame between hosts is moved by the CPUs at either
                                    end, as tcp's kernel copies do: bytes * inter beta on
                                    the sender's compute resource and again on the
-                                   receiver's (plus gamma when it reduces), no NIC ports;
-                                   0: by NICs (RDMA) */
+                                   receiver's (plus gamma when it reduces), no NIC ports
+                                   (nics changes nothing then); 0: by NICs (RDMA) */
     int channels;               /* WEFT_NCHANNELS (1-64): the ring's and chains' channels,
                                    offered as the tuner offers them (algo_channels) */
 } simtime_cluster_t;
@@ -97,9 +98,14 @@ typedef struct simtime_result {
  * schedule is built by algo_build (root_check as WEFT_ROOT_CHECK), exactly what the
  * engine runs. WEFT_ERR_UNSUPPORTED when `al` does not support the call on some rank;
  * WEFT_ERR_MISMATCH or WEFT_ERR_INTERNAL when the schedules do not fit together (a frame
- * with no room, a deadlock, frames left over), naming the rank and step.
+ * with no room, a deadlock, frames left over), naming the rank and step. A count of 0
+ * (a barrier's aside) takes no time and no steps, as the engine runs no schedule then.
  * max_frames > 0 bounds the work: a call whose sends would cut more frames fails with
- * WEFT_ERR_UNSUPPORTED before any is replayed (the time is about 0.1-1 us a frame). */
+ * WEFT_ERR_UNSUPPORTED before any is replayed (the time is about 0.3-4 us a frame), and
+ * before more schedules are kept than that many frames take: the count stops at the rank
+ * that passes the limit, and when rank 0, 1, the middle one and the last each cut more
+ * than max_frames / ranks the call is refused from those four alone (the message says
+ * "about"). */
 weft_status_t simtime_run(const simtime_cluster_t *c, const algo_t *al,
                           const sched_args_t *args, int root_check, long long max_frames,
                           simtime_result_t *res);

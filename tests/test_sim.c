@@ -21,7 +21,13 @@
  *     the cluster unchanged), a cluster of one rank, a chunk above a quarter of the staging;
  *   - schedules that do not fit (test algorithms here): a send nobody receives, a frame
  *     larger than the receive, a deadlock, each an error naming ranks and steps; a call
- *     past max_frames is refused before it is replayed.
+ *     past max_frames is refused before it is replayed, and before the schedules of all
+ *     its ranks are built (judged from 4 ranks, or counted as they are built), while a
+ *     fan-out whose rank 0 alone sends much replays;
+ *   - net_copies: the CPUs move the frames between hosts, and the number of NICs
+ *     changes nothing; NICs beyond a host's ranks take no memory;
+ *   - a call of count 0 takes no time and no steps (the engine runs no schedule);
+ *   - a model-file line of any length is one line (a long comment's tail is no key).
  *
  * Usage: test_sim [-v]; prints one summary line, exits 1 on failure.
  */
@@ -176,6 +182,26 @@ static void cpu_moved(void)
     want = S / 2 * (4 * c.m.beta[ALGO_LINK_NET] + c.m.gamma);
     CHECK(cpu >= want * (1 - 1e-9) && near(cpu, want, 0.02), "net_copies: 2-host ring all-reduce of 64 "
           "MB takes %.6g s, both ends' work is %.6g", cpu, want);
+    /* net_copies moves frames with the CPUs, not the NICs: their number changes nothing.
+     * A direct all-to-all of 2 x 2 ranks, a block B to each peer: each rank's CPU copies
+     * out 2 blocks to the other host and copies in 2 (4 B inter beta); the block inside
+     * the host goes by its ports meanwhile. Before, a frame held its NIC's sending port from when it
+     * asked for it until its CPU had copied it (after the CPU's other work), so the two
+     * ranks of a host waited for each other's CPUs: one NIC took 86 ms at 64 MB, two 69. */
+    simtime_cluster_default(&c);
+    c.hosts = 2;
+    c.per_host = 2;
+    c.m.beta[ALGO_LINK_NET] = 1.0 / 1e9;
+    c.m.alpha[ALGO_LINK_NET] = c.m.alpha[ALGO_LINK_SHM] = 0;
+    c.net_copies = 1;
+    double B = 16.0 * 1024 * 1024;
+    double nic1 = run(&c, &algo_direct_def, COLL_ALLTOALL, (size_t)B, WEFT_OK);
+    c.nics = 2;
+    double nic2 = run(&c, &algo_direct_def, COLL_ALLTOALL, (size_t)B, WEFT_OK);
+    want = 4 * B * c.m.beta[ALGO_LINK_NET];
+    CHECK(nic1 == nic2 && nic1 >= want * (1 - 1e-9) && near(nic1, want, 0.05), "net_copies: "
+          "2x2 direct all-to-all of 16 MB blocks takes %.6g s on one NIC, %.6g on two; the "
+          "CPUs' copies take %.6g", nic1, nic2, want);
     /* bad values change nothing */
     simtime_cluster_t before = c;
     CHECK(simtime_cluster_set(&c, "shm_copies", "2") == WEFT_ERR_INVALID_ARG &&
@@ -236,6 +262,15 @@ static void hosts(void)
     double two = run(&c, &algo_direct_def, COLL_ALLGATHER, 16 << 20, WEFT_OK);
     CHECK(near(one / two, 2.0, 0.05), "direct all-gather across 2 hosts: one NIC %.4g s, "
           "two NICs %.4g s; want a ratio of 2", one, two);
+    /* NICs beyond a host's ranks carry nothing and take no memory (32768 hosts of 65536
+     * NICs asked for 51 GB of ports before; here 2 x 65536 took 4 MB) */
+    c.nics = 65536;
+    sched_args_t ag = call(COLL_ALLGATHER, (16 << 20) / 4, 4);
+    simtime_result_t many;
+    CHECK(simtime_run(&c, &algo_direct_def, &ag, 1, 0, &many) == WEFT_OK &&
+          many.seconds == two && many.peak_bytes < (1u << 20), "65536 NICs on hosts of 2 "
+          "ranks: %.4g s (two NICs: %.4g), %zu bytes of memory", many.seconds, two,
+          many.peak_bytes);
 
     c.hosts = 4;
     c.per_host = 8;
@@ -249,7 +284,8 @@ static void hosts(void)
 
 /* Every registered algorithm x collective it runs x in place or not, on 1-2 hosts, with
  * the root check: each replays to the end (no deadlock, no frame left over), and takes
- * at least one hop's latency. */
+ * at least one hop's latency; with a count of 0 it takes no time and no steps, as the
+ * engine runs no schedule then (coll_run; a barrier, count 0 always, runs). */
 static void every_algorithm(void)
 {
     static const int coll[] = { COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER,
@@ -276,10 +312,13 @@ static void every_algorithm(void)
                         simtime_result_t res;
                         weft_status_t st = simtime_run(&c, algo_registry[k], &a, 1, 0, &res);
                         runs++;
-                        CHECK(st == WEFT_OK && res.seconds >= c.m.alpha[ALGO_LINK_SHM],
-                              "%s %s on %dx%d, count %zu%s: status %d, %g s (%s)",
+                        int noop = counts[ni] == 0 && coll[ci] != COLL_BARRIER;
+                        CHECK(st == WEFT_OK && (noop ? res.seconds == 0 && res.steps == 0 &&
+                                                       res.frames == 0
+                                                     : res.seconds >= c.m.alpha[ALGO_LINK_SHM]),
+                              "%s %s on %dx%d, count %zu%s: status %d, %g s, %lld steps (%s)",
                               algo_registry[k]->name, coll_name(coll[ci]), c.hosts, c.per_host,
-                              counts[ni], ip ? " in place" : "", st, res.seconds,
+                              counts[ni], ip ? " in place" : "", st, res.seconds, res.steps,
                               weft_last_error());
                     }
             }
@@ -341,6 +380,24 @@ static void bad_input(void)
         fclose(f);
         CHECK(simtime_cluster_load(&c, path) == WEFT_ERR_INVALID_ARG &&
               strstr(weft_last_error(), ":2:"), "line without '=': %s", weft_last_error());
+        /* a line of any length is one line: fgets into 512 bytes read the tail of a long
+         * comment as a line of its own (here "hosts = 3"), and numbered the lines after
+         * it one too high */
+        f = fopen(path, "w");
+        fprintf(f, "#%0510d", 0);
+        fprintf(f, "hosts = 3\nranks_per_host = 4\n");
+        fclose(f);
+        simtime_cluster_t longc;
+        simtime_cluster_default(&longc);
+        CHECK(simtime_cluster_load(&longc, path) == WEFT_OK && longc.hosts == 1 &&
+              longc.per_host == 4, "a 520-byte comment line: hosts %d, ranks per host %d "
+              "(%s)", longc.hosts, longc.per_host, weft_last_error());
+        f = fopen(path, "w");
+        fprintf(f, "#%0510d%100s\nintra_bw = fast\n", 0, "");    /* its tail: blanks */
+        fclose(f);
+        CHECK(simtime_cluster_load(&longc, path) == WEFT_ERR_INVALID_ARG &&
+              strstr(weft_last_error(), ":2:"), "a bad line after a long one: %s",
+              weft_last_error());
         /* a written model reads back the same */
         f = fopen(path, "w");
         c.hosts = 3;
@@ -471,6 +528,68 @@ static void mismatches(void)
     CHECK(strstr(weft_last_error(), "no rank can move") != NULL, "%s", weft_last_error());
 }
 
+/* max_frames is judged while the schedules are built, not after all are: every rank
+ * built is kept (12.5 MB a rank for a ring of 65536), so a 65536-rank ring of 8 bytes
+ * asked for 825 GB before it was refused. Test algorithms on 64 ranks count the
+ * schedules built: a shift (rank q sends frames to q + 1) of one frame a rank over a
+ * limit of 10 is refused from 4 ranks' schedules (0, 1, 33, 63); one where rank 0 sends
+ * one frame and the others 2 (127 frames, 64 projected from rank 0) over a limit of 100
+ * is refused when the count passes it, at rank 50; and a broadcast's fan-out (rank 0
+ * sends a frame to each, 63 frames, 4032 projected from rank 0) under a limit of 100
+ * replays. */
+static int limit_builds, limit_mode;
+static int sixty_four(const sched_args_t *a)
+{
+    return a->nranks == 64;
+}
+
+static weft_status_t build_limit(const sched_args_t *a, sched_t *s)
+{
+    int n = a->nranks, q = a->rank;
+    limit_builds++;
+    if (limit_mode == 2) {                      /* fan-out from rank 0 */
+        for (int p = 1; q == 0 && p < n; p++)
+            sched_send(s, p, BUF_NONE, 0, 0, -1);
+        if (q != 0)
+            sched_recv(s, 0, BUF_NONE, 0, 0);
+        return WEFT_OK;
+    }
+    size_t mine = limit_mode == 1 && q > 0 ? 2 : 1;
+    size_t left = limit_mode == 1 && (q + n - 1) % n > 0 ? 2 : 1;
+    sched_send(s, (q + 1) % n, BUF_SEND, 0, mine * a->chunk, -1);
+    sched_recv(s, (q + n - 1) % n, BUF_RECV, 0, left * a->chunk);
+    return WEFT_OK;
+}
+
+static void frame_limit(void)
+{
+    algo_t al = { .name = "limit", .supports = sixty_four, .window = algo_no_window,
+                  .build = build_limit };
+    simtime_cluster_t c;
+    simtime_cluster_default(&c);
+    c.per_host = 64;
+    sched_args_t a = call(COLL_ALLREDUCE, 1024, 64);
+    simtime_result_t res;
+    limit_mode = 0;
+    limit_builds = 0;
+    CHECK(simtime_run(&c, &al, &a, 1, 10, &res) == WEFT_ERR_UNSUPPORTED &&
+          strstr(weft_last_error(), "limit of 10") && limit_builds <= 4,
+          "a shift of 64 frames over a limit of 10: %d schedules built (%s)", limit_builds,
+          weft_last_error());
+    limit_mode = 1;
+    limit_builds = 0;
+    CHECK(simtime_run(&c, &al, &a, 1, 100, &res) == WEFT_ERR_UNSUPPORTED &&
+          strstr(weft_last_error(), "limit of 100") && limit_builds == 51,
+          "127 frames over a limit of 100: %d schedules built, want 51 (%s)", limit_builds,
+          weft_last_error());
+    CHECK(simtime_run(&c, &al, &a, 1, 127, &res) == WEFT_OK && res.frames == 127,
+          "127 frames at a limit of 127: %lld frames (%s)", res.frames, weft_last_error());
+    limit_mode = 2;
+    CHECK(simtime_run(&c, &al, &a, 1, 100, &res) == WEFT_OK && res.frames == 63,
+          "a fan-out of 63 frames under a limit of 100: %lld frames (%s)", res.frames,
+          weft_last_error());
+}
+
 int main(int argc, char **argv)
 {
     verbose = argc > 1 && !strcmp(argv[1], "-v");
@@ -483,6 +602,7 @@ int main(int argc, char **argv)
     staging();
     bad_input();
     mismatches();
+    frame_limit();
     printf("test_sim: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -1,6 +1,8 @@
 #!/bin/bash
 # test_sim.sh - weft-sim's command line: tables, the model file, flags over the file,
-# and bad input (exit 2, a message naming what is wrong, no table).
+# the sweep's -f and -i, rows past --max-frames and NICs past the ranks at 65536 ranks
+# (under a 4 GB address-space limit), and bad input (exit 2, a message naming what is
+# wrong, no table).
 #
 #   bash tests/test_sim.sh [BUILD]     (tests/run.sh runs it; ends "N passed, N failed")
 set -u
@@ -15,11 +17,12 @@ trap 'rm -rf "$D"' EXIT
 
 ok() { PASS=$((PASS + 1)); echo "ok - $1"; }
 no() { FAIL=$((FAIL + 1)); echo "FAIL - $1"; sed 's/^/     | /' "$D/out" "$D/err" | tail -n 8; }
-# expect NAME STATUS [GREP-IN-STDOUT-OR-STDERR] -- ARGS...
+# expect NAME STATUS [GREP-IN-STDOUT-OR-STDERR] -- ARGS...  (VMEM=KB: under ulimit -v KB)
 expect() {
     local name=$1 want=$2 pat=$3
     shift 4
-    timeout 60 "$SIM" "$@" > "$D/out" 2> "$D/err"
+    ( if [ -n "${VMEM:-}" ]; then ulimit -v "$VMEM" || exit 99; fi
+      exec timeout 60 "$SIM" "$@" ) > "$D/out" 2> "$D/err"
     local rc=$?
     if [ $rc != "$want" ]; then no "$name: status $rc, want $want"; return; fi
     if [ -n "$pat" ] && ! grep -qE -- "$pat" "$D/out" "$D/err"; then no "$name: no /$pat/"; return; fi
@@ -90,6 +93,45 @@ expect "hier on one host does not run" 1 "hier does not run" -- --hosts 1 --rank
     --algo hier -b 4K -e 4K
 expect "--max-frames leaves the row N/A" 0 "more than the limit" -- --hosts 1 \
     --ranks-per-host 4 -b 64M -e 64M --algo ring --max-frames 10
+
+# A row past --max-frames is N/A at once, before the schedules are kept: a 65536-rank ring
+# of 8 bytes kept every rank's (12.5 MB a rank, 825 GB) before it compared (out of
+# memory under 4 GB here, or killed by the timeout). The sanitizers' shadow memory needs
+# more address space than the limit: no limit under them.
+vmem=4000000
+grep -qa -e __asan_init -e __tsan_init -e __msan_init "$SIM" && vmem=
+VMEM=$vmem expect "--max-frames: 65536-rank ring N/A before its schedules are kept" 0 \
+    "more than the limit" -- --hosts 16384 --ranks-per-host 4 --algo ring -b 8 -e 8 --inplace 0
+grep -qE "^ +8 +2 +float +sum +-1 +N/A" "$D/out" && ok "... and its row says N/A" || no "N/A row"
+# NICs beyond a host's ranks carry nothing: 4096 hosts of 65536 NICs asked for 8.6 GB of
+# ports; the header says how many are used
+VMEM=$vmem expect "--nics above --ranks-per-host" 0 "65536 NIC\(s\) per host \(2 used" -- \
+    --hosts 4096 --ranks-per-host 2 --nics 65536 --algo tree -b 8 -e 8 --inplace 0
+# A model-file line is one line at any length: fgets into 512 bytes read the tail of a
+# long comment as a line ("hosts = 3" set hosts)
+{ printf '#%0510d' 0; printf 'hosts = 3\nranks_per_host = 4\n'; } > "$D/long"
+expect "a 520-byte comment line in the model file is a comment" 0 "1 host\(s\) x 4 rank\(s\)" -- \
+    --model "$D/long" -b 8 -e 8 --algo ring
+# A count of 0 moves nothing, as in the engine (coll_run: no schedule): an 8-byte
+# all-gather of 4 ranks is 0 elements a rank (replayed, 0.50 us before)
+expect "count 0: no time" 0 "" -- -c allgather -b 8 -e 8 --hosts 1 --ranks-per-host 4 --algo ring
+awk '$1 == 0 && $2 == 0 && $6 == "0.00" && $10 == "0.00" { f = 1 } END { exit !f }' "$D/out" &&
+    ok "... 0.00 us in both columns" || no "count 0 row: $(grep -E '^ +0 ' "$D/out")"
+# -f and -i as nccl-tests and the perf tools read them: a factor above 1 wins over -i
+# wherever they stand, -f 1 (or 0) steps by -i, 1M by default; -i alone steps by it
+sizes() { awk '/^ +[0-9]+ +[0-9]+ / { printf "%s%s", s, $1; s = " " }' "$D/out"; }
+M=1048576
+expect "-f 1 without -i steps by 1M" 0 "" -- -b 1M -e 3M -f 1 --algo ring
+[ "$(sizes)" = "$M $((2 * M)) $((3 * M))" ] && ok "... 1M, 2M, 3M" || no "-f 1 sizes: $(sizes)"
+expect "-f 2 -i 1M: the factor wins" 0 "" -- -b 1M -e 4M -f 2 -i 1M --algo ring
+[ "$(sizes)" = "$M $((2 * M)) $((4 * M))" ] && ok "... 1M, 2M, 4M" || no "-f 2 -i 1M sizes: $(sizes)"
+expect "-i 1M alone steps by it" 0 "" -- -b 1M -e 3M -i 1M --algo ring
+[ "$(sizes)" = "$M $((2 * M)) $((3 * M))" ] && ok "... 1M, 2M, 3M" || no "-i 1M sizes: $(sizes)"
+expect "-f 0 steps by -i" 0 "" -- -b 1M -e 2M -f 0 --algo ring
+[ "$(sizes)" = "$M $((2 * M))" ] && ok "... 1M, 2M" || no "-f 0 sizes: $(sizes)"
+expect "bad: -f 1 -i 0 below -e" 2 "-i 0 with a factor of 1" -- -b 1M -e 2M -f 1 -i 0
+expect "-f 1 -i 0 with -b = -e: one row" 0 "" -- -b 1M -e 1M -f 1 -i 0 --algo ring
+[ "$(sizes)" = "$M" ] && ok "... 1M" || no "-f 1 -i 0, one size: $(sizes)"
 
 echo "test_sim.sh: $PASS passed, $FAIL failed"
 [ $FAIL = 0 ]

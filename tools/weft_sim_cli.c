@@ -76,7 +76,8 @@ static void usage(FILE *f)
         "call (nccl-tests' flags):\n"
         "  -c COLL   allreduce (default), reduce_scatter, allgather, broadcast, reduce, alltoall\n"
         "  -b, -e    smallest and largest size in bytes, K/M/G suffixes (default 8, 1G)\n"
-        "  -f, -i    size factor (default 2) or increment\n"
+        "  -f, -i    size factor, or increment when the factor is 1 or less (default 1M);\n"
+        "            a factor above 1 wins over -i; without -f: 2, or 1 with -i (default 2)\n"
         "  -d TYPE   float (default), half, bfloat16, double, int32, ...\n"
         "  -o OP     sum (default), prod, min, max, avg\n"
         "  -r ROOT   root of broadcast and reduce (default 0)\n"
@@ -84,7 +85,8 @@ static void usage(FILE *f)
         "  --inplace 1 (default) also replays the in-place call; 0 prints N/A there\n"
         "  --root-check  WEFT_ROOT_CHECK (default 1)\n"
         "  --max-frames N  rows that would replay more frames print N/A (default 200M; 0: no\n"
-        "            limit); the replay takes about 0.1-1 us a frame\n"
+        "            limit), at once when ranks 0, 1, the middle and the last each cut\n"
+        "            more than N / ranks; the replay takes about 0.3-4 us a frame\n"
         "  -v        per row on stderr: steps, frames, events, seconds and memory taken\n");
 }
 
@@ -112,14 +114,19 @@ typedef struct {
     int coll, type, op, root, inplace, root_check, verbose;
     long long max_frames;
     size_t min, max, step, factor;
+    int factor_set;             /* -f given: otherwise 2, or 1 when -i is given */
+    int step_set;
 } sim_opts_t;
 
 static void print_cluster(const simtime_cluster_t *c)
 {
     printf("# weft-sim: predicted by replaying weft's schedules on a modelled cluster, "
            "not measured\n");
-    printf("# Cluster: %d host(s) x %d rank(s) = %d ranks, %d NIC(s) per host\n", c->hosts,
+    printf("# Cluster: %d host(s) x %d rank(s) = %d ranks, %d NIC(s) per host", c->hosts,
            c->per_host, c->hosts * c->per_host, c->nics);
+    if (c->nics > c->per_host)      /* rank r's is (r % per_host) % nics: the rest idle */
+        printf(" (%d used: one per rank)", c->per_host);
+    printf("\n");
     printf("#   intra-host %.4g GB/s, %.4g us (+%.4g us/frame); inter-host %.4g GB/s per NIC, "
            "%.4g us (+%.4g us/frame)\n", 1e-9 / c->m.beta[ALGO_LINK_SHM],
            c->m.alpha[ALGO_LINK_SHM] * 1e6, c->overhead[ALGO_LINK_SHM] * 1e6,
@@ -266,13 +273,14 @@ static int parse_opts(int argc, char **argv, simtime_cluster_t *c, sim_opts_t *o
                            : ch == 'e' ? "-e %s: not a size (bytes with K, M or G, 1 to 8E)"
                            : "-i %s: not a size (bytes with K, M or G, up to 8E)", optarg);
             *(ch == 'b' ? &o->min : ch == 'e' ? &o->max : &o->step) = (size_t)v;
-            if (ch == 'i')
-                o->factor = 1;
+            o->step_set |= ch == 'i';
             break;
         case 'f':
-            if (perf_parse_int(optarg, 1, 1 << 20, &k) != 0)
-                return bad("-f %s: want a whole factor of 1 or more", optarg);
+            /* nccl-tests' and the perf tools' (bench/perf_common.h): 0 and 1 step by -i */
+            if (perf_parse_int(optarg, 0, 1 << 20, &k) != 0)
+                return bad("-f %s: want a whole factor, 0 to 1048576", optarg);
             o->factor = (size_t)k;
+            o->factor_set = 1;
             break;
         case 'd':
             if ((o->type = perf_type_index(optarg)) < 0)
@@ -325,8 +333,14 @@ static int parse_opts(int argc, char **argv, simtime_cluster_t *c, sim_opts_t *o
         return bad("unexpected argument '%s'", argv[optind]);
     if (o->min > o->max)
         return bad("-b is above -e%s", "");
-    if (o->factor <= 1 && o->step == 0)
-        return bad("-i 0 with -f 1 would never end%s", "");
+    /* nccl-tests' rule, as the perf tools': a factor above 1 steps by it whatever -i
+     * says, and -f 1 steps by -i (1M unless given). weft-sim's sweep doubles by default,
+     * and -i alone steps by it (before, -i set the factor to 1 wherever it stood, so
+     * "-f 2 -i 1M" stepped by 1M, and "-f 1" alone was refused as "-i 0 with -f 1") */
+    if (!o->factor_set)
+        o->factor = o->step_set ? 1 : 2;
+    if (o->factor <= 1 && o->step == 0 && o->min < o->max)
+        return bad("-i 0 with a factor of %s (-f) never reaches -e", o->factor ? "1" : "0");
     return 0;
 }
 
@@ -334,7 +348,8 @@ int main(int argc, char **argv)
 {
     simtime_cluster_t c;
     sim_opts_t o = { .kind = PERF_COLL_ALLREDUCE, .coll = COLL_ALLREDUCE, .op = WEFT_SUM,
-                     .inplace = 1, .root_check = 1, .max_frames = 200000000, .min = 8, .max = 1u << 30, .factor = 2 };
+                     .inplace = 1, .root_check = 1, .max_frames = 200000000, .min = 8, .max = 1u << 30,
+                     .step = 1u << 20, .factor = 2 };
     const char *algo = "all", *write_model = NULL;
     o.type = perf_type_index("float");
     simtime_cluster_default(&c);
