@@ -4,13 +4,21 @@
  * Checked in order, the first whose rank and size are both set wins (one with only one
  * of them, such as a WORLD_SIZE exported for another tool, is passed over): weftrun
  * (WEFT_RANK/WEFT_WORLD_SIZE/WEFT_ADDR), torchrun (RANK/WORLD_SIZE/MASTER_ADDR/
- * MASTER_PORT), Open MPI (OMPI_COMM_WORLD_*), PMI (PMI_RANK/PMI_SIZE, MPICH's hydra),
- * Slurm (SLURM_PROCID and SLURM_STEP_NUM_TASKS, which srun sets for each task of a step:
- * a batch script's own process also has SLURM_PROCID=0 and SLURM_NTASKS, and is refused
- * with a message rather than taken for rank 0 of a job whose other ranks never come).
+ * MASTER_PORT), Open MPI (OMPI_COMM_WORLD_*), PMI (PMI_RANK/PMI_SIZE: MPICH's hydra,
+ * Slurm's pmi2 plugin, Cray's), Slurm (SLURM_PROCID and SLURM_STEP_NUM_TASKS, which srun
+ * sets for each task of a step: a batch script's own process also has SLURM_PROCID=0, and
+ * SLURM_NTASKS where the job was given a task count, and is a job of one rank where the
+ * job has one task, else refused with a message rather than taken for rank 0 of a job
+ * whose other ranks never come). A value that is not a number is refused, naming its
+ * variable. The local rank and size (the ib transport's HCA by topology): the launcher's
+ * own variables (PMI: hydra's MPI_LOCALRANKID/MPI_LOCALNRANKS, else Cray's
+ * PMI_LOCAL_RANK/PMI_LOCAL_SIZE), else, under srun (SLURM_PROCID and
+ * SLURM_STEP_NUM_TASKS equal to the rank and size, as under srun --mpi=pmi2, whose PMI
+ * variables name no local rank), SLURM_LOCALID and this node's count of the step's tasks.
  * The rendezvous is WEFT_ADDR, else MASTER_ADDR:MASTER_PORT, except under
  * torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True: torchrun's own store
- * already listens on MASTER_PORT), where rank 0 listens on MASTER_PORT + 1. Under MPI or
+ * already listens on MASTER_PORT), where rank 0 listens on MASTER_PORT + 1; a value that
+ * is not host:port (a port) is refused naming its variable. Under MPI or
  * Slurm without either, a job whose ranks all run on one host meets on 127.0.0.1 at a
  * port derived from the job id (Open MPI 4's OMPI_MCA_ess_base_jobid, else PMIx's
  * PMIX_NAMESPACE, which Open MPI 5 sets; PMI_JOBID, else under MPICH's hydra, which sets
@@ -23,12 +31,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "comm_int.h"
 #include "log.h"
 #include "sock.h"
 #include "status.h"
 #include "util.h"
 
+/* 1 with *out set where NAME is a number in [0, 2^24]; 0 where it is unset or empty; -1
+ * where it is something else (*out untouched). */
 static int env_int(const char *name, int *out)
 {
     const char *v = getenv(name);
@@ -75,17 +86,29 @@ static int slurm_local_size(int *out)
     return 0;
 }
 
+static int env_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && *v != '\0';
+}
+
+/* local_rank[k] and local_size[k]: the launcher's names for them, the first set wins */
 typedef struct {
-    const char *source, *rank, *size, *local_rank, *local_size, *jobid[2];
+    const char *source, *rank, *size, *local_rank[2], *local_size[2], *jobid[2];
 } launcher_t;
 
 static const launcher_t launchers[] = {
-    { "weftrun", "WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", { 0 } },
-    { "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", { 0 } },
-    { "Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-      "OMPI_COMM_WORLD_LOCAL_SIZE", { "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE" } },
-    { "PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", { "PMI_JOBID" } },
-    { "Slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", NULL,
+    { "weftrun", "WEFT_RANK", "WEFT_WORLD_SIZE", { "WEFT_LOCAL_RANK" }, { "WEFT_LOCAL_SIZE" },
+      { 0 } },
+    { "torchrun", "RANK", "WORLD_SIZE", { "LOCAL_RANK" }, { "LOCAL_WORLD_SIZE" }, { 0 } },
+    { "Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+      { "OMPI_COMM_WORLD_LOCAL_RANK" }, { "OMPI_COMM_WORLD_LOCAL_SIZE" },
+      { "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE" } },
+    /* MPICH's hydra names the local rank MPI_LOCALRANKID, Cray's PMI PMI_LOCAL_RANK;
+     * Slurm's pmi2 plugin names none (SLURM_LOCALID then, env_local) */
+    { "PMI", "PMI_RANK", "PMI_SIZE", { "MPI_LOCALRANKID", "PMI_LOCAL_RANK" },
+      { "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE" }, { "PMI_JOBID" } },
+    { "Slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", { "SLURM_LOCALID" }, { 0 },
       { "SLURM_JOB_ID" } },
 };
 
@@ -166,19 +189,53 @@ static int port_from_job(uint64_t h)
     return lo + (int)(h % (uint64_t)span);
 }
 
+/* A port's text: digits, at most 65535. */
+static int is_port(const char *s)
+{
+    return *s != '\0' && strlen(s) <= 5 && strspn(s, "0123456789") == strlen(s) &&
+           atol(s) <= 65535;
+}
+
+/* WEFT_OK where the host part (hlen bytes of host) names a host the way the sockets
+ * take one, IPv4 only; else the error, naming var (its value: value). */
+static weft_status_t check_host(const char *var, const char *value, const char *host,
+                                size_t hlen)
+{
+    if (hlen == 0)
+        return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: %s='%s' names no host: the "
+                          "rendezvous is rank 0's host name or IPv4 address and a port "
+                          "(WEFT_ADDR=node1:29500)", var, value);
+    if (memchr(host, ':', hlen) || memchr(host, '[', hlen) || hlen > 255)
+        return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: %s='%s' is not a host name or "
+                          "IPv4 address (weft's sockets are IPv4 only; the rendezvous is rank "
+                          "0's host and a port: WEFT_ADDR=node1:29500)", var, value);
+    return WEFT_OK;
+}
+
 static weft_status_t find_rendezvous(const launcher_t *l, launch_env_t *env)
 {
     const char *addr = getenv("WEFT_ADDR");
     const char *maddr = getenv("MASTER_ADDR"), *mport = getenv("MASTER_PORT");
     if (addr && *addr) {
+        const char *colon = strrchr(addr, ':');
+        if (colon == NULL || !is_port(colon + 1))
+            return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: WEFT_ADDR='%s' is not "
+                              "host:port (rank 0's host name or IPv4 address, then a port, "
+                              "a number up to 65535: WEFT_ADDR=node1:29500)", addr);
+        RETURN_IF_ERR(check_host("WEFT_ADDR", addr, addr, (size_t)(colon - addr)));
         snprintf(env->rendezvous, sizeof(env->rendezvous), "%s", addr);
         return WEFT_OK;
     }
     if (maddr && *maddr && mport && *mport) {
         const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
-        char *end;
-        long port = strtol(mport, &end, 10);
-        if (agent && !strcmp(agent, "True") && *end == '\0' && port > 0 && port < 65535) {
+        if (!is_port(mport))
+            return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: MASTER_PORT='%s' is not a "
+                              "port (a number up to 65535: with MASTER_ADDR the "
+                              "rendezvous where WEFT_ADDR is not set)",
+                              mport);
+        RETURN_IF_ERR(check_host("MASTER_ADDR", maddr, maddr, strlen(maddr)));
+        long port = atol(mport);
+        if (agent && !strcmp(agent, "True") && port > 0 && port < 65535) {
             /* torchrun's agent (static rendezvous) serves its store on MASTER_PORT of
              * MASTER_ADDR, where group rank 0, and so weft's rank 0, runs */
             snprintf(env->rendezvous, sizeof(env->rendezvous), "%s:%ld", maddr, port + 1);
@@ -206,30 +263,68 @@ static weft_status_t find_rendezvous(const launcher_t *l, launch_env_t *env)
                       "MASTER_ADDR and MASTER_PORT", l->source);
 }
 
-/* The launcher whose rank and size variables are both set (the first, in the table's
- * order), its values in *rank and *size: the launcher, or NULL with *why 0 where none
- * is, 1 where a Slurm batch script's own process is (no srun step), 2 where the values
- * do not describe a rank (*bad: that launcher). Touches no error state. */
-static const launcher_t *find_launcher(int *rank, int *size, int *why,
-                                       const launcher_t **bad)
+/* find_launcher's verdict where it finds no launcher to use */
+typedef struct {
+    int why;                    /* 0: none found; one of the below */
+    const launcher_t *bad;      /* NOT_A_RANK: the launcher */
+    const char *var;            /* NOT_A_NUMBER: the variable; BATCH: the tasks' count's */
+    int tasks;                  /* BATCH: the job's tasks */
+} verdict_t;
+enum { NONE, BATCH, NOT_A_RANK, NOT_A_NUMBER };
+
+/* A Slurm job's own process, outside any srun step (SLURM_PROCID without
+ * SLURM_STEP_NUM_TASKS: a batch script, or an allocation's shell): rank 0 of 1 where the
+ * job has one task (SLURM_NTASKS; sbatch without -n sets none, and the job then has a
+ * task per node, Slurm's default: SLURM_JOB_NUM_NODES, itself unset taken for 1); else
+ * NULL with *v saying why. */
+static const launcher_t *slurm_batch(const launcher_t *l, int r, int *rank, int *size,
+                                     verdict_t *v)
 {
-    *why = 0;
+    static const char *const count[] = { "SLURM_NTASKS", "SLURM_JOB_NUM_NODES",
+                                         "SLURM_NNODES" };
+    if (r < 0) {
+        v->why = NOT_A_NUMBER;
+        v->var = l->rank;
+        return NULL;
+    }
+    *size = 1;
+    v->var = NULL;
+    for (size_t k = 0; k < WEFT_ARRAY_LEN(count) && v->var == NULL; k++) {
+        int got = env_int(count[k], size);
+        if (got < 0 || (got == 1 && *size < 1)) {
+            v->why = NOT_A_NUMBER;
+            v->var = count[k];
+            return NULL;
+        }
+        if (got == 1)
+            v->var = count[k];
+    }
+    if (*size == 1 && *rank == 0)
+        return l;
+    v->why = BATCH;
+    v->tasks = *size;
+    return NULL;
+}
+
+/* The launcher whose rank and size variables are both set (the first, in the table's
+ * order), its values in *rank and *size: the launcher, or NULL with v->why NONE where
+ * none is, BATCH where a Slurm job's own process is (no srun step) in a job of more than
+ * one task, NOT_A_RANK where the values do not describe a rank, NOT_A_NUMBER where a
+ * variable it needs is not a number. Touches no error state. */
+static const launcher_t *find_launcher(int *rank, int *size, verdict_t *v)
+{
+    memset(v, 0, sizeof(*v));
     for (size_t i = 0; i < WEFT_ARRAY_LEN(launchers); i++) {
         const launcher_t *l = &launchers[i];
         int r = env_int(l->rank, rank), s = env_int(l->size, size);
-        if (!strcmp(l->source, "Slurm") && r != 0 && s == 0 && getenv("SLURM_NTASKS")) {
-            /* a batch script's own process: the job's only task where it has one (sbatch
-             * -n 1 running the program directly), else not a rank of it */
-            if (env_int("SLURM_NTASKS", size) == 1 && *size == 1)
-                return l;
-            *why = 1;
-            return NULL;
-        }
+        if (!strcmp(l->source, "Slurm") && r != 0 && s == 0 &&
+            (env_set("SLURM_NTASKS") || env_set("SLURM_JOB_ID")))
+            return slurm_batch(l, r, rank, size, v);
         if (r == 0 || s == 0)
             continue;           /* not this launcher's job (or only part of its variables) */
         if (r != 1 || s != 1 || *size < 1 || *rank >= *size) {
-            *why = 2;
-            *bad = l;
+            v->why = NOT_A_RANK;
+            v->bad = l;
             return NULL;
         }
         return l;
@@ -239,43 +334,78 @@ static const launcher_t *find_launcher(int *rank, int *size, int *why,
 
 int weft_launch_size(void)
 {
-    int rank = 0, size = 0, why = 0;
-    const launcher_t *bad;
-    if (find_launcher(&rank, &size, &why, &bad))
+    int rank = 0, size = 0;
+    verdict_t v;
+    if (find_launcher(&rank, &size, &v))
         return size;
-    return why ? -1 : 0;
+    return v.why != NONE ? -1 : 0;
+}
+
+/* One local variable into *out (left as it is where unset): WEFT_OK, or an error
+ * naming it where it is not a number. */
+static weft_status_t local_var(const char *name, int *out)
+{
+    if (name == NULL || *out >= 0)
+        return WEFT_OK;
+    if (env_int(name, out) < 0)
+        return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: %s='%s' is not a number (the "
+                          "local rank or size of this process)", name, getenv(name));
+    return WEFT_OK;
+}
+
+/* The local rank and size: the launcher's own variables, else srun's where this process
+ * is the task of an srun step that the launcher's rank is (srun --mpi=pmi2 sets PMI_RANK
+ * and PMI_SIZE but no local rank: with none, every rank of a node took the same HCA). */
+static weft_status_t env_local(const launcher_t *l, launch_env_t *env)
+{
+    int procid, ntasks;
+    env->local_rank = -1;
+    env->local_size = -1;
+    for (int k = 0; k < 2; k++) {
+        RETURN_IF_ERR(local_var(l->local_rank[k], &env->local_rank));
+        RETURN_IF_ERR(local_var(l->local_size[k], &env->local_size));
+    }
+    int slurm = !strcmp(l->source, "Slurm");
+    if (!slurm && (env->local_rank < 0 || env->local_size < 0) &&
+        env_int("SLURM_PROCID", &procid) == 1 && procid == env->rank &&
+        env_int("SLURM_STEP_NUM_TASKS", &ntasks) == 1 && ntasks == env->nranks) {
+        RETURN_IF_ERR(local_var("SLURM_LOCALID", &env->local_rank));
+        slurm = 1;
+    }
+    if (slurm && env->local_size < 0)
+        slurm_local_size(&env->local_size);   /* Slurm names no local size */
+    return WEFT_OK;
 }
 
 weft_status_t env_detect(launch_env_t *env)
 {
     memset(env, 0, sizeof(*env));
-    int why = 0;
-    const launcher_t *bad = NULL;
-    const launcher_t *l = find_launcher(&env->rank, &env->nranks, &why, &bad);
-    if (why == 1)
-        return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: SLURM_PROCID and "
-                          "SLURM_NTASKS are set but not SLURM_STEP_NUM_TASKS: this "
+    verdict_t v;
+    const launcher_t *l = find_launcher(&env->rank, &env->nranks, &v);
+    if (v.why == BATCH)
+        return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: SLURM_PROCID is set but not "
+                          "SLURM_STEP_NUM_TASKS, in a job of %d tasks (%s%s=%d): this "
                           "process runs in a Slurm job (a batch script or an allocation's "
                           "shell), not as a task that srun started; start the ranks with "
-                          "srun (or weftrun, mpirun, torchrun)");
-    if (why == 2)
+                          "srun (or weftrun, mpirun, torchrun)", v.tasks,
+                          strcmp(v.var, "SLURM_NTASKS") ? "no SLURM_NTASKS: a task on each "
+                          "node, " : "", v.var, v.tasks);
+    if (v.why == NOT_A_NUMBER)
+        return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: %s='%s' is not a number (the "
+                          "rank, or the job's size, from the launcher)", v.var,
+                          getenv(v.var) ?: "");
+    if (v.why == NOT_A_RANK)
         return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: %s=%s and %s=%s do not "
-                          "describe a rank in a job", bad->rank, getenv(bad->rank) ?: "",
-                          bad->size, getenv(bad->size) ?: "");
+                          "describe a rank in a job", v.bad->rank, getenv(v.bad->rank) ?: "",
+                          v.bad->size, getenv(v.bad->size) ?: "");
     if (l == NULL)
         return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: no launcher environment found "
                           "(WEFT_RANK/WEFT_WORLD_SIZE, RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK, "
-                          "PMI_RANK or SLURM_PROCID); start the job with weftrun, torchrun, "
-                          "mpirun or srun, or call weft_comm_init_rank");
+                          "PMI_RANK, or SLURM_PROCID with SLURM_STEP_NUM_TASKS or "
+                          "SLURM_JOB_ID); start the job with weftrun, torchrun, mpirun or "
+                          "srun, or call weft_comm_init_rank");
     env->source = l->source;
-    env->local_rank = -1;
-    env->local_size = -1;
-    if (l->local_rank)
-        env_int(l->local_rank, &env->local_rank);
-    if (l->local_size)
-        env_int(l->local_size, &env->local_size);
-    else if (!strcmp(l->source, "Slurm"))      /* the ib transport's HCA by topology */
-        slurm_local_size(&env->local_size);
+    RETURN_IF_ERR(env_local(l, env));
     uint64_t job = job_hash(l, 0);
     if (job)                    /* two jobs that meet at one port never mix */
         env->job_tag = (uint32_t)(job ^ (job >> 32)) | 1u;

@@ -100,8 +100,8 @@ weft_status_t weft_comm_init_rank(int rank, int nranks, const char *rendezvous,
 /* The job's size as weft_comm_init would read it from the launcher's environment,
  * without starting anything or touching weft_last_error: 0 where no launcher's
  * variables (rank and size both) are found, -1 where they are but weft_comm_init would
- * refuse them (a rank out of range, a size of 0, a Slurm batch script's own process; it
- * says why),
+ * refuse them (a rank out of range, a size of 0, a value that is not a number, a Slurm
+ * batch script's own process in a job of more than one task; it says why),
  * so a program can tell a lone process from a rank of a job before it calls
  * weft_comm_init. Only the rank and size are read: a job whose rendezvous (WEFT_ADDR,
  * the launcher's address variables) or WEFT_* settings are wrong reports its size, and

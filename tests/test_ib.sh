@@ -57,6 +57,42 @@ unset WEFT_RANK WEFT_WORLD_SIZE WEFT_LOCAL_RANK WEFT_LOCAL_SIZE;' \
     case_ "under srun: the HCA the topology chooses" ok \
     "mlx5_0 port 1 .*nearest local rank 1 of 2 by the topology (host-bridge" \
     WEFT_IBEMU_DEVICES=mlx5_1,mlx5_0 WEFT_TOPO_FILE="$TOPO" WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET
+# srun --mpi=pmi2: Slurm's pmi2 plugin sets PMI_RANK, PMI_SIZE, PMI_JOBID and PMI_FD but
+# no local rank (MPICH's hydra's MPI_LOCALRANKID, Cray's PMI_LOCAL_RANK), and the PMI
+# variables win over SLURM_*: the local rank is SLURM_LOCALID (SLURM_PROCID is PMI_RANK),
+# so on a DGX-2 with GPUs 0 and 2 the two ranks take the HCAs of their two GPUs' switches;
+# before 2026-11-28 both took mlx5_0 (no local rank: the HCA by NUMA node)
+DGX2=$PWD/tests/data/topologies/nvidia-dgx2-8ib.xml
+SRUN='export SLURM_PROCID=$WEFT_RANK SLURM_STEP_NUM_TASKS=$WEFT_WORLD_SIZE \
+SLURM_LOCALID=$WEFT_LOCAL_RANK SLURM_STEP_TASKS_PER_NODE=2 SLURM_NODEID=0 \
+SLURM_JOB_ID=78 SLURM_STEP_ID=0 SLURM_NNODES=1;'
+# hca_pair NAME: rank 0 on mlx5_0 and rank 1 on mlx5_1, each by its local rank
+hca_pair() {
+    grep -q "\[0\] .*mlx5_0 port 1 .*nearest local rank 0 of 2 by the topology" "$OUT/$1" &&
+        grep -q "\[1\] .*mlx5_1 port 1 .*nearest local rank 1 of 2 by the topology" "$OUT/$1" ||
+        { FAIL=$((FAIL + 1)); echo "FAIL - $1: rank 0 on mlx5_0, rank 1 on mlx5_1 wanted";
+          grep "port 1 (InfiniBand" "$OUT/$1" | sed 's/^/   | /'; }
+}
+RANK1="$SRUN"' export PMI_RANK=$WEFT_RANK PMI_SIZE=$WEFT_WORLD_SIZE PMI_JOBID=78.0 PMI_FD=9; \
+unset WEFT_RANK WEFT_WORLD_SIZE WEFT_LOCAL_RANK WEFT_LOCAL_SIZE;' CUDA_VISIBLE_DEVICES=0,2 \
+    case_ "srun --mpi=pmi2 (PMI_* without a local rank): SLURM_LOCALID's HCA" ok \
+    "mlx5_1 port 1 .*nearest local rank 1 of 2 by the topology (pcie-switch" \
+    WEFT_IBEMU_DEVICES=mlx5_0,mlx5_1 WEFT_TOPO_FILE="$DGX2" WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET
+hca_pair "srun --mpi=pmi2 (PMI_* without a local rank): SLURM_LOCALID's HCA"
+# the same with SLURM_* only (the Slurm entry), and under Cray's PMI (PMI_LOCAL_RANK and
+# PMI_LOCAL_SIZE, no SLURM_*)
+RANK1="$SRUN"' unset WEFT_RANK WEFT_WORLD_SIZE WEFT_LOCAL_RANK WEFT_LOCAL_SIZE;' \
+CUDA_VISIBLE_DEVICES=0,2 case_ "srun (SLURM_* only) on a DGX-2: SLURM_LOCALID's HCA" ok \
+    "mlx5_1 port 1 .*nearest local rank 1 of 2 by the topology (pcie-switch" \
+    WEFT_IBEMU_DEVICES=mlx5_0,mlx5_1 WEFT_TOPO_FILE="$DGX2" WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET
+hca_pair "srun (SLURM_* only) on a DGX-2: SLURM_LOCALID's HCA"
+RANK1='export PMI_RANK=$WEFT_RANK PMI_SIZE=$WEFT_WORLD_SIZE PMI_LOCAL_RANK=$WEFT_LOCAL_RANK \
+PMI_LOCAL_SIZE=$WEFT_LOCAL_SIZE PMI_JOBID=79; \
+unset WEFT_RANK WEFT_WORLD_SIZE WEFT_LOCAL_RANK WEFT_LOCAL_SIZE;' CUDA_VISIBLE_DEVICES=0,2 \
+    case_ "Cray PMI (PMI_LOCAL_RANK, PMI_LOCAL_SIZE): its HCA" ok \
+    "mlx5_1 port 1 .*nearest local rank 1 of 2 by the topology (pcie-switch" \
+    WEFT_IBEMU_DEVICES=mlx5_0,mlx5_1 WEFT_TOPO_FILE="$DGX2" WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET
+hca_pair "Cray PMI (PMI_LOCAL_RANK, PMI_LOCAL_SIZE): its HCA"
 case_ "WEFT_IB_HCA=mlx5_1 over the topology's choice" ok "mlx5_1 port 1 (InfiniBand, lid 1, gid index 0) via" \
     WEFT_IBEMU_DEVICES=mlx5_1,mlx5_0 WEFT_TOPO_FILE="$TOPO" WEFT_IB_HCA=mlx5_1 \
     WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET

@@ -7,9 +7,10 @@
 # would (their environment variables, set by hand where the launcher is not installed; the
 # real mpirun, mpirun.mpich and torchrun where they are), runs all_reduce_perf (which checks
 # its results and exits non-zero on a wrong element), and checks the failure paths: no
-# launcher environment, a batch script's own process under Slurm, a rendezvous with port 0
-# or a taken port, a wrong secret, a rank that disagrees about the job size. Every job
-# runs under `timeout`.
+# launcher environment, a batch script's own process under Slurm (a job of one task runs),
+# a variable that is not a number or not host:port (refused, naming it), a rendezvous
+# with port 0 or a taken port, a wrong secret, a rank that disagrees about the job size.
+# Every job runs under `timeout`.
 set -u
 BIN=${1:-build/bin}
 PERF=$BIN/all_reduce_perf
@@ -30,7 +31,10 @@ clean_env() {
         -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_LOCAL_SIZE -u OMPI_MCA_ess_base_jobid \
         -u PMIX_NAMESPACE -u PMI_RANK -u PMI_SIZE -u PMI_JOBID -u MPI_LOCALNRANKS \
         -u SLURM_PROCID -u SLURM_NTASKS -u SLURM_STEP_NUM_TASKS \
-        -u TORCHELASTIC_USE_AGENT_STORE -u WEFT_SECRET "$@"
+        -u TORCHELASTIC_USE_AGENT_STORE -u WEFT_SECRET -u LOCAL_RANK -u LOCAL_WORLD_SIZE \
+        -u OMPI_COMM_WORLD_LOCAL_RANK -u MPI_LOCALRANKID -u PMI_LOCAL_RANK -u PMI_LOCAL_SIZE \
+        -u PMI_FD -u SLURM_LOCALID -u SLURM_JOB_ID -u SLURM_JOBID -u SLURM_STEP_ID \
+        -u SLURM_NNODES -u SLURM_JOB_NUM_NODES -u SLURM_NODEID -u SLURM_STEP_TASKS_PER_NODE "$@"
 }
 
 # two_ranks NAME VARS_FOR_RANK_0 -- VARS_FOR_RANK_1: both must exit 0.
@@ -117,6 +121,78 @@ elif grep -q "not as a task that srun started" "$OUT/batch"; then
 else
     bad "a batch script's process (no SLURM_STEP_NUM_TASKS): message" "$OUT/batch"
 fi
+
+# sbatch without -n sets SLURM_PROCID=0 and SLURM_JOB_ID but no SLURM_NTASKS: a job of one
+# task per node, so on one node the script's own process is a job of one rank (it was
+# refused with "no launcher environment found" although SLURM_PROCID was set), on two it
+# is refused as above.
+if clean_env SLURM_PROCID=0 SLURM_JOB_ID=$job SLURM_JOB_NUM_NODES=1 SLURM_NNODES=1 \
+        timeout 20 "$PERF" -b 8 -e 8 -n 1 -w 0 >"$OUT/batch1" 2>&1 &&
+        grep -q "Avg bus bandwidth" "$OUT/batch1"; then
+    ok "a batch script's process, no SLURM_NTASKS (sbatch without -n), one node: a job of one rank"
+else
+    bad "a batch script's process, no SLURM_NTASKS (sbatch without -n), one node: should run" \
+        "$OUT/batch1"
+fi
+if clean_env WEFT_TIMEOUT=20 SLURM_PROCID=0 SLURM_JOB_ID=$job SLURM_JOB_NUM_NODES=2 \
+        SLURM_NNODES=2 timeout 15 "$PERF" "${ARGS[@]}" >"$OUT/batch2" 2>&1; then
+    bad "a batch script's process, no SLURM_NTASKS, two nodes: should fail" "$OUT/batch2"
+elif grep -q "a task on each node, SLURM_JOB_NUM_NODES=2).*not as a task that srun started" \
+        "$OUT/batch2"; then
+    ok "a batch script's process, no SLURM_NTASKS, two nodes: refused, start the ranks with srun"
+else
+    bad "a batch script's process, no SLURM_NTASKS, two nodes: message" "$OUT/batch2"
+fi
+
+# refused NAME GREP VARS...: one process with VARS must fail at once (not by `timeout`),
+# weft_comm_init returning WEFT_ERR_INVALID_ARG with GREP (a basic regex) in its message.
+refused() {
+    local name=$1 want=$2 rc
+    shift 2
+    clean_env WEFT_TIMEOUT=5 "$@" timeout 15 "$PERF" -b 8 -e 8 -n 1 -w 0 >"$OUT/refused" 2>&1
+    rc=$?
+    if [ $rc != 0 ] && [ $rc != 124 ] && grep -q "invalid argument: comm_init: $want" "$OUT/refused"; then
+        ok "$name"
+    else
+        bad "$name (exit $rc)" "$OUT/refused"
+    fi
+}
+# A variable that is not a number is refused, naming it: a garbage SLURM_PROCID in a batch
+# script's process was taken for rank 0 of 1, and a garbage local rank for none.
+refused "SLURM_PROCID=garbage (batch, SLURM_NTASKS=1): refused, naming it" \
+    "SLURM_PROCID='garbage' is not a number" \
+    SLURM_PROCID=garbage SLURM_NTASKS=1 SLURM_JOB_ID=$job
+refused "SLURM_NTASKS=x (batch): refused, naming it" "SLURM_NTASKS='x' is not a number" \
+    SLURM_PROCID=0 SLURM_NTASKS=x SLURM_JOB_ID=$job
+refused "RANK=x WORLD_SIZE=1: refused, naming them" "RANK=x and WORLD_SIZE=1 do not describe" \
+    RANK=x WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500
+refused "PMI_SIZE=two: refused, naming it" "PMI_RANK=0 and PMI_SIZE=two do not describe" \
+    PMI_RANK=0 PMI_SIZE=two
+refused "LOCAL_RANK=x under torchrun: refused, naming it" "LOCAL_RANK='x' is not a number" \
+    RANK=0 WORLD_SIZE=1 LOCAL_RANK=x
+refused "OMPI_COMM_WORLD_LOCAL_SIZE=-1: refused, naming it" \
+    "OMPI_COMM_WORLD_LOCAL_SIZE='-1' is not a number" \
+    OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=1 OMPI_COMM_WORLD_LOCAL_SIZE=-1
+refused "SLURM_LOCALID=x under srun: refused, naming it" "SLURM_LOCALID='x' is not a number" \
+    SLURM_PROCID=0 SLURM_STEP_NUM_TASKS=1 SLURM_LOCALID=x SLURM_JOB_ID=$job SLURM_STEP_ID=0
+refused "SLURM_LOCALID=x under srun --mpi=pmi2 (PMI_* without a local rank): refused, naming it" \
+    "SLURM_LOCALID='x' is not a number" PMI_RANK=0 PMI_SIZE=1 PMI_JOBID=$job.0 \
+    SLURM_PROCID=0 SLURM_STEP_NUM_TASKS=1 SLURM_LOCALID=x SLURM_JOB_ID=$job SLURM_STEP_ID=0
+# A rendezvous that is not host:port is refused naming the variable it came from (the
+# message named only the address: "address '127.0.0.1:abc': port is not a number").
+refused "MASTER_PORT=abc: refused, naming MASTER_PORT" "MASTER_PORT='abc' is not a port" \
+    RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=abc
+refused "MASTER_PORT=70000: refused, naming MASTER_PORT" "MASTER_PORT='70000' is not a port" \
+    RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=70000
+refused "MASTER_ADDR=::1: refused, naming MASTER_ADDR (IPv4 only)" \
+    "MASTER_ADDR='::1' is not a host name or IPv4 address" \
+    RANK=0 WORLD_SIZE=1 MASTER_ADDR=::1 MASTER_PORT=29500
+refused "WEFT_ADDR=myhost: refused, naming WEFT_ADDR" "WEFT_ADDR='myhost' is not host:port" \
+    WEFT_RANK=0 WEFT_WORLD_SIZE=1 WEFT_ADDR=myhost
+refused "WEFT_ADDR=myhost:abc: refused, naming WEFT_ADDR" \
+    "WEFT_ADDR='myhost:abc' is not host:port" WEFT_RANK=0 WEFT_WORLD_SIZE=1 WEFT_ADDR=myhost:abc
+refused "WEFT_ADDR=:29500: refused, naming WEFT_ADDR" "WEFT_ADDR=':29500' names no host" \
+    PMI_RANK=0 PMI_SIZE=1 WEFT_ADDR=:29500
 
 # A rendezvous with port 0, and a rank 0 whose rendezvous port is taken: a clear error.
 if clean_env WEFT_RANK=0 WEFT_WORLD_SIZE=2 WEFT_ADDR=127.0.0.1:0 timeout 15 "$PERF" "${ARGS[@]}" \
