@@ -666,7 +666,16 @@ void sock_fixed_ports(int *lo_p, int *span_p)
         fclose(f);
     }
     *lo_p = 20000;
-    *span_p = lo > 21000 && lo <= 65536 ? lo - 20000 : 40000;
+    *span_p = 40000;
+    if (lo > 21000 && lo <= 65536) {
+        *span_p = lo - 20000;
+    } else if (lo >= 1024 && hi >= lo && hi <= 65535 &&
+               (lo - 1024 >= 1000 || 65535 - hi >= 1000)) {
+        /* a range from 21000 down (20000-59999 lay in it): the ports below it from 1024,
+         * else those above its end, whichever are more */
+        *lo_p = lo - 1024 >= 65535 - hi ? 1024 : hi + 1;
+        *span_p = lo - 1024 >= 65535 - hi ? lo - 1024 : 65535 - hi;
+    }
 }
 
 /* 1: 127.0.0.1:port (0: any) can be bound now; *got is the port bound */

@@ -77,8 +77,9 @@ const char *sock_fd_hint(int e);
 /* Ports a rendezvous can be given ahead of time: [*lo, *lo + *span) = [20000, E), E the
  * start of the kernel's ephemeral range (ip_local_port_range, 32768 by default), from
  * which bind(0) and outgoing connections take their ports, so none of those holds one
- * (one that did made rank 0's listen fail, "Address already in use"); [20000, 60000)
- * where that range starts below 21000 or cannot be read. */
+ * (one that did made rank 0's listen fail, "Address already in use"). Where that range
+ * starts at 21000 or below: [1024, E) or the ports above its end, whichever are more;
+ * [20000, 60000) where both are under 1000 ports or the range cannot be read. */
 void sock_fixed_ports(int *lo, int *span);
 /* A port in that range that 127.0.0.1 can bind now (random tries; bind(0)'s choice if
  * none can), or -1. The caller's rank 0 binds it later: between the two only another

@@ -215,23 +215,44 @@ else
 fi
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
 
-# The job-id port stays below the kernel's ephemeral range, where an outgoing connection's
+# The job-id port stays out of the kernel's ephemeral range, where an outgoing connection's
 # local port could hold it (one did: "bind: Address already in use"): 6 job ids, 1 rank
 # (the old derivation put each in that range with odds 0.68, all 6 out of it 0.1%).
+# job_ports [RANGE]: the 6 ports, RANGE (ip_local_port_range) set in a network namespace
+# of their own where given.
+job_ports() {
+    clean_env ${1:+unshare -n sh -c 'echo "$0" >/proc/sys/net/ipv4/ip_local_port_range &&
+        { ip link set lo up 2>/dev/null; exec "$@"; }' "$1"} \
+        sh -c 'for j in 1 2 3 4 5 6; do
+            env SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_STEP_NUM_TASKS=1 SLURM_NNODES=1 \
+                SLURM_JOB_ID=$((7000 + j * 37)) SLURM_STEP_ID=0 WEFT_DEBUG=INFO \
+                timeout 20 "$0" -b 8 -e 8 -n 1 -w 0 2>&1 |
+                sed -n "s/.*from Slurm, rendezvous 127\.0\.0\.1:\([0-9]*\).*/\1/p" | head -n 1
+        done' "$PERF" | tr '\n' ' '
+}
+# in_range NAME LO HI PORTS: all 6 PORTS in [LO, HI)
+in_range() {
+    local out
+    out=$(for q in $4; do [ "$q" -ge "$2" ] && [ "$q" -lt "$3" ] || echo "$q"; done)
+    if [ "$(echo $4 | wc -w)" = 6 ] && [ -z "$out" ]; then
+        ok "$1: job-id ports in [$2, $3):$(echo $4 | cut -d' ' -f1-4) ..."
+    else
+        bad "$1: job-id ports outside [$2, $3) or missing: '$4'"
+    fi
+}
 read -r elo _ < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || elo=32768
-ports=""
-for j in $(seq 1 6); do
-    ports+=" $(clean_env SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_STEP_NUM_TASKS=1 SLURM_NNODES=1 SLURM_JOB_ID=$((7000 + j * 37)) \
-        SLURM_STEP_ID=0 WEFT_DEBUG=INFO timeout 20 "$PERF" -b 8 -e 8 -n 1 -w 0 2>&1 |
-        sed -n 's/.*from Slurm, rendezvous 127\.0\.0\.1:\([0-9]*\).*/\1/p' | head -n 1)"
-done
-out=$(for q in $ports; do [ "$q" -ge 20000 ] && [ "$q" -lt "$elo" ] || echo "$q"; done)
-if [ "$(echo $ports | wc -w)" = 6 ] && [ -z "$out" ] && [ "$elo" -gt 21000 ]; then
-    ok "job-id ports in [20000, $elo):$(echo $ports | cut -d' ' -f1-4) ..."
-elif [ "$elo" -le 21000 ]; then
-    echo "ok - job-id ports: the ephemeral range starts at $elo here, not checked"
+if [ "$elo" -gt 21000 ]; then
+    in_range "this host's ephemeral range" 20000 "$elo" "$(job_ports)"
 else
-    bad "job-id ports outside [20000, $elo) or missing: '$ports'"
+    echo "ok - job-id ports: the ephemeral range starts at $elo here (the cases below check that)"
+fi
+# An ephemeral range that starts at 21000 or below (20000-59999 lay in it): the ports below
+# it from 1024, or those above its end where there are more.
+if unshare -n sh -c 'echo "10000 60999" >/proc/sys/net/ipv4/ip_local_port_range' 2>/dev/null; then
+    in_range "ephemeral range 10000-60999" 1024 10000 "$(job_ports "10000 60999")"
+    in_range "ephemeral range 1024-60999" 61000 65536 "$(job_ports "1024 60999")"
+else
+    echo "skip - job-id ports under a low ephemeral range: no network namespace of our own here"
 fi
 
 # The real torchrun (Debian's python3-torch) where it is installed: its agent's store
