@@ -391,6 +391,7 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
         memset(&dummy, 0, sizeof(dummy));
         dummy.rank = (uint32_t)newrank;
         dummy.pid = (uint32_t)getpid();
+        dummy.pidns = pid_ns_id();
         (void)gethostname(dummy.hostname, sizeof(dummy.hostname) - 1);
         dummy.setup_failed = st != WEFT_OK;
         weft_status_t xs = split_exchange(&x, &dummy, NULL, sizeof(dummy));

@@ -52,6 +52,7 @@ static weft_status_t local_setup(weft_comm_t *comm, peer_info_t *self)
     memset(self, 0, sizeof(*self));
     self->rank = (uint32_t)comm->rank;
     self->pid = (uint32_t)getpid();
+    self->pidns = pid_ns_id();
     self->host_id = topo_host_id(comm->cfg.hostid, self->hostname, sizeof(self->hostname));
     shm_remove_stale_segments();
     for (int i = 0; i < comm->ntransports; i++) {

@@ -95,8 +95,9 @@ typedef struct tp_addr {
  * it travels as a flat blob. */
 typedef struct peer_info {
     uint32_t rank;
-    uint32_t pid;
+    uint32_t pid;               /* in its pid namespace (pidns) */
     uint64_t host_id;           /* topo_host_id (WEFT_HOSTID): same value = same host */
+    uint64_t pidns;             /* pid_ns_id(): pids compare only within one */
     char hostname[64];
     uint32_t local_rank;        /* filled by the communicator after the exchange */
     uint32_t setup_failed;      /* 1: this rank could not set up (connect_all): nobody
@@ -105,6 +106,13 @@ typedef struct peer_info {
 } peer_info_t;
 
 _Static_assert(sizeof(peer_info_t) <= 2304, "peer_info_t crosses the bootstrap N^2 times");
+
+/* Whether b's pid names the same process from a's side: one host and one pid namespace
+ * (an unknown namespace, 0, is taken for the same, as before pidns was exchanged). */
+static inline int peer_pid_comparable(const peer_info_t *a, const peer_info_t *b)
+{
+    return a->host_id == b->host_id && (a->pidns == b->pidns || !a->pidns || !b->pidns);
+}
 
 typedef struct tp_mem tp_mem_t;     /* a local registration (the transport's) */
 typedef struct tp_rmem tp_rmem_t;   /* an unpacked remote key (the endpoint's) */

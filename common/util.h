@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "weft.h"
@@ -91,6 +92,18 @@ static inline int pid_exited(int pid)
             break;
     fclose(f);
     return threads <= 1;
+}
+
+/* This process's pid namespace (device and inode of /proc/self/ns/pid, hashed), 0 where
+ * it cannot be read. Ranks of one host may sit in different ones (one container per rank
+ * with a shared /dev/shm, docker --ipc=host): a peer's pid then means nothing here. */
+static inline uint64_t pid_ns_id(void)
+{
+    struct stat sb;
+    if (stat("/proc/self/ns/pid", &sb) != 0)
+        return 0;
+    uint64_t id = (uint64_t)sb.st_dev << 32 ^ (uint64_t)sb.st_ino;
+    return id ? id : 1;     /* (namespaces' inodes run consecutively: keep every bit) */
 }
 
 /* a * b without overflow: returns 0 and sets *out, or -1 when it would overflow. */

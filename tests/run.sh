@@ -399,6 +399,9 @@ else
     # a /dev/shm too small for the rings (a container's 64 MB): init fails saying so, no
     # SIGBUS (a mount namespace with a 6 MB tmpfs; skipped without root)
     run "test_shm_full.sh" bash tests/test_shm_full.sh "$B"
+    # ranks of one host in different pid namespaces sharing /dev/shm (a container per
+    # rank, docker --ipc=host): no live segment removed, not threads, liveness by lock
+    run "test_pidns.sh" bash tests/test_pidns.sh "$B"
     # Registered buffers (weft_mem_alloc): single copy through mappings, and the probe
     # that finds out whether every rank's buffers are registered.
     run "test_reg.sh" bash tests/test_reg.sh "$B"

@@ -136,8 +136,9 @@ typedef struct shm_local {
     char name[64];
     char *base;
     size_t bytes;
-    int fd;                         /* the segment's, until post_connect: connect takes
-                                       each local peer's ring pages through it */
+    int fd;                         /* the segment's, for the communicator's life: connect
+                                       takes each local peer's ring pages through it, and
+                                       its lock (seg_lock) says this process lives */
     int unlinked;
     uint64_t cma_probe;             /* peers read this to test single-copy access */
 } shm_local_t;
@@ -168,6 +169,10 @@ typedef struct shm_ep {
     char *tx_data;
     uint64_t tx_size, tx_tail, tx_head_seen, tx_key;
     int tx_blocked;                 /* the last send found no room (check_alive) */
+    int peer_fd;                    /* the peer's segment, where its pid means nothing
+                                       here (another pid namespace): its lock says
+                                       whether it lives; else -1 */
+    shm_local_t *local;
     shm_ring_ctl_t *rx_ctl;         /* the peer's slot in our segment */
     char *rx_data;
     uint64_t rx_size, rx_head, rx_key;
@@ -191,12 +196,54 @@ static int shm_can_connect(const weft_comm_t *comm, const peer_info_t *self,
     return self->host_id == peer->host_id && shm_addr_of(peer, &a);
 }
 
+/* The lock on byte 0 of a segment that its creator holds, from before the segment has
+ * anything in it until the communicator is destroyed or the process ends (an open file
+ * description's lock: the kernel drops it with the last fd, however the process died).
+ * Ranks in another pid namespace (one container per rank sharing /dev/shm, docker
+ * --ipc=host) cannot ask about the creator's pid; they test the lock instead. */
+static int seg_lock(int fd)
+{
+    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1 };
+    return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+/* 1 when a process holds fd's segment's lock (0 when none does; -1: cannot tell) */
+static int seg_locked(int fd)
+{
+    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1 };
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+        return -1;
+    return fl.l_type != F_UNLCK;
+}
+
+/* Whether segment name may still be someone's, though its pid is gone from this pid
+ * namespace: its creator holds its lock (a rank of another namespace), or it is being
+ * made (no header yet, and younger than a minute: the lock comes a moment after the
+ * name). Before 2026-11-28 a rank whose peer lived in another pid namespace removed the
+ * peer's live segment here, and init failed "it is not there". */
+static int seg_in_use(const char *name)
+{
+    int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    int locked = seg_locked(fd), in_use = locked != 0;  /* cannot tell: leave it */
+    if (locked == 0) {
+        uint64_t magic = 0;
+        struct stat sb;
+        in_use = pread(fd, &magic, sizeof(magic), 0) == (ssize_t)sizeof(magic) &&
+                 magic != SHM_MAGIC && fstat(fd, &sb) == 0 &&
+                 time(NULL) - sb.st_ctime < 60;
+    }
+    close(fd);
+    return in_use;
+}
+
 /* Segments are named /weft-<comm id>-<rank>-<random>-p<pid> (/weft-<comm id>-<rank>-p<pid>
  * before 2026-11-27: another user who saw a communicator's id in /dev/shm could create a
  * split's names first, and the split failed "File exists") and unlinked once every peer
  * has mapped them; only a job that died during init leaves one. The next job on the host
  * removes those whose creator no longer exists (a pid from another pid namespace looks
- * dead too: weft assumes one /dev/shm per pid namespace, as containers give). Every
+ * dead too, so the segment's lock must also be free: seg_in_use). Every
  * communicator init calls it, whatever its transports, so a tcp-only job cleans up too. */
 void shm_remove_stale_segments(void)
 {
@@ -214,9 +261,9 @@ void shm_remove_stale_segments(void)
             continue;
         if (pid <= 0)
             continue;
-        if (kill(pid, 0) != 0 && errno == ESRCH) {
-            char name[300];
-            snprintf(name, sizeof(name), "/%s", de->d_name);
+        char name[300];
+        snprintf(name, sizeof(name), "/%s", de->d_name);
+        if (kill(pid, 0) != 0 && errno == ESRCH && !seg_in_use(name)) {
             if (shm_unlink(name) == 0)
                 LOG_INFO(LOG_SHM, "shm: removed %s, left by a job that died (pid %d)", name,
                          pid);
@@ -269,6 +316,9 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
         free(l);
         return st;
     }
+    if (seg_lock(fd) != 0)      /* a kernel before 3.15: peers in this pid namespace only */
+        LOG_INFO(LOG_SHM, "shm: cannot lock %s (%m): ranks in another pid namespace will "
+                 "not see this one leave", l->name);
     if (ftruncate(fd, (off_t)l->bytes) != 0) {
         weft_status_t st = weft_error(WEFT_ERR_SYSTEM, "shm: cannot size %s to %zu bytes "
                                       "(is /dev/shm large enough?): %m", l->name, l->bytes);
@@ -410,6 +460,7 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     shm_ep_t *e = calloc(1, sizeof(*e));
     if (e == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
+    e->peer_fd = -1;
     e->copy.mode = comm->cfg.shm_nt;
     int pfd = -1;
     weft_status_t st = map_peer(peer, a.name, &e->peer_map, &e->peer_map_bytes, &pfd);
@@ -438,7 +489,15 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     e->tx_key = ring_key(ph->key, comm->rank);  /* written before the magic we acquired */
     e->rx_key = ring_key(mh->key, peer);
     e->peer_pid = (pid_t)comm->peers[peer].pid;
-    e->rma = shm_rma_create(peer, e->peer_pid, cma_probe(e, &comm->peers[peer], &a));
+    e->local = l;
+    /* a peer in another pid namespace: its pid is not its pid here (no single copy by
+     * pid, no asking whether it exited); its segment's lock tells whether it lives */
+    int same_ns = peer_pid_comparable(&comm->peers[peer], &comm->peers[comm->rank]);
+    e->peer_fd = same_ns ? -1 : pfd;
+    if (!same_ns)
+        LOG_INFO(LOG_SHM, "shm: rank %d is in another pid namespace: no single copy with it, "
+                 "its liveness from its segment's lock", peer);
+    e->rma = shm_rma_create(peer, e->peer_pid, same_ns && cma_probe(e, &comm->peers[peer], &a));
     if (e->rma == NULL) {
         close(pfd);
         munmap(e->peer_map, e->peer_map_bytes);
@@ -448,7 +507,8 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     int taken = take_slot(l->fd, (size_t)(rx_slot - l->base), (size_t)mh->slot_bytes) == 0 &&
                 take_slot(pfd, (size_t)(tx_slot - (char *)e->peer_map), (size_t)ph->slot_bytes) == 0;
     int errno_taken = errno;
-    close(pfd);
+    if (e->peer_fd < 0)
+        close(pfd);
     errno = errno_taken;
     if (!taken || ring_populate(e->rx_data, e->rx_size) != 0 ||
         ring_populate(e->tx_data, e->tx_size) != 0) {
@@ -457,6 +517,8 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
                         "%zu bytes)%s%s", full ? "no room in /dev/shm" : "no memory",
                         peer, e->rx_size, e->tx_size, full ? "" : ": ",
                         full ? SHM_FULL_HINT : strerror(errno));
+        if (e->peer_fd >= 0)
+            close(e->peer_fd);
         shm_rma_destroy(e->rma);
         munmap(e->peer_map, e->peer_map_bytes);
         free(e);
@@ -472,10 +534,6 @@ static weft_status_t shm_post_connect(weft_comm_t *comm)
     if (l && !l->unlinked) {
         shm_unlink(l->name);
         l->unlinked = 1;
-    }
-    if (l && l->fd >= 0) {
-        close(l->fd);
-        l->fd = -1;
     }
     return WEFT_OK;
 }
@@ -635,7 +693,8 @@ static void shm_recv_release(tp_ep_t *ep)
  * is still ours to read (our segment outlives it), so it is lost only once drained. */
 static int peer_left(const shm_ep_t *e, int *exited)
 {
-    *exited = pid_exited((int)e->peer_pid);     /* a zombie too */
+    *exited = e->peer_fd >= 0 ? seg_locked(e->peer_fd) == 0   /* another pid namespace */
+                              : pid_exited((int)e->peer_pid);  /* a zombie too */
     return *exited || __atomic_load_n(&e->rx_ctl->gone, __ATOMIC_ACQUIRE) != 0;
 }
 
@@ -815,10 +874,27 @@ static void shm_abort(tp_ep_t *ep)
     __atomic_store_n(&e->tx_ctl->gone, 1, __ATOMIC_RELEASE);
 }
 
+/* fork(): the child's copies of the segments' fds go, so that the lock a rank holds
+ * (seg_lock) ends with the rank, not with a data-loader worker that outlives it */
+static void shm_fork_child(tp_ep_t *ep)
+{
+    shm_ep_t *e = (shm_ep_t *)ep;
+    if (e->local->fd >= 0) {
+        close(e->local->fd);
+        e->local->fd = -1;
+    }
+    if (e->peer_fd >= 0) {
+        close(e->peer_fd);
+        e->peer_fd = -1;
+    }
+}
+
 static void shm_close(tp_ep_t *ep)
 {
     shm_ep_t *e = (shm_ep_t *)ep;
     shm_abort(ep);          /* a peer still waiting on us must not wait for our pid */
+    if (e->peer_fd >= 0)
+        close(e->peer_fd);
     munmap(e->peer_map, e->peer_map_bytes);
     shm_rma_destroy(e->rma);
     free(e);
@@ -863,4 +939,5 @@ const tp_ops_t tp_shm_ops = {
     .rptr = shm_rptr,
     /* teardown */
     .close = shm_close,
+    .fork_child = shm_fork_child,
 };

@@ -515,7 +515,8 @@ static weft_status_t ucx_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     e->x = x;
     e->base.peer = peer;
     e->peer_pid = (pid_t)comm->peers[peer].pid;
-    e->same_host = comm->peers[peer].host_id == comm->peers[comm->rank].host_id;
+    /* its pid says whether it exited only from its own pid namespace */
+    e->same_host = peer_pid_comparable(&comm->peers[peer], &comm->peers[comm->rank]);
     e->max_frame = e->tx_max = comm->cfg.buffsize;
     ucp_ep_params_t p = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# test_pidns.sh - ranks of one host in different pid namespaces, sharing /dev/shm (one
+# container per rank with docker --ipc=host, as NVIDIA advises for NCCL): a peer's pid
+# means nothing there, so weft must not take it for dead, nor for this process.
+#
+#   bash tests/test_pidns.sh [build]
+#
+# Each rank that should be in a namespace of its own starts under
+# `unshare --pid --fork --mount-proc` (needs root: else skipped, saying so). Checked,
+# with 2 ranks over shm:
+#   - rank 0 in a pid namespace of its own: init and a 8 B-1 MB all-reduce sweep pass,
+#     no segment is removed as "left by a job that died" (before 2026-11-28 rank 0 took
+#     rank 1's pid for a dead one and removed its live segment: init failed "it is not
+#     there"), and rank 0 says rank 1 is in another pid namespace;
+#   - both ranks in namespaces of their own, both pid 1: they are not taken for threads
+#     of one process (which left them unbound);
+#   - test_fail busy, rank 0 in its own namespace: rank 1 busy 6 s outside weft while
+#     rank 0 waits in a 64 MB all-reduce: both complete (rank 0 asked about rank 1's pid
+#     and reported it lost);
+#   - test_fail peer_exit, rank 0 in its own namespace: rank 1 leaves; rank 0's next call
+#     fails with PEER_LOST naming it within 2 s, seen through the lock rank 1's segment
+#     held while it lived.
+set -u
+B=${1:-build}
+W=$B/bin/weftrun
+PASS=0
+FAIL=0
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/weft-pidns.XXXXXX")
+trap 'rm -rf "$OUT"' EXIT
+
+ok()  { PASS=$((PASS + 1)); echo "ok - $1"; }
+bad() { FAIL=$((FAIL + 1)); echo "FAIL - $1"; [ -n "${2:-}" ] && sed 's/^/   | /' "$2" | tail -n 12; }
+
+if ! unshare --pid --fork --mount-proc true 2>/dev/null; then
+    echo "skip - cannot make a pid namespace (unshare --pid needs root)"
+    echo "test_pidns.sh: 0 passed, 0 failed"
+    exit 0
+fi
+
+# job WHO ARGS...: weftrun -n 2 over shm; ranks named in WHO ("0", "0 1") each start in
+# a pid namespace of their own
+job() {
+    local who=$1
+    shift
+    WHO="$who" WEFT_TRANSPORT=shm WEFT_TIMEOUT=20 timeout -k 5 60 "$W" -n 2 sh -c \
+        'for r in $WHO; do [ "$r" = "$WEFT_RANK" ] &&
+             exec unshare --pid --fork --kill-child --mount-proc "$0" "$@"; done
+         exec "$0" "$@"' "$@"
+}
+
+WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=SHM,TOPO job "0" "$B/bin/all_reduce_perf" -b 8 -e 1M -f 2 \
+    >"$OUT/a" 2>&1
+rc=$?
+if [ $rc = 0 ] && grep -q '^ *1048576 ' "$OUT/a" && ! grep -q 'left by a job that died' "$OUT/a" &&
+   grep -q 'rank 1 is in another pid namespace' "$OUT/a"; then
+    ok "rank 0 in a pid namespace of its own: init and the all-reduces pass, no live segment removed"
+else
+    bad "rank 0 in a pid namespace of its own: exit $rc" "$OUT/a"
+fi
+
+WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=SHM,TOPO job "0 1" "$B/bin/all_reduce_perf" -b 8 -e 64K -f 2 \
+    >"$OUT/b" 2>&1
+rc=$?
+if [ $rc = 0 ] && grep -q '^ *65536 ' "$OUT/b" && ! grep -q 'run in this process (threads)' "$OUT/b"; then
+    ok "both ranks pid 1 of namespaces of their own: two processes, not threads of one"
+else
+    bad "both ranks pid 1 of namespaces of their own: exit $rc" "$OUT/b"
+fi
+
+WEFT_TCP_DEAD=2 job "0" "$B/tests/test_fail" busy >"$OUT/c" 2>&1
+rc=$?
+if [ $rc = 0 ] && [ "$(grep -c '^ok' "$OUT/c")" -ge 2 ]; then
+    ok "test_fail busy, rank 0 in its own namespace: a peer busy outside weft is not lost"
+else
+    bad "test_fail busy, rank 0 in its own namespace: exit $rc" "$OUT/c"
+fi
+
+job "0" "$B/tests/test_fail" peer_exit >"$OUT/d" 2>&1
+rc=$?
+if [ $rc = 0 ] && grep -q '^ok rank 0 after peer exit' "$OUT/d"; then
+    ok "test_fail peer_exit, rank 0 in its own namespace: the departed peer is lost within 2 s"
+else
+    bad "test_fail peer_exit, rank 0 in its own namespace: exit $rc" "$OUT/d"
+fi
+
+echo "test_pidns.sh: $PASS passed, $FAIL failed"
+[ $FAIL = 0 ]
