@@ -25,6 +25,10 @@
 
 #define TOPO_DIR "tests/data/topologies/"
 #define XML_2S TOPO_DIR "2socket-4gpu-1ib.xml"
+/* the same without its one CUDA device: all four GPUs, by bus id (gpu_variants.py) */
+#define XML_2S_PCI TOPO_DIR "2socket-4gpu-1ib-nocuda.xml"
+/* the 8ib DGX-2 as a job on GPUs 8-11 sees it under a device cgroup (gpu_variants.py) */
+#define XML_DGX2JOB TOPO_DIR "nvidia-dgx2-8ib-job8-11.xml"
 #define XML_DGX2 TOPO_DIR "nvidia-dgx2.xml"
 #define XML_DGX2IB TOPO_DIR "nvidia-dgx2-8ib.xml"   /* + an HCA per GPU pair (README) */
 #define XML_4NUMA TOPO_DIR "4numa-pci.xml"
@@ -60,7 +64,9 @@ typedef struct expect {
 
 static const expect_t expected[] = {
     /* hwloc-ls --input FILE --only package|numanode|core|pu | wc -l */
-    { XML_2S, 2, 2, 16, 32, 4, 3 },
+    { XML_2S, 2, 2, 16, 32, 1, 3 },       /* the one GPU CUDA drives there */
+    { XML_2S_PCI, 2, 2, 16, 32, 4, 3 },
+    { XML_DGX2JOB, 2, 2, 4, 4, 4, 8 },
     { XML_DGX2, 2, 2, 4, 4, 16, 0 },
     { XML_4NUMA, 16, 4, 96, 96, 0, 8 },
 };
@@ -96,10 +102,10 @@ static void test_2socket_devices(void)
     static const struct { const char *busid, *name; int numa; } gpus[] = {
         { "0000:03:00.0", "gpu0", 0 },       /* Tesla M2075, no OS device */
         { "0000:83:00.0", "gpu1", 1 },
-        { "0000:84:00.0", "cuda0", 1 },
+        { "0000:84:00.0", "gpu2", 1 },
         { "0000:84:00.1", "opencl0d1", 1 },  /* AMD Tahiti with an OpenCL GPU device */
     };
-    topo_t *t = load(XML_2S);
+    topo_t *t = load(XML_2S_PCI);
     if (!t)
         return;
     CHECK(!strcmp(topo_machine_name(t), "X9DRG-HF"), "machine name '%s'",
@@ -265,7 +271,7 @@ static int check_placement(const topo_t *t, const char *path, const char *what, 
  * shares root port 80:03.0 with GPUs 2 and 3 (84:00.x) and host bridge 80 with GPU 1. */
 static void test_place_2socket(void)
 {
-    topo_t *t = load(XML_2S);
+    topo_t *t = load(XML_2S_PCI);
     if (!t)
         return;
     /* 4 ranks, one per GPU: node 0's 8 cores for rank 0, node 1's split 2/3/3 */
@@ -276,7 +282,7 @@ static void test_place_2socket(void)
         { 1, "13-15", "13-15,29-31", TOPO_DIST_SWITCH },
     };
     topo_place_t p[4];
-    check_placement(t, XML_2S, "2socket", 4, p);
+    check_placement(t, XML_2S_PCI, "2socket", 4, p);
     for (int r = 0; r < 4; r++) {
         CHECK(p[r].gpu == r, "rank %d gpu %d, want %d", r, p[r].gpu, r);
         CHECK(p[r].numa == want[r].numa && !strcmp(p[r].cores, want[r].cores) &&
@@ -291,7 +297,7 @@ static void test_place_2socket(void)
 
     /* 2 ranks: GPUs 0 and 1, one per socket, each with its whole node */
     topo_place_t q[2];
-    check_placement(t, XML_2S, "2socket/2", 2, q);
+    check_placement(t, XML_2S_PCI, "2socket/2", 2, q);
     CHECK(q[0].numa == 0 && q[1].numa == 1 && q[0].ncores == 8 && q[1].ncores == 8,
           "2 ranks: numa %d,%d with %d,%d cores", q[0].numa, q[1].numa, q[0].ncores,
           q[1].ncores);
@@ -299,7 +305,7 @@ static void test_place_2socket(void)
 
     /* 8 ranks, 2 per GPU: ranks 0 and 4 split node 0, the six others node 1 */
     topo_place_t e[8];
-    check_placement(t, XML_2S, "2socket/8", 8, e);
+    check_placement(t, XML_2S_PCI, "2socket/8", 8, e);
     CHECK(!strcmp(e[0].cores, "0-3") && !strcmp(e[4].cores, "4-7") && e[4].gpu == 0,
           "ranks 0,4: cores %s,%s gpu %d", e[0].cores, e[4].cores, e[4].gpu);
     int on1 = 0;
@@ -310,7 +316,7 @@ static void test_place_2socket(void)
      * 2026-11-27 ranks 3, 7, 11, 15 had a core alone and were bound while the others
      * floated over them), and node 0's 4 on its 8 cores, none shared */
     topo_place_t o[16];
-    check_placement(t, XML_2S, "2socket/16", 16, o);
+    check_placement(t, XML_2S_PCI, "2socket/16", 16, o);
     for (int r = 0; r < 16; r++)
         CHECK(o[r].shared == (o[r].numa == 1), "2socket/16: rank %d on node %d %s shared", r,
               o[r].numa, o[r].shared ? "is" : "is not");
@@ -318,7 +324,7 @@ static void test_place_2socket(void)
     for (int n = 1; n <= 2 * topo_num_cores(t) + 3; n++) {
         topo_place_t many[64];
         if (n <= 64)
-            check_placement(t, XML_2S, "2socket sweep", n, many);
+            check_placement(t, XML_2S_PCI, "2socket sweep", n, many);
     }
     topo_free(t);
 }
@@ -472,6 +478,82 @@ static void test_place_visible(void)
     topo_free(t);
 }
 
+/* GPUs as CUDA numbers them. The X9DRG-HF's export has one CUDA device, cuda0 at
+ * 84:00.0 (node 1), beside two Tesla M2075s CUDA does not report and an AMD card: CUDA
+ * device 0 is the only one, so every local rank has it and node 1's cores (before, the
+ * four were indexed in bus order and local rank i was given the i-th: rank 0 the M2075
+ * at 03:00.0 on node 0, rank 3 the AMD card). */
+static void test_place_cuda_ordinals(void)
+{
+    topo_t *t = load(XML_2S);
+    if (!t)
+        return;
+    const topo_gpu_t *g = topo_gpu(t, 0);
+    CHECK(topo_num_gpus(t) == 1 && g && !strcmp(g->name, "cuda0") && g->cuda == 0 &&
+          !strcmp(g->busid, "0000:84:00.0") && g->numa == 1 && topo_gpu(t, 1) == NULL,
+          "2socket: %d gpus, gpu 0 %s %s numa %d", topo_num_gpus(t), g ? g->name : "none",
+          g ? g->busid : "", g ? g->numa : -1);
+    for (int n = 1; n <= 8; n++) {
+        topo_place_t p[8];
+        check_placement(t, XML_2S, "2socket cuda", n, p);
+        for (int r = 0; r < n; r++)
+            CHECK(p[r].gpu == 0 && p[r].numa == 1, "2socket cuda, rank %d of %d: gpu %d "
+                  "numa %d, want gpu 0 (cuda0) numa 1", r, n, p[r].gpu, p[r].numa);
+    }
+    topo_free(t);
+    /* CUDA_VISIBLE_DEVICES counts CUDA's devices: 1 is none there, 0 is cuda0 */
+    setenv("CUDA_VISIBLE_DEVICES", "1", 1);
+    t = load(XML_2S);
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    topo_place_t q;
+    CHECK(t && topo_place(t, 0, 2, &q) == WEFT_OK && q.gpu == -1,
+          "2socket, CUDA_VISIBLE_DEVICES=1: gpu %d, want none", t ? q.gpu : -2);
+    topo_free(t);
+    setenv("CUDA_VISIBLE_DEVICES", "0", 1);
+    t = load(XML_2S);
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    CHECK(t && topo_place(t, 1, 2, &q) == WEFT_OK && q.gpu == 0 &&
+          !strcmp(topo_gpu(t, 0)->busid, "0000:84:00.0"),
+          "2socket, CUDA_VISIBLE_DEVICES=0: gpu %d", t ? q.gpu : -2);
+    topo_free(t);
+}
+
+/* A job of 4 GPUs (8-11 of a DGX-2, node 1) under a device cgroup: sysfs lists all 16,
+ * CUDA and NVML report the job's 4 only, and Slurm's CUDA_VISIBLE_DEVICES=0,1,2,3
+ * counts among them. Local rank r has the job's r-th GPU, on node 1, with its HCA
+ * (before, r counted among all 16: GPU 0-3, on node 0, outside the job). */
+static void test_place_job_cgroup(void)
+{
+    static const char *const busid[4] = { "0000:b7:00.0", "0000:b9:00.0", "0000:bc:00.0",
+                                          "0000:be:00.0" };
+    for (int set = 0; set < 2; set++) {
+        if (set)
+            setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3", 1);
+        topo_t *t = load(XML_DGX2JOB);
+        unsetenv("CUDA_VISIBLE_DEVICES");
+        if (!t)
+            return;
+        topo_place_t p[4];
+        check_placement(t, XML_DGX2JOB, set ? "dgx2 job, visible 0-3" : "dgx2 job", 4, p);
+        topo_nic_choice_t c;
+        for (int r = 0; r < 4; r++) {
+            const topo_gpu_t *g = topo_gpu(t, p[r].gpu);
+            char want[16];
+            snprintf(want, sizeof(want), "mlx5_%d", (8 + r) / 2);
+            CHECK(p[r].gpu == r && g && g->cuda == r && !strcmp(g->busid, busid[r]) &&
+                  g->numa == 1 && p[r].numa == 1,
+                  "dgx2 job%s, rank %d: gpu %d (%s, numa %d), cores on numa %d, want %s",
+                  set ? " (CUDA_VISIBLE_DEVICES=0,1,2,3)" : "", r, p[r].gpu,
+                  g ? g->busid : "none", g ? g->numa : -1, p[r].numa, busid[r]);
+            CHECK(topo_nic_for_rank(t, r, 4, TOPO_NIC_IB, "", &c) == WEFT_OK &&
+                  !strcmp(c.name, want) && c.dist == TOPO_DIST_SWITCH,
+                  "dgx2 job, rank %d: hca %s (%s), want %s", r, c.name,
+                  topo_dist_name(c.dist), want);
+        }
+        topo_free(t);
+    }
+}
+
 /* ---- NIC choice and its filters -------------------------------------------------- */
 
 static void test_filter_parse(void)
@@ -581,7 +663,7 @@ static void test_nic_nested_switches(void)
 
 static void test_nic_for_rank(void)
 {
-    topo_t *t = load(XML_2S);
+    topo_t *t = load(XML_2S_PCI);
     if (!t)
         return;
     static const topo_dist_t dist[4] = { TOPO_DIST_FAR, TOPO_DIST_HOSTBRIDGE,
@@ -754,7 +836,7 @@ static void test_bad_place(void)
 
 static void test_print(void)
 {
-    topo_t *t = load(XML_2S);
+    topo_t *t = load(XML_2S_PCI);
     if (!t)
         return;
     char *buf = NULL;
@@ -858,6 +940,8 @@ int main(void)
     test_place_4numa();
     test_place_dgx2();
     test_place_visible();
+    test_place_cuda_ordinals();
+    test_place_job_cgroup();
     test_filter_parse();
     test_nic_for_rank();
     test_nic_nested_switches();

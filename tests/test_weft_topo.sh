@@ -33,20 +33,21 @@ wt() {
 }
 has() { grep -qF -- "$2" "$OUT/$1"; }
 
-if wt two -- --xml "$D/2socket-4gpu-1ib.xml" --ranks 4 --hosts 2 &&
-   has two "rank 2: numa 1 cores 10-12 (cpus 10-12,26-28) gpu cuda0 (0000:84:00.0) nic mlx5_0 (0000:04:00.0, pcie-switch)" &&
+# the X9DRG-HF without its CUDA device: four GPUs, indexed in bus order (gpu_variants.py)
+if wt two -- --xml "$D/2socket-4gpu-1ib-nocuda.xml" --ranks 4 --hosts 2 &&
+   has two "rank 2: numa 1 cores 10-12 (cpus 10-12,26-28) gpu gpu2 (0000:84:00.0) nic mlx5_0 (0000:04:00.0, pcie-switch)" &&
    has two "rank 0: numa 0 cores 0-7 (cpus 0-7,16-23) gpu gpu0 (0000:03:00.0) nic mlx5_0 (0000:04:00.0, far)" &&
    has two "rank 1: ib mlx5_0:1 (host-bridge, 1 of 1)" &&
    has two "socket (tcp, one for every rank): the interface that routes to the rendezvous" &&
    has two "  0-3 | 4-7 | (back to the first)" &&
    has two "  tree 0, top 0: 0:4 2:1,3 4:2,6 6:5,7" &&
    has two "  tree 1, top 7: 1:2,0 3:5,1 5:6,4 7:3"; then
-    ok "2socket, 4 ranks x 2 hosts: cores, gpu, nic and class, devices, ring, trees"
+    ok "2socket (no CUDA device), 4 ranks x 2 hosts: cores, gpu, nic and class, devices, ring, trees"
 else
     bad "2socket --ranks 4 --hosts 2" "$OUT/two"
 fi
 
-if wt filt WEFT_IB_HCA=mlx5_0:2 WEFT_SOCKET_IFNAME=^ib -- --xml "$D/2socket-4gpu-1ib.xml" --ranks 2 &&
+if wt filt WEFT_IB_HCA=mlx5_0:2 WEFT_SOCKET_IFNAME=^ib -- --xml "$D/2socket-4gpu-1ib-nocuda.xml" --ranks 2 &&
    has filt "rank 0: ib mlx5_0:2 (far, 1 of 1)" &&
    has filt "rank 1: ib mlx5_0:2 (host-bridge, 1 of 1)" &&
    has filt "socket (tcp, one for every rank): the interface that routes to the rendezvous if WEFT_SOCKET_IFNAME allows it"; then
@@ -87,6 +88,48 @@ if wt vis CUDA_VISIBLE_DEVICES=12,13,14,15 -- --xml "$D/nvidia-dgx2-8ib.xml" --r
     ok "CUDA_VISIBLE_DEVICES=12,13,14,15: gpus 12 and 13, their node's cores and HCA"
 else
     bad "CUDA_VISIBLE_DEVICES=12,13,14,15 --ranks 2" "$OUT/vis"
+fi
+
+# GPUs as CUDA numbers them: the X9DRG-HF's export has one CUDA device (cuda0, 84:00.0,
+# node 1) beside two M2075s CUDA does not report and an AMD card; every local rank has
+# cuda0 (before, "local rank i uses gpu i mod 4": rank 0 the M2075 at 03:00.0 on node 0)
+if wt cuda -- --xml "$D/2socket-4gpu-1ib.xml" --ranks 4 &&
+   has cuda "gpus: 1 (CUDA ordinals: cudaN is gpu N)" &&
+   has cuda "  gpu 0  cuda0        0000:84:00.0 numa 1  Tesla K40m" &&
+   has cuda "other gpus, without a CUDA device (no rank uses them): 3" &&
+   has cuda "placement of 4 local ranks (local rank i uses gpu i mod 1):" &&
+   has cuda "rank 0: numa 1 cores 8-9 (cpus 8-9,24-25) gpu cuda0 (0000:84:00.0)" &&
+   has cuda "rank 3: numa 1 cores 14-15 (cpus 14-15,30-31) gpu cuda0 (0000:84:00.0)"; then
+    ok "2socket: the one CUDA device for every rank, the other GPUs listed apart"
+else
+    bad "2socket: CUDA ordinals" "$OUT/cuda"
+fi
+# a job on GPUs 8-11 of a DGX-2 under a device cgroup (Slurm's ConstrainDevices): only
+# those carry CUDA/NVML devices, and CUDA_VISIBLE_DEVICES=0,1,2,3 counts among them
+# (before, among all 16: rank 0 on GPU 0, node 0, outside the job)
+if wt job CUDA_VISIBLE_DEVICES=0,1,2,3 -- --xml "$D/nvidia-dgx2-8ib-job8-11.xml" --ranks 4 &&
+   has job "rank 0: numa 1 cores 2 (cpus 24) shared gpu cuda0 (0000:b7:00.0) nic mlx5_4 (0000:b8:00.0, pcie-switch)" &&
+   has job "rank 3: numa 1 cores 3 (cpus 25) shared gpu cuda3 (0000:be:00.0) nic mlx5_5 (0000:bd:00.0, pcie-switch)"; then
+    ok "dgx2 job of GPUs 8-11, CUDA_VISIBLE_DEVICES=0,1,2,3: the job's GPUs on node 1"
+else
+    bad "dgx2 job of GPUs 8-11" "$OUT/job"
+fi
+# the same with NVML's devices only (hwloc without its CUDA backend)
+/usr/bin/python3 - "$D/nvidia-dgx2-8ib-job8-11.xml" "$OUT/nvml.xml" <<'EOF'
+import sys, xml.etree.ElementTree as ET
+tree = ET.parse(sys.argv[1])
+for o in tree.getroot().iter("object"):
+    for k in [k for k in o if k.get("subtype") == "CUDA"]:
+        o.remove(k)
+tree.write(sys.argv[2], xml_declaration=True, encoding="UTF-8")
+EOF
+if wt nvml CUDA_VISIBLE_DEVICES=1,0 -- --xml "$OUT/nvml.xml" --ranks 2 &&
+   has nvml "gpus: 4 (NVML indices)" &&
+   has nvml "rank 0: numa 1 cores 2 (cpus 24) gpu nvml1 (0000:b9:00.0)" &&
+   has nvml "rank 1: numa 1 cores 3 (cpus 25) gpu nvml0 (0000:b7:00.0)"; then
+    ok "dgx2 job, NVML devices only, CUDA_VISIBLE_DEVICES=1,0: nvml1, nvml0"
+else
+    bad "dgx2 job, NVML only" "$OUT/nvml"
 fi
 
 # refusals: status and message
@@ -147,7 +190,7 @@ fi
 # devices whose locality the kernel does not know (numa_node -1: hwloc hangs their host
 # bridges off the whole machine, as in many VMs): numa -1, not node 0, and the ranks
 # placed in NUMA-wide blocks (ranks 0-3 all took node 0 before)
-/usr/bin/python3 - "$D/2socket-4gpu-1ib.xml" "$OUT/nolocal.xml" <<'EOF'
+/usr/bin/python3 - "$D/2socket-4gpu-1ib-nocuda.xml" "$OUT/nolocal.xml" <<'EOF'
 import sys, xml.etree.ElementTree as ET
 tree = ET.parse(sys.argv[1])
 machine = tree.getroot().find("object")

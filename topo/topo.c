@@ -13,7 +13,11 @@
  *    (PUs when hwloc reports no cores), grouped by core_numa[] in increasing node order;
  *    cores whose node is unknown (-1) come last. run_start[] marks the runs of equal
  *    core_numa, run_start[0] = 0 and run_start[nruns] = ncores.
- *  - gpus[]/nics[] hold ngpus/nnics entries, sorted by busid, non-PCI ones last; every
+ *  - gpus[] holds ngpus indexed GPUs, then nother others. Where hwloc reports CUDA OS
+ *    devices (cudaN), the indexed ones are the GPUs that carry one, by N (CUDA's
+ *    ordinals), the others every other GPU found; else, where it reports NVML ones
+ *    (nvmlN), the same by NVML's N; else every GPU, by busid (nother 0).
+ *  - nics[] hold nnics entries, sorted by busid, non-PCI ones last; every
  *    name is NUL-terminated and non-empty; pci_id is the gp_index of the PCI device
  *    (bus ids can repeat in an export, gp_index cannot), 0 when off PCI.
  *  - vis[0..nvis) (when vis_set) are distinct indices into gpus[].
@@ -46,8 +50,10 @@ struct topo {
     int *core_numa;                /* (ncores) NUMA node of core_order[i], -1 unknown */
     int *run_start;                /* (nruns + 1) where each node's run of cores starts */
     int nruns;
-    topo_gpu_t *gpus;
+    topo_gpu_t *gpus;              /* (ngpus + nother): the indexed GPUs, then the others */
     int ngpus;
+    int nother;                    /* GPUs outside CUDA's list (no cudaN/nvmlN device) */
+    int gpu_key;                   /* what indexes gpus[]: GPU_KEY_* */
     int vis_set;                   /* CUDA_VISIBLE_DEVICES was set when loaded */
     int vis[TOPO_VIS_MAX];         /* then: the visible GPUs, as gpus[] indices */
     int nvis;                      /* how many (0: none, or none that maps to gpus[]) */
@@ -224,9 +230,35 @@ static int busid_cmp(const char *a, const char *b)
     return strcmp(a, b);
 }
 
-static int gpu_cmp(const void *a, const void *b)
+enum { GPU_KEY_PCI, GPU_KEY_CUDA, GPU_KEY_NVML };
+
+/* The ordinal that indexes a GPU under key, -1 for none. */
+static int gpu_key_of(const topo_gpu_t *g, int key)
 {
-    return busid_cmp(((const topo_gpu_t *)a)->busid, ((const topo_gpu_t *)b)->busid);
+    return key == GPU_KEY_CUDA ? g->cuda : key == GPU_KEY_NVML ? g->nvml : -1;
+}
+
+/* Those with an ordinal first, by it; then the rest by bus id, off PCI last. */
+static int gpu_cmp(const topo_gpu_t *x, const topo_gpu_t *y, int key)
+{
+    int kx = gpu_key_of(x, key), ky = gpu_key_of(y, key);
+    if ((kx < 0) != (ky < 0))
+        return kx < 0 ? 1 : -1;
+    if (kx != ky)
+        return kx < ky ? -1 : 1;
+    return busid_cmp(x->busid, y->busid);
+}
+
+/* Insertion sort by gpu_cmp (a machine has a few dozen GPUs at most). */
+static void sort_gpus(topo_gpu_t *g, int n, int key)
+{
+    for (int i = 1; i < n; i++) {
+        topo_gpu_t x = g[i];
+        int j = i;
+        for (; j > 0 && gpu_cmp(&g[j - 1], &x, key) > 0; j--)
+            g[j] = g[j - 1];
+        g[j] = x;
+    }
 }
 
 static int nic_cmp(const void *a, const void *b)
@@ -268,6 +300,23 @@ static int pci_is_gpu_class(hwloc_obj_t pci)
     return 0;
 }
 
+/* N of an OS device named <prefix>N of backend `backend` (CUDA's cuda0: 0), else -1. */
+static int osdev_ordinal(hwloc_obj_t o, const char *backend, const char *prefix)
+{
+    if (o->type != HWLOC_OBJ_OS_DEVICE || !o->name)
+        return -1;
+    const char *b = o->subtype;
+    if (!b || !b[0])
+        b = hwloc_obj_get_info_by_name(o, "Backend");
+    size_t len = strlen(prefix);
+    if (!b || strcasecmp(b, backend) || strncmp(o->name, prefix, len) ||
+        !isdigit((unsigned char)o->name[len]))
+        return -1;
+    char *end;
+    long v = strtol(o->name + len, &end, 10);
+    return *end == '\0' && v < 1L << 24 ? (int)v : -1;
+}
+
 static void add_gpu(topo_t *t, hwloc_obj_t pci, hwloc_obj_t osdev)
 {
     topo_gpu_t *g = &t->gpus[t->ngpus++];
@@ -277,9 +326,18 @@ static void add_gpu(topo_t *t, hwloc_obj_t pci, hwloc_obj_t osdev)
     copy_str(g->name, sizeof(g->name), osdev ? osdev->name : NULL);
     copy_str(g->model, sizeof(g->model), model);
     const char *uuid = NULL;     /* on the NVML device, whichever names the GPU */
-    for (hwloc_obj_t c = pci ? pci->io_first_child : osdev; c && !uuid;
-         c = pci ? c->next_sibling : NULL)
-        uuid = hwloc_obj_get_info_by_name(c, "NVIDIAUUID");
+    g->cuda = g->nvml = -1;
+    for (hwloc_obj_t c = pci ? pci->io_first_child : osdev; c;
+         c = pci ? c->next_sibling : NULL) {
+        if (!uuid)
+            uuid = hwloc_obj_get_info_by_name(c, "NVIDIAUUID");
+        int n = osdev_ordinal(c, "CUDA", "cuda");
+        if (n >= 0 && (g->cuda < 0 || n < g->cuda))
+            g->cuda = n;
+        n = osdev_ordinal(c, "NVML", "nvml");
+        if (n >= 0 && (g->nvml < 0 || n < g->nvml))
+            g->nvml = n;
+    }
     copy_str(g->uuid, sizeof(g->uuid), uuid);
     format_busid(pci, g->busid, sizeof(g->busid));
     g->pci_id = pci ? pci->gp_index : 0;
@@ -312,10 +370,25 @@ static weft_status_t scan_gpus(topo_t *t)
         if (!pci_parent(o) && gpu_osdev_score(o) >= 3)
             add_gpu(t, NULL, o);
 
-    qsort(t->gpus, (size_t)t->ngpus, sizeof(*t->gpus), gpu_cmp);
-    for (int i = 0; i < t->ngpus; i++)
+    /* Index GPUs as CUDA does (before, every GPU in bus order, so that on a machine with
+     * GPUs CUDA does not drive, an old Tesla or an AMD card beside a CUDA one, rank i
+     * was given another GPU than CUDA device i). hwloc's CUDA backend names CUDA's own
+     * devices cudaN, N the ordinal; its NVML backend nvmlN, NVML's index (bus order).
+     * Both report the devices this process can open only (a device cgroup, as Slurm's
+     * ConstrainDevices, hides the others from them). Without either: every GPU, by bus. */
+    int nkey[3] = { t->ngpus, 0, 0 };
+    for (int i = 0; i < t->ngpus; i++) {
+        nkey[GPU_KEY_CUDA] += t->gpus[i].cuda >= 0;
+        nkey[GPU_KEY_NVML] += t->gpus[i].nvml >= 0;
+    }
+    t->gpu_key = nkey[GPU_KEY_CUDA] ? GPU_KEY_CUDA : nkey[GPU_KEY_NVML] ? GPU_KEY_NVML
+                                                                        : GPU_KEY_PCI;
+    sort_gpus(t->gpus, t->ngpus, t->gpu_key);
+    t->nother = t->ngpus - nkey[t->gpu_key];
+    t->ngpus = nkey[t->gpu_key];
+    for (int i = 0; i < t->ngpus + t->nother; i++)
         if (!t->gpus[i].name[0])
-            snprintf(t->gpus[i].name, sizeof(t->gpus[i].name), "gpu%d", i);
+            snprintf(t->gpus[i].name, sizeof(t->gpus[i].name), i < t->ngpus ? "gpu%d" : "-", i);
     return WEFT_OK;
 }
 
@@ -382,8 +455,10 @@ static weft_status_t scan_nics(topo_t *t)
 /* CUDA_VISIBLE_DEVICES as CUDA reads it (and PyTorch's reading of it): comma-separated
  * entries, each an index's leading digits after blanks or a '+', up to the first entry
  * that has none, or is out of range; a repeated index shows no GPU at all; "" or "-1"
- * shows none. Indices count in PCI bus order, which gpus[] has (CUDA_DEVICE_ORDER=
- * PCI_BUS_ID, the order of nvidia-smi and of Slurm's GPU indices). A list that starts
+ * shows none. Indices count in gpus[]'s order: CUDA's ordinals where hwloc reports CUDA
+ * devices, else NVML's (bus order, as nvidia-smi and Slurm number GPUs), else bus order
+ * (CUDA_DEVICE_ORDER=PCI_BUS_ID); on this machine with CUDA devices, CUDA has applied it
+ * already (scan_visible). A list that starts
  * with a GPU UUID (GPU-..., Kubernetes' and some Slurm setups' form) is UUIDs, each
  * matched by prefix, as CUDA does, against the NVIDIAUUID hwloc's NVML backend gives
  * each GPU, up to one that matches no GPU or several; where the topology carries no
@@ -418,6 +493,18 @@ static void scan_visible(topo_t *t, const char *cvd)
     t->vis_note[0] = '\0';
     if (cvd == NULL || t->ngpus == 0)
         return;
+    if (t->gpu_key == GPU_KEY_CUDA && !t->is_xml) {
+        /* hwloc's CUDA backend asked CUDA in this process, which applied the variable
+         * already: cudaN is CUDA device N as this process sees it (applied again, a job on
+         * GPUs 8-11 of 16 had no GPU). NVML, and an export, list the devices without it. */
+        t->nvis = WEFT_MIN(t->ngpus, TOPO_VIS_MAX);
+        for (int i = 0; i < t->nvis; i++)
+            t->vis[i] = i;
+        snprintf(t->vis_note, sizeof(t->vis_note), "CUDA_VISIBLE_DEVICES=%.40s, applied by "
+                 "CUDA to its devices here: local rank i uses gpu i mod %d", cvd, t->nvis);
+        LOG_INFO(LOG_TOPO, "topo: %s", t->vis_note);
+        return;
+    }
     int uuid = 0, repeat = 0;
     const char *first = cvd;
     while (isspace((unsigned char)*first))
@@ -1164,10 +1251,19 @@ void topo_print(const topo_t *t, FILE *out)
         fprintf(out, "machine: %s\n", t->machine);
     fprintf(out, "packages %d, numa nodes %d, cores %d, pus %d\n", t->npackages, t->nnuma,
             t->ncores, t->npus);
-    fprintf(out, "gpus: %d\n", t->ngpus);
+    static const char *const by[] = { "pci bus order", "CUDA ordinals: cudaN is gpu N",
+                                      "NVML indices" };
+    fprintf(out, "gpus: %d (%s)\n", t->ngpus, by[t->gpu_key]);
     for (int i = 0; i < t->ngpus; i++) {
         const topo_gpu_t *g = &t->gpus[i];
         fprintf(out, "  gpu %-2d %-12s %-12s numa %-2d %s\n", i, g->name,
+                g->busid[0] ? g->busid : "-", g->numa, g->model);
+    }
+    if (t->nother)
+        fprintf(out, "other gpus, without a %s device (no rank uses them): %d\n", t->gpu_key == GPU_KEY_CUDA ? "CUDA" : "NVML", t->nother);
+    for (int i = t->ngpus; i < t->ngpus + t->nother; i++) {
+        const topo_gpu_t *g = &t->gpus[i];
+        fprintf(out, "  -      %-12s %-12s numa %-2d %s\n", g->name,
                 g->busid[0] ? g->busid : "-", g->numa, g->model);
     }
     fprintf(out, "nics: %d\n", t->nnics);

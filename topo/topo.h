@@ -8,8 +8,12 @@
  *
  * Indices: NUMA nodes and cores are hwloc *logical* indices (L#, the order of
  * `hwloc-ls`); `cpus` strings hold OS PU numbers (what taskset and /proc show).
- * GPUs and NICs are listed in PCI bus-id order, so the i-th GPU is CUDA device i under
- * CUDA_DEVICE_ORDER=PCI_BUS_ID.
+ * GPUs are listed as CUDA numbers them: where hwloc reports CUDA OS devices (cudaN),
+ * the GPUs that carry one, gpu i being cudaI; else, where it reports NVML ones (nvmlN),
+ * those GPUs by N (bus order); else every GPU found, in PCI bus-id order (CUDA device i
+ * under CUDA_DEVICE_ORDER=PCI_BUS_ID). GPUs without such a device where others have one
+ * (a Tesla CUDA does not drive, an AMD card) are not indexed: topo_print lists them.
+ * NICs are in PCI bus-id order.
  */
 #ifndef WEFT_TOPO_H
 #define WEFT_TOPO_H
@@ -36,6 +40,7 @@ typedef struct topo_gpu {
     char busid[TOPO_BUSID_MAX];    /* "" when not on PCI */
     int numa;                      /* nearest NUMA node (logical), -1 unknown */
     unsigned long long pci_id;     /* topo.c's handle on the PCI device, 0 none */
+    int cuda, nvml;                /* N of its cudaN / nvmlN OS device, -1 none */
 } topo_gpu_t;
 
 /* A network adapter: the network and OpenFabrics OS devices of one PCI function,
@@ -109,8 +114,8 @@ const char *topo_gpu_visibility(const topo_t *t);
 #define TOPO_VIS_MAX 64
 
 /* Placement of local rank `local_rank` of `local_size` ranks on this host.
- * GPU: local rank i uses GPU i mod ngpus, GPUs in PCI bus order: the LOCAL_RANK
- * convention of torchrun/NCCL jobs with CUDA_DEVICE_ORDER=PCI_BUS_ID. Where the process
+ * GPU: local rank i uses GPU i mod ngpus, GPUs in CUDA's order (above): the LOCAL_RANK
+ * convention of torchrun/NCCL jobs, cudaSetDevice(local_rank % count). Where the process
  * had CUDA_VISIBLE_DEVICES when loaded (read by topo_load*, as CUDA reads it: indices up
  * to the first invalid one), local rank i uses the (i mod n)-th of the n GPUs it shows,
  * as `cudaSetDevice(local_rank % count)` does; every local rank is taken to see the same
@@ -119,7 +124,10 @@ const char *topo_gpu_visibility(const topo_t *t);
  * without GPUs, and the GPU decides the NIC only. A repeated index shows no GPU (as in
  * CUDA); GPU UUIDs are matched by prefix against topo_gpu_t.uuid (hwloc's NVML data), and
  * a list that matches none (MIG instances, no NVML data) leaves every rank without a
- * known GPU.
+ * known GPU. The indices count in the list above; on this machine, where hwloc reports
+ * CUDA devices, CUDA has applied the variable to them already, and it is not applied
+ * again (under Slurm's ConstrainDevices the job's GPUs are the only ones CUDA and NVML
+ * report, so its relative indices count among them).
  * Cores, with GPUs: the NUMA node of the rank's GPU, split into contiguous, disjoint
  * blocks among the ranks whose GPUs sit on that node (shared single cores when there
  * are more such ranks than the node has cores). Cores, without GPUs (or a GPU whose
