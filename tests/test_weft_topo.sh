@@ -132,6 +132,36 @@ else
     bad "dgx2 job, NVML only" "$OUT/nvml"
 fi
 
+# tcp's interface on this machine: the one init picks (sock_local_addr, over every
+# interface, not only the PCI NICs hwloc lists); before, "init would fail" for lo, bonds
+# and VLANs, which init uses
+if ip -4 -o addr show lo 2>/dev/null | grep -q 127.0.0.1; then
+    if wt lo WEFT_SOCKET_IFNAME=lo -- --ranks 1 &&
+       has lo "socket (tcp, one for every rank): lo (127.0.0.1, WEFT_SOCKET_IFNAME's first match)" &&
+       ! has lo "init would fail"; then
+        ok "WEFT_SOCKET_IFNAME=lo on this machine: lo, as init picks it"
+    else
+        bad "WEFT_SOCKET_IFNAME=lo on this machine" "$OUT/lo"
+    fi
+else
+    echo "skip - WEFT_SOCKET_IFNAME=lo: no lo with 127.0.0.1 here (or no ip command)"
+fi
+if wt noif WEFT_SOCKET_IFNAME==weftnosuch0 -- --ranks 1 &&
+   has noif "socket (tcp, one for every rank): none: no IPv4 interface matches WEFT_SOCKET_IFNAME='=weftnosuch0'" &&
+   has noif "(init would fail)"; then
+    ok "WEFT_SOCKET_IFNAME naming no interface here: init would fail, and what there is"
+else
+    bad "WEFT_SOCKET_IFNAME==weftnosuch0 on this machine" "$OUT/noif"
+fi
+# another machine's export lists its PCI NICs only: a bond there cannot be judged
+if wt bond WEFT_SOCKET_IFNAME=bond0 -- --xml "$D/2socket-4gpu-1ib.xml" --ranks 1 &&
+   has bond "none of the topology's interfaces matches WEFT_SOCKET_IFNAME; an hwloc export lists PCI network devices only" &&
+   ! has bond "init would fail"; then
+    ok "WEFT_SOCKET_IFNAME=bond0 on an export: cannot be judged, not 'init would fail'"
+else
+    bad "WEFT_SOCKET_IFNAME=bond0 on an export" "$OUT/bond"
+fi
+
 # refusals: status and message
 refuse() {
     local want_rc=$1 msg=$2; shift 2

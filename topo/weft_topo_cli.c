@@ -16,12 +16,16 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "algo.h"
 #include "config.h"
+#include "sock.h"
 #include "topo.h"
 #include "weft.h"
 
@@ -107,10 +111,34 @@ static int parse_args(int argc, char **argv, cli_args_t *a)
     return 0;
 }
 
-/* The interface the tcp transport uses, for every rank of the host alike (comm/sock.c,
- * iface_addr): WEFT_SOCKET_IFNAME's first entry that names an interface (here: of the
- * topology's, in its order), else the one that routes to the rendezvous, which only the
- * running job knows. */
+/* The name of this host's IPv4 interface that holds address a and that the filter f
+ * allows ("" when none): sock_local_addr gives the address of its pick, not the name. */
+static void ifname_of(const struct sockaddr_in *a, const topo_nic_filter_t *f, char *buf,
+                      size_t cap)
+{
+    struct ifaddrs *ifs;
+    buf[0] = '\0';
+    if (getifaddrs(&ifs) != 0)
+        return;
+    for (const struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+            ((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
+                a->sin_addr.s_addr &&
+            topo_nic_filter_allows(f, i->ifa_name, NULL)) {
+            snprintf(buf, cap, "%s", i->ifa_name);
+            break;
+        }
+    freeifaddrs(ifs);
+}
+
+/* The interface the tcp transport uses, for every rank of the host alike: on this
+ * machine, the one comm/sock.c's sock_local_addr picks (the same call, over getifaddrs:
+ * bonds, VLANs and loopback count, as at init); WEFT_SOCKET_IFNAME unset, or an exclusion,
+ * leave it to the route to the rendezvous, which only the running job knows. For another
+ * machine's hwloc export: WEFT_SOCKET_IFNAME's first entry that names one of its
+ * interfaces; the export lists PCI network devices only, so an entry it lacks may still
+ * name an interface there (before, "init would fail" was said of bond0 or lo, which init
+ * uses). */
 static int show_socket(const topo_t *t, const weft_config_t *cfg)
 {
     topo_nic_filter_t f;
@@ -119,6 +147,23 @@ static int show_socket(const topo_t *t, const weft_config_t *cfg)
         return 1;
     }
     printf("  socket (tcp, one for every rank): ");
+    if (!topo_is_xml(t) && f.n > 0) {
+        struct sockaddr_in a;
+        char name[64], as[64];
+        if (sock_local_addr(NULL, cfg->socket_ifname, &a) != WEFT_OK) {
+            printf("none: %s (init would fail)\n", weft_last_error());
+            return 0;
+        }
+        ifname_of(&a, &f, name, sizeof(name));
+        sock_addr_str(&a, as, sizeof(as));
+        as[strcspn(as, ":")] = '\0';
+        if (f.exclude)
+            printf("the interface that routes to the rendezvous if WEFT_SOCKET_IFNAME "
+                   "allows it, else %s (%s)\n", name[0] ? name : "?", as);
+        else
+            printf("%s (%s, WEFT_SOCKET_IFNAME's first match)\n", name[0] ? name : "?", as);
+        return 0;
+    }
     if (f.n == 0 || f.exclude) {
         printf("the interface that routes to the rendezvous%s\n", f.n ?
                " if WEFT_SOCKET_IFNAME allows it, else the first it allows" : "");
@@ -131,12 +176,16 @@ static int show_socket(const topo_t *t, const weft_config_t *cfg)
         for (int i = 0; i < topo_num_nics(t); i++) {
             const topo_nic_t *nic = topo_nic(t, i);
             if (nic->ifname[0] && topo_nic_filter_allows(&one, nic->ifname, NULL)) {
-                printf("%s (WEFT_SOCKET_IFNAME's first match)\n", nic->ifname);
+                printf("%s (WEFT_SOCKET_IFNAME's first match%s)\n", nic->ifname, e == 0 ? "" :
+                       " among the topology's interfaces; an earlier entry may name one "
+                       "it does not list");
                 return 0;
             }
         }
     }
-    printf("none of these interfaces matches WEFT_SOCKET_IFNAME (init would fail)\n");
+    printf("none of the topology's interfaces matches WEFT_SOCKET_IFNAME; an hwloc "
+           "export lists PCI network devices only, so bonds, VLANs, loopback and other "
+           "virtual interfaces cannot be judged from it\n");
     return 0;
 }
 
