@@ -43,7 +43,9 @@ case_ "WEFT_IB_HCA=weftemu0:1" ok "passed" WEFT_IB_HCA=weftemu0:1
 # verbs list's order (mlx5_1 first); WEFT_IB_HCA still has the last word. (Every GPU
 # of the topology visible, whatever the caller's shell narrows: the HCA follows the GPU.)
 unset CUDA_VISIBLE_DEVICES
-TOPO=$PWD/tests/data/topologies/2socket-4gpu-1ib.xml
+# (the variant without its cuda0: all 4 GPUs indexed by bus, local rank 1 on the
+# one near mlx5_0; with cuda0, CUDA's only device, every rank takes that GPU)
+TOPO=$PWD/tests/data/topologies/2socket-4gpu-1ib-nocuda.xml
 case_ "the HCA the topology chooses, not the first listed" ok \
     "mlx5_0 port 1 .*by the topology (host-bridge" WEFT_IBEMU_DEVICES=mlx5_1,mlx5_0 \
     WEFT_TOPO_FILE="$TOPO" WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET
