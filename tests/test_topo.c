@@ -723,6 +723,35 @@ static void test_nic_for_rank(void)
           c.name, topo_dist_name(c.dist));
     CHECK(topo_nic_for_rank(t, 0, 8, TOPO_NIC_IB, NULL, &c) == WEFT_OK && c.nic == -1,
           "no HCA on 4numa, got %d", c.nic);
+    /* a rank its launcher bound (srun's cyclic sockets): the NICs of the node it is on,
+     * not of the node weft's blocks give it (rank 1 of 8 would be on node 0: eth1) */
+    static const int on2[] = { 50, 51 }, split[] = { 0, 30 }, unknown[] = { 200 },
+                     one[] = { 5 };
+    int every[96];
+    for (int i = 0; i < 96; i++)
+        every[i] = i;
+    CHECK(topo_cpus_numa(t, on2, 2) == 2 && topo_cpus_numa(t, one, 1) == 0 &&
+          topo_cpus_numa(t, split, 2) == -1 && topo_cpus_numa(t, unknown, 1) == -1 &&
+          topo_cpus_numa(t, every, 96) == -1 && topo_cpus_numa(t, NULL, 0) == -1,
+          "4numa cpus -> node: %d %d %d %d %d", topo_cpus_numa(t, on2, 2),
+          topo_cpus_numa(t, one, 1), topo_cpus_numa(t, split, 2),
+          topo_cpus_numa(t, unknown, 1), topo_cpus_numa(t, every, 96));
+    CHECK(topo_nic_for_bound_rank(t, 1, 8, TOPO_NIC_SOCKET, NULL, 2, &c) == WEFT_OK &&
+          !strcmp(c.name, "eth4") && c.dist == TOPO_DIST_NUMA,
+          "4numa rank 1 bound to node 2: %s (%s), want eth4", c.name, topo_dist_name(c.dist));
+    CHECK(topo_nic_for_bound_rank(t, 1, 8, TOPO_NIC_SOCKET, NULL, -1, &c) == WEFT_OK &&
+          !strcmp(c.name, "eth1"), "4numa rank 1 unbound: %s, want eth1", c.name);
+    topo_free(t);
+
+    /* a rank with a GPU keeps its GPU's HCA wherever its launcher bound it */
+    t = load(XML_DGX2IB);
+    if (!t)
+        return;
+    topo_nic_choice_t g0, g1;
+    CHECK(topo_nic_for_bound_rank(t, 0, 4, TOPO_NIC_IB, "", 1, &g1) == WEFT_OK &&
+          topo_nic_for_rank(t, 0, 4, TOPO_NIC_IB, "", &g0) == WEFT_OK &&
+          !strcmp(g0.name, g1.name), "dgx2-8ib rank 0 bound to node 1: %s, unbound %s",
+          g1.name, g0.name);
     topo_free(t);
 
     t = load(XML_DGX2);                        /* no NICs at all in this export */

@@ -865,9 +865,44 @@ static void nic_names(const topo_t *t, topo_nic_kind_t kind, char *buf, size_t c
         snprintf(buf, cap, "none");
 }
 
+int topo_cpus_numa(const topo_t *t, const int *cpus, int ncpus)
+{
+    if (!t || !cpus || ncpus < 1)
+        return -1;
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    if (set == NULL)
+        return -1;
+    int known = 1;
+    for (int i = 0; i < ncpus && known; i++) {
+        hwloc_obj_t pu = cpus[i] >= 0 ? hwloc_get_pu_obj_by_os_index(t->hw, (unsigned)cpus[i])
+                                      : NULL;
+        known = pu != NULL;
+        if (known)
+            hwloc_bitmap_set(set, (unsigned)cpus[i]);
+    }
+    hwloc_const_cpuset_t all = hwloc_topology_get_topology_cpuset(t->hw);
+    int numa = -1;
+    if (known && !(all && hwloc_bitmap_isincluded(all, set))) {
+        for (int i = 0; i < t->nnuma && numa < 0; i++) {
+            hwloc_obj_t n = hwloc_get_obj_by_type(t->hw, HWLOC_OBJ_NUMANODE, (unsigned)i);
+            if (n && n->cpuset && hwloc_bitmap_isincluded(set, n->cpuset))
+                numa = i;
+        }
+    }
+    hwloc_bitmap_free(set);
+    return numa;
+}
+
 weft_status_t topo_nic_for_rank(const topo_t *t, int local_rank, int local_size,
                                 topo_nic_kind_t kind, const char *filter,
                                 topo_nic_choice_t *out)
+{
+    return topo_nic_for_bound_rank(t, local_rank, local_size, kind, filter, -1, out);
+}
+
+weft_status_t topo_nic_for_bound_rank(const topo_t *t, int local_rank, int local_size,
+                                      topo_nic_kind_t kind, const char *filter,
+                                      int bound_numa, topo_nic_choice_t *out)
 {
     const char *knob = kind == TOPO_NIC_SOCKET ? "WEFT_SOCKET_IFNAME" : "WEFT_IB_HCA";
     if (!t || !out || local_size < 1 || local_rank < 0 || local_rank >= local_size ||
@@ -882,8 +917,9 @@ weft_status_t topo_nic_for_rank(const topo_t *t, int local_rank, int local_size,
     c.nic = -1;
     c.dist = TOPO_DIST_FAR;
     int key, gpu = rank_gpu(t, local_rank);
-    uint64_t mask = best_nics(t, gpu, rank_io_numa(t, local_rank, local_size), kind, &f,
-                              &key);
+    int io_numa = gpu < 0 && bound_numa >= 0 && bound_numa < t->nnuma
+                  ? bound_numa : rank_io_numa(t, local_rank, local_size);
+    uint64_t mask = best_nics(t, gpu, io_numa, kind, &f, &key);
     if (mask == 0) {
         char have[256];
         nic_names(t, kind, have, sizeof(have));

@@ -189,6 +189,19 @@ typedef struct topo_nic_choice {
 weft_status_t topo_nic_for_rank(const topo_t *t, int local_rank, int local_size,
                                 topo_nic_kind_t kind, const char *filter,
                                 topo_nic_choice_t *out);
+/* The same for a rank its launcher bound to NUMA node bound_numa (topo_cpus_numa; -1:
+ * unbound, as topo_nic_for_rank): a rank without a GPU takes the devices nearest that
+ * node, not the node topo_place would have given it (srun --cpu-bind=cores spreads
+ * tasks over the sockets cyclically, Open MPI's --bind-to core by core: local rank 1 of
+ * 4 on a two-socket host sits on socket 1, where weft's own blocks put it on socket 0).
+ * A rank with a GPU keeps its GPU's devices. */
+weft_status_t topo_nic_for_bound_rank(const topo_t *t, int local_rank, int local_size,
+                                      topo_nic_kind_t kind, const char *filter,
+                                      int bound_numa, topo_nic_choice_t *out);
+/* The NUMA node (as topo_place_t.numa counts them) holding every one of the ncpus OS
+ * cpu numbers, -1 when they span several, include one the topology does not have, or
+ * are every cpu it has (no binding to speak of). */
+int topo_cpus_numa(const topo_t *t, const int *cpus, int ncpus);
 
 /* Host identity: the same on every process of one host (or one UTS namespace), different
  * across hosts. A hash of the host name, the kernel's boot id and /etc/machine-id (what

@@ -418,9 +418,24 @@ static void topo_hca_once(const weft_comm_t *comm, int ndev, char *name, size_t 
         LOG_DEBUG(LOG_NET, "ib: no local rank from the launcher: HCA by NUMA node");
         return;
     }
-    if (topo_load(comm->cfg.topo_file[0] ? comm->cfg.topo_file : NULL, &t) != WEFT_OK ||
-        topo_nic_for_rank(t, env.local_rank, env.local_size, TOPO_NIC_IB, comm->cfg.ib_hca,
-                          &ch) != WEFT_OK || ch.nic < 0) {
+    if (topo_load(comm->cfg.topo_file[0] ? comm->cfg.topo_file : NULL, &t) != WEFT_OK) {
+        LOG_DEBUG(LOG_NET, "ib: no topology (%s): HCA by NUMA node", weft_last_error());
+        weft_error_restore(&before);
+        return;
+    }
+    /* where the launcher bound this process (weft binds later, and keeps a launcher's
+     * binding): this machine's topology only, a file's cpus are another machine's */
+    int bound = -1;
+    cpu_set_t cs;
+    if (!comm->cfg.topo_file[0] && sched_getaffinity(0, sizeof(cs), &cs) == 0) {
+        int cpus[CPU_SETSIZE], n = 0;
+        for (int i = 0; i < CPU_SETSIZE; i++)
+            if (CPU_ISSET(i, &cs))
+                cpus[n++] = i;
+        bound = topo_cpus_numa(t, cpus, n);
+    }
+    if (topo_nic_for_bound_rank(t, env.local_rank, env.local_size, TOPO_NIC_IB,
+                                comm->cfg.ib_hca, bound, &ch) != WEFT_OK || ch.nic < 0) {
         LOG_DEBUG(LOG_NET, "ib: the topology chooses no HCA (%s): HCA by NUMA node",
                   weft_last_error());
         weft_error_restore(&before);
@@ -429,8 +444,19 @@ static void topo_hca_once(const weft_comm_t *comm, int ndev, char *name, size_t 
     }
     snprintf(name, cap, "%s", ch.name);
     *port = ch.port;
-    snprintf(why, why_cap, ", nearest local rank %d of %d by the topology (%s, 1 of %d)",
-             env.local_rank, env.local_size, topo_dist_name(ch.dist), ch.tied);
+    topo_place_t p;
+    int gpu_numa = topo_place(t, env.local_rank, env.local_size, &p) == WEFT_OK && p.gpu >= 0 &&
+                   topo_gpu(t, p.gpu) ? topo_gpu(t, p.gpu)->numa : -1;
+    weft_error_restore(&before);
+    snprintf(why, why_cap, ", nearest local rank %d of %d by the topology (%s, 1 of %d%s)",
+             env.local_rank, env.local_size, topo_dist_name(ch.dist), ch.tied,
+             bound >= 0 && gpu_numa < 0 ? ", the launcher's NUMA binding" : "");
+    if (bound >= 0 && gpu_numa >= 0 && bound != gpu_numa)
+        LOG_WARN(LOG_NET, "ib: local rank %d is bound to NUMA node %d by its launcher, its "
+                 "GPU and HCA %s are on node %d: host copies cross the sockets (srun "
+                 "--cpu-bind=none or -m block:block, mpirun --bind-to none or --map-by "
+                 "numa, and weft binds it near its GPU)", env.local_rank, bound, ch.name,
+                 gpu_numa);
     topo_free(t);
 }
 
