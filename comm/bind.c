@@ -125,8 +125,7 @@ static int ranks_in_process(const weft_comm_t *c)
 {
     int n = 0;
     for (int p = 0; p < c->nranks; p++)
-        n += p != c->rank && peer_pid_comparable(&c->peers[p], &c->peers[c->rank]) &&
-             c->peers[p].pid == c->peers[c->rank].pid;   /* two containers' pid 1 are two */
+        n += p != c->rank && peer_same_process(&c->peers[p], &c->peers[c->rank]);
     return n;
 }
 

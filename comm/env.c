@@ -382,18 +382,26 @@ weft_status_t env_detect(launch_env_t *env)
     memset(env, 0, sizeof(*env));
     verdict_t v;
     const launcher_t *l = find_launcher(&env->rank, &env->nranks, &v);
-    if (v.why == BATCH)
-        return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: SLURM_PROCID is set but not "
-                          "SLURM_STEP_NUM_TASKS, in a job of %d tasks (%s%s=%d): this "
-                          "process runs in a Slurm job (a batch script or an allocation's "
-                          "shell), not as a task that srun started; start the ranks with "
-                          "srun (or weftrun, mpirun, torchrun)", v.tasks,
-                          strcmp(v.var, "SLURM_NTASKS") ? "no SLURM_NTASKS: a task on each "
-                          "node, " : "", v.var, v.tasks);
+    if (v.why == BATCH) {
+        /* where the count came from (none: a job of one task, Slurm's default) */
+        char from[96];
+        if (v.var == NULL)
+            snprintf(from, sizeof(from), "no SLURM_NTASKS, SLURM_JOB_NUM_NODES or "
+                     "SLURM_NNODES: one task");
+        else
+            snprintf(from, sizeof(from), "%s%s=%d", strcmp(v.var, "SLURM_NTASKS")
+                     ? "no SLURM_NTASKS: a task on each node, " : "", v.var, v.tasks);
+        return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: SLURM_PROCID=%s is set but not "
+                          "SLURM_STEP_NUM_TASKS, in a job of %d task(s) (%s): this process "
+                          "runs in a Slurm job (a batch script or an allocation's shell), not "
+                          "as a task that srun started, and only rank 0 of a one-task job "
+                          "runs so; start the ranks with srun (or weftrun, mpirun, torchrun)",
+                          getenv("SLURM_PROCID") ?: "", v.tasks, from);
+    }
     if (v.why == NOT_A_NUMBER)
-        return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: %s='%s' is not a number (the "
-                          "rank, or the job's size, from the launcher)", v.var,
-                          getenv(v.var) ?: "");
+        return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: %s='%s' is not a number in range "
+                          "(a rank or local rank from 0, a count from 1, from the launcher)",
+                          v.var, getenv(v.var) ?: "");
     if (v.why == NOT_A_RANK)
         return weft_error(WEFT_ERR_INVALID_ARG, "comm_init: %s=%s and %s=%s do not "
                           "describe a rank in a job", v.bad->rank, getenv(v.bad->rank) ?: "",

@@ -114,6 +114,12 @@ static inline int peer_pid_comparable(const peer_info_t *a, const peer_info_t *b
     return a->host_id == b->host_id && (a->pidns == b->pidns || !a->pidns || !b->pidns);
 }
 
+/* Whether a and b run in one process (ranks as threads): two containers' pid 1 are two. */
+static inline int peer_same_process(const peer_info_t *a, const peer_info_t *b)
+{
+    return peer_pid_comparable(a, b) && a->pid == b->pid;
+}
+
 typedef struct tp_mem tp_mem_t;     /* a local registration (the transport's) */
 typedef struct tp_rmem tp_rmem_t;   /* an unpacked remote key (the endpoint's) */
 /* A posted transfer: the transport's handle, NULL once complete. The caller owns it. */

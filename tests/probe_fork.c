@@ -159,6 +159,7 @@ static int regions_mode(void)
             weft_status_t st = weft_comm_init_rank(r, 2, addr, &c);
             if (st != WEFT_OK) {
                 printf("FAIL worker %d init: %s\n", r, weft_last_error());
+                fflush(stdout);
                 _exit(1);
             }
             st = weft_allreduce(in, out, n, WEFT_FLOAT32, WEFT_SUM, c);
@@ -172,9 +173,11 @@ static int regions_mode(void)
                      weft_status_str(st), wrong, n, first, (double)out[first]);
             check(r, st == WEFT_OK && wrong == 0, what);
             weft_comm_destroy(c);
+            fflush(stdout);
             _exit(bad);
         }
     }
+    alarm(60);      /* a worker that waits for a failed one: the test fails, not hangs */
     for (int r = 0; r < 2; r++) {
         int ws = 0;
         if (pid[r] <= 0 || waitpid(pid[r], &ws, 0) != pid[r] || !WIFEXITED(ws) ||

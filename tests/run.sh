@@ -658,7 +658,8 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/probe_fork" ]; then
     # workers' own communicators over inherited weft_mem_alloc buffers, by single copy:
     # each worker's pages, not the parent's
     for k in WEFT_ALGO=cma WEFT_REG_MIN=1; do
-        run "probe_fork regions $k" env WEFT_TRANSPORT=shm $k "$B/tests/probe_fork" regions
+        run "probe_fork regions $k" env WEFT_TRANSPORT=shm WEFT_TIMEOUT=10 $k \
+            "$B/tests/probe_fork" regions
     done
 fi
 # 3d. Several hosts on one machine (network namespaces, each its own hostname; needs

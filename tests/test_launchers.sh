@@ -164,6 +164,16 @@ refused "SLURM_PROCID=garbage (batch, SLURM_NTASKS=1): refused, naming it" \
     SLURM_PROCID=garbage SLURM_NTASKS=1 SLURM_JOB_ID=$job
 refused "SLURM_NTASKS=x (batch): refused, naming it" "SLURM_NTASKS='x' is not a number" \
     SLURM_PROCID=0 SLURM_NTASKS=x SLURM_JOB_ID=$job
+refused "SLURM_NTASKS=0 (batch): refused, naming it" "SLURM_NTASKS='0' is not a number in range" \
+    SLURM_PROCID=0 SLURM_NTASKS=0 SLURM_JOB_ID=$job
+# rank 1 of a job's own process, with no task count (a segfault until 2026-11-28) or a
+# count of 1: refused, saying so
+refused "SLURM_PROCID=1, SLURM_JOB_ID only: refused" \
+    "SLURM_PROCID=1 is set but not SLURM_STEP_NUM_TASKS, in a job of 1 task(s) (no SLURM_NTASKS, SLURM_JOB_NUM_NODES or SLURM_NNODES" \
+    SLURM_PROCID=1 SLURM_JOB_ID=$job
+refused "SLURM_PROCID=1 SLURM_NTASKS=1 (batch): refused" \
+    "SLURM_PROCID=1 is set but not SLURM_STEP_NUM_TASKS, in a job of 1 task(s) (SLURM_NTASKS=1)" \
+    SLURM_PROCID=1 SLURM_NTASKS=1 SLURM_JOB_ID=$job
 refused "RANK=x WORLD_SIZE=1: refused, naming them" "RANK=x and WORLD_SIZE=1 do not describe" \
     RANK=x WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500
 refused "PMI_SIZE=two: refused, naming it" "PMI_RANK=0 and PMI_SIZE=two do not describe" \

@@ -227,12 +227,12 @@ static int seg_in_use(const char *name)
     if (fd < 0)
         return 0;
     int locked = seg_locked(fd), in_use = locked != 0;  /* cannot tell: leave it */
-    if (locked == 0) {
+    if (locked == 0) {          /* no header yet (not even sized: a short read) */
         uint64_t magic = 0;
         struct stat sb;
-        in_use = pread(fd, &magic, sizeof(magic), 0) == (ssize_t)sizeof(magic) &&
-                 magic != SHM_MAGIC && fstat(fd, &sb) == 0 &&
-                 time(NULL) - sb.st_ctime < 60;
+        in_use = pread(fd, &magic, sizeof(magic), 0) != (ssize_t)sizeof(magic) ||
+                 magic != SHM_MAGIC;
+        in_use = in_use && fstat(fd, &sb) == 0 && time(NULL) - sb.st_ctime < 60;
     }
     close(fd);
     return in_use;
@@ -709,6 +709,10 @@ static weft_status_t shm_check_alive(tp_ep_t *ep)
      * in-place receive behind that send waited until WEFT_TIMEOUT (before 2026-11-28) */
     if (frame_waiting(e) && !(exited && e->tx_blocked))
         return WEFT_OK;
+    if (exited && e->peer_fd >= 0)     /* its pid means nothing here */
+        return weft_error(WEFT_ERR_PEER_LOST, "shm: rank %d (in another pid namespace) has "
+                          "left: the lock on its segment was released (it exited, or "
+                          "destroyed its communicator)", ep->peer);
     if (exited)
         return weft_error(WEFT_ERR_PEER_LOST, "shm: rank %d (pid %d) has exited", ep->peer,
                           (int)e->peer_pid);

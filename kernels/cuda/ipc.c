@@ -103,7 +103,8 @@ static ipc_t *ipc_of(weft_comm_t *comm)
             return NULL;
         }
         for (int i = 0; i < comm->nranks; i++)
-            x->need_handles |= i != comm->rank && comm->peers[i].pid != comm->peers[comm->rank].pid;
+            x->need_handles |= i != comm->rank &&
+                               !peer_same_process(&comm->peers[i], &comm->peers[comm->rank]);
         pthread_mutex_init(&x->lock, NULL);
         comm->cuda = x;
     }
@@ -162,7 +163,8 @@ static weft_status_t peer_ptr(const scall_t *c, weft_comm_t *comm, ipc_t *x, int
     *p = NULL;
     if (!b->has)
         return WEFT_OK;
-    if ((uint32_t)r->pid == comm->peers[comm->rank].pid) {
+    /* (by the exchanged peer table, not r->pid: two containers' ranks may both be pid 1) */
+    if (peer_same_process(&comm->peers[peer], &comm->peers[comm->rank])) {
         int dev = 0, can = 0;
         cudaGetDevice(&dev);
         if (r->dev != dev) {
@@ -391,7 +393,7 @@ weft_status_t cuda_ipc_agree(const scall_t *c, const weft_comm_t *comm, const ip
                               mine->op, mine->root);
         *all_ok &= r->ok;
         one_gpu &= r->dev == mine->dev;
-        procs |= r->pid != mine->pid;
+        procs |= !peer_same_process(&comm->peers[j], &comm->peers[me]);
     }
     /* every rank on one GPU, some in other processes: rank 0 runs every share, so that
      * the GPU does not switch between the processes' contexts (about 100 us a switch) */

@@ -344,8 +344,8 @@ static weft_status_t q_setup(weft_comm_t *comm, int *on)
     for (int r = 0; st == WEFT_OK && r < comm->nranks; r++) {
         every &= all[r * 3] != 0;
         one_gpu &= all[r * 3 + 1] == me[1];
-        for (int k = 0; k < r; k++)
-            every &= all[k * 3 + 2] != all[r * 3 + 2];
+        for (int k = 0; k < r; k++)     /* (pid 1 of two containers: two processes) */
+            every &= !peer_same_process(&comm->peers[k], &comm->peers[r]);
     }
     free(all);
     if (st == WEFT_OK && every)
