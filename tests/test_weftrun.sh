@@ -158,7 +158,7 @@ case_rank_killed() {
 case_launcher_killed() {
     local m pid
     m=$(marker)
-    "$W" -n 2 sleep "$m" &
+    "$W" -n 2 sleep "$m" 2>"$T/c2.err" &
     pid=$!
     for _ in $(seq 50); do
         [ "$(pgrep -c -f "sleep $m")" = 2 ] && break
@@ -168,6 +168,127 @@ case_launcher_killed() {
     wait "$pid" 2>/dev/null
     if no_survivors "$m"; then ok "weftrun killed with -9: its ranks are gone within 2 s"
     else fail "weftrun killed" "'sleep $m' survived"; fi
+}
+
+# A process that still runs: /proc/PID exists and is not a zombie (one left for init to
+# reap is gone as far as these tests care).
+running() {
+    local st
+    st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$st" ] && [ "${st%% *}" != Z ]
+}
+
+# Waits up to $1 seconds for every pid after $2 (the marker) to stop running; any still
+# running then is killed by its pid, if its command line still has the marker (not a
+# recycled pid), and it fails.
+gone_within() {
+    local limit=$(($1 * 10)) m=$2 p left
+    shift 2
+    for _ in $(seq "$limit"); do
+        left=""
+        for p in "$@"; do running "$p" && left="$left $p"; done
+        [ -z "$left" ] && return 0
+        sleep 0.1
+    done
+    for p in $left; do
+        tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF "$m" && kill -9 "$p" 2>/dev/null
+    done
+    SURVIVORS=$left
+    return 1
+}
+
+# Starts "$@" (a weftrun command line) in the background with 2 ranks of
+# sh -c 'sleep $m; true' (the sleep a child of the rank, as under a wrapper script) and
+# waits until both sleeps run; sets LPID (weftrun), SLEEPS and KIDS (weftrun's children:
+# the ranks and anything else it forked). Returns non-zero if the sleeps never start.
+start_wrapped() {
+    local m=$1
+    shift
+    "$@" -n 2 sh -c "$RANK_PROG; sleep $m; true" 2>"$T/c3.err" &
+    LPID=$!
+    SLEEPS=""
+    for _ in $(seq 50); do
+        SLEEPS=$(pgrep -f "^sleep $m\$" | tr '\n' ' ')
+        [ "$(echo "$SLEEPS" | wc -w)" = 2 ] && break
+        sleep 0.1
+    done
+    KIDS=$(pgrep -P "$LPID" | tr '\n' ' ')
+    [ "$(echo "$SLEEPS" | wc -w)" = 2 ]
+}
+
+# (c3) weftrun killed with -9 while each rank's real work is its child (a wrapper script's
+# program): the grandchildren go too, not only the ranks, and nothing weftrun forked stays
+# behind. (c3') the same with a program that ignores SIGTERM, weftrun in a process group
+# of its own killed as a group (kill -9 %job, timeout -k): SIGKILL after the grace period.
+case_launcher_killed_tree() {
+    local m
+    m=$(marker)
+    RANK_PROG=true
+    # shellcheck disable=SC2086
+    if ! start_wrapped "$m" "$W"; then
+        kill -9 "$LPID" $SLEEPS 2>/dev/null; wait "$LPID" 2>/dev/null
+        fail "weftrun killed, wrapped program" "the ranks' sleeps did not start"; return
+    fi
+    kill -9 "$LPID"
+    wait "$LPID" 2>/dev/null
+    # shellcheck disable=SC2086
+    if ! gone_within 5 "$m" $SLEEPS $KIDS; then
+        fail "weftrun killed, wrapped program" "still running 5 s after kill -9:$SURVIVORS (sleeps: $SLEEPS; weftrun's children: $KIDS)"
+        return
+    fi
+    if ! grep -q "weftrun: guardian: weftrun (pid $LPID) ended with 2 rank(s) not reaped" "$T/c3.err"; then
+        fail "weftrun killed, wrapped program" "no word from the guardian: $(cat "$T/c3.err")"
+        return
+    fi
+    ok "weftrun killed with -9: the ranks' children are gone too, and all weftrun forked"
+}
+
+case_launcher_group_killed() {
+    local m t0 t1
+    m=$(marker)
+    RANK_PROG="trap '' TERM"
+    # shellcheck disable=SC2086
+    if ! start_wrapped "$m" setsid "$W"; then
+        kill -9 "$LPID" $SLEEPS 2>/dev/null; wait "$LPID" 2>/dev/null
+        fail "weftrun's group killed, TERM ignored" "the ranks' sleeps did not start"; return
+    fi
+    if [ "$(ps -o pgid= -p "$LPID" | tr -d ' ')" != "$LPID" ]; then
+        # shellcheck disable=SC2086
+        kill -9 "$LPID" $SLEEPS 2>/dev/null; wait "$LPID" 2>/dev/null
+        echo "skip - weftrun's group killed: setsid did not make weftrun a group leader"
+        return
+    fi
+    t0=$(now_ms)
+    kill -9 -- "-$LPID"
+    wait "$LPID" 2>/dev/null
+    # shellcheck disable=SC2086
+    if ! gone_within 8 "$m" $SLEEPS $KIDS; then
+        fail "weftrun's group killed, TERM ignored" "still running 8 s after kill -9:$SURVIVORS (sleeps: $SLEEPS; weftrun's children: $KIDS)"
+        return
+    fi
+    t1=$(now_ms)
+    if ! grep -q "weftrun: guardian: 2 rank process group(s) still running after SIGTERM; sent SIGKILL" "$T/c3.err"; then
+        fail "weftrun's group killed, TERM ignored" "no word of the SIGKILL: $(cat "$T/c3.err")"
+        return
+    fi
+    ok "weftrun's process group killed with -9, ranks ignoring SIGTERM: gone after $((t1 - t0)) ms (SIGKILL after the grace period)"
+}
+
+# (c4) a job that ends by itself leaves nothing weftrun forked running
+case_nothing_lingers() {
+    local pid kids left="" p
+    "$W" -n 2 sh -c 'sleep 1' &
+    pid=$!
+    sleep 0.5
+    kids=$(pgrep -P "$pid" | tr '\n' ' ')
+    wait_bounded "$pid" 20
+    for p in $kids; do running "$p" && left="$left $p"; done
+    if [ "$RC" -ne 0 ]; then fail "nothing lingers" "exit $RC"
+    elif [ -n "$left" ]; then
+        fail "nothing lingers" "still running after weftrun exited:$left ($(ps -o pid=,args= -p "${left# }" | head -3))"
+        # shellcheck disable=SC2086
+        kill $left 2>/dev/null
+    else ok "a finished job leaves none of weftrun's children running ($kids)"; fi
 }
 
 # (d0) --tag-output into a pipe nobody reads: --timeout still stops the job (the relay
@@ -386,6 +507,9 @@ case_rank_fails
 case_escalation
 case_rank_killed
 case_launcher_killed
+case_launcher_killed_tree
+case_launcher_group_killed
+case_nothing_lingers
 case_tag_stalled
 case_tag_output
 case_tag_interleave

@@ -12,12 +12,29 @@
  * forwards signals, enforces --timeout and relays tagged output. When a rank fails, the
  * job is stopped: SIGTERM to every other rank, SIGKILL after a 3 s grace period.
  *
+ * A guardian, forked before the ranks, stops the ranks' process groups the same way
+ * (SIGTERM, SIGKILL after 3 s) when weftrun ends without having reaped them: killed with
+ * -9 or by the OOM killer, or dying on an error. PR_SET_PDEATHSIG, which each rank also
+ * sets, reaches only the rank itself, not what it started (the program under a wrapper
+ * script). The guardian reads a pipe whose write end only weftrun (and each rank until it
+ * execs) holds: each rank writes its own pid there before exec, weftrun a rank's negated
+ * pid once it has reaped it, and 0 when the job is over; end of file without that 0 is
+ * weftrun's death. It sits in a process group of its own (a kill of weftrun's group, as
+ * kill -9 %job or timeout -k send, does not reach it), ignores the signals weftrun
+ * forwards, holds no other fd but stderr, is no rank, and weftrun waits for it to exit.
+ * Not covered: processes that left a rank's process group (setsid, setpgid, a shell with
+ * job control), which weftrun's own stop does not reach either; a rank already reaped
+ * when weftrun died (what it left running is not stopped, as in a job weftrun ends); and
+ * a guardian killed as well (pkill weftrun, a cgroup kill: that one takes the ranks too).
+ *
  * Invariants:
  *  - The launcher is single-threaded and every signal it acts on is blocked and read from
  *    the signalfd, so no code runs in signal context. Children get the original signal
  *    mask and SIGPIPE disposition back before exec.
  *  - A rank's process group is signalled only while the rank is not yet reaped, so a
- *    recycled pid is never hit.
+ *    recycled pid is never hit. The guardian signals only groups of ranks weftrun had not
+ *    reaped when it died, and stops at a group once it finds it empty (a pid can be
+ *    reused only after its group has no member left).
  *  - The first cause of a stop (rank failure, launch failure, --timeout, SIGINT/SIGTERM)
  *    fixes the exit status and is reported once; exits after it are its consequences.
  *  - Once a stop begins, every live rank has been signalled and kill_ns is set; at kill_ns
@@ -28,6 +45,7 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -44,6 +62,7 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -115,6 +134,8 @@ typedef struct {
     } q[3];
     topo_t *topo;           /* --bind-to core: this machine, and each rank's place */
     topo_place_t *places;
+    int guard_fd;           /* write end of the guardian's pipe; -1: none */
+    pid_t guard_pid;        /* the guardian; 0: none, or reaped */
 } job_t;
 
 static const int fwd_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
@@ -151,7 +172,9 @@ static void usage(FILE *f)
         "WEFT_SECRET is passed through when set, else a fresh one is made per job.\n"
         "A failing rank stops the job: the others get SIGTERM, then SIGKILL after 3 s,\n"
         "and weftrun exits with the failing rank's status (128+signal if killed).\n"
-        "SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to the ranks.\n",
+        "SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to the ranks.\n"
+        "Should weftrun itself be killed (even with -9), a guardian it forks stops each\n"
+        "rank's process group, children included: SIGTERM, then SIGKILL after 3 s.\n",
         MAX_RANKS);
 }
 
@@ -388,6 +411,230 @@ static void setup_signals(job_t *job)
         die("signalfd: %m");
 }
 
+/* ---- the guardian ---------------------------------------------------------------- */
+
+/* One message to the guardian: a rank's pid (the rank, before exec), its negation (reaped),
+ * or 0 (the job is over). 4 bytes: atomic on a pipe. */
+static void guard_send(int fd, int32_t msg)
+{
+    if (fd < 0)
+        return;
+    while (write(fd, &msg, sizeof(msg)) < 0 && errno == EINTR)
+        ;   /* EPIPE: the guardian is gone, nothing to tell */
+}
+
+static int cmp_pid(const void *a, const void *b)
+{
+    pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Marks live[i] for each group g[i] (sorted) that has a member still running, not a
+ * zombie: with weftrun gone, its ranks are left for init to reap, and one that reaps late
+ * would keep the group from looking empty to kill(-pgid, 0). Returns 0, or -1 when /proc
+ * cannot tell (not mounted, or another pid namespace's). */
+static int guard_scan(const pid_t *g, int n, char *live)
+{
+    char buf[512], self[32];
+    ssize_t k = readlink("/proc/self", self, sizeof(self) - 1);
+    DIR *d;
+    struct dirent *e;
+
+    if (k <= 0 || (self[k] = '\0', atoi(self) != getpid()) || !(d = opendir("/proc")))
+        return -1;
+    memset(live, 0, (size_t)n);
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        snprintf(buf, sizeof(buf), "/proc/%s/stat", e->d_name);
+        int fd = open(buf, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        k = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (k <= 0)
+            continue;
+        buf[k] = '\0';
+        char state;
+        int ppid, pgrp;
+        const char *rp = strrchr(buf, ')');   /* the command name may hold anything */
+        if (!rp || sscanf(rp + 1, " %c %d %d", &state, &ppid, &pgrp) != 3 ||
+            state == 'Z' || state == 'X')
+            continue;
+        pid_t key = pgrp;
+        const pid_t *hit = bsearch(&key, g, (size_t)n, sizeof(*g), cmp_pid);
+        if (hit)
+            live[hit - g] = 1;
+    }
+    closedir(d);
+    return 0;
+}
+
+/* Drops from g (sorted, miss alongside) the groups that kill(-pgid, 0) finds empty or not
+ * ours to signal (EPERM), and those /proc showed with no member but zombies twice in a
+ * row (a scan can miss a process forked while it reads). */
+static void guard_prune(pid_t *g, char *miss, char *live, int *n)
+{
+    int k = 0, scanned = guard_scan(g, *n, live) == 0;
+    for (int i = 0; i < *n; i++) {
+        if (kill(-g[i], 0) != 0)
+            continue;
+        miss[i] = scanned && !live[i] ? miss[i] + 1 : 0;
+        if (miss[i] >= 2)
+            continue;
+        miss[k] = miss[i];
+        g[k++] = g[i];
+    }
+    *n = k;
+}
+
+/* The guardian's life: learn the ranks from the pipe; at end of file after weftrun's 0,
+ * exit; at end of file without it, weftrun is gone: SIGTERM to each unreaped rank's
+ * process group, SIGKILL after GRACE_NS to those that still have a member, then exit. */
+__attribute__((noreturn))
+static void guardian(int rfd, int nranks, pid_t launcher)
+{
+    pid_t *g = calloc((size_t)nranks, sizeof(*g));
+    int n = 0, done = 0;
+    int32_t msg;
+    size_t have = 0;
+
+    if (!g)
+        _exit(1);
+    for (;;) {
+        ssize_t k = read(rfd, (char *)&msg + have, sizeof(msg) - have);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        have += (size_t)k;
+        if (have < sizeof(msg))
+            continue;
+        have = 0;
+        if (msg == 0) {
+            done = 1;
+        } else if (msg > 0) {
+            if (n < nranks)
+                g[n++] = msg;
+        } else {
+            for (int i = 0; i < n; i++)
+                if (g[i] == -msg) {
+                    g[i] = g[--n];
+                    break;
+                }
+        }
+    }
+    if (done || n == 0)
+        _exit(0);
+    dprintf(2, "weftrun: guardian: weftrun (pid %d) ended with %d rank(s) not reaped; "
+            "stopping their process groups (SIGTERM, SIGKILL after %llu s)\n",
+            (int)launcher, n, GRACE_NS / 1000000000ull);
+    char *live = malloc((size_t)n), *miss = calloc((size_t)n, 1);
+    if (!live || !miss)
+        _exit(1);
+    qsort(g, (size_t)n, sizeof(*g), cmp_pid);
+    for (int i = 0; i < n; i++)         /* at once: no scan between the EOF and these */
+        kill(-g[i], SIGTERM);
+    uint64_t end = time_ns() + GRACE_NS;
+    while (n > 0 && time_ns() < end) {
+        struct timespec ts = { 0, 50 * 1000000L };
+        nanosleep(&ts, NULL);
+        guard_prune(g, miss, live, &n);
+    }
+    if (n > 0) {
+        for (int i = 0; i < n; i++)
+            kill(-g[i], SIGKILL);
+        dprintf(2, "weftrun: guardian: %d rank process group(s) still running after "
+                "SIGTERM; sent SIGKILL\n", n);
+    }
+    _exit(0);
+}
+
+/* Closes every fd from lo up. */
+static void close_from(int lo)
+{
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, (unsigned)lo, ~0u, 0u) == 0)
+        return;
+#endif
+    long max = sysconf(_SC_OPEN_MAX);
+    for (int fd = lo; fd < (max > 0 && max < 1 << 20 ? max : 1 << 20); fd++)
+        close(fd);
+}
+
+/* Forks the guardian (after setup_signals, before any rank). Without one (no pipe or no
+ * fork) the job runs as before, with a warning. */
+static void start_guardian(job_t *job)
+{
+    int p[2];
+    pid_t launcher = getpid(), pid;
+
+    job->guard_fd = -1;
+    if (pipe2(p, O_CLOEXEC) < 0) {
+        fprintf(stderr, "weftrun: cannot start the guardian (pipe: %s); ranks' children may "
+                "outlive a killed weftrun\n", strerror(errno));
+        return;
+    }
+    pid = fork();
+    if (pid == 0) {
+        struct sigaction ign = { .sa_handler = SIG_IGN };
+        sigset_t none;
+        int null;
+
+        setpgid(0, 0);
+        prctl(PR_SET_NAME, "weftrun-guard");
+        for (size_t i = 0; i < WEFT_ARRAY_LEN(fwd_signals); i++)
+            sigaction(fwd_signals[i], &ign, NULL);
+        sigaction(SIGTSTP, &ign, NULL);
+        sigaction(SIGTTIN, &ign, NULL);
+        sigaction(SIGTTOU, &ign, NULL);   /* its message to a terminal, from the background */
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        /* only the pipe and stderr: holding the caller's stdout (or any pipe it inherited)
+         * would keep a reader such as $(weftrun ...) waiting */
+        if ((null = open("/dev/null", O_RDWR)) >= 0) {
+            dup2(null, 0);
+            dup2(null, 1);
+            if (null > 2)
+                close(null);
+        }
+        if (p[0] != 3 && dup2(p[0], 3) < 0)    /* fds 0-2 are open: the pipe is above */
+            _exit(1);
+        close_from(4);
+        guardian(3, job->o->n, launcher);
+    }
+    close(p[0]);
+    if (pid < 0) {
+        fprintf(stderr, "weftrun: cannot start the guardian (fork: %s); ranks' children may "
+                "outlive a killed weftrun\n", strerror(errno));
+        close(p[1]);
+        return;
+    }
+    setpgid(pid, pid);
+    job->guard_fd = p[1];
+    job->guard_pid = pid;
+}
+
+/* The job is over (every rank reaped): tell the guardian, and wait for it, a second at
+ * most (it exits at once; a stopped one is not waited for). */
+static void stop_guardian(job_t *job)
+{
+    if (job->guard_fd < 0)
+        return;
+    guard_send(job->guard_fd, 0);
+    close(job->guard_fd);
+    job->guard_fd = -1;
+    for (int i = 0; i < 1000 && job->guard_pid > 0; i++) {
+        pid_t r = waitpid(job->guard_pid, NULL, WNOHANG);
+        if (r != 0) {
+            job->guard_pid = 0;
+            break;
+        }
+        struct timespec ts = { 0, 1000000L };
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* ---- launching -------------------------------------------------------------------- */
 
 /* --bind-to core: this machine's topology and each rank's place, before any fork, within
@@ -423,9 +670,12 @@ static void child_exec(const job_t *job, int r, int out_w, int err_w, pid_t laun
 
     setpgid(0, 0);
     /* a rank outlives no weftrun: killed with -9 (or by the OOM killer), it cannot stop
-     * the ranks, which sit in process groups of their own; the kernel sends SIGTERM */
+     * the ranks, which sit in process groups of their own; the kernel sends SIGTERM to
+     * the rank, and the guardian, told here (before exec, while this rank still holds the
+     * pipe, so before it can see weftrun gone), stops the rank's whole process group */
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != launcher)
         _exit(EXIT_NOEXEC);     /* weftrun was gone before this rank could ask */
+    guard_send(job->guard_fd, (int32_t)getpid());
     sigaction(SIGPIPE, &job->oldpipe, NULL);
     sigprocmask(SIG_SETMASK, &job->oldmask, NULL);
     if (out_w >= 0 && (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0))
@@ -741,6 +991,7 @@ static void rank_exited(job_t *job, int r, int status)
 
     rk->alive = 0;
     job->nalive--;
+    guard_send(job->guard_fd, -(int32_t)rk->pid);  /* its group is no longer ours to signal */
     stream_drain(job, &rk->out);
     stream_drain(job, &rk->err);
     if ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || job->cause != CAUSE_NONE)
@@ -756,6 +1007,10 @@ static void reap(job_t *job)
     int status;
 
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        if (pid == job->guard_pid) {    /* killed by someone: no rank, no cause */
+            job->guard_pid = 0;
+            continue;
+        }
         for (int r = 0; r < job->o->n; r++) {
             if (job->ranks[r].alive && job->ranks[r].pid == pid) {
                 rank_exited(job, r, status);
@@ -917,6 +1172,8 @@ static void report_end(const job_t *job)
 
 static void job_free(job_t *job)
 {
+    if (job->guard_fd >= 0)
+        close(job->guard_fd);
     close(job->sfd);
     free(job->obuf);
     free(job->pstream);
@@ -936,6 +1193,7 @@ int main(int argc, char **argv)
     parse_args(argc, argv, &o);
     memset(&job, 0, sizeof(job));
     job.o = &o;
+    job.guard_fd = -1;
     ensure_std_fds();
     ensure_fd_limit(&o);
     setup_env(&o);
@@ -951,8 +1209,10 @@ int main(int argc, char **argv)
     setup_signals(&job);
     if (o.timeout_s > 0)
         job.deadline_ns = time_ns() + (uint64_t)(o.timeout_s * 1e9);
+    start_guardian(&job);
     launch_all(&job);
     run_loop(&job);
+    stop_guardian(&job);
     out_finish(&job);
     report_end(&job);
     code = job.cause == CAUSE_NONE ? 0 : job.exit_code;
