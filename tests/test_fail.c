@@ -404,48 +404,13 @@ static int timeout_root(weft_comm_t *c, int rank, const char *coll, float *buf)
     return bad;
 }
 
-/* TCP sockets of this process in kernel state `state` (0x01 established, 0x0A listen),
- * from /proc/self/net/tcp matched against the socket inodes of /proc/self/fd. */
-static int count_tcp(unsigned state)
-{
-    char line[512], path[300], link[64];
-    unsigned long inodes[256];
-    int ni = 0, n = 0;
-    FILE *f = fopen("/proc/self/net/tcp", "r");
-    if (f == NULL)
-        return -1;
-    while (fgets(line, sizeof(line), f) && ni < 256) {
-        unsigned st;
-        unsigned long ino;
-        if (sscanf(line, " %*d: %*s %*s %x %*s %*s %*s %*s %*s %lu", &st, &ino) == 2 &&
-            st == state)
-            inodes[ni++] = ino;
-    }
-    fclose(f);
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *de;
-    while (d && (de = readdir(d)) != NULL) {
-        snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
-        ssize_t len = readlink(path, link, sizeof(link) - 1);
-        unsigned long ino;
-        if (len <= 0)
-            continue;
-        link[len] = '\0';
-        if (sscanf(link, "socket:[%lu]", &ino) == 1)
-            for (int i = 0; i < ni; i++)
-                n += inodes[i] == ino;
-    }
-    if (d)
-        closedir(d);
-    return n;
-}
-
-/* Established TCP sockets of this process (IPv4 and IPv6): for each, its fd, its local
- * and its far port; at most cap. From /proc/self/net/tcp{,6} matched against the socket
- * inodes of /proc/self/fd. */
+/* TCP sockets of this process (IPv4 and IPv6) in kernel state `state` (0x01 established,
+ * 0x0A listen): their count, and for the first cap of them (out may be NULL) the fd, the
+ * local and the far port. From /proc/self/net/tcp{,6} matched against the socket inodes
+ * of /proc/self/fd. */
 typedef struct { int fd; unsigned lport, rport; } tcp_sock_t;
 
-static int tcp_socks(tcp_sock_t *out, int cap)
+static int tcp_socks(unsigned state, tcp_sock_t *out, int cap)
 {
     char line[512], path[300], link[64];
     struct { unsigned long ino; unsigned lport, rport; } e[256];
@@ -453,11 +418,13 @@ static int tcp_socks(tcp_sock_t *out, int cap)
     const char *files[] = { "/proc/self/net/tcp", "/proc/self/net/tcp6" };
     for (int k = 0; k < 2; k++) {
         FILE *f = fopen(files[k], "r");
+        if (f == NULL && k == 0)
+            return -1;
         while (f && fgets(line, sizeof(line), f) && ne < 256) {
             unsigned st, lp, rp;
             unsigned long ino;
             if (sscanf(line, " %*d: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%x %x %*s %*s %*s %*s "
-                       "%*s %lu", &lp, &rp, &st, &ino) == 4 && st == 0x01) {
+                       "%*s %lu", &lp, &rp, &st, &ino) == 4 && st == state) {
                 e[ne].ino = ino;
                 e[ne].lport = lp;
                 e[ne++].rport = rp;
@@ -468,7 +435,7 @@ static int tcp_socks(tcp_sock_t *out, int cap)
     }
     DIR *d = opendir("/proc/self/fd");
     struct dirent *de;
-    while (d && (de = readdir(d)) != NULL && n < cap) {
+    while (d && (de = readdir(d)) != NULL) {
         snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
         ssize_t len = readlink(path, link, sizeof(link) - 1);
         unsigned long ino;
@@ -476,13 +443,18 @@ static int tcp_socks(tcp_sock_t *out, int cap)
             continue;
         link[len] = '\0';
         if (sscanf(link, "socket:[%lu]", &ino) == 1)
-            for (int i = 0; i < ne && n < cap; i++)
-                if (e[i].ino == ino)
-                    out[n++] = (tcp_sock_t){ atoi(de->d_name), e[i].lport, e[i].rport };
+            for (int i = 0; i < ne; i++)
+                if (e[i].ino == ino && n++ < cap && out)
+                    out[n - 1] = (tcp_sock_t){ atoi(de->d_name), e[i].lport, e[i].rport };
     }
     if (d)
         closedir(d);
     return n;
+}
+
+static int count_tcp(unsigned state)
+{
+    return tcp_socks(state, NULL, 0);
 }
 
 /* split_secret: see the banner. */
@@ -523,7 +495,8 @@ static int garbage_test(weft_comm_t *c, int rank)
     snprintf(path, sizeof(path), "%s/weft_test_fail.%.16s.ports", tmp && *tmp ? tmp : "/tmp",
              secret);
     tcp_sock_t s[64];
-    int ns = tcp_socks(s, 64), bad = 0;
+    int ns = tcp_socks(0x01, s, 64), bad = 0;
+    ns = ns > 64 ? 64 : ns;
     if (rank == 0) {
         FILE *f = fopen(path, "w");
         for (int i = 0; f && i < ns; i++)

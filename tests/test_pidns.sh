@@ -8,7 +8,7 @@
 # Each rank that should be in a namespace of its own starts under
 # `unshare --pid --fork --mount-proc` (needs root: else skipped, saying so). Checked,
 # with 2 ranks over shm (and, first, without namespaces: the stale-segment sweep keeps a
-# segment that is still being made, and removes a whole one of a dead pid):
+# dead pid's segment whose lock a live process holds, and removes unlocked ones):
 #   - rank 0 in a pid namespace of its own: init and a 8 B-1 MB all-reduce sweep pass,
 #     no segment is removed as "left by a job that died" (before 2026-11-28 rank 0 took
 #     rank 1's pid for a dead one and removed its live segment: init failed "it is not
@@ -33,23 +33,38 @@ ok()  { PASS=$((PASS + 1)); echo "ok - $1"; }
 bad() { FAIL=$((FAIL + 1)); echo "FAIL - $1"; [ -n "${2:-}" ] && sed 's/^/   | /' "$2" | tail -n 12; }
 
 # The stale-segment sweep every init makes (no namespace needed): a segment whose pid is
-# gone here is removed only once it is whole (its header's magic written) and no process
-# holds its lock; one still being made (0 bytes: its creator, in another pid namespace,
-# has not sized it yet) is left alone (before 2026-11-28 it was removed, and that rank's
-# peers failed "it is not there").
+# gone here is removed unless a process holds its lock (its creator, a live rank in
+# another pid namespace, whose pid means nothing here: before 2026-11-28 such a live
+# segment was removed, and that rank's peers failed "it is not there"); one not whole
+# yet (0 bytes: a creator killed during init) is removed too, its lock free 100 ms on.
 dead=$((4194304 + RANDOM))          # above pid_max's default: no such process
 while kill -0 $dead 2>/dev/null; do dead=$((dead + 1)); done
-young=/dev/shm/weft-00000000000000a1-0-00000000000000b1-p$dead
+made=/dev/shm/weft-00000000000000a1-0-00000000000000b1-p$dead
 whole=/dev/shm/weft-00000000000000a2-0-00000000000000b2-p$dead
-: >"$young"
-/usr/bin/python3 -c 'import struct,sys; open(sys.argv[1],"wb").write(struct.pack("<Q",0x4d485354464557)+bytes(4088))' "$whole"
+held=/dev/shm/weft-00000000000000a3-0-00000000000000b3-p$dead
+: >"$made"
+for f in "$whole" "$held"; do
+    /usr/bin/python3 -c 'import struct,sys; open(sys.argv[1],"wb").write(struct.pack("<Q",0x4d485354464557)+bytes(4088))' "$f"
+done
+# a process of "another namespace" holding $held's lock (F_OFD_SETLK, as its creator
+# does) until the job is over
+/usr/bin/python3 -c '
+import fcntl, os, struct, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.fcntl(fd, 37, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 1, 0))   # F_OFD_SETLK
+open(sys.argv[2], "w").close()
+time.sleep(30)' "$held" "$OUT/locked" &
+holder=$!
+for _ in $(seq 100); do [ -e "$OUT/locked" ] && break; sleep 0.05; done
 env WEFT_TRANSPORT=shm timeout 30 "$W" -n 1 "$B/bin/all_reduce_perf" -b 8 -e 8 >"$OUT/sweep" 2>&1
-if [ -e "$young" ] && ! [ -e "$whole" ]; then
-    ok "the init's sweep: a segment being made is kept, a whole one of a dead pid removed"
+kill $holder 2>/dev/null
+wait $holder 2>/dev/null
+if [ -e "$OUT/locked" ] && [ -e "$held" ] && ! [ -e "$whole" ] && ! [ -e "$made" ]; then
+    ok "the init's sweep: a dead pid's segment whose lock is held kept, unlocked ones removed"
 else
-    bad "the init's sweep: young kept $([ -e "$young" ] && echo yes || echo no), whole removed $([ -e "$whole" ] && echo no || echo yes)" "$OUT/sweep"
+    bad "the init's sweep: held kept $([ -e "$held" ] && echo yes || echo no), whole removed $([ -e "$whole" ] && echo no || echo yes), half-made removed $([ -e "$made" ] && echo no || echo yes) (lock taken: $([ -e "$OUT/locked" ] && echo yes || echo no))" "$OUT/sweep"
 fi
-rm -f "$young" "$whole"
+rm -f "$made" "$whole" "$held"
 
 if ! unshare --pid --fork --mount-proc true 2>/dev/null; then
     echo "skip - cannot make a pid namespace (unshare --pid needs root)"

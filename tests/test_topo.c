@@ -741,6 +741,21 @@ static void test_nic_for_rank(void)
           "4numa rank 1 bound to node 2: %s (%s), want eth4", c.name, topo_dist_name(c.dist));
     CHECK(topo_nic_for_bound_rank(t, 1, 8, TOPO_NIC_SOCKET, NULL, -1, &c) == WEFT_OK &&
           !strcmp(c.name, "eth1"), "4numa rank 1 unbound: %s, want eth1", c.name);
+    /* 8 ranks dealt out to the 4 nodes in turn (srun -m block:cyclic): the two ranks of
+     * each node take its two NICs, one each (ranks 0 and 4 both took eth0 when the others
+     * were counted on weft's blocks) */
+    char got[8][TOPO_NAME_MAX];
+    int distinct = 1;
+    for (int r = 0; r < 8; r++) {
+        CHECK(topo_nic_for_bound_rank(t, r, 8, TOPO_NIC_SOCKET, NULL, r % 4, &c) == WEFT_OK &&
+              c.dist == TOPO_DIST_NUMA, "4numa cyclic rank %d: %s (%s)", r, c.name,
+              topo_dist_name(c.dist));
+        snprintf(got[r], sizeof(got[r]), "%s", c.name);
+        for (int q = 0; q < r; q++)
+            distinct &= strcmp(got[q], got[r]) != 0;
+    }
+    CHECK(distinct, "4numa cyclic: ranks 0-7 on %s %s %s %s %s %s %s %s, want 8 NICs", got[0],
+          got[1], got[2], got[3], got[4], got[5], got[6], got[7]);
     topo_free(t);
 
     /* a rank with a GPU keeps its GPU's HCA wherever its launcher bound it */

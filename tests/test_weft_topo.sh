@@ -114,6 +114,17 @@ if wt job CUDA_VISIBLE_DEVICES=0,1,2,3 -- --xml "$D/nvidia-dgx2-8ib-job8-11.xml"
 else
     bad "dgx2 job of GPUs 8-11" "$OUT/job"
 fi
+# a cached export of this machine (HWLOC_XMLFILE with HWLOC_THISSYSTEM=1): its CUDA
+# devices are the file's, listed without CUDA_VISIBLE_DEVICES, so weft applies it (before
+# 2026-11-28 it took them for CUDA's in this process: "applied by CUDA", every GPU)
+if wt cached CUDA_VISIBLE_DEVICES=2,3 HWLOC_THISSYSTEM=1 \
+       HWLOC_XMLFILE="$D/nvidia-dgx2-8ib-job8-11.xml" -- --ranks 2 &&
+   has cached "local rank i uses gpu [2,3][i mod 2]" &&
+   has cached "rank 0: numa 1 cores 2 (cpus 24) gpu cuda2"; then
+    ok "a cached export of this machine: CUDA_VISIBLE_DEVICES applied to its CUDA devices"
+else
+    bad "a cached export of this machine (HWLOC_THISSYSTEM=1)" "$OUT/cached"
+fi
 # the same with NVML's devices only (hwloc without its CUDA backend)
 /usr/bin/python3 - "$D/nvidia-dgx2-8ib-job8-11.xml" "$OUT/nvml.xml" <<'EOF'
 import sys, xml.etree.ElementTree as ET

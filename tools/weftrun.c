@@ -25,7 +25,8 @@
  * Not covered: processes that left a rank's process group (setsid, setpgid, a shell with
  * job control), which weftrun's own stop does not reach either; a rank already reaped
  * when weftrun died (what it left running is not stopped, as in a job weftrun ends); and
- * a guardian killed as well (pkill weftrun, a cgroup kill: that one takes the ranks too).
+ * a guardian killed as well (pkill -f weftrun, which matches its command line; a cgroup
+ * kill, which takes the ranks too).
  *
  * Invariants:
  *  - The launcher is single-threaded and every signal it acts on is blocked and read from
@@ -582,7 +583,9 @@ static void start_guardian(job_t *job)
         int null;
 
         setpgid(0, 0);
-        prctl(PR_SET_NAME, "weftrun-guard");
+        /* a name `pkill weftrun` does not match (it matches names by substring); its
+         * command line is still weftrun's (`pkill -f weftrun` takes it too) */
+        prctl(PR_SET_NAME, "weft-guard");
         for (size_t i = 0; i < WEFT_ARRAY_LEN(fwd_signals); i++)
             sigaction(fwd_signals[i], &ign, NULL);
         sigaction(SIGTSTP, &ign, NULL);
@@ -1009,6 +1012,10 @@ static void reap(job_t *job)
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
         if (pid == job->guard_pid) {    /* killed by someone: no rank, no cause */
             job->guard_pid = 0;
+            fprintf(stderr, "weftrun: the guardian (pid %d) ended (%s %d) while ranks run: "
+                    "should weftrun be killed now, what the ranks started may outlive "
+                    "them\n", (int)pid, WIFSIGNALED(status) ? "signal" : "status",
+                    WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
             continue;
         }
         for (int r = 0; r < job->o->n; r++) {

@@ -42,6 +42,9 @@
 struct topo {
     hwloc_topology_t hw;
     int is_xml;
+    int live;                      /* discovered in this process (no XML at all, not even
+                                      a cached export of this machine): its CUDA devices
+                                      are CUDA's here */
     char source[256];
     char machine[128];
     int npackages, nnuma, ncores, npus;
@@ -148,6 +151,7 @@ static weft_status_t hw_open(topo_t *t, const char *xml_path, int io, int bound)
     }
     t->is_xml = from_xml || !hwloc_topology_is_thissystem(t->hw);
     const char *env_xml = getenv("HWLOC_XMLFILE");
+    t->live = !from_xml && !(env_xml && env_xml[0]);
     if (from_xml)
         copy_str(t->source, sizeof(t->source), xml_path);
     else if (t->is_xml)     /* hwloc read another machine from its own environment */
@@ -493,10 +497,11 @@ static void scan_visible(topo_t *t, const char *cvd)
     t->vis_note[0] = '\0';
     if (cvd == NULL || t->ngpus == 0)
         return;
-    if (t->gpu_key == GPU_KEY_CUDA && !t->is_xml) {
+    if (t->gpu_key == GPU_KEY_CUDA && t->live) {
         /* hwloc's CUDA backend asked CUDA in this process, which applied the variable
          * already: cudaN is CUDA device N as this process sees it (applied again, a job on
-         * GPUs 8-11 of 16 had no GPU). NVML, and an export, list the devices without it. */
+         * GPUs 8-11 of 16 had no GPU). NVML, and an export (a cached one of this machine,
+         * HWLOC_XMLFILE with HWLOC_THISSYSTEM=1, too), list the devices without it. */
         t->nvis = WEFT_MIN(t->ngpus, TOPO_VIS_MAX);
         for (int i = 0; i < t->nvis; i++)
             t->vis[i] = i;
@@ -917,8 +922,14 @@ weft_status_t topo_nic_for_bound_rank(const topo_t *t, int local_rank, int local
     c.nic = -1;
     c.dist = TOPO_DIST_FAR;
     int key, gpu = rank_gpu(t, local_rank);
-    int io_numa = gpu < 0 && bound_numa >= 0 && bound_numa < t->nnuma
-                  ? bound_numa : rank_io_numa(t, local_rank, local_size);
+    int bound = gpu < 0 && bound_numa >= 0 && bound_numa < t->nnuma;
+    int io_numa = bound ? bound_numa : rank_io_numa(t, local_rank, local_size);
+    /* the other ranks' bindings are not known here: where this rank's node is not the
+     * one weft's blocks give it, the launcher is taken to deal ranks out to the nodes in
+     * turn (srun's default -m block:cyclic, mpirun --map-by numa), so that the ranks
+     * sharing a node share its devices in turn (with the blocks, ranks 0 and 2 of 4 bound
+     * to socket 0 both counted rank 1 there, and took the same one of its two HCAs) */
+    int cyclic = bound && io_numa != rank_io_numa(t, local_rank, local_size) && t->nruns > 0;
     uint64_t mask = best_nics(t, gpu, io_numa, kind, &f, &key);
     if (mask == 0) {
         char have[256];
@@ -936,7 +947,9 @@ weft_status_t topo_nic_for_bound_rank(const topo_t *t, int local_rank, int local
         int kq, gq = rank_gpu(t, q);
         if (gq >= 0 && gq == gpu)
             ord++;
-        else if (best_nics(t, gq, rank_io_numa(t, q, local_size), kind, &f, &kq) == mask)
+        else if (best_nics(t, gq, cyclic && gq < 0 ? t->core_numa[t->run_start[q % t->nruns]]
+                                                    : rank_io_numa(t, q, local_size),
+                           kind, &f, &kq) == mask)
             ord++;
     }
     int tied = __builtin_popcountll(mask), want = ord % tied;

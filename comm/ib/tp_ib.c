@@ -427,7 +427,7 @@ static void topo_hca_once(const weft_comm_t *comm, int ndev, char *name, size_t 
      * binding): this machine's topology only, a file's cpus are another machine's */
     int bound = -1;
     cpu_set_t cs;
-    if (!comm->cfg.topo_file[0] && sched_getaffinity(0, sizeof(cs), &cs) == 0) {
+    if (!topo_is_xml(t) && sched_getaffinity(0, sizeof(cs), &cs) == 0) {   /* nor HWLOC_XMLFILE's */
         int cpus[CPU_SETSIZE], n = 0;
         for (int i = 0; i < CPU_SETSIZE; i++)
             if (CPU_ISSET(i, &cs))
@@ -445,18 +445,20 @@ static void topo_hca_once(const weft_comm_t *comm, int ndev, char *name, size_t 
     snprintf(name, cap, "%s", ch.name);
     *port = ch.port;
     topo_place_t p;
+    p.gpu = -1;
     int gpu_numa = topo_place(t, env.local_rank, env.local_size, &p) == WEFT_OK && p.gpu >= 0 &&
                    topo_gpu(t, p.gpu) ? topo_gpu(t, p.gpu)->numa : -1;
     weft_error_restore(&before);
+    const topo_nic_t *hca = topo_nic(t, ch.nic);
     snprintf(why, why_cap, ", nearest local rank %d of %d by the topology (%s, 1 of %d%s)",
              env.local_rank, env.local_size, topo_dist_name(ch.dist), ch.tied,
-             bound >= 0 && gpu_numa < 0 ? ", the launcher's NUMA binding" : "");
+             bound >= 0 && p.gpu < 0 ? ", the launcher's NUMA binding" : "");
     if (bound >= 0 && gpu_numa >= 0 && bound != gpu_numa)
         LOG_WARN(LOG_NET, "ib: local rank %d is bound to NUMA node %d by its launcher, its "
-                 "GPU and HCA %s are on node %d: host copies cross the sockets (srun "
+                 "GPU to node %d (HCA %s: node %d): host copies cross the sockets (srun "
                  "--cpu-bind=none or -m block:block, mpirun --bind-to none or --map-by "
-                 "numa, and weft binds it near its GPU)", env.local_rank, bound, ch.name,
-                 gpu_numa);
+                 "numa, and weft binds it near its GPU)", env.local_rank, bound, gpu_numa,
+                 ch.name, hca ? hca->numa : -1);
     topo_free(t);
 }
 

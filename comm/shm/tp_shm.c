@@ -217,25 +217,27 @@ static int seg_locked(int fd)
 }
 
 /* Whether segment name may still be someone's, though its pid is gone from this pid
- * namespace: its creator holds its lock (a rank of another namespace), or it is being
- * made (no header yet, and younger than a minute: the lock comes a moment after the
- * name). Before 2026-11-28 a rank whose peer lived in another pid namespace removed the
- * peer's live segment here, and init failed "it is not there". */
+ * namespace: its creator holds its lock (a rank of another namespace; seg_lock). One
+ * not whole yet (no header magic: shm_open, then the lock, then its size and header) is
+ * looked at again 100 ms later, once a creator that was between shm_open and its lock
+ * holds it; a creator that died there (killed during init) left it unlocked for good.
+ * Where the kernel cannot tell (no OFD locks), the pid alone decides, as before. Before
+ * 2026-11-28 a rank whose peer lived in another pid namespace removed the peer's live
+ * segment here, and init failed "it is not there". */
 static int seg_in_use(const char *name)
 {
     int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
         return 0;
-    int locked = seg_locked(fd), in_use = locked != 0;  /* cannot tell: leave it */
-    if (locked == 0) {          /* no header yet (not even sized: a short read) */
-        uint64_t magic = 0;
-        struct stat sb;
-        in_use = pread(fd, &magic, sizeof(magic), 0) != (ssize_t)sizeof(magic) ||
-                 magic != SHM_MAGIC;
-        in_use = in_use && fstat(fd, &sb) == 0 && time(NULL) - sb.st_ctime < 60;
+    int locked = seg_locked(fd);
+    uint64_t magic = 0;
+    if (locked == 0 && (pread(fd, &magic, sizeof(magic), 0) != (ssize_t)sizeof(magic) ||
+                        magic != SHM_MAGIC)) {
+        usleep(100000);
+        locked = seg_locked(fd);
     }
     close(fd);
-    return in_use;
+    return locked == 1;
 }
 
 /* Segments are named /weft-<comm id>-<rank>-<random>-p<pid> (/weft-<comm id>-<rank>-p<pid>
