@@ -145,9 +145,12 @@ fi
 
 # tcp's interface on this machine: the one init picks (sock_local_addr, over every
 # interface, not only the PCI NICs hwloc lists); before, "init would fail" for lo, bonds
-# and VLANs, which init uses
+# and VLANs, which init uses. (These load this machine's topology with its PCI devices:
+# hwloc's pci plugin leaves libpciaccess's state allocated, and is unloaded before
+# LeakSanitizer looks, so no suppression can name it: leak checks off for these two.)
+LIVE_ASAN="ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 if ip -4 -o addr show lo 2>/dev/null | grep -q 127.0.0.1; then
-    if wt lo WEFT_SOCKET_IFNAME=lo -- --ranks 1 &&
+    if wt lo "$LIVE_ASAN" WEFT_SOCKET_IFNAME=lo -- --ranks 1 &&
        has lo "socket (tcp, one for every rank): lo (127.0.0.1, WEFT_SOCKET_IFNAME's first match)" &&
        ! has lo "init would fail"; then
         ok "WEFT_SOCKET_IFNAME=lo on this machine: lo, as init picks it"
@@ -157,7 +160,7 @@ if ip -4 -o addr show lo 2>/dev/null | grep -q 127.0.0.1; then
 else
     echo "skip - WEFT_SOCKET_IFNAME=lo: no lo with 127.0.0.1 here (or no ip command)"
 fi
-if wt noif WEFT_SOCKET_IFNAME==weftnosuch0 -- --ranks 1 &&
+if wt noif "$LIVE_ASAN" WEFT_SOCKET_IFNAME==weftnosuch0 -- --ranks 1 &&
    has noif "socket (tcp, one for every rank): none: no IPv4 interface matches WEFT_SOCKET_IFNAME='=weftnosuch0'" &&
    has noif "(init would fail)"; then
     ok "WEFT_SOCKET_IFNAME naming no interface here: init would fail, and what there is"
