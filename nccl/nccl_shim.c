@@ -283,6 +283,22 @@ static ncclResult_t check_config(const char *fn, const ncclConfig_t *cfg)
     if (cfg->blocking != NCCL_CONFIG_UNDEF_INT && cfg->blocking != 0 && cfg->blocking != 1)
         return fail(ncclInvalidArgument, "%s: config.blocking %d is not 0 or 1", fn,
                     cfg->blocking);
+    /* the other fields weft does not use are refused as NCCL's parseCommConfig refuses
+     * them (it accepted anything before 2026-11-28): a program that passes here passes
+     * there. min > max only where both are set (NCCL compares with its unset value) */
+    if (cfg->cgaClusterSize != NCCL_CONFIG_UNDEF_INT && cfg->cgaClusterSize < 0)
+        return fail(ncclInvalidArgument, "%s: config.cgaClusterSize %d is negative", fn,
+                    cfg->cgaClusterSize);
+    int min_set = cfg->minCTAs != NCCL_CONFIG_UNDEF_INT,
+        max_set = cfg->maxCTAs != NCCL_CONFIG_UNDEF_INT;
+    if ((min_set && cfg->minCTAs <= 0) || (max_set && cfg->maxCTAs <= 0) ||
+        (min_set && max_set && cfg->minCTAs > cfg->maxCTAs))
+        return fail(ncclInvalidArgument, "%s: config.minCTAs %d / maxCTAs %d: each at least "
+                    "1, min not above max", fn, cfg->minCTAs, cfg->maxCTAs);
+    if (cfg->splitShare != NCCL_CONFIG_UNDEF_INT && cfg->splitShare != 0 &&
+        cfg->splitShare != 1)
+        return fail(ncclInvalidArgument, "%s: config.splitShare %d is not 0 or 1", fn,
+                    cfg->splitShare);
     return ncclSuccess;
 }
 

@@ -155,6 +155,26 @@ static void test_init_errors(void)
     cfg.magic = 0x1234;
     check_err(ncclCommInitRankConfig(&c, 1, id, 0, &cfg), ncclInvalidArgument,
               "init: config not from NCCL_CONFIG_INITIALIZER");
+    /* fields NCCL's parseCommConfig refuses (the shim took them all before 2026-11-28) */
+    static const struct { int cga, min, max, share; const char *what; } badcfg[] = {
+        { -1, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,
+          "init: config.cgaClusterSize -1" },
+        { NCCL_CONFIG_UNDEF_INT, 0, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,
+          "init: config.minCTAs 0" },
+        { NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, -3, NCCL_CONFIG_UNDEF_INT,
+          "init: config.maxCTAs -3" },
+        { NCCL_CONFIG_UNDEF_INT, 8, 2, NCCL_CONFIG_UNDEF_INT, "init: config.minCTAs 8 > maxCTAs 2" },
+        { NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, 7,
+          "init: config.splitShare 7" },
+    };
+    for (size_t k = 0; k < sizeof(badcfg) / sizeof(badcfg[0]); k++) {
+        ncclConfig_t b = NCCL_CONFIG_INITIALIZER;
+        b.cgaClusterSize = badcfg[k].cga;
+        b.minCTAs = badcfg[k].min;
+        b.maxCTAs = badcfg[k].max;
+        b.splitShare = badcfg[k].share;
+        check_err(ncclCommInitRankConfig(&c, 1, id, 0, &b), ncclInvalidArgument, badcfg[k].what);
+    }
     check(c == (ncclComm_t)0x1, "failed inits leave *comm alone");
     check_err(ncclCommInitAll(NULL, 2, NULL), ncclInvalidArgument, "ncclCommInitAll(NULL)");
     check_err(ncclCommInitAll(&c, -1, NULL), ncclInvalidArgument, "ncclCommInitAll ndev -1");
@@ -192,6 +212,16 @@ static void test_coll_errors(ncclComm_t c)
           "... names both datatypes");
     check_err(ncclAllReduce(NULL, host, 4, ncclFloat, op, c, 0), ncclInvalidArgument,
               "allreduce with a PreMulSum op and sendbuff NULL");
+    /* a NULL buffer beside a device one: refused before anything moves (it went to the
+     * staged path as host memory, and the copy from NULL failed: ncclSystemError) */
+    void *dev = NULL;
+    if (gpu_visible() && ncclMemAlloc(&dev, 64) == ncclSuccess) {
+        check_err(ncclAllReduce(NULL, dev, 4, ncclFloat, ncclSum, c, 0), ncclInvalidArgument,
+                  "allreduce: sendbuff NULL, recvbuff on the device");
+        check_err(ncclAllGather(dev, NULL, 4, ncclFloat, c, 0), ncclInvalidArgument,
+                  "allgather: recvbuff NULL, sendbuff on the device");
+        ncclMemFree(dev);
+    }
     check(ncclGroupStart() == ncclSuccess, "ncclGroupStart");
     check_err(ncclReduce(NULL, host, 4, ncclFloat, op, 0, c, 0), ncclInvalidArgument,
               "reduce with a PreMulSum op and sendbuff NULL, in a group");

@@ -166,6 +166,12 @@ static weft_status_t call_bytes(const scall_t *c, weft_comm_t *comm, size_t *sb,
     case S_REDUCE: *sb = per; *rb = rank == c->root ? per : 0; break;
     case S_SENDRECV: *sb = per; *rb = c->count2 * esz; break;
     }
+    /* before any exchange or copy (a NULL input was taken for host memory, the ranks
+     * exchanged, then the copy failed: ncclSystemError where NCCL says invalid argument) */
+    if ((*sb && c->send == NULL) || (*rb && c->recv == NULL))
+        return weft_error_quiet(WEFT_ERR_INVALID_ARG, "%s_stream: the %s buffer is NULL for "
+                                "%zu bytes", c->fn, *sb && c->send == NULL ? "send" : "receive",
+                                *sb && c->send == NULL ? *sb : *rb);
     return WEFT_OK;
 }
 
