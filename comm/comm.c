@@ -514,6 +514,12 @@ weft_status_t weft_comm_abort(weft_comm_t *comm)
     __atomic_add_fetch(&comm->abort_busy, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
     fail_abort_peers(comm);     /* they see WEFT_ERR_PEER_LOST; a pending call here ends */
+#ifdef WEFT_HAVE_CUDA
+    /* and the stream queue's communicator: its thread may wait in a collective there,
+     * and destroy joins that thread (ncclCommAbort hung for good, under the NCCL shim's
+     * endless WEFT_TIMEOUT, where a peer never came: WEFT_CUDA_ASYNC=1) */
+    cuda_queue_abort(comm);
+#endif
     __atomic_sub_fetch(&comm->abort_busy, 1, __ATOMIC_ACQ_REL);
     return WEFT_OK;
 }

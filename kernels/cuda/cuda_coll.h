@@ -80,6 +80,9 @@ int cuda_queue_on(const weft_comm_t *comm);
 weft_status_t cuda_queue_error(weft_comm_t *comm);
 /* Runs what is queued, stops the queue's thread, frees it (weft_comm_destroy). */
 void cuda_queue_free(weft_comm_t *comm);
+/* weft_comm_abort: aborts the queue's own communicator too, whose collectives the queue's
+ * thread may be waiting in, so that the destroy that follows can join the thread. */
+void cuda_queue_abort(weft_comm_t *comm);
 
 /* Whether cuda_ipc_run may take calls of this communicator (the same on every rank). */
 int cuda_ipc_wanted(const weft_comm_t *comm);

@@ -471,6 +471,15 @@ weft_status_t cuda_queue_run(const scall_t *c, size_t sb, size_t rb, int dev, in
     return st;
 }
 
+void cuda_queue_abort(weft_comm_t *comm)
+{
+    queue_t *q = __atomic_load_n((queue_t **)&comm->cuda_q, __ATOMIC_ACQUIRE);
+    weft_comm_t *hc = q && (void *)q != (void *)&q_off ? __atomic_load_n(&q->hc, __ATOMIC_ACQUIRE)
+                                                   : NULL;
+    if (hc)
+        weft_comm_abort(hc);
+}
+
 void cuda_queue_free(weft_comm_t *comm)
 {
     queue_t *q = comm->cuda_q;
