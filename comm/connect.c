@@ -81,8 +81,10 @@ static weft_status_t pick(weft_comm_t *comm, int p, const tp_ops_t **t_p)
             return WEFT_OK;
         }
     return weft_error(WEFT_ERR_UNSUPPORTED, "connect: no transport reaches rank %d on %s "
-                      "from rank %d on %s (WEFT_TRANSPORT=%s)", p, comm->peers[p].hostname,
-                      comm->rank, comm->peers[comm->rank].hostname, comm->cfg.transport);
+                      "from rank %d on %s (WEFT_TRANSPORT=%s; WEFT_DEBUG=INFO "
+                      "WEFT_DEBUG_SUBSYS=NET says why each one is not used)", p,
+                      comm->peers[p].hostname, comm->rank, comm->peers[comm->rank].hostname,
+                      comm->cfg.transport);
 }
 
 static weft_status_t connect_peer(weft_comm_t *comm, int p, unsigned *used)

@@ -657,6 +657,16 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/probe_fork" ]; then
         "$B/tests/probe_fork" death
     # workers' own communicators over inherited weft_mem_alloc buffers, by single copy:
     # each worker's pages, not the parent's
+    # ranks as threads of one process: right all-to-alls, or init refused (ucx, whose
+    # one worker per process took two ranks' frames for each other's)
+    if [ -x "$B/tests/probe_threads" ]; then
+        ts=(shm tcp)
+        [ "$HAVE_UCX" = 1 ] && ts+=(ucx)
+        for t in "${ts[@]}"; do
+            run "probe_threads 3 $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=20 \
+                "$B/tests/probe_threads" 3
+        done
+    fi
     for k in WEFT_ALGO=cma WEFT_REG_MIN=1; do
         run "probe_fork regions $k" env WEFT_TRANSPORT=shm WEFT_TIMEOUT=10 $k \
             "$B/tests/probe_fork" regions

@@ -476,7 +476,9 @@ static weft_status_t tcp_peer_state(tp_ep_t *ep, tp_state_t *s)
     const frame_hdr_t *h;
     const void *payload;
     weft_status_t st = WEFT_OK;
-    if (!e->broken && (e->rx_got == 0 || e->rx_hdr.coll == COLL_STATE)) {
+    /* (a header read in part still holds the last frame's coll: read on until it is
+     * whole, else a state frame that follows a data frame waited for the next receive) */
+    if (!e->broken && (e->rx_got < sizeof(e->rx_hdr) || e->rx_hdr.coll == COLL_STATE)) {
         e->quiet = 1;   /* a peer that closed after its part is no failure (fail_probe) */
         st = tcp_recv_peek(ep, &h, &payload);
         e->quiet = 0;

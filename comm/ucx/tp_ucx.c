@@ -430,11 +430,34 @@ static weft_status_t ucx_local_setup(weft_comm_t *comm, tp_addr_t *addr)
     return WEFT_OK;
 }
 
+/* Whether another rank of comm runs in x's process (ranks as threads). */
+static int shares_process(const weft_comm_t *comm, const peer_info_t *x)
+{
+    for (int q = 0; q < comm->nranks; q++)
+        if (&comm->peers[q] != x && peer_same_process(&comm->peers[q], x))
+            return 1;
+    return 0;
+}
+
+/* Not where either end shares its process with another rank: the process has one worker,
+ * and a frame's tag names its sender and communicator, not its receiver, so two ranks'
+ * receives from one peer took each other's frames (an all-to-all of 3 threads returned
+ * WEFT_OK with wrong elements before 2026-11-28). Those ranks use shm and tcp. */
 static int ucx_can_connect(const weft_comm_t *comm, const peer_info_t *self,
                            const peer_info_t *peer)
 {
     int slot = tp_slot(&tp_ucx_ops);
-    return self->addr[slot].len > 0 && peer->addr[slot].len > 0;
+    if (self->addr[slot].len == 0 || peer->addr[slot].len == 0)
+        return 0;
+    if (shares_process(comm, self) || shares_process(comm, peer)) {
+        static int said;
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            LOG_INFO(LOG_NET, "ucx: not between ranks of which one shares its process with "
+                     "another rank (threads): one worker per process, and UCX tags name no "
+                     "receiver");
+        return 0;
+    }
+    return 1;
 }
 
 int ucx_peer_exited(const ucx_ep_t *e)
