@@ -651,7 +651,14 @@ int sock_unanswered_ms(int fd)
 {
     struct tcp_info ti;
     socklen_t len = sizeof(ti);
-    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 || ti.tcpi_unacked == 0)
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+        return 0;
+    /* data unacknowledged; or, the peer's window closed (everything sent acknowledged,
+     * the rest waiting here), two of the kernel's zero-window probes unanswered: a live
+     * host answers each, which clears the count, and the second goes only once the first
+     * went unanswered for a retransmission timeout (before 2026-11-28 a host that died
+     * while its rank was not reading was found only at WEFT_TIMEOUT) */
+    if (ti.tcpi_unacked == 0 && ti.tcpi_probes < 2)
         return 0;
     return (int)(ti.tcpi_last_ack_recv > INT32_MAX ? INT32_MAX : ti.tcpi_last_ack_recv);
 }

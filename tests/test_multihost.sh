@@ -38,7 +38,8 @@
 # timeout (RANK_TIMEOUT, default 60 s; 20 s in the kill cases); the namespaces and
 # every process in them go at exit, also on failure or interruption, and those of an
 # earlier run killed before its cleanup at the start.
-#   4. a host's network taken away (netcut), and a rank that sends over a slow link and
+#   4. a host's network taken away (netcut; again while its rank reads nothing: zerowin),
+#      and a rank that sends over a slow link and
 #      leaves at once (send_leave: its bytes still arrive whole).
 # Where namespaces cannot be made (not root, no ip/unshare, no veth or bridge) it says
 # "skipped" and exits 0. Ends "test_multihost.sh: N passed, N failed".
@@ -324,6 +325,32 @@ wait
 bad=""
 grep -q "^ok rank 0 netcut" "$D/$name.0" || bad=" rank 0 (the survivor) did not report it in time;"
 report "$bad" "2x1: host b's network taken away, its process alive: rank 0 $(grep -h -o 'failed after [0-9.]* s with [a-z ]*' "$D/$name.0")" "$name"
+ip -n "${NS}b" link set eth0 up
+
+# The same while host b's rank is not reading (busy 6 s outside weft: its receive window
+# closed, all rank 0 sent acknowledged, the rest of a 64 MB all-reduce waiting at rank 0):
+# only the kernel's zero-window probes go unanswered. Rank 0 must fail PEER_LOST within
+# 15 s (WEFT_TCP_DEAD=2, the probes' backoff), not at WEFT_TIMEOUT (40 s here: before
+# 2026-11-28 nothing counted those probes, and it waited that long).
+layout 2 1
+name=zerowin
+(
+    sleep 3
+    ip -n "${NS}b" link set eth0 down
+    for _ in $(seq 300); do
+        [ -e "$D/zerowin.0.end" ] && break
+        sleep 0.1
+    done
+    ip netns pids "${NS}b" | xargs -r kill -9
+) &
+WEFT_TIMEOUT=40 WEFT_TCP_DEAD=2 RANK_TIMEOUT=50 launch "$name" 29512 "$B/tests/test_fail" busy
+wait
+t=$(grep -h -o 'rank 0 busy: .*peer lost after [0-9.]* s' "$D/$name.0" | grep -o 'after [0-9.]* s' |
+    grep -o '[0-9.]*' | head -n 1)
+bad=""
+[ -n "$t" ] && awk -v t="$t" 'BEGIN { exit !(t < 15) }' ||
+    bad=" rank 0 did not report rank 1 lost within 15 s;"
+report "$bad" "2x1: host b's network taken away while its rank reads nothing (zero window): rank 0 peer lost after ${t:-?} s" "$name"
 ip -n "${NS}b" link set eth0 up
 
 # A rank that sends and leaves at once, its bytes still on their way over a slow link

@@ -427,9 +427,9 @@ static weft_status_t tcp_check_alive(tp_ep_t *ep)
     if (ms < e->dead_ms)
         return WEFT_OK;
     e->broken = 1;
-    return weft_error(WEFT_ERR_PEER_LOST, "tcp: rank %d's host stopped answering: data sent "
-                      "%d ms ago is unacknowledged (WEFT_TCP_DEAD): host down or network cut",
-                      e->base.peer, ms);
+    return weft_error(WEFT_ERR_PEER_LOST, "tcp: rank %d's host stopped answering: nothing "
+                      "acknowledged for %d ms, data sent or, its window closed, the kernel's "
+                      "probes (WEFT_TCP_DEAD): host down or network cut", e->base.peer, ms);
 }
 
 /* recv without a message: 1 once got reached want, 0 when the stream has no more. */
