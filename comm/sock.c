@@ -654,11 +654,12 @@ int sock_unanswered_ms(int fd)
     if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
         return 0;
     /* data unacknowledged; or, the peer's window closed (everything sent acknowledged,
-     * the rest waiting here), two of the kernel's zero-window probes unanswered: a live
-     * host answers each, which clears the count, and the second goes only once the first
-     * went unanswered for a retransmission timeout (before 2026-11-28 a host that died
-     * while its rank was not reading was found only at WEFT_TIMEOUT) */
-    if (ti.tcpi_unacked == 0 && ti.tcpi_probes < 2)
+     * the rest waiting here), three of the kernel's zero-window probes in a row
+     * unanswered: a live host answers each, which clears the count (three, not two: one
+     * lost probe or answer must not make a busy peer lost), and each goes only once the
+     * one before went unanswered for its backed-off timeout (before 2026-11-28 a host
+     * that died while its rank was not reading was found only at WEFT_TIMEOUT) */
+    if (ti.tcpi_unacked == 0 && ti.tcpi_probes < 3)
         return 0;
     return (int)(ti.tcpi_last_ack_recv > INT32_MAX ? INT32_MAX : ti.tcpi_last_ack_recv);
 }

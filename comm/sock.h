@@ -65,8 +65,9 @@ void sock_tune(int fd, size_t buf_bytes);   /* TCP_NODELAY; buffers if buf_bytes
  * weft; sock_unanswered_ms covers data in flight instead.) */
 void sock_dead_after(int fd, long dead_s);
 /* Milliseconds since the peer's host last acknowledged anything, where data sent is
- * still unacknowledged (TCP_INFO); 0 where nothing is. A closed window that the peer's
- * kernel answers is not unanswered. */
+ * still unacknowledged, or where its window is closed and three zero-window probes in a
+ * row went unanswered (TCP_INFO); 0 otherwise. A closed window that the peer's kernel
+ * answers is not unanswered. */
 int sock_unanswered_ms(int fd);
 /* "1.2.3.4:5678" into buf. */
 const char *sock_addr_str(const struct sockaddr_in *a, char *buf, size_t cap);

@@ -284,8 +284,10 @@ static ncclResult_t check_config(const char *fn, const ncclConfig_t *cfg)
         return fail(ncclInvalidArgument, "%s: config.blocking %d is not 0 or 1", fn,
                     cfg->blocking);
     /* the other fields weft does not use are refused as NCCL's parseCommConfig refuses
-     * them (it accepted anything before 2026-11-28): a program that passes here passes
-     * there. min > max only where both are set (NCCL compares with its unset value) */
+     * them (it accepted anything before 2026-11-28). min > max only where both are set
+     * (NCCL also refuses a minCTAs set with maxCTAs unset, comparing with its unset
+     * value); splitShare only where the caller's config (its size) has it, one built
+     * against older headers does not */
     if (cfg->cgaClusterSize != NCCL_CONFIG_UNDEF_INT && cfg->cgaClusterSize < 0)
         return fail(ncclInvalidArgument, "%s: config.cgaClusterSize %d is negative", fn,
                     cfg->cgaClusterSize);
@@ -295,7 +297,8 @@ static ncclResult_t check_config(const char *fn, const ncclConfig_t *cfg)
         (min_set && max_set && cfg->minCTAs > cfg->maxCTAs))
         return fail(ncclInvalidArgument, "%s: config.minCTAs %d / maxCTAs %d: each at least "
                     "1, min not above max", fn, cfg->minCTAs, cfg->maxCTAs);
-    if (cfg->splitShare != NCCL_CONFIG_UNDEF_INT && cfg->splitShare != 0 &&
+    if (cfg->size >= offsetof(ncclConfig_t, splitShare) + sizeof(cfg->splitShare) &&
+        cfg->splitShare != NCCL_CONFIG_UNDEF_INT && cfg->splitShare != 0 &&
         cfg->splitShare != 1)
         return fail(ncclInvalidArgument, "%s: config.splitShare %d is not 0 or 1", fn,
                     cfg->splitShare);

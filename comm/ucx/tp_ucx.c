@@ -384,6 +384,7 @@ static void ctx_free(ucx_ctx_t *x)
     if (x->worker)
         shared_release(x);
     free(x->eps);
+    free(x->shared_proc);
     free(x);
 }
 
@@ -430,13 +431,47 @@ static weft_status_t ucx_local_setup(weft_comm_t *comm, tp_addr_t *addr)
     return WEFT_OK;
 }
 
-/* Whether another rank of comm runs in x's process (ranks as threads). */
-static int shares_process(const weft_comm_t *comm, const peer_info_t *x)
+/* Ranks by (host, pid namespace, pid), for shared_flags. */
+static const weft_comm_t *sort_comm;
+
+static int by_process(const void *a, const void *b)
 {
-    for (int q = 0; q < comm->nranks; q++)
-        if (&comm->peers[q] != x && peer_same_process(&comm->peers[q], x))
-            return 1;
-    return 0;
+    const peer_info_t *x = &sort_comm->peers[*(const int *)a],
+                      *y = &sort_comm->peers[*(const int *)b];
+    if (x->host_id != y->host_id)
+        return x->host_id < y->host_id ? -1 : 1;
+    if (x->pid != y->pid)
+        return x->pid < y->pid ? -1 : 1;
+    return x->pidns < y->pidns ? -1 : x->pidns > y->pidns;
+}
+
+/* Which ranks of comm share their process with another (ranks as threads), computed once
+ * per communicator: sorted by host and pid, neighbours compared (peer_same_process), not
+ * every pair for every pair (O(n^2) for each rank's n connects). NULL out of memory. */
+static const uint8_t *shared_flags(const weft_comm_t *comm, ucx_ctx_t *x)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    if (x->shared_proc)
+        return x->shared_proc;
+    int n = comm->nranks, *idx = malloc((size_t)n * sizeof(int));
+    uint8_t *f = calloc((size_t)n, 1);
+    if (idx == NULL || f == NULL) {
+        free(idx);
+        free(f);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        idx[i] = i;
+    pthread_mutex_lock(&lock);      /* (sort_comm: communicators connect in any thread) */
+    sort_comm = comm;
+    qsort(idx, (size_t)n, sizeof(int), by_process);
+    pthread_mutex_unlock(&lock);
+    for (int i = 1; i < n; i++)
+        if (peer_same_process(&comm->peers[idx[i]], &comm->peers[idx[i - 1]]))
+            f[idx[i]] = f[idx[i - 1]] = 1;
+    free(idx);
+    x->shared_proc = f;
+    return f;
 }
 
 /* Not where either end shares its process with another rank: the process has one worker,
@@ -449,7 +484,8 @@ static int ucx_can_connect(const weft_comm_t *comm, const peer_info_t *self,
     int slot = tp_slot(&tp_ucx_ops);
     if (self->addr[slot].len == 0 || peer->addr[slot].len == 0)
         return 0;
-    if (shares_process(comm, self) || shares_process(comm, peer)) {
+    const uint8_t *f = shared_flags(comm, tp_ctx(comm, &tp_ucx_ops));
+    if (f == NULL || f[self->rank] || f[peer->rank]) {
         static int said;
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
             LOG_INFO(LOG_NET, "ucx: not between ranks of which one shares its process with "

@@ -40,6 +40,8 @@ typedef struct ucx_ctx {
     int rank;                       /* this rank: the sender field of our tags */
     uint32_t comm_id;
     double timeout_s;               /* how long teardown waits for peers to take our frames */
+    uint8_t *shared_proc;           /* [nranks] once connect asks: 1 where the rank shares
+                                       its process with another rank (ucx_can_connect) */
     struct ucx_ctx *next;           /* the process's live contexts (tp_ucx.c: shared.live) */
 } ucx_ctx_t;
 
