@@ -6,10 +6,23 @@
  * Setup. local_setup opens the chosen device and port (WEFT_IB_HCA, NCCL's syntax) and a
  * TCP listener; the address blob carries the listener, LID and GID. connect meets the
  * peer on that socket (authenticated like tcp: rank i connects to j > i), and both send
- * their connection data (QPNs, PSN, LID/GID, MTU, the receive ring's address and rkey,
- * the control block's address and rkey, the slot size); each moves its QPs to RTR and
- * posts its receives, says so, and after the peer's "ready" moves to RTS. The socket is
- * then closed: everything afterwards is verbs.
+ * their connection data (QPNs, PSN, LID/GID, MTU, the control block's address and rkey,
+ * the slot size); each moves its QPs to RTR and posts its receives, says so, and after
+ * the peer's "ready" moves to RTS. The socket is then closed: everything afterwards is
+ * verbs.
+ *
+ * Frame buffers at first use. A connection costs a page (the control block) and its
+ * QPs; the ring and staging (IB_SLOTS slots each, 8 MB apiece at the default
+ * WEFT_BUFFSIZE) are made only for the peers that carry frames, as NCCL connects only the
+ * peers its rings and trees use: with every peer's made at init, a rank of a 512-host job
+ * would pin 64 GB. Staging is made at the first send. The ring is the receiver's: made at
+ * its first receive from the peer (recv_peek), or when the peer rings this rank's
+ * doorbell (a registered byte per rank, in the address blob: a sender with a frame and
+ * no ring to write it into sets its byte once by an RDMA write and waits), found by the
+ * context's progress, which runs in every engine pass of any call, so a first send to a
+ * peer that is itself blocked in a send completes. The receiver RDMA-writes where the
+ * ring is into the sender's control block (a seqlock box, written once). So the first
+ * frames to a peer wait until that peer is in a weft call.
  *
  * Data. Each direction has a ring of IB_SLOTS slots in the receiver's memory, each one
  * frame (header + up to WEFT_BUFFSIZE/4 bytes, the largest chunk). The sender copies a frame to its own
@@ -107,6 +120,8 @@ typedef struct ib_addr {
     uint8_t gid[16];
     struct sockaddr_in sock;
     char dev[32];
+    uint64_t bell_addr;         /* the doorbell (ib_ctx_t.bell): byte r is rank r's */
+    uint32_t bell_rkey, pad2;
 } ib_addr_t;
 
 /* What the two ends of a connection send each other on the setup socket. */
@@ -119,8 +134,8 @@ typedef struct ib_conn_info {
     uint16_t lid;
     uint8_t gid[16];
     uint8_t pad[2];
-    uint64_t ring_addr, ctrl_addr;
-    uint32_t ring_rkey, ctrl_rkey;
+    uint64_t ctrl_addr;
+    uint32_t ctrl_rkey, pad2;
     uint64_t slot_bytes;
     uint32_t nslots, rank;
 } ib_conn_info_t;
@@ -143,6 +158,15 @@ typedef struct ib_fifo_box {
     uint64_t seq2;
 } ib_fifo_box_t;
 
+/* Where the receive ring of a direction is, once its receiver made it: written once, by
+ * the receiver into the sender's control block. Valid when seq == seq2 != 0. */
+typedef struct ib_ring_box {
+    uint64_t seq;
+    uint64_t addr;
+    uint32_t rkey, pad;
+    uint64_t seq2;
+} ib_ring_box_t;
+
 /* Registered per endpoint: the peer writes rx_*, this rank's RDMA writes read tx_*. */
 typedef struct ib_ctrl {
     volatile uint64_t rx_credits;   /* slots the peer has released (written by the peer) */
@@ -154,6 +178,9 @@ typedef struct ib_ctrl {
                                        HCA never reads one half old, half new */
     ib_fifo_box_t rx_fifo;          /* the peer's posted receive buffer (written by it) */
     ib_fifo_box_t tx_fifo[2];       /* sources of our posts, used in turn */
+    ib_ring_box_t rx_ring;          /* the peer's ring for our frames (written by it) */
+    ib_ring_box_t tx_ring;          /* source of our ring's announcement */
+    uint8_t tx_bell;                /* source of our doorbell write (1) */
 } ib_ctrl_t;
 
 /* A cached registration of a whole weft_mem_alloc region (ib_ctx_t.regs). */
@@ -182,6 +209,15 @@ typedef struct ib_ctx {
     char devname[32];
     int lfd;
     struct ib_ep **pending;         /* [nranks] accepted and connected, not yet claimed */
+    /* the doorbell: a registered byte per rank, which that rank's endpoint sets (an RDMA
+     * write) when it has a frame for this rank and no ring to write it into; progress
+     * makes the ring (see the top) */
+    volatile uint8_t *bell;
+    size_t bell_bytes;
+    struct ibv_mr *bell_mr;
+    int nranks;
+    int rings, stages;              /* endpoints that made their ring, their staging */
+    size_t frame_bytes;             /* registered for them, both kinds */
     pthread_mutex_t reg_lock;       /* regs: weft_mem_free may run on any thread */
     ib_reg_t *regs;
     int hooked;                     /* mem_free_hook_add took ib_region_freed */
@@ -207,11 +243,18 @@ typedef struct ib_ep {
     uint32_t sq_retired[IB_MAX_QPS];    /* of which retired by a polled completion */
     uint32_t sq_ok[IB_MAX_QPS];         /* the last WR a successful completion retired (it
                                            and every WR before it on the QP succeeded) */
-    char *ring, *stage;                 /* receive ring, send staging: IB_SLOTS slots */
+    char *ring, *stage;                 /* receive ring, send staging: IB_SLOTS slots,
+                                           each made at its first use (NULL before) */
     struct ibv_mr *ring_mr, *stage_mr, *ctrl_mr;
     ib_ctrl_t *ctrl;
     size_t slot_bytes;
     ib_conn_info_t peer;                /* the peer's connection data */
+    uint64_t tx_ring_addr;              /* the peer's ring for our frames (0: not known yet) */
+    uint32_t tx_ring_rkey;
+    int ring_dirty;                     /* our ring is made, its announcement not posted */
+    int rang;                           /* our doorbell write to the peer is posted */
+    uint64_t bell_addr;                 /* the peer's doorbell byte for this rank */
+    uint32_t bell_rkey;
     uint64_t tx_seq;                    /* frames sent */
     uint64_t rx_seq;                    /* frames delivered (released) */
     uint64_t credits_sent;              /* rx_seq as last written to the peer */
@@ -556,6 +599,24 @@ static int in_region(const void *ptr, size_t len, mem_region_t *r);
 static weft_status_t reg_take(ib_ctx_t *c, const void *ptr, size_t len, int access,
                               ib_mem_t *m);
 
+/* The doorbell: a byte per rank, registered for the peers' writes. */
+static weft_status_t bell_create(weft_comm_t *comm, ib_ctx_t *c)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    void *b;
+    c->nranks = comm->nranks;
+    c->bell_bytes = ((size_t)comm->nranks + page - 1) & ~(page - 1);
+    if (posix_memalign(&b, page, c->bell_bytes) != 0)
+        return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
+    memset(b, 0, c->bell_bytes);
+    c->bell = b;
+    c->bell_mr = c->v->reg_mr(c->pd, b, c->bell_bytes,
+                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (c->bell_mr == NULL)
+        return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr on %s: %m", c->devname);
+    return WEFT_OK;
+}
+
 static weft_status_t ib_local_setup(weft_comm_t *comm, tp_addr_t *self)
 {
     int forced = !strcmp(comm->cfg.transport, tp_ib_ops.name);
@@ -601,6 +662,8 @@ static weft_status_t ib_local_setup(weft_comm_t *comm, tp_addr_t *self)
         sa.sin_port = 0;
         st = sock_listen(&sa, comm->nranks, &c->lfd);
     }
+    if (st == WEFT_OK)
+        st = bell_create(comm, c);
     if (st != WEFT_OK) {
         ib_local_cleanup(comm);
         return st;
@@ -610,7 +673,8 @@ static weft_status_t ib_local_setup(weft_comm_t *comm, tp_addr_t *self)
         return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
     }
     c->hooked = 1;
-    ib_addr_t a = { .magic = IB_ADDR_MAGIC, .lid = c->pattr.lid, .port = c->port, .sock = sa };
+    ib_addr_t a = { .magic = IB_ADDR_MAGIC, .lid = c->pattr.lid, .port = c->port, .sock = sa,
+                    .bell_addr = (uintptr_t)c->bell, .bell_rkey = c->bell_mr->rkey };
     memcpy(a.gid, c->gid.raw, sizeof(a.gid));
     snprintf(a.dev, sizeof(a.dev), "%s", c->devname);
     _Static_assert(sizeof(a) <= TP_ADDR_BYTES, "ib address fits the blob");
@@ -636,6 +700,14 @@ static void ib_local_cleanup(weft_comm_t *comm)
         free(g);
     }
     pthread_mutex_destroy(&c->reg_lock);
+    if (c->rings || c->stages)
+        LOG_INFO(LOG_NET, "ib: rank %d: receive rings for %d of %d peers, send staging for "
+                 "%d (%.1f MiB registered for frames; made at a peer's first frame)",
+                 comm->rank, c->rings, comm->nranks - 1, c->stages,
+                 (double)c->frame_bytes / (1 << 20));
+    if (c->bell_mr)
+        c->v->dereg_mr(c->bell_mr);
+    free((void *)c->bell);
     if (c->lfd >= 0)
         close(c->lfd);
     if (c->pd)
@@ -697,7 +769,32 @@ static weft_status_t post_recvs(ib_ep_t *e, int q, int n)
     return WEFT_OK;
 }
 
-/* Creates the endpoint's CQ, QPs (INIT) and registered memory, and fills *me. */
+/* IB_SLOTS slots of e->slot_bytes, page-aligned and registered with `access`: a
+ * receive ring or a send staging area (both made at their first use: see the top). */
+static weft_status_t slots_make(ib_ep_t *e, int access, char **buf_p, struct ibv_mr **mr_p)
+{
+    ib_ctx_t *c = e->c;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t bytes = (IB_SLOTS * e->slot_bytes + page - 1) & ~(page - 1);
+    void *b;
+    if (posix_memalign(&b, page, bytes) != 0)
+        return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory for the frames of rank %d "
+                          "(%zu bytes)", e->base.peer, bytes);
+    struct ibv_mr *mr = c->v->reg_mr(c->pd, b, bytes, access);
+    if (mr == NULL) {
+        weft_status_t st = weft_error(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr of %zu bytes for the "
+                                      "frames of rank %d on %s: %m", bytes, e->base.peer,
+                                      c->devname);
+        free(b);
+        return st;
+    }
+    *buf_p = b;
+    *mr_p = mr;
+    c->frame_bytes += bytes;
+    return WEFT_OK;
+}
+
+/* Creates the endpoint's CQ, QPs (INIT) and control block, and fills *me. */
 static weft_status_t ep_create(weft_comm_t *comm, ib_ctx_t *c, ib_ep_t *e, ib_conn_info_t *me)
 {
     const ib_verbs_t *v = c->v;
@@ -706,17 +803,13 @@ static weft_status_t ep_create(weft_comm_t *comm, ib_ctx_t *c, ib_ep_t *e, ib_co
      * (config.c, tuner.c: pick_chunk): slots of half of it pinned twice what was used */
     e->slot_bytes = (sizeof(frame_hdr_t) + WEFT_MIN(comm->cfg.buffsize / 4, CFG_CHUNK_MAX) +
                      63) & ~(size_t)63;
-    size_t bytes = (IB_SLOTS * e->slot_bytes + page - 1) & ~(page - 1);
-    if (posix_memalign((void **)&e->ring, page, bytes) != 0 ||
-        posix_memalign((void **)&e->stage, page, bytes) != 0 ||
-        posix_memalign((void **)&e->ctrl, page, page) != 0)
+    _Static_assert(sizeof(ib_ctrl_t) <= 4096, "the control block fits a page");
+    if (posix_memalign((void **)&e->ctrl, page, page) != 0)
         return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
     memset(e->ctrl, 0, page);
     int rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-    e->ring_mr = v->reg_mr(c->pd, e->ring, bytes, rw);
-    e->stage_mr = v->reg_mr(c->pd, e->stage, bytes, IBV_ACCESS_LOCAL_WRITE);
     e->ctrl_mr = v->reg_mr(c->pd, e->ctrl, page, rw);
-    if (!e->ring_mr || !e->stage_mr || !e->ctrl_mr)
+    if (!e->ctrl_mr)
         return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr on %s: %m", c->devname);
     e->cq = v->create_cq(c->dev, e->nqp * (IB_SQ_DEPTH + IB_RQ_DEPTH), NULL, NULL, 0);
     if (e->cq == NULL)
@@ -724,7 +817,6 @@ static weft_status_t ep_create(weft_comm_t *comm, ib_ctx_t *c, ib_ep_t *e, ib_co
     *me = (ib_conn_info_t){ .magic = IB_ADDR_MAGIC, .nqp = (uint32_t)e->nqp,
                             .psn = (uint32_t)(random() & 0xffffff),
                             .mtu = c->pattr.active_mtu, .lid = c->pattr.lid,
-                            .ring_addr = (uintptr_t)e->ring, .ring_rkey = e->ring_mr->rkey,
                             .ctrl_addr = (uintptr_t)e->ctrl, .ctrl_rkey = e->ctrl_mr->rkey,
                             .slot_bytes = e->slot_bytes, .nslots = IB_SLOTS,
                             .rank = (uint32_t)comm->rank };
@@ -825,6 +917,11 @@ static weft_status_t handshake(weft_comm_t *comm, ib_ctx_t *c, int peer, int fd,
     e->base.peer = peer;
     e->rank = comm->rank;
     e->nqp = (int)WEFT_MIN(WEFT_MAX(comm->cfg.ib_qps, 1), IB_MAX_QPS);
+    ib_addr_t pa;
+    if (ib_addr_of(&comm->peers[peer], &pa)) {
+        e->bell_addr = pa.bell_addr;
+        e->bell_rkey = pa.bell_rkey;
+    }
     ib_conn_info_t me;
     weft_status_t st = ep_create(comm, c, e, &me);
     if (st == WEFT_OK)
@@ -1034,9 +1131,21 @@ static weft_status_t post(ib_ep_t *e, int q, enum ibv_wr_opcode op, void *laddr,
     return post_sg(e, q, op, &sge, len ? 1 : 0, raddr, rkey, imm, kind, sig);
 }
 
-/* Credits and a state that waited for send-queue room; all on QP 0. */
+/* Our ring's announcement, credits and a state that waited for send-queue room; all on
+ * QP 0. */
 static weft_status_t post_pending(ib_ep_t *e)
 {
+    if (e->ring_dirty) {
+        ib_ring_box_t *b = &e->ctrl->tx_ring;
+        *b = (ib_ring_box_t){ .seq = 1, .addr = (uintptr_t)e->ring, .rkey = e->ring_mr->rkey,
+                              .seq2 = 1 };
+        weft_status_t st = post(e, 0, IBV_WR_RDMA_WRITE, b, e->ctrl_mr->lkey, sizeof(*b),
+                                e->peer.ctrl_addr + offsetof(ib_ctrl_t, rx_ring),
+                                e->peer.ctrl_rkey, 0, 0, 0);
+        if (st != WEFT_OK)
+            return st == WEFT_IN_PROGRESS ? WEFT_OK : st;
+        e->ring_dirty = 0;
+    }
     if (e->credits_sent != e->rx_seq) {
         e->ctrl->tx_credits = e->rx_seq;
         weft_status_t st = post(e, 0, IBV_WR_RDMA_WRITE, &e->ctrl->tx_credits,
@@ -1066,6 +1175,57 @@ static weft_status_t post_pending(ib_ep_t *e)
 }
 
 /* ---- data ---- */
+
+/* This rank's receive ring for the peer's frames, made and announced (post_pending
+ * writes where it is into the peer's control block) at its first need: the engine's
+ * first receive from the peer, or the peer's doorbell. */
+static weft_status_t ring_make(ib_ep_t *e)
+{
+    if (e->ring)
+        return WEFT_OK;
+    if (e->err != WEFT_OK)
+        return e->err;
+    weft_status_t st = slots_make(e, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+                                  &e->ring, &e->ring_mr);
+    if (st != WEFT_OK)
+        return e->err = st;
+    e->c->rings++;
+    e->ring_dirty = 1;
+    pending(e);
+    return e->err;
+}
+
+/* Whether the peer's ring for this rank's frames is known; until then the doorbell is
+ * rung once (WEFT_IN_PROGRESS; the peer's progress makes the ring). Staging is made
+ * here too, at the first frame. */
+static weft_status_t tx_ready(ib_ep_t *e)
+{
+    if (e->stage == NULL) {
+        RETURN_IF_ERR(slots_make(e, IBV_ACCESS_LOCAL_WRITE, &e->stage, &e->stage_mr));
+        e->c->stages++;
+    }
+    volatile ib_ring_box_t *b = &e->ctrl->rx_ring;
+    uint64_t s2 = b->seq2;          /* a seqlock, as the state box (ib_peer_state) */
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    uint64_t addr = b->addr;
+    uint32_t rkey = b->rkey;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (s2 != 0 && b->seq == s2) {
+        e->tx_ring_addr = addr;
+        e->tx_ring_rkey = rkey;
+        return WEFT_OK;
+    }
+    if (!e->rang) {
+        e->ctrl->tx_bell = 1;
+        weft_status_t st = post(e, 0, IBV_WR_RDMA_WRITE, &e->ctrl->tx_bell, e->ctrl_mr->lkey,
+                                1, e->bell_addr + (uint64_t)e->rank, e->bell_rkey, 0, 0, 0);
+        if (st < 0)
+            return st;
+        e->rang = st == WEFT_OK;
+    }
+    return WEFT_IN_PROGRESS;
+}
+
 
 /* A receive buffer the peer posted, adopted when it starts at the frame about to be
  * sent; any other post is stale (its first frame went through the ring) or revoked. */
@@ -1105,6 +1265,11 @@ static weft_status_t send_frame(ib_ep_t *e, const frame_hdr_t *hdr, const void *
                           (unsigned long long)(e->peer.slot_bytes - sizeof(*hdr)));
     if (e->tx_seq - e->ctrl->rx_credits >= IB_SLOTS)
         return WEFT_IN_PROGRESS;        /* the peer has not released the slot yet */
+    if (e->tx_ring_addr == 0) {
+        weft_status_t st = tx_ready(e);     /* WEFT_IN_PROGRESS until the peer's ring is */
+        if (st != WEFT_OK)
+            return st;
+    }
     size_t slot = e->tx_seq % IB_SLOTS;
     char *src = e->stage + slot * e->slot_bytes;
     int q = (int)(e->tx_seq % (uint64_t)e->nqp);
@@ -1149,7 +1314,7 @@ static weft_status_t send_frame(ib_ep_t *e, const frame_hdr_t *hdr, const void *
         sg[0].length = (uint32_t)bytes;
     uint32_t imm = ((uint32_t)e->tx_seq & IB_IMM_SEQ) | (zc ? IB_IMM_ZC : 0);
     st = post_sg(e, q, IBV_WR_RDMA_WRITE_WITH_IMM, sg, nsge,
-                 e->peer.ring_addr + slot * e->peer.slot_bytes, e->peer.ring_rkey, imm,
+                 e->tx_ring_addr + slot * e->peer.slot_bytes, e->tx_ring_rkey, imm,
                  WR_DATA, kept);
     if (st != WEFT_OK)
         return st;      /* (a payload written already is written again on the retry) */
@@ -1228,6 +1393,8 @@ static weft_status_t ib_flush(tp_ep_t *ep)
 static weft_status_t ib_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p, const void **payload_p)
 {
     ib_ep_t *e = (ib_ep_t *)ep;
+    if (e->ring == NULL)
+        RETURN_IF_ERR(ring_make(e));
     weft_status_t st = ep_poll(e);
     size_t slot = e->rx_seq % IB_SLOTS;
     if (!e->arrived[slot])      /* what arrived is delivered before a failure */
@@ -1358,6 +1525,39 @@ static void ib_recv_post(tp_ep_t *ep, void *dst, size_t room)
     e->post_addr = dst;
     e->post_len = room;
     e->post_used = 0;
+}
+
+/* The context's progress: rings for the peers that rang the doorbell (a frame for this
+ * rank and nowhere to write it: tx_ready), so that a peer's first send completes while
+ * this rank waits in any call, its own first send to that peer among them. A ring that
+ * cannot be made fails the call; a peer whose connection broke is left to the call that
+ * needs it. */
+static weft_status_t ib_progress(weft_comm_t *comm)
+{
+    ib_ctx_t *c = tp_ctx(comm, &tp_ib_ops);
+    if (c == NULL || c->bell == NULL)
+        return WEFT_OK;
+    const volatile uint64_t *w = (const volatile uint64_t *)c->bell;
+    for (int i = 0; i < (c->nranks + 7) / 8; i++) {
+        if (w[i] == 0)
+            continue;
+        for (int r = i * 8; r < i * 8 + 8 && r < c->nranks; r++) {
+            if (c->bell[r] == 0)
+                continue;
+            c->bell[r] = 0;
+            tp_ep_t *ep = comm->eps[r];
+            if (ep == NULL || ep->ops != &tp_ib_ops)
+                continue;
+            ib_ep_t *e = (ib_ep_t *)ep;
+            if (e->ring != NULL || e->err != WEFT_OK)
+                continue;
+            weft_status_t st = ring_make(e);
+            if (st < 0 && e->ring == NULL)
+                return st;
+            ep_poll(e);     /* (an emulated HCA that lags moves the announcement then) */
+        }
+    }
+    return WEFT_OK;
 }
 
 /* Keeps one zero-byte signaled write in flight: a peer that is gone fails it. While the
@@ -1836,7 +2036,7 @@ const tp_ops_t tp_ib_ops = {
     .connect = ib_connect,
     .post_connect = ib_post_connect,
     .local_cleanup = ib_local_cleanup,
-    .progress = NULL,               /* every endpoint call polls its own CQ */
+    .progress = ib_progress,        /* the doorbell; every endpoint call polls its own CQ */
     .send = ib_send,
     .send_kept = ib_send_kept,
     .recv_peek = ib_recv_peek,

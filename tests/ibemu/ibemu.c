@@ -377,6 +377,18 @@ static int pages_ok(uintptr_t addr, size_t len, int write)
     return at >= end;
 }
 
+/* This process's registered bytes, now and at most (WEFT_IBEMU_REPORT=1 prints the
+ * peak at exit: what a real HCA would have pinned). Under the fabric's lock. */
+static size_t reg_now, reg_peak;
+
+__attribute__((destructor)) static void reg_report(void)
+{
+    const char *r = getenv("WEFT_IBEMU_REPORT");
+    if (r && *r == '1' && reg_peak)
+        fprintf(stderr, "ibemu: pid %d: at most %zu bytes registered at once\n",
+                (int)getpid(), reg_peak);
+}
+
 static struct ibv_mr *emu_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 {
     if (len == 0 || addr == NULL) {
@@ -403,6 +415,9 @@ static struct ibv_mr *emu_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int 
     uint32_t key = (uint32_t)i | ((++fab->gen & 0xffffu) << 16);
     fab->mr[i] = (emu_mr_t){ .pid = me(), .key = key, .addr = (uintptr_t)addr,
                              .len = len, .access = access };
+    reg_now += len;
+    if (reg_now > reg_peak)
+        reg_peak = reg_now;
     unlock();
     mr->context = pd->context;
     mr->pd = pd;
@@ -417,8 +432,10 @@ static int emu_dereg_mr(struct ibv_mr *mr)
 {
     lock();
     emu_mr_t *m = &fab->mr[mr->handle];
-    if (m->pid == me() && m->key == mr->lkey)
+    if (m->pid == me() && m->key == mr->lkey) {
         m->pid = 0;
+        reg_now -= mr->length;
+    }
     unlock();
     free(mr);
     return 0;
