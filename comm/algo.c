@@ -46,6 +46,17 @@ void algo_model_default(algo_model_t *m)
     m->alpha[ALGO_LINK_NET] = 20e-6;
     m->beta[ALGO_LINK_NET] = 1.0 / 1.2e9;
     m->gamma = 1.0 / 10e9;
+    /* Per frame a rank sends or receives beyond a hop's one, estimated, not measured:
+     * a frame through a shm ring a tenth of its hop (half at each end); through tcp a
+     * system call (a send or a receive) of about 1 us. It is what makes the direct
+     * exchange, one hop whose n-1 frames each way pass through every rank, lose to
+     * log2(n) rounds at many ranks: the barrier goes by dissemination (rhd) from 23
+     * ranks of one host and from 53 across hosts, a 64-byte all-reduce by rhd at 64
+     * ranks of one host (test_algos.c's spots). Without it the model chose direct for
+     * an 8-byte all-reduce of 512 ranks across hosts (1 hop of 20 us against rhd's 18),
+     * an exchange that passes 511 frames each way through each rank. */
+    m->overhead[ALGO_LINK_SHM] = 0.05e-6;
+    m->overhead[ALGO_LINK_NET] = 1e-6;
 }
 
 int algo_no_window(const weft_config_t *cfg, const sched_args_t *a, size_t *lo, size_t *hi)

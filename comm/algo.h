@@ -24,11 +24,14 @@
 enum { ALGO_LINK_SHM = 0, ALGO_LINK_NET = 1, ALGO_NLINKS };
 
 /* alpha-beta-gamma: a hop costs alpha (s) plus beta (s/byte) per byte it moves, and a
- * reduction gamma (s/byte) per byte it reduces. */
+ * reduction gamma (s/byte) per byte it reduces. overhead (s): what each frame beyond a
+ * hop's one costs the rank that sends or receives it (its CPU's part: direct's one hop
+ * passes n-1 frames each way through every rank). */
 typedef struct algo_model {
     double alpha[ALGO_NLINKS];
     double beta[ALGO_NLINKS];
     double gamma;
+    double overhead[ALGO_NLINKS];
 } algo_model_t;
 
 /* The defaults (algo.c says where the numbers come from). */

@@ -148,15 +148,17 @@ static int direct_supports(const sched_args_t *a)
 }
 
 /* One hop; the busiest rank moves (and reduces) n-1 contributions, 2 ranks' all-reduce
- * one. */
+ * one, and passes n-1 frames each way where a hop passes one (the model's overhead for
+ * each of the others). */
 static double direct_cost(const sched_args_t *a, const algo_model_t *m)
 {
     double n = a->nranks, S = (double)algo_rank_bytes(a), in = (n - 1) * S;
     int reduces = a->coll == COLL_ALLREDUCE || a->coll == COLL_REDUCE_SCATTER ||
                   a->coll == COLL_REDUCE;
+    double frames = 2 * (n - 2) * m->overhead[algo_link(&a->layout)];
     if (a->coll == COLL_BARRIER)
-        return algo_time(m, a, 1, 0, 0);
-    return algo_time(m, a, 1, in, reduces ? in : 0);
+        return algo_time(m, a, 1, 0, 0) + frames;
+    return algo_time(m, a, 1, in, reduces ? in : 0) + frames;
 }
 
 /* WEFT_DIRECT_MAX: latency-bound sizes, one exchange. Among few ranks (algo.h) the

@@ -17,6 +17,13 @@
  * reduce_scatter n a power of two: the halving alone, partials in TMP, rank r ending
  *                with its block r in RECV.
  * allgather      n a power of two: the doubling alone.
+ * barrier        any n: dissemination, the doubling of empty frames (distances 1, 2,
+ *                4, ... below n: round k sends to r + 2^k and receives from r - 2^k,
+ *                and sends only once round k-1's frame arrived, so after ceil(log2 n)
+ *                rounds every rank has heard, through some chain, from every rank that
+ *                entered). Each rank talks to 2 ceil(log2 n) peers, where direct's
+ *                barrier talks to all n - 1 (and a transport that makes a peer's
+ *                buffers at its first frame, ib, makes them for every peer).
  * Exchanges are not pipelined: a step starts once the previous one has completed
  * (dep, after_all), which is why the tuner keeps it to mid sizes (rhd_window).
  *
@@ -160,6 +167,17 @@ static void rhd_allgather(const sched_args_t *a, size_t esz, sched_t *s)
     doubling(&B, r, a->nranks, r, r + 1, NULL, s);
 }
 
+static void rhd_barrier(const sched_args_t *a, sched_t *s)
+{
+    int r = a->rank, n = a->nranks, prev = -1;
+    for (int d = 1; d < n; d *= 2) {
+        int i = sched_send(s, (r + d) % n, BUF_NONE, 0, 0, -1);
+        if (i >= 0)
+            s->steps[i].dep = prev;         /* after the last round's frame arrived */
+        prev = sched_recv(s, (r - d + n) % n, BUF_NONE, 0, 0);
+    }
+}
+
 static weft_status_t rhd_build(const sched_args_t *a, sched_t *s)
 {
     size_t esz = weft_dtype_size(a->dtype);
@@ -167,6 +185,7 @@ static weft_status_t rhd_build(const sched_args_t *a, sched_t *s)
     case COLL_ALLREDUCE:      rhd_allreduce(a, esz, s); break;
     case COLL_REDUCE_SCATTER: rhd_reduce_scatter(a, esz, s); break;
     case COLL_ALLGATHER:      rhd_allgather(a, esz, s); break;
+    case COLL_BARRIER:        rhd_barrier(a, s); break;
     default:                  return WEFT_ERR_INTERNAL;
     }
     return WEFT_OK;
@@ -175,7 +194,7 @@ static weft_status_t rhd_build(const sched_args_t *a, sched_t *s)
 static int rhd_supports(const sched_args_t *a)
 {
     int pow2 = (a->nranks & (a->nranks - 1)) == 0;
-    return a->nranks > 1 && (a->coll == COLL_ALLREDUCE ||
+    return a->nranks > 1 && (a->coll == COLL_ALLREDUCE || a->coll == COLL_BARRIER ||
                              (pow2 && (a->coll == COLL_REDUCE_SCATTER ||
                                        a->coll == COLL_ALLGATHER)));
 }
@@ -194,6 +213,10 @@ static double rhd_cost(const sched_args_t *a, const algo_model_t *m)
                          ((p - 1) / p + f) * S);
     case COLL_REDUCE_SCATTER:
         return algo_time(m, a, lg, (n - 1) * S, (n - 1) * S);
+    case COLL_BARRIER:
+        while ((1 << (int)lg) < n)
+            lg++;                                               /* ceil(log2 n) rounds */
+        return algo_time(m, a, lg, 0, 0);
     default:
         return algo_time(m, a, lg, (n - 1) * S, 0);            /* allgather */
     }

@@ -7,8 +7,9 @@
  *   2. WEFT_ALGO names a registered algorithm that supports the call: that one;
  *   3. among the algorithms that support the call (local: 1 rank; p2p: send, recv,
  *      sendrecv; direct: every collective; ring: allreduce, reduce_scatter, allgather,
- *      broadcast, reduce; tree: allreduce, reduce, broadcast; rhd: allreduce, and
- *      reduce_scatter, allgather at a power of two; cma and probe: every peer reached
+ *      broadcast, reduce; tree: allreduce, reduce, broadcast; rhd: allreduce, barrier
+ *      (dissemination), and reduce_scatter, allgather at a power of two; cma and probe:
+ *      every peer reached
  *      by one-sided reads, shm or ucx's RMA), the first whose knob reserves the call's
  *      per-rank size:
  *        direct   up to WEFT_DIRECT_MAX (32K): one exchange, latency-bound sizes; only
@@ -28,8 +29,10 @@
  *      ring (allreduce, reduce_scatter, allgather) or chain (broadcast, reduce), as
  *      weft always chose; beyond, also direct (up to WEFT_DIRECT_MAX), the double
  *      binary tree and rhd (up to 1M per rank). With the default model that gives, on
- *      one host: direct for the smallest sizes (all-reduce up to 256 B at 64 ranks, 2K
- *      at 5), rhd at power-of-two rank counts from there up to 1M (all-reduce; reduce-
+ *      one host: direct for the smallest sizes (all-reduce up to 2K at 5 ranks; none at
+ *      64, where its 63 frames each way through every rank cost more than rhd's 12 hops:
+ *      algo.c, the model's overhead; the barrier from 23 ranks, 53 across hosts),
+ *      rhd at power-of-two rank counts from there up to 1M (all-reduce; reduce-
  *      scatter and all-gather above WEFT_DIRECT_MAX), the tree for all-reduce at other
  *      rank counts (4-8K at 5 ranks) and past rhd's bound at many (2-4M at 64), and
  *      for reduce and broadcast at every larger size, the ring above; across hosts the

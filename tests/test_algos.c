@@ -605,8 +605,22 @@ static const char *table_pick(const weft_config_t *cfg, const sched_args_t *a)
         return "local";
     if (a->coll == COLL_SEND || a->coll == COLL_RECV || a->coll == COLL_SENDRECV)
         return "p2p";
-    if (a->coll == COLL_ALLTOALL || a->coll == COLL_BARRIER)
+    if (a->coll == COLL_ALLTOALL || (a->coll == COLL_BARRIER && algo_few_ranks(a)))
         return "direct";
+    if (a->coll == COLL_BARRIER) {
+        /* beyond few ranks the model weighs direct (up to WEFT_DIRECT_MAX: a barrier's
+         * count is 0, but the loop below tries others) against rhd's dissemination (up to
+         * 1M); outside both windows the cheaper of the two */
+        algo_model_t m;
+        algo_model_default(&m);
+        double d = algo_direct_def.cost(a, &m), r = algo_rhd_def.cost(a, &m);
+        int din = bytes <= cfg->direct_max, rin = bytes <= (1u << 20);
+        if (din && (!rin || d <= r))
+            return "direct";
+        if (rin)
+            return "rhd";
+        return d <= r ? "direct" : "rhd";
+    }
     int cma = a->layout.cma && (a->coll == COLL_ALLREDUCE || a->coll == COLL_REDUCE_SCATTER ||
                                 a->coll == COLL_ALLGATHER || a->coll == COLL_BROADCAST);
     if (a->reg == SCHED_REG_ALL)
@@ -659,7 +673,14 @@ static const char *table_pick(const weft_config_t *cfg, const sched_args_t *a)
 static void check_model_spots(void)
 {
     static const struct { int coll, n, hosts; size_t bytes; const char *want; } spots[] = {
-        { COLL_ALLREDUCE, 64, 1, 64, "direct" },
+        /* direct's 63 frames each way through every rank cost more than rhd's 12 hops
+         * (the model's overhead; "direct" before 2026-11-28) */
+        { COLL_ALLREDUCE, 64, 1, 64, "rhd" },
+        { COLL_ALLREDUCE, 512, 64, 8, "rhd" },              /* direct: 511 frames */
+        { COLL_BARRIER, 5, 1, 0, "direct" },
+        { COLL_BARRIER, 64, 1, 0, "rhd" },                  /* dissemination */
+        { COLL_BARRIER, 16, 4, 0, "direct" },
+        { COLL_BARRIER, 64, 8, 0, "rhd" },
         { COLL_ALLREDUCE, 64, 1, 4096, "rhd" },
         { COLL_ALLREDUCE, 64, 1, 4 << 20, "tree" },
         { COLL_ALLREDUCE, 64, 1, 64 << 20, "ring" },
