@@ -7,13 +7,21 @@
  *                        rank moves frames to one peer and from one other, so only
  *                        those two get buffers (the script reads the INFO line and the
  *                        emulator's peak registration)
- *   probe_lazy crossed   ranks in pairs (0-1, 2-3, ...) both send first, 64 bytes, then
- *                        receive: the first send to a peer that is itself blocked in a
- *                        send must complete (its ring made by its progress, not by a
- *                        receive it has not reached), as it did with rings made at init
+ *   probe_lazy crossed   ranks in pairs (0-1, 2-3, ...) both send first, 256K (frames
+ *                        too large for ib's eager slots), then receive: a send to a
+ *                        peer that is itself blocked in a send must complete (its ring
+ *                        made by its progress, not by a receive it has not reached), as
+ *                        it did with rings made at init
+ *   probe_lazy elsewhere a small send completes while its receiver is elsewhere: rank 0
+ *                        sends 64 bytes to rank R (2, or 1 with 2 ranks: with WEFT_ALGO=
+ *                        ring no frame went from 0 to 2 before), then joins a barrier on a
+ *                        split communicator that R joins before it receives; then rank 0
+ *                        sends again and makes a file, which R waits for outside weft
+ *                        before it receives (ib's eager slots, made at connect)
  *
  * Prints "ok"/"FAIL" lines; exit status 1 on any failure. alarm(60) bounds a hang.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +67,7 @@ static void crossed(weft_comm_t *comm, int rank, int n)
     int peer = rank ^ 1;
     if (peer >= n)
         return;                 /* the odd one out */
-    char out[64], in[64];
+    static char out[256 << 10], in[256 << 10];
     for (int k = 0; k < 3; k++) {
         memset(out, 'a' + rank + k, sizeof(out));
         memset(in, 0, sizeof(in));
@@ -81,6 +89,57 @@ static void crossed(weft_comm_t *comm, int rank, int n)
     }
 }
 
+static void elsewhere(weft_comm_t *comm, int rank, int n)
+{
+    weft_comm_t *child = NULL;
+    weft_status_t st = weft_comm_split(comm, 0, rank, &child);
+    check(rank, st == WEFT_OK, "split");
+    if (st != WEFT_OK)
+        return;
+    char msg[160], path[128];
+    uint64_t tag = 0;
+    if (rank == 0)
+        tag = (uint64_t)getpid();
+    check(rank, weft_broadcast(&tag, &tag, 1, WEFT_UINT64, 0, child) == WEFT_OK, "tag");
+    snprintf(path, sizeof(path), "/tmp/weft_probe_lazy_%llu", (unsigned long long)tag);
+    char b[64];
+    int to = n >= 3 ? 2 : 1;
+    if (rank == 0) {
+        memset(b, 7, sizeof(b));
+        st = weft_send(b, sizeof(b), WEFT_UINT8, to, comm);
+        snprintf(msg, sizeof(msg), "send to rank %d, which is in a barrier of another "
+                 "communicator: %s", to, weft_status_str(st));
+        check(rank, st == WEFT_OK, msg);
+        st = weft_barrier(child);
+        check(rank, st == WEFT_OK, "barrier of the split communicator");
+        memset(b, 8, sizeof(b));
+        st = weft_send(b, sizeof(b), WEFT_UINT8, to, comm);
+        snprintf(msg, sizeof(msg), "send to rank %d, which waits outside weft: %s", to,
+                 weft_status_str(st));
+        check(rank, st == WEFT_OK, msg);
+        FILE *f = fopen(path, "w");     /* rank `to` receives once this exists */
+        check(rank, f != NULL, "make the file the receiver waits for");
+        if (f)
+            fclose(f);
+    } else if (rank == to) {
+        st = weft_barrier(child);
+        check(rank, st == WEFT_OK, "barrier of the split communicator");
+        memset(b, 0, sizeof(b));
+        st = weft_recv(b, sizeof(b), WEFT_UINT8, 0, comm);
+        check(rank, st == WEFT_OK && b[0] == 7 && b[63] == 7, "the first message");
+        for (int i = 0; i < 2000 && access(path, F_OK) != 0; i++)
+            usleep(10000);              /* 20 s at most, outside weft */
+        check(rank, access(path, F_OK) == 0, "rank 0's send returned (its file is there)");
+        memset(b, 0, sizeof(b));
+        st = weft_recv(b, sizeof(b), WEFT_UINT8, 0, comm);
+        check(rank, st == WEFT_OK && b[0] == 8 && b[63] == 8, "the second message");
+        unlink(path);
+    } else {
+        check(rank, weft_barrier(child) == WEFT_OK, "barrier of the split communicator");
+    }
+    weft_comm_destroy(child);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -95,8 +154,10 @@ int main(int argc, char **argv)
         ring(comm, rank, n);
     } else if (!strcmp(mode, "crossed")) {
         crossed(comm, rank, n);
+    } else if (!strcmp(mode, "elsewhere") && n >= 2) {
+        elsewhere(comm, rank, n);
     } else {
-        fprintf(stderr, "usage: probe_lazy ring|crossed\n");
+        fprintf(stderr, "usage: probe_lazy ring|crossed|elsewhere (elsewhere: 2 ranks or more)\n");
         weft_comm_destroy(comm);
         return 2;
     }

@@ -6,26 +6,31 @@
  * Setup. local_setup opens the chosen device and port (WEFT_IB_HCA, NCCL's syntax) and a
  * TCP listener; the address blob carries the listener, LID and GID. connect meets the
  * peer on that socket (authenticated like tcp: rank i connects to j > i), and both send
- * their connection data (QPNs, PSN, LID/GID, MTU, the control block's address and rkey,
- * the slot size); each moves its QPs to RTR and posts its receives, says so, and after
+ * their connection data (QPNs, PSN, LID/GID, MTU, the control block's and the eager
+ * ring's address and rkey, the slot size); each moves its QPs to RTR and posts its receives, says so, and after
  * the peer's "ready" moves to RTS. The socket is then closed: everything afterwards is
  * verbs.
  *
- * Frame buffers at first use. A connection costs a page (the control block) and its
- * QPs; the ring and staging (IB_SLOTS slots each, 8 MB apiece at the default
- * WEFT_BUFFSIZE) are made only for the peers that carry frames, as NCCL connects only the
- * peers its rings and trees use: with every peer's made at init, a rank of a 512-host job
- * would pin 64 GB. Staging is made at the first send. The ring is the receiver's: made at
- * its first receive from the peer (recv_peek), or when the peer rings this rank's
- * doorbell (a registered byte per rank, in the address blob: a sender with a frame and
- * no ring to write it into sets its byte once by an RDMA write and waits), found by the
- * context's progress, which runs in every engine pass of any call, so a first send to a
- * peer that is itself blocked in a send completes. The receiver RDMA-writes where the
- * ring is into the sender's control block (a seqlock box, written once). So the first
- * frames to a peer wait until that peer is in a weft call.
+ * Two rings per direction, eager and large. A connection comes with an eager ring and
+ * staging of IB_SLOTS slots of IB_EAGER_SLOT bytes (32K in all) and its control block;
+ * a frame that fits an eager slot (barriers, small collectives, a posted buffer's
+ * headers) goes there and never waits for the receiver, as an MPI eager send. The large
+ * ring and staging (IB_SLOTS slots of a header plus the largest chunk: 8 MB apiece at the
+ * default WEFT_BUFFSIZE) are made only for the peers that carry larger frames, as NCCL
+ * connects only the peers its rings and trees use: with every peer's made at init, a
+ * rank of a 512-host job would pin 64 GB. Large staging is made at the first such send.
+ * The large ring is the receiver's: a sender with a large frame and no ring to write it
+ * into sets its byte in the receiver's doorbell (a registered byte per rank, in the
+ * address blob) once by an RDMA write and waits; the receiver's context progress, which
+ * runs in every engine pass of any call on this communicator, makes the ring and
+ * RDMA-writes where it is into the sender's control block (a seqlock box, written once).
+ * So a large send waits, the first time, until its receiver is in a call of this
+ * communicator (a rendezvous, as MPI's for large messages; a send to a peer that is
+ * itself blocked in a send completes). Frame k takes slot k % IB_SLOTS of whichever
+ * ring, credits count frames of both, and the immediate says which ring.
  *
- * Data. Each direction has a ring of IB_SLOTS slots in the receiver's memory, each one
- * frame (header + up to WEFT_BUFFSIZE/4 bytes, the largest chunk). The sender copies a frame to its own
+ * Data. Each direction has rings of IB_SLOTS slots in the receiver's memory (above), a
+ * large slot one frame (header + up to WEFT_BUFFSIZE/4 bytes, the largest chunk). The sender copies a frame to its own
  * registered staging slot and RDMA-writes it to the peer's slot with immediate data (the
  * frame's sequence number); frames are striped across WEFT_IB_QPS_PER_CONN QPs (frame k
  * on QP k % n), and the receiver delivers them in sequence order. A frame larger than the
@@ -91,7 +96,7 @@
 
 extern const tp_ops_t tp_ib_ops;
 
-#define IB_ADDR_MAGIC 0x77696231u   /* "wib1" */
+#define IB_ADDR_MAGIC 0x77696232u   /* "wib2": the eager ring and the doorbell (2026-11-28) */
 #define IB_MAX_QPS 4
 #define IB_SLOTS 8                  /* frames in flight per direction */
 #define IB_SQ_DEPTH 64              /* send WRs per QP */
@@ -105,7 +110,14 @@ extern const tp_ops_t tp_ib_ops;
 #define WR_RECV 0x80ull             /* a receive (post_recvs): an error completion's opcode
                                        is undefined, so its wr_id tells it from a send's */
 #define IB_IMM_ZC 0x80000000u       /* immediate: the payload went to the posted buffer */
-#define IB_IMM_SEQ 0x7fffffffu      /* immediate: the frame's number (mod 2^31) */
+#define IB_IMM_EAGER 0x40000000u    /* immediate: the frame (a ZC frame's header) is in
+                                       the eager ring */
+#define IB_IMM_SEQ 0x3fffffffu      /* immediate: the frame's number (mod 2^30) */
+#define IB_EAGER_SLOT 2048          /* bytes of an eager slot: a header and up to 2008
+                                       payload bytes (see the top) */
+#define ARR_IN 1                    /* arrived[]: a frame is in slot */
+#define ARR_ZC 2                    /* its payload is in the posted buffer */
+#define ARR_EAGER 4                 /* its header (and payload) in the eager ring */
 #define IB_RKEY_MAGIC 0x77696b31u   /* "wik1" */
 #define IB_ACCESS_ALL (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)
 /* not a verbs flag: with it, reg_pages may register for remote reads alone where the
@@ -134,8 +146,8 @@ typedef struct ib_conn_info {
     uint16_t lid;
     uint8_t gid[16];
     uint8_t pad[2];
-    uint64_t ctrl_addr;
-    uint32_t ctrl_rkey, pad2;
+    uint64_t ctrl_addr, eager_addr;
+    uint32_t ctrl_rkey, eager_rkey;
     uint64_t slot_bytes;
     uint32_t nslots, rank;
 } ib_conn_info_t;
@@ -217,6 +229,7 @@ typedef struct ib_ctx {
     struct ibv_mr *bell_mr;
     int nranks;
     int rings, stages;              /* endpoints that made their ring, their staging */
+    int dirty;                      /* endpoints whose ring's announcement waits for room */
     size_t frame_bytes;             /* registered for them, both kinds */
     pthread_mutex_t reg_lock;       /* regs: weft_mem_free may run on any thread */
     ib_reg_t *regs;
@@ -245,7 +258,8 @@ typedef struct ib_ep {
                                            and every WR before it on the QP succeeded) */
     char *ring, *stage;                 /* receive ring, send staging: IB_SLOTS slots,
                                            each made at its first use (NULL before) */
-    struct ibv_mr *ring_mr, *stage_mr, *ctrl_mr;
+    char *eager, *eager_stage;          /* the same of IB_EAGER_SLOT bytes, made at connect */
+    struct ibv_mr *ring_mr, *stage_mr, *ctrl_mr, *eager_mr, *eager_stage_mr;
     ib_ctrl_t *ctrl;
     size_t slot_bytes;
     ib_conn_info_t peer;                /* the peer's connection data */
@@ -258,7 +272,7 @@ typedef struct ib_ep {
     uint64_t tx_seq;                    /* frames sent */
     uint64_t rx_seq;                    /* frames delivered (released) */
     uint64_t credits_sent;              /* rx_seq as last written to the peer */
-    uint8_t arrived[IB_SLOTS];          /* 1: in the ring; 2: payload in the posted buffer */
+    uint8_t arrived[IB_SLOTS];          /* ARR_* bits: arrived, where */
     /* the receive buffer this rank posted to the peer (zero copy; see the top) */
     int post_live;
     uint64_t post_first;                /* its first frame */
@@ -701,10 +715,12 @@ static void ib_local_cleanup(weft_comm_t *comm)
     }
     pthread_mutex_destroy(&c->reg_lock);
     if (c->rings || c->stages)
-        LOG_INFO(LOG_NET, "ib: rank %d: receive rings for %d of %d peers, send staging for "
-                 "%d (%.1f MiB registered for frames; made at a peer's first frame)",
+        LOG_INFO(LOG_NET, "ib: rank %d: large receive rings for %d of %d peers, large "
+                 "send staging for %d (%.1f MiB registered; made at a peer's first frame "
+                 "over %d bytes, besides every peer's %d KiB of eager slots)",
                  comm->rank, c->rings, comm->nranks - 1, c->stages,
-                 (double)c->frame_bytes / (1 << 20));
+                 (double)c->frame_bytes / (1 << 20), IB_EAGER_SLOT,
+                 2 * IB_SLOTS * IB_EAGER_SLOT / 1024);
     if (c->bell_mr)
         c->v->dereg_mr(c->bell_mr);
     free((void *)c->bell);
@@ -752,8 +768,14 @@ static void ep_free(struct ib_ep *e)
         v->dereg_mr(e->stage_mr);
     if (e->ctrl_mr)
         v->dereg_mr(e->ctrl_mr);
+    if (e->eager_mr)
+        v->dereg_mr(e->eager_mr);
+    if (e->eager_stage_mr)
+        v->dereg_mr(e->eager_stage_mr);
     free(e->ring);
     free(e->stage);
+    free(e->eager);
+    free(e->eager_stage);
     free(e->ctrl);
     free(e);
 }
@@ -769,13 +791,15 @@ static weft_status_t post_recvs(ib_ep_t *e, int q, int n)
     return WEFT_OK;
 }
 
-/* IB_SLOTS slots of e->slot_bytes, page-aligned and registered with `access`: a
- * receive ring or a send staging area (both made at their first use: see the top). */
-static weft_status_t slots_make(ib_ep_t *e, int access, char **buf_p, struct ibv_mr **mr_p)
+/* IB_SLOTS slots of `slot` bytes, page-aligned and registered with `access`: a receive
+ * ring or a send staging area (the eager ones made at connect, the others at their first
+ * use: see the top). */
+static weft_status_t slots_make(ib_ep_t *e, size_t slot, int access, char **buf_p,
+                                struct ibv_mr **mr_p)
 {
     ib_ctx_t *c = e->c;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t bytes = (IB_SLOTS * e->slot_bytes + page - 1) & ~(page - 1);
+    size_t bytes = (IB_SLOTS * slot + page - 1) & ~(page - 1);
     void *b;
     if (posix_memalign(&b, page, bytes) != 0)
         return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory for the frames of rank %d "
@@ -790,7 +814,8 @@ static weft_status_t slots_make(ib_ep_t *e, int access, char **buf_p, struct ibv
     }
     *buf_p = b;
     *mr_p = mr;
-    c->frame_bytes += bytes;
+    if (slot != IB_EAGER_SLOT)
+        c->frame_bytes += bytes;
     return WEFT_OK;
 }
 
@@ -811,6 +836,9 @@ static weft_status_t ep_create(weft_comm_t *comm, ib_ctx_t *c, ib_ep_t *e, ib_co
     e->ctrl_mr = v->reg_mr(c->pd, e->ctrl, page, rw);
     if (!e->ctrl_mr)
         return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr on %s: %m", c->devname);
+    RETURN_IF_ERR(slots_make(e, IB_EAGER_SLOT, rw, &e->eager, &e->eager_mr));
+    RETURN_IF_ERR(slots_make(e, IB_EAGER_SLOT, IBV_ACCESS_LOCAL_WRITE, &e->eager_stage,
+                             &e->eager_stage_mr));
     e->cq = v->create_cq(c->dev, e->nqp * (IB_SQ_DEPTH + IB_RQ_DEPTH), NULL, NULL, 0);
     if (e->cq == NULL)
         return weft_error(WEFT_ERR_SYSTEM, "ib: ibv_create_cq on %s: %m", c->devname);
@@ -818,6 +846,7 @@ static weft_status_t ep_create(weft_comm_t *comm, ib_ctx_t *c, ib_ep_t *e, ib_co
                             .psn = (uint32_t)(random() & 0xffffff),
                             .mtu = c->pattr.active_mtu, .lid = c->pattr.lid,
                             .ctrl_addr = (uintptr_t)e->ctrl, .ctrl_rkey = e->ctrl_mr->rkey,
+                            .eager_addr = (uintptr_t)e->eager, .eager_rkey = e->eager_mr->rkey,
                             .slot_bytes = e->slot_bytes, .nslots = IB_SLOTS,
                             .rank = (uint32_t)comm->rank };
     memcpy(me->gid, c->gid.raw, sizeof(me->gid));
@@ -1073,7 +1102,9 @@ static weft_status_t ep_poll(ib_ep_t *e)
                                             e->base.peer, (unsigned long long)e->rx_seq);
                     continue;
                 }
-                e->arrived[fr % IB_SLOTS] = wc[i].imm_data & IB_IMM_ZC ? 2 : 1;
+                e->arrived[fr % IB_SLOTS] = ARR_IN |
+                                            (wc[i].imm_data & IB_IMM_ZC ? ARR_ZC : 0) |
+                                            (wc[i].imm_data & IB_IMM_EAGER ? ARR_EAGER : 0);
                 if (e->err == WEFT_OK)
                     e->err = post_recvs(e, q, 1);
             } else {
@@ -1145,6 +1176,7 @@ static weft_status_t post_pending(ib_ep_t *e)
         if (st != WEFT_OK)
             return st == WEFT_IN_PROGRESS ? WEFT_OK : st;
         e->ring_dirty = 0;
+        e->c->dirty--;
     }
     if (e->credits_sent != e->rx_seq) {
         e->ctrl->tx_credits = e->rx_seq;
@@ -1176,41 +1208,51 @@ static weft_status_t post_pending(ib_ep_t *e)
 
 /* ---- data ---- */
 
-/* This rank's receive ring for the peer's frames, made and announced (post_pending
- * writes where it is into the peer's control block) at its first need: the engine's
- * first receive from the peer, or the peer's doorbell. */
+/* This rank's receive ring for the peer's frames that do not fit an eager slot, made
+ * when the peer rings the doorbell (ib_progress) and announced: post_pending writes where
+ * it is into the peer's control block (the context counts the announcements still to
+ * post, which its progress retries). */
 static weft_status_t ring_make(ib_ep_t *e)
 {
     if (e->ring)
         return WEFT_OK;
     if (e->err != WEFT_OK)
         return e->err;
-    weft_status_t st = slots_make(e, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+    weft_status_t st = slots_make(e, e->slot_bytes,
+                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
                                   &e->ring, &e->ring_mr);
     if (st != WEFT_OK)
         return e->err = st;
     e->c->rings++;
     e->ring_dirty = 1;
+    e->c->dirty++;
     pending(e);
     return e->err;
 }
 
-/* Whether the peer's ring for this rank's frames is known; until then the doorbell is
- * rung once (WEFT_IN_PROGRESS; the peer's progress makes the ring). Staging is made
- * here too, at the first frame. */
-static weft_status_t tx_ready(ib_ep_t *e)
+/* Staging for frames that do not fit an eager slot, made at the first one. */
+static weft_status_t stage_ready(ib_ep_t *e)
 {
     if (e->stage == NULL) {
-        RETURN_IF_ERR(slots_make(e, IBV_ACCESS_LOCAL_WRITE, &e->stage, &e->stage_mr));
+        RETURN_IF_ERR(slots_make(e, e->slot_bytes, IBV_ACCESS_LOCAL_WRITE, &e->stage,
+                                 &e->stage_mr));
         e->c->stages++;
     }
+    return WEFT_OK;
+}
+
+/* Whether the peer's ring for this rank's frames that do not fit an eager slot is
+ * known; until then the doorbell is rung once (WEFT_IN_PROGRESS; the peer's progress
+ * makes the ring). */
+static weft_status_t tx_ready(ib_ep_t *e)
+{
     volatile ib_ring_box_t *b = &e->ctrl->rx_ring;
     uint64_t s2 = b->seq2;          /* a seqlock, as the state box (ib_peer_state) */
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     uint64_t addr = b->addr;
     uint32_t rkey = b->rkey;
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if (s2 != 0 && b->seq == s2) {
+    if (s2 != 0 && b->seq == s2 && addr != 0) {
         e->tx_ring_addr = addr;
         e->tx_ring_rkey = rkey;
         return WEFT_OK;
@@ -1265,13 +1307,7 @@ static weft_status_t send_frame(ib_ep_t *e, const frame_hdr_t *hdr, const void *
                           (unsigned long long)(e->peer.slot_bytes - sizeof(*hdr)));
     if (e->tx_seq - e->ctrl->rx_credits >= IB_SLOTS)
         return WEFT_IN_PROGRESS;        /* the peer has not released the slot yet */
-    if (e->tx_ring_addr == 0) {
-        weft_status_t st = tx_ready(e);     /* WEFT_IN_PROGRESS until the peer's ring is */
-        if (st != WEFT_OK)
-            return st;
-    }
     size_t slot = e->tx_seq % IB_SLOTS;
-    char *src = e->stage + slot * e->slot_bytes;
     int q = (int)(e->tx_seq % (uint64_t)e->nqp);
     if (!e->tx_post_active)
         fifo_check(e);
@@ -1282,13 +1318,28 @@ static weft_status_t send_frame(ib_ep_t *e, const frame_hdr_t *hdr, const void *
              hdr->len <= e->tx_post_len - e->tx_post_used;
     if (!zc)
         e->tx_post_active = 0;
+    int kept = pmr != NULL && hdr->len > 0;
+    /* what goes into a ring slot (the header alone after a posted buffer's payload) picks
+     * the ring: eager when it fits, else the peer's big ring, which waits for the peer
+     * to make it (tx_ready); what is copied into staging picks the staging */
+    int eager = (zc ? sizeof(*hdr) : bytes) <= IB_EAGER_SLOT;
+    int big_stage = !kept && bytes > IB_EAGER_SLOT;
+    if (!eager && e->tx_ring_addr == 0) {
+        weft_status_t st = tx_ready(e);     /* WEFT_IN_PROGRESS until the peer's ring is */
+        if (st != WEFT_OK)
+            return st;
+    }
+    if (big_stage)
+        RETURN_IF_ERR(stage_ready(e));
     if (e->sq_posted[q] - e->sq_retired[q] >= (uint32_t)(IB_SQ_DEPTH - 1 - zc))
         return WEFT_IN_PROGRESS;
-    int kept = pmr != NULL && hdr->len > 0;
+    char *src = big_stage ? e->stage + slot * e->slot_bytes
+                          : e->eager_stage + slot * IB_EAGER_SLOT;
+    uint32_t lkey = big_stage ? e->stage_mr->lkey : e->eager_stage_mr->lkey;
     memcpy(src, hdr, sizeof(*hdr));
     /* the payload: where it lies (kept), else its copy behind the header in staging */
     struct ibv_sge pl = { .addr = (uintptr_t)(src + sizeof(*hdr)), .length = hdr->len,
-                          .lkey = e->stage_mr->lkey };
+                          .lkey = lkey };
     if (kept)
         pl = (struct ibv_sge){ .addr = (uintptr_t)payload, .length = hdr->len,
                                .lkey = pmr->lkey };
@@ -1306,16 +1357,18 @@ static weft_status_t send_frame(ib_ep_t *e, const frame_hdr_t *hdr, const void *
      * where it lies), or the header alone after a posted buffer's payload; signaled when
      * it read a kept payload, so that flush sees the payload read */
     struct ibv_sge sg[2] = { { .addr = (uintptr_t)src, .length = sizeof(*hdr),
-                               .lkey = e->stage_mr->lkey }, pl };
+                               .lkey = lkey }, pl };
     int nsge = 1;
     if (!zc && kept)
         nsge = 2;
     else if (!zc)
         sg[0].length = (uint32_t)bytes;
-    uint32_t imm = ((uint32_t)e->tx_seq & IB_IMM_SEQ) | (zc ? IB_IMM_ZC : 0);
-    st = post_sg(e, q, IBV_WR_RDMA_WRITE_WITH_IMM, sg, nsge,
-                 e->tx_ring_addr + slot * e->peer.slot_bytes, e->tx_ring_rkey, imm,
-                 WR_DATA, kept);
+    uint32_t imm = ((uint32_t)e->tx_seq & IB_IMM_SEQ) | (zc ? IB_IMM_ZC : 0) |
+                   (eager ? IB_IMM_EAGER : 0);
+    uint64_t dst = eager ? e->peer.eager_addr + slot * IB_EAGER_SLOT
+                         : e->tx_ring_addr + slot * e->peer.slot_bytes;
+    st = post_sg(e, q, IBV_WR_RDMA_WRITE_WITH_IMM, sg, nsge, dst,
+                 eager ? e->peer.eager_rkey : e->tx_ring_rkey, imm, WR_DATA, kept);
     if (st != WEFT_OK)
         return st;      /* (a payload written already is written again on the retry) */
     if (kept) {
@@ -1390,22 +1443,33 @@ static weft_status_t ib_flush(tp_ep_t *ep)
     return WEFT_OK;
 }
 
+/* The header of the frame in slot (arrived): in the eager ring or the big one. */
+static const frame_hdr_t *rx_hdr(const ib_ep_t *e, size_t slot)
+{
+    if (e->arrived[slot] & ARR_EAGER)
+        return (const frame_hdr_t *)(e->eager + slot * IB_EAGER_SLOT);
+    return (const frame_hdr_t *)(e->ring + slot * e->slot_bytes);
+}
+
 static weft_status_t ib_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p, const void **payload_p)
 {
     ib_ep_t *e = (ib_ep_t *)ep;
-    if (e->ring == NULL)
-        RETURN_IF_ERR(ring_make(e));
     weft_status_t st = ep_poll(e);
     size_t slot = e->rx_seq % IB_SLOTS;
-    if (!e->arrived[slot])      /* what arrived is delivered before a failure */
+    uint8_t arr = e->arrived[slot];
+    if (!arr)                   /* what arrived is delivered before a failure */
         return st != WEFT_OK ? st : WEFT_IN_PROGRESS;
-    const frame_hdr_t *h = (const frame_hdr_t *)(e->ring + slot * e->slot_bytes);
-    if (sizeof(*h) + h->len > e->slot_bytes)
+    if (!(arr & ARR_EAGER) && e->ring == NULL)
+        return weft_error(WEFT_ERR_INTERNAL, "ib: rank %d wrote frame %llu into a ring this "
+                          "rank has not made", ep->peer, (unsigned long long)e->rx_seq);
+    const frame_hdr_t *h = rx_hdr(e, slot);
+    size_t cap = (arr & ARR_EAGER) && !(arr & ARR_ZC) ? IB_EAGER_SLOT : e->slot_bytes;
+    if (sizeof(*h) + h->len > cap)
         return weft_error(WEFT_ERR_INTERNAL, "ib: frame from rank %d claims %u bytes (slot "
-                          "%zu)", ep->peer, h->len, e->slot_bytes - sizeof(*h));
+                          "%zu)", ep->peer, h->len, cap - sizeof(*h));
     *hdr_p = h;
     /* a payload in the posted buffer: the engine asks for it after checking the header */
-    *payload_p = e->arrived[slot] == 2 ? NULL : h + 1;
+    *payload_p = arr & ARR_ZC ? NULL : h + 1;
     return WEFT_OK;
 }
 
@@ -1415,8 +1479,8 @@ static weft_status_t ib_recv_payload(tp_ep_t *ep, void *dst, const void **payloa
 {
     ib_ep_t *e = (ib_ep_t *)ep;
     size_t slot = e->rx_seq % IB_SLOTS;
-    const frame_hdr_t *h = (const frame_hdr_t *)(e->ring + slot * e->slot_bytes);
-    if (e->arrived[slot] != 2) {
+    const frame_hdr_t *h = rx_hdr(e, slot);
+    if (!(e->arrived[slot] & ARR_ZC)) {
         *payload_p = h + 1;
         return WEFT_OK;
     }
@@ -1440,8 +1504,8 @@ static void ib_recv_release(tp_ep_t *ep)
 {
     ib_ep_t *e = (ib_ep_t *)ep;
     size_t slot = e->rx_seq % IB_SLOTS;
-    int zc = e->arrived[slot] == 2;
-    uint32_t len = ((const frame_hdr_t *)(e->ring + slot * e->slot_bytes))->len;
+    int zc = (e->arrived[slot] & ARR_ZC) != 0;
+    uint32_t len = rx_hdr(e, slot)->len;
     if (e->post_live) {
         if (zc) {
             e->zc_rx++;
@@ -1527,16 +1591,27 @@ static void ib_recv_post(tp_ep_t *ep, void *dst, size_t room)
     e->post_used = 0;
 }
 
-/* The context's progress: rings for the peers that rang the doorbell (a frame for this
- * rank and nowhere to write it: tx_ready), so that a peer's first send completes while
- * this rank waits in any call, its own first send to that peer among them. A ring that
- * cannot be made fails the call; a peer whose connection broke is left to the call that
- * needs it. */
+/* The context's progress: rings for the peers that rang the doorbell (a frame too large
+ * for an eager slot and nowhere to write it: tx_ready), so that such a send completes
+ * while this rank waits in any call of this communicator, its own send to that peer
+ * among them; and the announcements of rings made earlier whose send queue was full. A
+ * ring that cannot be made fails the call (the message names the peer); a peer whose
+ * connection broke is left to the call that needs it. */
 static weft_status_t ib_progress(weft_comm_t *comm)
 {
     ib_ctx_t *c = tp_ctx(comm, &tp_ib_ops);
     if (c == NULL || c->bell == NULL)
         return WEFT_OK;
+    for (int r = 0; c->dirty > 0 && r < c->nranks; r++) {
+        tp_ep_t *ep = comm->eps[r];
+        ib_ep_t *e = (ib_ep_t *)ep;
+        if (ep == NULL || ep->ops != &tp_ib_ops || !e->ring_dirty)
+            continue;
+        if (ep_poll(e) != WEFT_OK && e->ring_dirty) {   /* (pending: the announcement) */
+            e->ring_dirty = 0;              /* a broken connection: nobody waits for it */
+            c->dirty--;
+        }
+    }
     const volatile uint64_t *w = (const volatile uint64_t *)c->bell;
     for (int i = 0; i < (c->nranks + 7) / 8; i++) {
         if (w[i] == 0)
