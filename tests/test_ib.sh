@@ -17,6 +17,18 @@ FABRIC=/weft_ibemu.test_ib.$$
 trap 'rm -rf "$OUT"; rm -f "/dev/shm$FABRIC"' EXIT
 EMU=$(cd "$B/lib" && pwd)/libweft_ibemu.so
 
+# judge NAME OK(1|0) OUTPUT WHY: counts the check, and shows the output's end when it failed
+judge() {
+    if [ "$2" = 1 ]; then
+        PASS=$((PASS + 1))
+        echo "ok - $1"
+    else
+        FAIL=$((FAIL + 1))
+        echo "FAIL - $1 ($4)"
+        tail -n 8 "$3" | sed 's/^/   | /'
+    fi
+}
+
 # case NAME WANT(ok|fail) PATTERN [ENV...]: the job's outcome, and PATTERN in its output;
 # RANK1 (a shell line) runs in each rank before test_rma, to give one rank other knobs.
 case_() {
@@ -26,15 +38,12 @@ case_() {
         timeout -k 5 60 "$B/bin/weftrun" -n 2 ${RANK1:+bash -c "$RANK1"' exec "$0" basic'} \
         "$B/tests/test_rma" ${RANK1:-basic} >"$OUT/$name" 2>&1
     rc=$?
+    local ok=0
     if { [ "$want" = ok ] && [ $rc = 0 ]; } || { [ "$want" = fail ] && [ $rc != 0 ] &&
         [ $rc != 124 ] && [ $rc != 137 ]; } && grep -q -- "$pat" "$OUT/$name"; then
-        PASS=$((PASS + 1))
-        echo "ok - $name"
-    else
-        FAIL=$((FAIL + 1))
-        echo "FAIL - $name (exit $rc, want $want and '$pat')"
-        tail -n 8 "$OUT/$name" | sed 's/^/   | /'
+        ok=1
     fi
+    judge "$name" $ok "$OUT/$name" "exit $rc, want $want and '$pat'"
 }
 
 case_ "default port, provider named" ok "weftemu0 port 1 .* via weft verbs emulator" \
@@ -161,15 +170,11 @@ rc=$?
 rings=$(grep -c "large receive rings for 1 of 4 peers, large send staging for 1 " "$OUT/lazy")
 peaks=$(sed -n 's/^ibemu: pid [0-9]*: at most \([0-9]*\) bytes.*/\1/p' "$OUT/lazy")
 over=$(for p in $peaks; do [ "$p" -ge $((3 * ring_bytes)) ] && echo "$p"; done | wc -l)
-if [ $rc = 0 ] && [ "$rings" = 5 ] && [ "$(echo "$peaks" | wc -w)" = 5 ] && [ "$over" = 0 ]; then
-    PASS=$((PASS + 1))
-    echo "ok - frame buffers for the ring's two peers only (peaks $(echo $peaks))"
-else
-    FAIL=$((FAIL + 1))
-    echo "FAIL - frame buffers for the ring's two peers only (exit $rc, $rings of 5 INFO" \
-        "lines, peaks '$(echo $peaks)', want each under $((3 * ring_bytes)))"
-    tail -n 12 "$OUT/lazy" | sed 's/^/   | /'
-fi
+ok=0
+[ $rc = 0 ] && [ "$rings" = 5 ] && [ "$(echo "$peaks" | wc -w)" = 5 ] && [ "$over" = 0 ] && ok=1
+judge "large frame buffers for the ring's two peers only (peaks $(echo $peaks))" $ok \
+    "$OUT/lazy" "exit $rc, $rings of 5 INFO lines, want each peak under $((3 * ring_bytes))"
+
 # Both ranks of a pair send 256K first, then receive: frames too large for the eager
 # slots, to a peer that is itself blocked in a send, get their ring from that peer's
 # progress (its doorbell), as they did when rings were made at init (without it both wait
@@ -181,14 +186,9 @@ for m in crossed elsewhere; do
         WEFT_ALGO=ring timeout -k 5 60 "$B/bin/weftrun" -n 4 "$B/tests/probe_lazy" $m \
         >"$OUT/$m" 2>&1
     rc=$?
-    if [ $rc = 0 ] && [ "$(grep -c "probe_lazy $m rank .: passed" "$OUT/$m")" = 4 ]; then
-        PASS=$((PASS + 1))
-        echo "ok - probe_lazy $m"
-    else
-        FAIL=$((FAIL + 1))
-        echo "FAIL - probe_lazy $m (exit $rc)"
-        tail -n 8 "$OUT/$m" | sed 's/^/   | /'
-    fi
+    ok=0
+    [ $rc = 0 ] && [ "$(grep -c "probe_lazy $m rank .: passed" "$OUT/$m")" = 4 ] && ok=1
+    judge "probe_lazy $m" $ok "$OUT/$m" "exit $rc"
 done
 echo "test_ib.sh: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]
