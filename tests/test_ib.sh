@@ -162,10 +162,13 @@ fi
 # the 32K of eager slots per peer): the INFO line says so, and the emulator's peak
 # registration (what an HCA would pin) stays under 3 of them (every peer's at init: 67 MB
 # per rank before 2026-11-28)
+# (the frame sizes are the defaults': a caller's WEFT_CHUNK or WEFT_BUFFSIZE is dropped)
+LAZY=(env -u WEFT_CHUNK -u WEFT_BUFFSIZE WEFT_TRANSPORT=ib WEFT_IB_VERBS="$EMU"
+      WEFT_IBEMU_FABRIC=$FABRIC)
 ring_bytes=$(( (8 * (1048576 + 64) + 4095) / 4096 * 4096 ))
-env WEFT_TRANSPORT=ib WEFT_IB_VERBS="$EMU" WEFT_IBEMU_FABRIC=$FABRIC WEFT_TIMEOUT=20 \
-    WEFT_ALGO=ring WEFT_IBEMU_REPORT=1 WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=NET \
-    timeout -k 5 60 "$B/bin/weftrun" -n 5 "$B/tests/probe_lazy" ring >"$OUT/lazy" 2>&1
+"${LAZY[@]}" WEFT_TIMEOUT=20 WEFT_ALGO=ring WEFT_IBEMU_REPORT=1 WEFT_DEBUG=INFO \
+    WEFT_DEBUG_SUBSYS=NET timeout -k 5 60 "$B/bin/weftrun" -n 5 "$B/tests/probe_lazy" ring \
+    >"$OUT/lazy" 2>&1
 rc=$?
 rings=$(grep -c "large receive rings for 1 of 4 peers, large send staging for 1 " "$OUT/lazy")
 peaks=$(sed -n 's/^ibemu: pid [0-9]*: at most \([0-9]*\) bytes.*/\1/p' "$OUT/lazy")
@@ -182,13 +185,25 @@ judge "large frame buffers for the ring's two peers only (peaks $(echo $peaks))"
 # another communicator, or outside weft, as they did then (eager slots: without them,
 # rank 2 times out in the other communicator's barrier)
 for m in crossed elsewhere; do
-    env WEFT_TRANSPORT=ib WEFT_IB_VERBS="$EMU" WEFT_IBEMU_FABRIC=$FABRIC WEFT_TIMEOUT=10 \
-        WEFT_ALGO=ring timeout -k 5 60 "$B/bin/weftrun" -n 4 "$B/tests/probe_lazy" $m \
-        >"$OUT/$m" 2>&1
+    "${LAZY[@]}" WEFT_TIMEOUT=10 WEFT_ALGO=ring timeout -k 5 60 "$B/bin/weftrun" -n 4 \
+        "$B/tests/probe_lazy" $m >"$OUT/$m" 2>&1
     rc=$?
     ok=0
     [ $rc = 0 ] && [ "$(grep -c "probe_lazy $m rank .: passed" "$OUT/$m")" = 4 ] && ok=1
     judge "probe_lazy $m" $ok "$OUT/$m" "exit $rc"
 done
+# A receiver that cannot make its large ring (registrations over 1 MB fail, as over the
+# pinned memory limit) says so, and the sender's large send fails naming it at once,
+# where it would wait for the ring until WEFT_TIMEOUT (60 s here)
+"${LAZY[@]}" WEFT_TIMEOUT=60 WEFT_IBEMU_MR_MAX=1048576 timeout -k 5 50 "$B/bin/weftrun" -n 2 \
+    "$B/tests/probe_lazy" crossed >"$OUT/refused" 2>&1
+rc=$?
+ok=0
+[ $rc != 0 ] && [ $rc != 124 ] && [ $rc != 137 ] &&
+    grep -q "rank [01] refuses rank [01]'s frames over 2048 bytes: .*ibv_reg_mr" \
+        "$OUT/refused" &&
+    grep -Eq "FAIL rank (0: .*rank 1|1: .*rank 0) could not make a receive ring for rank" \
+        "$OUT/refused" && ok=1
+judge "a large ring refused: the sender fails naming the receiver" $ok "$OUT/refused" "exit $rc"
 echo "test_ib.sh: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

@@ -170,12 +170,13 @@ typedef struct ib_fifo_box {
     uint64_t seq2;
 } ib_fifo_box_t;
 
-/* Where the receive ring of a direction is, once its receiver made it: written once, by
- * the receiver into the sender's control block. Valid when seq == seq2 != 0. */
+/* Where the large receive ring of a direction is, once its receiver made it (or that
+ * it could not: refused, addr 0): written once, by the receiver into the sender's
+ * control block. Valid when seq == seq2 != 0. */
 typedef struct ib_ring_box {
     uint64_t seq;
     uint64_t addr;
-    uint32_t rkey, pad;
+    uint32_t rkey, refused;
     uint64_t seq2;
 } ib_ring_box_t;
 
@@ -265,7 +266,9 @@ typedef struct ib_ep {
     ib_conn_info_t peer;                /* the peer's connection data */
     uint64_t tx_ring_addr;              /* the peer's ring for our frames (0: not known yet) */
     uint32_t tx_ring_rkey;
-    int ring_dirty;                     /* our ring is made, its announcement not posted */
+    int ring_dirty;                     /* our ring is made (or refused), its announcement
+                                           not posted */
+    int ring_refused;                   /* this rank could not make its large ring */
     int rang;                           /* our doorbell write to the peer is posted */
     uint64_t bell_addr;                 /* the peer's doorbell byte for this rank */
     uint32_t bell_rkey;
@@ -797,18 +800,21 @@ static weft_status_t post_recvs(ib_ep_t *e, int q, int n)
 static weft_status_t slots_make(ib_ep_t *e, size_t slot, int access, char **buf_p,
                                 struct ibv_mr **mr_p)
 {
+    /* (a large ring's failure is reported by ring_make, with what it means) */
+    weft_status_t (*err)(weft_status_t, const char *, ...) =
+        slot != IB_EAGER_SLOT && (access & IBV_ACCESS_REMOTE_WRITE) ? weft_error_quiet
+                                                                     : weft_error;
     ib_ctx_t *c = e->c;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t bytes = (IB_SLOTS * slot + page - 1) & ~(page - 1);
     void *b;
     if (posix_memalign(&b, page, bytes) != 0)
-        return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory for the frames of rank %d "
-                          "(%zu bytes)", e->base.peer, bytes);
+        return err(WEFT_ERR_NO_MEMORY, "ib: out of memory for the frames of rank %d (%zu "
+                   "bytes)", e->base.peer, bytes);
     struct ibv_mr *mr = c->v->reg_mr(c->pd, b, bytes, access);
     if (mr == NULL) {
-        weft_status_t st = weft_error(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr of %zu bytes for the "
-                                      "frames of rank %d on %s: %m", bytes, e->base.peer,
-                                      c->devname);
+        weft_status_t st = err(WEFT_ERR_SYSTEM, "ib: ibv_reg_mr of %zu bytes for the frames "
+                               "of rank %d on %s: %m", bytes, e->base.peer, c->devname);
         free(b);
         return st;
     }
@@ -1168,8 +1174,9 @@ static weft_status_t post_pending(ib_ep_t *e)
 {
     if (e->ring_dirty) {
         ib_ring_box_t *b = &e->ctrl->tx_ring;
-        *b = (ib_ring_box_t){ .seq = 1, .addr = (uintptr_t)e->ring, .rkey = e->ring_mr->rkey,
-                              .seq2 = 1 };
+        *b = (ib_ring_box_t){ .seq = 1, .addr = (uintptr_t)e->ring,
+                              .rkey = e->ring ? e->ring_mr->rkey : 0,
+                              .refused = e->ring_refused, .seq2 = 1 };
         weft_status_t st = post(e, 0, IBV_WR_RDMA_WRITE, b, e->ctrl_mr->lkey, sizeof(*b),
                                 e->peer.ctrl_addr + offsetof(ib_ctrl_t, rx_ring),
                                 e->peer.ctrl_rkey, 0, 0, 0);
@@ -1211,23 +1218,27 @@ static weft_status_t post_pending(ib_ep_t *e)
 /* This rank's receive ring for the peer's frames that do not fit an eager slot, made
  * when the peer rings the doorbell (ib_progress) and announced: post_pending writes where
  * it is into the peer's control block (the context counts the announcements still to
- * post, which its progress retries). */
-static weft_status_t ring_make(ib_ep_t *e)
+ * post, which its progress retries). One that cannot be made (memory, or the pinned
+ * memory limit) is announced as refused: the peer's large send fails with that, naming
+ * this rank, instead of waiting; this rank warns why, and its other traffic goes on. */
+static void ring_make(ib_ep_t *e)
 {
-    if (e->ring)
-        return WEFT_OK;
-    if (e->err != WEFT_OK)
-        return e->err;
+    if (e->ring || e->ring_refused || e->err != WEFT_OK)
+        return;
     weft_status_t st = slots_make(e, e->slot_bytes,
                                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
                                   &e->ring, &e->ring_mr);
-    if (st != WEFT_OK)
-        return e->err = st;
-    e->c->rings++;
+    if (st != WEFT_OK) {
+        LOG_WARN(LOG_NET, "ib: rank %d refuses rank %d's frames over %d bytes: %s", e->rank,
+                 e->base.peer, IB_EAGER_SLOT, weft_last_error());
+        weft_error_clear();
+        e->ring_refused = 1;
+    } else {
+        e->c->rings++;
+    }
     e->ring_dirty = 1;
     e->c->dirty++;
     pending(e);
-    return e->err;
 }
 
 /* Staging for frames that do not fit an eager slot, made at the first one. */
@@ -1252,6 +1263,11 @@ static weft_status_t tx_ready(ib_ep_t *e)
     uint64_t addr = b->addr;
     uint32_t rkey = b->rkey;
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (s2 != 0 && b->seq == s2 && b->refused)
+        return weft_error(WEFT_ERR_NO_MEMORY, "ib: rank %d could not make a receive ring for "
+                          "rank %d's frames over %d bytes (out of memory or of its pinned "
+                          "memory limit, ulimit -l: its warning says which)", e->base.peer,
+                          e->rank, IB_EAGER_SLOT);
     if (s2 != 0 && b->seq == s2 && addr != 0) {
         e->tx_ring_addr = addr;
         e->tx_ring_rkey = rkey;
@@ -1595,8 +1611,8 @@ static void ib_recv_post(tp_ep_t *ep, void *dst, size_t room)
  * for an eager slot and nowhere to write it: tx_ready), so that such a send completes
  * while this rank waits in any call of this communicator, its own send to that peer
  * among them; and the announcements of rings made earlier whose send queue was full. A
- * ring that cannot be made fails the call (the message names the peer); a peer whose
- * connection broke is left to the call that needs it. */
+ * ring that cannot be made is announced as refused (ring_make); a peer whose connection
+ * broke is left to the call that needs it. Never fails the call it runs in. */
 static weft_status_t ib_progress(weft_comm_t *comm)
 {
     ib_ctx_t *c = tp_ctx(comm, &tp_ib_ops);
@@ -1624,11 +1640,9 @@ static weft_status_t ib_progress(weft_comm_t *comm)
             if (ep == NULL || ep->ops != &tp_ib_ops)
                 continue;
             ib_ep_t *e = (ib_ep_t *)ep;
-            if (e->ring != NULL || e->err != WEFT_OK)
+            if (e->ring != NULL || e->ring_refused || e->err != WEFT_OK)
                 continue;
-            weft_status_t st = ring_make(e);
-            if (st < 0 && e->ring == NULL)
-                return st;
+            ring_make(e);
             ep_poll(e);     /* (an emulated HCA that lags moves the announcement then) */
         }
     }

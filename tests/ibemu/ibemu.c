@@ -6,7 +6,9 @@
  * that weft relies on. One emulated device (weftemu0, port 1, LID 1; WEFT_IBEMU_DEVICES
  * names up to 4, all on the same fabric, for the tests of HCA choice; a name starting
  * efa or iwarp is a device of that kind, which weft must skip; reg_mr refuses pages that
- * are not mapped, or not writable when it asks for writes, with EFAULT) whose "fabric" is a
+ * are not mapped, or not writable when it asks for writes, with EFAULT, remote write
+ * without local write with EINVAL, and, with WEFT_IBEMU_MR_MAX, a registration larger than
+ * that with ENOMEM, as the pinned memory limit does) whose "fabric" is a
  * shared-memory segment (/dev/shm/weft_ibemu.<uid>, or WEFT_IBEMU_FABRIC) holding the MR,
  * QP and CQ tables of every process that opened it, under one robust process-shared
  * mutex. A post_send does the whole transfer at once, under the lock: it checks the QP
@@ -391,8 +393,17 @@ __attribute__((destructor)) static void reg_report(void)
 
 static struct ibv_mr *emu_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 {
-    if (len == 0 || addr == NULL) {
+    /* verbs: remote write (or atomics) needs local write too */
+    if (len == 0 || addr == NULL ||
+        ((access & IBV_ACCESS_REMOTE_WRITE) && !(access & IBV_ACCESS_LOCAL_WRITE))) {
         errno = EINVAL;
+        return NULL;
+    }
+    /* WEFT_IBEMU_MR_MAX=BYTES: a larger registration fails as one over the pinned memory
+     * limit (RLIMIT_MEMLOCK) does */
+    const char *mx = getenv("WEFT_IBEMU_MR_MAX");
+    if (mx && *mx && len > strtoull(mx, NULL, 0)) {
+        errno = ENOMEM;
         return NULL;
     }
     if (!pages_ok((uintptr_t)addr, len,
