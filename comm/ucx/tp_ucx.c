@@ -852,9 +852,13 @@ static void ucx_close(tp_ep_t *ep)
         for (int p = 0; p < x->nranks; p++)
             if (x->eps[p])
                 ucx_abort(&x->eps[p]->base);
+        /* 30 s at most: WEFT_TIMEOUT may be off (the NCCL shim's), and a destroy must
+         * end; one deadline for every endpoint (before 2026-11-28 each got its own, so k
+         * stuck peers held a destroy k times as long; from a review, not reproduced) */
+        x->close_end = time_ns() + (uint64_t)(WEFT_MIN(x->timeout_s, 30.0) * 1e9);
     }
-    /* 30 s at most: WEFT_TIMEOUT may be off (the NCCL shim's), and a destroy must end */
-    ucx_drain(e, WEFT_MIN(x->timeout_s, 30.0));
+    uint64_t now = time_ns();
+    ucx_drain(e, now < x->close_end ? (double)(x->close_end - now) * 1e-9 : 1e-9);
     int released = force_close(e);
     ucx_rx_stop(e);
     x->eps[e->base.peer] = NULL;

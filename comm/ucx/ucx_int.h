@@ -37,6 +37,8 @@ typedef struct ucx_ctx {
     struct ucx_ep **eps;            /* [nranks], to tell every peer goodbye at the first close */
     int nranks;
     int said_goodbye;
+    uint64_t close_end;             /* set at the first close: when every endpoint's drain
+                                       stops waiting, so that stuck peers' waits overlap */
     int rank;                       /* this rank: the sender field of our tags */
     uint32_t comm_id;
     double timeout_s;               /* how long teardown waits for peers to take our frames */
