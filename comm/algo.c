@@ -51,8 +51,9 @@ void algo_model_default(algo_model_t *m)
      * system call (a send or a receive) of about 1 us. It is what makes the direct
      * exchange, one hop whose n-1 frames each way pass through every rank, lose to
      * log2(n) rounds at many ranks: the barrier goes by dissemination (rhd) from 23
-     * ranks of one host and from 53 across hosts, a 64-byte all-reduce by rhd at 64
-     * ranks of one host (test_algos.c's spots). Without it the model chose direct for
+     * ranks of one host, from 53 with a rank per host, from 64 with 8 per host (their
+     * frames at the shm rate), a 64-byte all-reduce by rhd at 64 ranks of one host
+     * (test_algos.c's spots). Without it the model chose direct for
      * an 8-byte all-reduce of 512 ranks across hosts (1 hop of 20 us against rhd's 18),
      * an exchange that passes 511 frames each way through each rank. */
     m->overhead[ALGO_LINK_SHM] = 0.05e-6;

@@ -149,13 +149,18 @@ static int direct_supports(const sched_args_t *a)
 
 /* One hop; the busiest rank moves (and reduces) n-1 contributions, 2 ranks' all-reduce
  * one, and passes n-1 frames each way where a hop passes one (the model's overhead for
- * each of the others). */
+ * each of the others: those of its host's ranks at the shm rate, the rest at the
+ * network's; the hop's own at its link's). */
 static double direct_cost(const sched_args_t *a, const algo_model_t *m)
 {
     double n = a->nranks, S = (double)algo_rank_bytes(a), in = (n - 1) * S;
     int reduces = a->coll == COLL_ALLREDUCE || a->coll == COLL_REDUCE_SCATTER ||
                   a->coll == COLL_REDUCE;
-    double frames = 2 * (n - 2) * m->overhead[algo_link(&a->layout)];
+    double local = a->layout.nhosts > 1 ? WEFT_MAX(a->layout.per_host, 1) - 1 : n - 1;
+    double frames = 2 * (local * m->overhead[ALGO_LINK_SHM] +
+                         (n - 1 - local) * m->overhead[ALGO_LINK_NET] -
+                         m->overhead[algo_link(&a->layout)]);
+    frames = WEFT_MAX(frames, 0);
     if (a->coll == COLL_BARRIER)
         return algo_time(m, a, 1, 0, 0) + frames;
     return algo_time(m, a, 1, in, reduces ? in : 0) + frames;

@@ -19,7 +19,9 @@
  * allgather      n a power of two: the doubling alone.
  * barrier        any n: dissemination, the doubling of empty frames (distances 1, 2,
  *                4, ... below n: round k sends to r + 2^k and receives from r - 2^k,
- *                and sends only once round k-1's frame arrived, so after ceil(log2 n)
+ *                and sends only once the frames of rounds 0..k-1 arrived (the receives
+ *                chained: one that waited only for round k-1's let a rank leave before
+ *                another entered, at 6-8 ranks and most n above), so after ceil(log2 n)
  *                rounds every rank has heard, through some chain, from every rank that
  *                entered). Each rank talks to 2 ceil(log2 n) peers, where direct's
  *                barrier talks to all n - 1 (and a transport that makes a peer's
@@ -172,9 +174,14 @@ static void rhd_barrier(const sched_args_t *a, sched_t *s)
     int r = a->rank, n = a->nranks, prev = -1;
     for (int d = 1; d < n; d *= 2) {
         int i = sched_send(s, (r + d) % n, BUF_NONE, 0, 0, -1);
+        int j = sched_recv(s, (r - d + n) % n, BUF_NONE, 0, 0);
+        /* round k's send after every earlier round's frame: the receives complete in
+         * round order (a frame that comes early waits), and the send after the last */
         if (i >= 0)
-            s->steps[i].dep = prev;         /* after the last round's frame arrived */
-        prev = sched_recv(s, (r - d + n) % n, BUF_NONE, 0, 0);
+            s->steps[i].dep = prev;
+        if (j >= 0)
+            s->steps[j].dep = prev;
+        prev = j;
     }
 }
 

@@ -31,7 +31,8 @@
  *      binary tree and rhd (up to 1M per rank). With the default model that gives, on
  *      one host: direct for the smallest sizes (all-reduce up to 2K at 5 ranks; none at
  *      64, where its 63 frames each way through every rank cost more than rhd's 12 hops:
- *      algo.c, the model's overhead; the barrier from 23 ranks, 53 across hosts),
+ *      algo.c, the model's overhead; the barrier by rhd from 23 ranks, 53 with one per
+ *      host, 64 with 8 per host),
  *      rhd at power-of-two rank counts from there up to 1M (all-reduce; reduce-
  *      scatter and all-gather above WEFT_DIRECT_MAX), the tree for all-reduce at other
  *      rank counts (4-8K at 5 ranks) and past rhd's bound at many (2-4M at 64), and
@@ -41,8 +42,8 @@
  *      broadcast and (up to the tree's sizes) reduce, and with as many on each host also
  *      reduce-scatter and all-gather, at almost every size past direct's (its
  *      intra-host hops cost SHM, where the others' every hop costs NET);
- *   5. else (a knob governs every candidate and none wants this size: alltoall and
- *      barrier above WEFT_DIRECT_MAX) the cheapest of them: direct.
+ *   5. else (a knob governs every candidate and none wants this size: alltoall above
+ *      WEFT_DIRECT_MAX) the cheapest of them: direct.
  * Among few ranks this is the table weft had before algorithms registered themselves,
  * choice for choice; the model decides everywhere else.
  * Frames: WEFT_CHUNK, else 128K on shm and 512K on tcp, never above a quarter of the

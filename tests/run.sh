@@ -341,14 +341,20 @@ else
         "$WEFTRUN" -n 5 "$B/tests/test_coll" --quick
     # The double binary tree and recursive halving/doubling on every size, over the
     # collectives they run (rhd: reduce_scatter and allgather at 2 and 4 only; at 3 and 5
-    # its all-reduce folds a pair)
+    # its all-reduce folds a pair; the barrier by dissemination at any n, also at 6 and 8,
+    # where a rank that sends round k before hearing every earlier round left the barrier
+    # before a late rank entered)
     for n in 2 3 4 5; do
         run "test_coll -n $n shm WEFT_ALGO=tree" env -u WEFT_TRANSPORT WEFT_ALGO=tree \
             "$WEFTRUN" -n "$n" "$B/tests/test_coll" --quick --colls allreduce,reduce,broadcast
-        colls=allreduce
-        [ "$n" != 3 ] && [ "$n" != 5 ] && colls=allreduce,reduce_scatter,allgather
+        colls=allreduce,barrier
+        [ "$n" != 3 ] && [ "$n" != 5 ] && colls=allreduce,reduce_scatter,allgather,barrier
         run "test_coll -n $n shm WEFT_ALGO=rhd" env -u WEFT_TRANSPORT WEFT_ALGO=rhd \
             "$WEFTRUN" -n "$n" "$B/tests/test_coll" --quick --colls "$colls"
+    done
+    for n in 6 8; do
+        run "test_coll -n $n shm WEFT_ALGO=rhd barrier" env -u WEFT_TRANSPORT WEFT_ALGO=rhd \
+            "$WEFTRUN" -n "$n" "$B/tests/test_coll" --quick --colls barrier
     done
     run "test_coll -n 5 tcp WEFT_ALGO=tree" env WEFT_TRANSPORT=tcp WEFT_ALGO=tree \
         "$WEFTRUN" -n 5 "$B/tests/test_coll" --quick --colls allreduce,reduce,broadcast

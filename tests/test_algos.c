@@ -608,9 +608,10 @@ static const char *table_pick(const weft_config_t *cfg, const sched_args_t *a)
     if (a->coll == COLL_ALLTOALL || (a->coll == COLL_BARRIER && algo_few_ranks(a)))
         return "direct";
     if (a->coll == COLL_BARRIER) {
-        /* beyond few ranks the model weighs direct (up to WEFT_DIRECT_MAX: a barrier's
-         * count is 0, but the loop below tries others) against rhd's dissemination (up to
-         * 1M); outside both windows the cheaper of the two */
+        /* beyond few ranks the model weighs direct against rhd's dissemination, each
+         * within its window: direct up to WEFT_DIRECT_MAX, rhd up to 1M per rank (a real
+         * barrier's count is 0, but check_tuner's loop gives every call every count);
+         * outside both, the cheaper of the two */
         algo_model_t m;
         algo_model_default(&m);
         double d = algo_direct_def.cost(a, &m), r = algo_rhd_def.cost(a, &m);

@@ -955,7 +955,8 @@ static void test_frame_sizes(ctx_t *c)
     }
 }
 
-/* ---- barrier: every rank's pre-barrier write is visible to all after it ---- */
+/* ---- barrier: every rank's pre-barrier write is visible to all after it, each rank
+ *      late (20 ms) in one of the first iterations ---- */
 
 static void test_barrier(ctx_t *c)
 {
@@ -975,6 +976,8 @@ static void test_barrier(ctx_t *c)
     int32_t *seen = xmalloc(sizeof(int32_t) * (size_t)c->nranks);
     watch(c, "barrier loop");
     for (int32_t it = 1; it <= iters; it++) {
+        if (it <= c->nranks && c->rank == it - 1)
+            usleep(20000);      /* each rank comes late once: the others must wait for it */
         if (pwrite(fd, &it, 4, (off_t)c->rank * 4) != 4) {
             perror("pwrite");
             exit(1);
