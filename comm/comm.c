@@ -179,6 +179,7 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
     RETURN_IF_ERR(algo_check_config(&cfg));
     log_set_rank(rank);
     GOTO_IF_ERR(comm_alloc(rank, nranks, &cfg, secret, &c), st, fail);
+    sock_fd_room(nranks);   /* a soft limit of 1024 met about 500 ranks over tcp */
     /* one WEFT_TIMEOUT for the whole of init: resolving, the rendezvous, connecting and
      * the cores' probe each wait until it, not a timeout of their own */
     c->setup_deadline = time_ns() + (uint64_t)(cfg.timeout_s * 1e9);
@@ -414,6 +415,7 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
     /* connecting and the cores' probe: one WEFT_TIMEOUT (the exchanges on the parent are
      * its collectives, each with its own) */
     c->setup_deadline = time_ns() + (uint64_t)(c->cfg.timeout_s * 1e9);
+    sock_fd_room(c->nranks);
     st = connect_all(c, split_exchange, split_watch, split_failed, &x);
     if (st == WEFT_OK)
         st = connect_cores_far(c);      /* its errors name parent ranks too */

@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE   /* accept4 */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -215,10 +216,40 @@ const char *sock_fd_hint(int e)
         return " (the system's file table is full)";
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
         return " (raise the open-file limit: ulimit -n)";
-    snprintf(hint, sizeof(hint), " (this process may open %llu files; a rank needs about "
-             "two per peer at init: raise the limit, ulimit -n, up to the hard limit %llu)",
-             (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+    if (rl.rlim_cur >= rl.rlim_max)     /* init raised the soft limit as far as it goes */
+        snprintf(hint, sizeof(hint), " (this process may open %llu files, its hard limit; a "
+                 "rank needs about two per peer at init: raise the hard limit, ulimit -Hn as "
+                 "root, limits.conf or the launcher's)", (unsigned long long)rl.rlim_cur);
+    else
+        snprintf(hint, sizeof(hint), " (this process may open %llu files; a rank needs about "
+                 "two per peer at init: raise the limit, ulimit -n, up to the hard limit %llu)",
+                 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
     return hint;
+}
+
+/* The common soft limit of 1024 is there for programs that use select(), which weft
+ * does not; the hard limit is the administrator's, and stays. */
+void sock_fd_room(int nranks)
+{
+    struct rlimit rl;
+    if (nranks < 2 || getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t open_now = 0, need;
+    DIR *d = opendir("/proc/self/fd");
+    for (struct dirent *de; d && (de = readdir(d)) != NULL;)
+        open_now += de->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    need = open_now + 2 * (rlim_t)nranks + 64;
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+        return;
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+    if (rl.rlim_cur <= was || setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    LOG_INFO(LOG_INIT, "raised the open-file limit from %llu to %llu for %d ranks (the "
+             "hard limit is %llu)", (unsigned long long)was, (unsigned long long)rl.rlim_cur,
+             nranks, rl.rlim_max == RLIM_INFINITY ? ~0ull : (unsigned long long)rl.rlim_max);
 }
 
 /* ---- listen / accept -------------------------------------------------------- */

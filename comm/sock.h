@@ -74,6 +74,10 @@ const char *sock_addr_str(const struct sockaddr_in *a, char *buf, size_t cap);
 /* For a failure with errno e: what to do when it says the process is out of file
  * descriptors (the limit, and that init needs about two per peer), else "". */
 const char *sock_fd_hint(int e);
+/* Raises this process's soft open-file limit, up to its hard limit, so that it has room
+ * for a communicator of nranks (about two descriptors per peer at init, beyond those
+ * open now); never lowers it. Logged at INFO when raised. */
+void sock_fd_room(int nranks);
 
 /* Ports a rendezvous can be given ahead of time: [*lo, *lo + *span) = [20000, E), E the
  * start of the kernel's ephemeral range (ip_local_port_range, 32768 by default), from

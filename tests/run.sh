@@ -508,6 +508,12 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
                 run "test_fail init_fds $vk -n 3 tcp" env WEFT_TRANSPORT=tcp WEFT_TIMEOUT=10 \
                     "$WEFTRUN" -n 3 "$B/tests/test_fail" init_fds $vk
             done
+            # (those set the hard limit too:) a low soft limit under a higher hard one is
+            # raised by init, and every rank's init succeeds
+            for vk in "2 3" "0 4"; do
+                run "test_fail init_fds_soft $vk -n 3 tcp" env WEFT_TRANSPORT=tcp \
+                    WEFT_TIMEOUT=10 "$WEFTRUN" -n 3 "$B/tests/test_fail" init_fds_soft $vk
+            done
         fi
         # (ucx: UCX's tcp transport listens while a communicator is up, by design)
         [ "$t" != ucx ] && run "test_fail leaks -n 3 $t" env WEFT_TRANSPORT=$t \

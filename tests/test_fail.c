@@ -901,7 +901,11 @@ static int split_kill(weft_comm_t *c, int rank, const char *file)
  * gets, and a new one takes the lowest free number); then every rank splits. */
 /* The victim's RLIMIT_NOFILE lowered so that only k more descriptors open (old: the
  * limit before, for every rank). 0, or 1 when it could not be done. */
-static int limit_fds(int victim_here, int k, struct rlimit *old)
+/* The victim's limit: k descriptors beyond the lowest free one, soft and hard (weft raises
+ * a soft limit up to the hard one: sock_fd_room), or with `soft_only` the soft limit
+ * alone (*lim_p: what was set). */
+static int limit_fds_as(int victim_here, int k, int soft_only, struct rlimit *old,
+                        rlim_t *lim_p)
 {
     if (getrlimit(RLIMIT_NOFILE, old) != 0)
         return 1;
@@ -911,8 +915,15 @@ static int limit_fds(int victim_here, int k, struct rlimit *old)
     if (lowest < 0)
         return 1;
     close(lowest);
-    struct rlimit lim = { (rlim_t)(lowest + k), old->rlim_max };
+    struct rlimit lim = { (rlim_t)(lowest + k), soft_only ? old->rlim_max : (rlim_t)(lowest + k) };
+    if (lim_p)
+        *lim_p = lim.rlim_cur;
     return setrlimit(RLIMIT_NOFILE, &lim) != 0;
+}
+
+static int limit_fds(int victim_here, int k, struct rlimit *old)
+{
+    return limit_fds_as(victim_here, k, 0, old, NULL);
 }
 
 /* The fd-starved victim's own verdict: `what` (split, init) failed with its own error
@@ -920,7 +931,7 @@ static int limit_fds(int victim_here, int k, struct rlimit *old)
 static int victim_failed(int rank, int k, const char *what, weft_status_t st, double t)
 {
     int bad = st == WEFT_OK || st == WEFT_ERR_PEER_LOST || st == WEFT_ERR_TIMEOUT || t > 2.0 ||
-              strstr(weft_last_error(), "ulimit -n") == NULL;   /* says what to do */
+              strstr(weft_last_error(), "ulimit -") == NULL;    /* says what to do */
     printf("%s rank %d (victim, %d more fds): %s failed on its own in %.2f s: %s: %s\n",
            bad ? "FAIL" : "ok", rank, k, what, t, weft_status_str(st), weft_last_error());
     return bad;
@@ -975,6 +986,38 @@ static weft_status_t timed_init(weft_comm_t **c, double *secs)
     weft_status_t st = weft_comm_init(c);
     *secs = now_s() - t0;
     return st;
+}
+
+/* init_fds_soft: the victim's soft limit leaves k descriptors, its hard limit as it was:
+ * init raises the soft one (sock_fd_room) and every rank's init succeeds (before
+ * 2026-11-28 the victim failed as init_fds's does). */
+static int init_fds_soft(int victim, int k)
+{
+    int rank = env_rank();
+    struct rlimit old;
+    rlim_t set = 0;
+    if (rank < 0 || limit_fds_as(rank == victim, k, 1, &old, &set))
+        return 1;
+    weft_comm_t *c;
+    double t;
+    weft_status_t st = timed_init(&c, &t);
+    int bad = expect(rank, rank == victim ? "init with a low soft fd limit" :
+                     "init beside a rank with a low soft fd limit", st, WEFT_OK, NULL, t, 10.0);
+    struct rlimit now;
+    if (rank == victim && getrlimit(RLIMIT_NOFILE, &now) == 0) {
+        int raised = now.rlim_cur > set && now.rlim_max == old.rlim_max;
+        printf("%s rank %d: soft fd limit %llu -> %llu (hard %llu)\n", raised ? "ok" : "FAIL",
+               rank, (unsigned long long)set, (unsigned long long)now.rlim_cur,
+               (unsigned long long)now.rlim_max);
+        bad |= !raised;
+    }
+    if (c) {
+        float x = 1;
+        st = weft_allreduce(&x, &x, 1, WEFT_FLOAT32, WEFT_SUM, c);
+        bad |= expect(rank, "all-reduce after it", st, WEFT_OK, NULL, 0, 10.0);
+        weft_comm_destroy(c);
+    }
+    return bad;
 }
 
 /* init_fds: as split_fds, in weft_comm_init. */
@@ -1333,6 +1376,11 @@ int main(int argc, char **argv)
     const char *mode = argc > 1 ? argv[1] : "";
     if (!strcmp(mode, "leaks")) {
         int bad = leaks();
+        fflush(stdout);
+        return bad;
+    }
+    if (!strcmp(mode, "init_fds_soft") && argc > 3) {
+        int bad = init_fds_soft(atoi(argv[2]), atoi(argv[3]));
         fflush(stdout);
         return bad;
     }
