@@ -228,7 +228,6 @@ typedef struct ib_ctx {
     volatile uint8_t *bell;
     size_t bell_bytes;
     struct ibv_mr *bell_mr;
-    int nranks;
     int rings, stages;              /* endpoints that made their ring, their staging */
     int dirty;                      /* endpoints whose ring's announcement waits for room */
     size_t frame_bytes;             /* registered for them, both kinds */
@@ -621,7 +620,6 @@ static weft_status_t bell_create(weft_comm_t *comm, ib_ctx_t *c)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     void *b;
-    c->nranks = comm->nranks;
     c->bell_bytes = ((size_t)comm->nranks + page - 1) & ~(page - 1);
     if (posix_memalign(&b, page, c->bell_bytes) != 0)
         return weft_error(WEFT_ERR_NO_MEMORY, "ib: out of memory");
@@ -1261,9 +1259,9 @@ static weft_status_t tx_ready(ib_ep_t *e)
     uint64_t s2 = b->seq2;          /* a seqlock, as the state box (ib_peer_state) */
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     uint64_t addr = b->addr;
-    uint32_t rkey = b->rkey;
+    uint32_t rkey = b->rkey, refused = b->refused;
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if (s2 != 0 && b->seq == s2 && b->refused)
+    if (s2 != 0 && b->seq == s2 && refused)
         return weft_error(WEFT_ERR_NO_MEMORY, "ib: rank %d could not make a receive ring for "
                           "rank %d's frames over %d bytes (out of memory or of its pinned "
                           "memory limit, ulimit -l: its warning says which)", e->base.peer,
@@ -1283,7 +1281,6 @@ static weft_status_t tx_ready(ib_ep_t *e)
     }
     return WEFT_IN_PROGRESS;
 }
-
 
 /* A receive buffer the peer posted, adopted when it starts at the frame about to be
  * sent; any other post is stale (its first frame went through the ring) or revoked. */
@@ -1336,7 +1333,7 @@ static weft_status_t send_frame(ib_ep_t *e, const frame_hdr_t *hdr, const void *
         e->tx_post_active = 0;
     int kept = pmr != NULL && hdr->len > 0;
     /* what goes into a ring slot (the header alone after a posted buffer's payload) picks
-     * the ring: eager when it fits, else the peer's big ring, which waits for the peer
+     * the ring: eager when it fits, else the peer's large ring, which waits for the peer
      * to make it (tx_ready); what is copied into staging picks the staging */
     int eager = (zc ? sizeof(*hdr) : bytes) <= IB_EAGER_SLOT;
     int big_stage = !kept && bytes > IB_EAGER_SLOT;
@@ -1618,7 +1615,7 @@ static weft_status_t ib_progress(weft_comm_t *comm)
     ib_ctx_t *c = tp_ctx(comm, &tp_ib_ops);
     if (c == NULL || c->bell == NULL)
         return WEFT_OK;
-    for (int r = 0; c->dirty > 0 && r < c->nranks; r++) {
+    for (int r = 0; c->dirty > 0 && r < comm->nranks; r++) {
         tp_ep_t *ep = comm->eps[r];
         ib_ep_t *e = (ib_ep_t *)ep;
         if (ep == NULL || ep->ops != &tp_ib_ops || !e->ring_dirty)
@@ -1629,10 +1626,10 @@ static weft_status_t ib_progress(weft_comm_t *comm)
         }
     }
     const volatile uint64_t *w = (const volatile uint64_t *)c->bell;
-    for (int i = 0; i < (c->nranks + 7) / 8; i++) {
+    for (int i = 0; i < (comm->nranks + 7) / 8; i++) {
         if (w[i] == 0)
             continue;
-        for (int r = i * 8; r < i * 8 + 8 && r < c->nranks; r++) {
+        for (int r = i * 8; r < i * 8 + 8 && r < comm->nranks; r++) {
             if (c->bell[r] == 0)
                 continue;
             c->bell[r] = 0;
