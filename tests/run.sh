@@ -220,6 +220,11 @@ else
             WEFT_CHUNK=4096 WEFT_BUFFSIZE=64K "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
         run "test_coll -n 3 ib WEFT_ALGO=ring" "${IBENV[@]}" WEFT_ALGO=ring \
             "$WEFTRUN" -n 3 "$B/tests/test_coll" --quick
+        # two hosts by WEFT_HOSTID (rank r on r % 2): shm inside each, ib between them
+        # (the transport left to choose), so ib's progress meets other transports' peers
+        run "test_coll -n 4 shm+ib 2 hosts" env -u WEFT_TRANSPORT WEFT_IB_VERBS="$PWD/$IBEMU" \
+            WEFT_IBEMU_FABRIC=$IBFABRIC "$WEFTRUN" -n 4 bash -c \
+            'WEFT_HOSTID=h$((WEFT_RANK % 2)) exec "$0" "$@"' "$B/tests/test_coll" --quick
         # single copy over RDMA reads (mem_reg with packed rkeys, get/put below the engine)
         run "test_coll -n 2 ib WEFT_ALGO=cma" "${IBENV[@]}" WEFT_ALGO=cma \
             "$WEFTRUN" -n 2 "$B/tests/test_coll" --quick

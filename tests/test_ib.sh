@@ -170,7 +170,7 @@ ring_bytes=$(( (8 * (1048576 + 64) + 4095) / 4096 * 4096 ))
     WEFT_DEBUG_SUBSYS=NET timeout -k 5 60 "$B/bin/weftrun" -n 5 "$B/tests/probe_lazy" ring \
     >"$OUT/lazy" 2>&1
 rc=$?
-rings=$(grep -c "large receive rings for 1 of 4 peers, large send staging for 1 " "$OUT/lazy")
+rings=$(grep -c "large receive rings for 1 of its 4 ib peers, large send staging for 1 " "$OUT/lazy")
 peaks=$(sed -n 's/^ibemu: pid [0-9]*: at most \([0-9]*\) bytes.*/\1/p' "$OUT/lazy")
 over=$(for p in $peaks; do [ "$p" -ge $((3 * ring_bytes)) ] && echo "$p"; done | wc -l)
 ok=0

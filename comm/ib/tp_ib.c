@@ -228,6 +228,7 @@ typedef struct ib_ctx {
     volatile uint8_t *bell;
     size_t bell_bytes;
     struct ibv_mr *bell_mr;
+    int peers;                      /* endpoints (the peers ib serves) */
     int rings, stages;              /* endpoints that made their ring, their staging */
     int dirty;                      /* endpoints whose ring's announcement waits for room */
     size_t frame_bytes;             /* registered for them, both kinds */
@@ -716,10 +717,10 @@ static void ib_local_cleanup(weft_comm_t *comm)
     }
     pthread_mutex_destroy(&c->reg_lock);
     if (c->rings || c->stages)
-        LOG_INFO(LOG_NET, "ib: rank %d: large receive rings for %d of %d peers, large "
+        LOG_INFO(LOG_NET, "ib: rank %d: large receive rings for %d of its %d ib peers, large "
                  "send staging for %d (%.1f MiB registered; made at a peer's first frame "
                  "over %d bytes, besides every peer's %d KiB of eager slots)",
-                 comm->rank, c->rings, comm->nranks - 1, c->stages,
+                 comm->rank, c->rings, c->peers, c->stages,
                  (double)c->frame_bytes / (1 << 20), IB_EAGER_SLOT,
                  2 * IB_SLOTS * IB_EAGER_SLOT / 1024);
     if (c->bell_mr)
@@ -1015,6 +1016,7 @@ static weft_status_t ib_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
         }
         RETURN_IF_ERR(handshake(comm, c, peer, fd, deadline, &e));
     }
+    c->peers++;
     *ep_p = &e->base;
     return WEFT_OK;
 }
