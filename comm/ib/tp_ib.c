@@ -4,12 +4,12 @@
  * emulator in tests).
  *
  * Setup. local_setup opens the chosen device and port (WEFT_IB_HCA, NCCL's syntax) and a
- * TCP listener; the address blob carries the listener, LID and GID. connect meets the
- * peer on that socket (authenticated like tcp: rank i connects to j > i), and both send
- * their connection data (QPNs, PSN, LID/GID, MTU, the control block's and the eager
- * ring's address and rkey, the slot size); each moves its QPs to RTR and posts its receives, says so, and after
- * the peer's "ready" moves to RTS. The socket is then closed: everything afterwards is
- * verbs.
+ * TCP listener; the address blob carries the listener, LID, GID and the doorbell (below).
+ * connect meets the peer on that socket (authenticated like tcp: rank i connects to
+ * j > i), and both send their connection data (QPNs, PSN, LID/GID, MTU, the control
+ * block's and the eager ring's address and rkey, the slot size); each moves its QPs to
+ * RTR and posts its receives, says so, and after the peer's "ready" moves to RTS. The
+ * socket is then closed: everything afterwards is verbs.
  *
  * Two rings per direction, eager and large. A connection comes with an eager ring and
  * staging of IB_SLOTS slots of IB_EAGER_SLOT bytes (32K in all) and its control block;
@@ -30,9 +30,9 @@
  * ring, credits count frames of both, and the immediate says which ring.
  *
  * Data. Each direction has rings of IB_SLOTS slots in the receiver's memory (above), a
- * large slot one frame (header + up to WEFT_BUFFSIZE/4 bytes, the largest chunk). The sender copies a frame to its own
- * registered staging slot and RDMA-writes it to the peer's slot with immediate data (the
- * frame's sequence number); frames are striped across WEFT_IB_QPS_PER_CONN QPs (frame k
+ * large slot one frame (header + up to WEFT_BUFFSIZE/4 bytes, the largest chunk). The
+ * sender copies a frame to its own registered staging slot and RDMA-writes it to the
+ * peer's slot with immediate data (the frame's sequence number); frames are striped across WEFT_IB_QPS_PER_CONN QPs (frame k
  * on QP k % n), and the receiver delivers them in sequence order. A frame larger than the
  * peer's slot is a mismatch (WEFT_ERR_MISMATCH naming both sides), never an overrun.
  * Credits: the receiver RDMA-writes the count of slots it has released into the sender's
