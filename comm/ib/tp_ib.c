@@ -32,8 +32,8 @@
  * Data. Each direction has rings of IB_SLOTS slots in the receiver's memory (above), a
  * large slot one frame (header + up to WEFT_BUFFSIZE/4 bytes, the largest chunk). The
  * sender copies a frame to its own registered staging slot and RDMA-writes it to the
- * peer's slot with immediate data (the frame's sequence number); frames are striped across WEFT_IB_QPS_PER_CONN QPs (frame k
- * on QP k % n), and the receiver delivers them in sequence order. A frame larger than the
+ * peer's slot with immediate data (the frame's sequence number); frames are striped
+ * across WEFT_IB_QPS_PER_CONN QPs (frame k on QP k % n), and the receiver delivers them in sequence order. A frame larger than the
  * peer's slot is a mismatch (WEFT_ERR_MISMATCH naming both sides), never an overrun.
  * Credits: the receiver RDMA-writes the count of slots it has released into the sender's
  * control block; the sender writes slot k only while k - released < IB_SLOTS. Sends are
