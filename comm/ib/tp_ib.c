@@ -33,13 +33,14 @@
  * large slot one frame (header + up to WEFT_BUFFSIZE/4 bytes, the largest chunk). The
  * sender copies a frame to its own registered staging slot and RDMA-writes it to the
  * peer's slot with immediate data (the frame's sequence number); frames are striped
- * across WEFT_IB_QPS_PER_CONN QPs (frame k on QP k % n), and the receiver delivers them in sequence order. A frame larger than the
- * peer's slot is a mismatch (WEFT_ERR_MISMATCH naming both sides), never an overrun.
- * Credits: the receiver RDMA-writes the count of slots it has released into the sender's
- * control block; the sender writes slot k only while k - released < IB_SLOTS. Sends are
- * signaled selectively (every IB_SIG_EVERY WRs per QP), so the send queue drains; the
- * staging slot of frame k is reused only at frame k + IB_SLOTS, which the credit says the
- * peer has received (so the HCA has read it).
+ * across WEFT_IB_QPS_PER_CONN QPs (frame k on QP k % n), and the receiver delivers them
+ * in sequence order. A frame larger than the peer's slot is a mismatch
+ * (WEFT_ERR_MISMATCH naming both sides), never an overrun. Credits: the receiver
+ * RDMA-writes the count of slots it has released into the sender's control block; the
+ * sender writes slot k only while k - released < IB_SLOTS. Sends are signaled
+ * selectively (every IB_SIG_EVERY WRs per QP), so the send queue drains; the staging
+ * slot of frame k is reused only at frame k + IB_SLOTS, which the credit says the peer
+ * has received (so the HCA has read it).
  *
  * Posted receive buffers (zero copy, WEFT_IB_ZCOPY). When the engine's next frames from
  * a peer are a plain receive into host memory (transport.h, recv_post), the receiver may
