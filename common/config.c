@@ -285,11 +285,12 @@ static const cfg_knob_t knobs[] = {
       "visible (the first call that needs to know asks the CUDA runtime, which loads the "
       "driver); 0: weft never calls CUDA: every buffer is host memory, and the stream calls "
       "and the NCCL-API shim report that CUDA is off", LNG(cuda), "0|1" },
-    { "WEFT_CUDA_ASYNC", "0", "1: stream calls of several ranks, each its own process on "
+    { "WEFT_CUDA_ASYNC", "auto", "1: stream calls of several ranks, each its own process on "
       "one host, only enqueue on the caller's stream (which waits on flags in pinned "
       "memory) and a thread per communicator runs them; 0: they block the calling thread "
-      "until complete (on one GPU shared by several processes the queue ran 13x slower at "
-      "1 GB: docs/GPU.md)", LNG(cuda_async), "0|1" },
+      "until complete; auto: 1 where no two ranks share a GPU, else 0 (there the waiting "
+      "processes' contexts slowed a sharded training step 2.8x: docs/GPU.md)",
+      LNG(cuda_async), "auto|0|1" },
     { "WEFT_CUDA_IPC", "1", "1: stream calls on device buffers whose ranks are all on one "
       "host map each other's GPU memory (CUDA IPC; threads of one process use the pointers "
       "as they are) and reduce and copy with one kernel per rank, no host staging; 0: they "

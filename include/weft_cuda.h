@@ -9,10 +9,12 @@
  *
  * How a call runs (docs/GPU.md): on 1 rank with device buffers it only enqueues a copy on
  * stream; with every rank on one host and device buffers, GPU to GPU through CUDA IPC
- * (weft's kernels read the peers' buffers; no host staging), blocking the caller until
- * the collective is complete, or with WEFT_CUDA_ASYNC=1 (every rank its own process)
- * enqueued on stream and run by a thread of the communicator, a failure then returned
- * by the next call; otherwise (several hosts, host buffers) staged through pinned host
+ * (weft's kernels read the peers' buffers; no host staging): with every rank its own
+ * process and no two ranks on one GPU (WEFT_CUDA_ASYNC=auto, the default; =1 anywhere
+ * a rank has its own process) enqueued on stream and run by a thread of the
+ * communicator, a failure then returned by the next call; else (ranks sharing a GPU or
+ * a process, WEFT_CUDA_ASYNC=0) blocking the caller until the collective is complete;
+ * otherwise (several hosts, host buffers) staged through pinned host
  * memory and the host collectives, blocking. Reductions follow weft.h's semantics
  * (fp16/bf16 accumulated in fp32). Without a visible GPU every call fails with
  * WEFT_ERR_UNSUPPORTED and a message saying so.
@@ -37,7 +39,8 @@ extern "C" {
 int weft_cuda_available(void);
 
 /* The first failure of a stream call on comm that had returned before it ran
- * (WEFT_CUDA_ASYNC=1: the call was only enqueued; every later call fails with it too),
+ * (the stream queue, WEFT_CUDA_ASYNC: the call was only enqueued; every later call
+ * fails with it too),
  * with its message in weft_last_error(); WEFT_OK when there was none. NCCL's
  * ncclCommGetAsyncError. */
 weft_status_t weft_stream_error(weft_comm_t *comm);

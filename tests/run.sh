@@ -100,6 +100,10 @@ done
 [ "$found" = 1 ] || missing "unit tests" "$B/tests/test_*"
 # the stream calls of several ranks once more through the stream queue (kernels/cuda/queue.c)
 [ -x "$B/tests/test_cuda" ] && run "test_cuda WEFT_CUDA_ASYNC=1" env WEFT_CUDA_ASYNC=1 "$B/tests/test_cuda"
+# the same with each process running its own share on the one GPU, as ranks on several
+# GPUs do (kernels/cuda/ipc.c: otherwise rank 0 runs them all there)
+[ -x "$B/tests/test_cuda" ] && run "test_cuda WEFT_CUDA_ASYNC=1 shares each" env WEFT_CUDA_ASYNC=1 \
+    WEFT_TEST_CUDA_SHARES=each "$B/tests/test_cuda"
 
 # 2. The launcher's own test.
 if [ -f tests/test_weftrun.sh ]; then

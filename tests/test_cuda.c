@@ -120,6 +120,37 @@ static void test_no_gpu(void)
     weft_comm_destroy(c);
 }
 
+/* Whether a communicator's stream calls queue (WEFT_CUDA_ASYNC and the ranks' GPU keys),
+ * and whether rank 0 runs every share: queue.c's choice, no GPU needed. */
+static void test_queue_choice(void)
+{
+    static const struct {
+        long async;
+        int n;
+        int32_t gpu[4];
+        int each, queue, lead;
+        const char *what;
+    } t[] = {
+        { -1, 3, { 5, 6, 7 }, 0, 1, 0, "auto, three GPUs: queued, each rank its share" },
+        { -1, 2, { 5, 5 }, 0, 0, 1, "auto, two ranks on one GPU: blocking, rank 0 runs all" },
+        { -1, 3, { 5, 6, 5 }, 0, 0, 0, "auto, two of three ranks share a GPU: blocking" },
+        { -1, 4, { 9, 8, 7, 6 }, 0, 1, 0, "auto, four GPUs: queued" },
+        { 1, 2, { 5, 5 }, 0, 1, 1, "1, two ranks on one GPU: queued, rank 0 runs all" },
+        { 1, 4, { 5, 5, 5, 5 }, 1, 1, 0, "1 with WEFT_TEST_CUDA_SHARES=each: each its share" },
+        { 0, 2, { 5, 6 }, 0, 0, 0, "0, two GPUs: blocking" },
+        { -1, 2, { -1, -1 }, 0, 0, 1, "auto, no PCI address, the same ordinal: one GPU" },
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        int lead = -1;
+        if (t[i].each)
+            setenv("WEFT_TEST_CUDA_SHARES", "each", 1);
+        int q = cuda_queue_choose(t[i].async, t[i].n, t[i].gpu, &lead);
+        unsetenv("WEFT_TEST_CUDA_SHARES");
+        check(q == t[i].queue && lead == t[i].lead, "queue choice: %s (got queue %d, lead %d)",
+              t[i].what, q, lead);
+    }
+}
+
 /* ---- with a GPU ------------------------------------------------------------------ */
 
 static void test_kernels(void)
@@ -182,6 +213,35 @@ static void test_kernels(void)
                   weft_dtype_name((weft_dtype_t)dt), from_dev ? "on the device" : "by value");
         }
     }
+    /* the stream queue's fetch: mapped pinned host memory into device memory, read when
+     * the kernel runs, and its refusals */
+    unsigned *mh = NULL, *mdev = NULL;
+    const size_t words = 3 * sizeof(cuda_multi_t) / 4;
+    if (cudaHostAlloc((void **)&mh, words * 4, cudaHostAllocMapped) == cudaSuccess &&
+        cudaHostGetDevicePointer((void **)&mdev, mh, 0) == cudaSuccess) {
+        for (size_t k = 0; k < words; k++)
+            mh[k] = (unsigned)rng(&seed);
+        int e = cuda_kern_fetch(dd, mdev, words * 4, NULL);
+        e = e ? e : (int)cudaDeviceSynchronize();
+        cudaMemcpy(got, dd, words * 4, cudaMemcpyDeviceToHost);
+        check(e == 0 && memcmp(got, mh, words * 4) == 0, "cuda fetch: %zu words from mapped "
+              "host memory", words);
+        for (size_t k = 0; k < words; k++)
+            mh[k] = ~mh[k];
+        e = cuda_kern_fetch(dd + 4, mdev + 1, words * 4 - 4, NULL);
+        e = e ? e : (int)cudaDeviceSynchronize();
+        cudaMemcpy(got, dd, words * 4, cudaMemcpyDeviceToHost);
+        check(e == 0 && memcmp(got + 4, mh + 1, words * 4 - 4) == 0,
+              "cuda fetch: a second fetch sees the host's new contents, at a 4-byte offset");
+        check(cuda_kern_fetch(dd, mdev, 6, NULL) == (int)cudaErrorInvalidValue &&
+              cuda_kern_fetch(dd + 2, mdev, 8, NULL) == (int)cudaErrorInvalidValue &&
+              cuda_kern_fetch(dd, mdev, 0, NULL) == 0, "cuda fetch refuses sizes and "
+              "addresses that are not 4-byte multiples, does nothing for 0 bytes");
+        cudaGetLastError();
+    } else {
+        check(0, "cudaHostAlloc of mapped memory");
+    }
+    cudaFreeHost(mh);
     cudaFree(da);
     cudaFree(db);
     cudaFree(dd);
@@ -514,6 +574,7 @@ static void test_cuda_off(void)
 int main(void)
 {
     test_cuda_off();
+    test_queue_choice();
     test_ipc_processes(2);      /* before this process touches CUDA: children fork clean */
     test_ipc_processes(4);
     if (!mem_cuda_visible(NULL)) {

@@ -35,13 +35,19 @@ typedef struct cuda_multi {
 } cuda_multi_t;
 
 int cuda_kern_multi(const cuda_multi_t *m, weft_dtype_t dtype, weft_op_t op, void *stream);
-/* The same kernel with its work read, when it runs, from ind (memory the device reads:
- * mapped pinned host memory), which the host fills after enqueueing; n (the elements
+/* The same kernel with its work read, when it runs, from ind (device memory, or memory
+ * the device reads; each block reads it once: put mapped host memory in device memory
+ * with cuda_kern_fetch first), which the host fills after enqueueing; n (the elements
  * ind will hold, or more) sizes the grid. ind's ndst 0 makes it do nothing. */
 int cuda_kern_multi_ind(const cuda_multi_t *ind, size_t n, weft_dtype_t dtype, weft_op_t op,
                         void *stream);
+/* Copies bytes (a multiple of 4, both ends 4-byte aligned) from src (memory the device
+ * reads: mapped pinned host memory, read when the kernel runs) to device memory dst, in
+ * one block: a cuda_multi_t the host fills late goes to device memory once, so that
+ * cuda_kern_multi_ind's many blocks read it there rather than each across PCIe. */
+int cuda_kern_fetch(void *dst, const void *src, size_t bytes, void *stream);
 /* Runs every dtype x op of that kernel once on stream (ind's ndst 0: nothing done),
- * loads cuda_kern_premul's kernels too, and waits: CUDA loads a kernel at its first launch (lazy loading, the default), and a load
+ * loads cuda_kern_premul's and cuda_kern_fetch's kernels too, and waits: CUDA loads a kernel at its first launch (lazy loading, the default), and a load
  * waits for the context's streams, so a first launch behind a stream wait on a flag that
  * only a later host step sets would never return. */
 int cuda_kern_multi_preload(const cuda_multi_t *ind, void *stream);

@@ -89,6 +89,24 @@ static weft_status_t cuda_fail(const scall_t *c, const char *what, cudaError_t e
                       cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
+int32_t cuda_gpu_key(int dev)
+{
+    int dom = 0, bus = 0, slot = 0;
+    if (cudaDeviceGetAttribute(&dom, cudaDevAttrPciDomainId, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&slot, cudaDevAttrPciDeviceId, dev) == cudaSuccess)
+        return (int32_t)(((uint32_t)dom & 0xffff) << 13 | ((uint32_t)bus & 0xff) << 5 |
+                         ((uint32_t)slot & 0x1f));
+    cudaGetLastError();
+    return -1 - dev;            /* no PCI address: the ordinal, told apart from any address */
+}
+
+int cuda_test_each_share(void)
+{
+    const char *e = getenv("WEFT_TEST_CUDA_SHARES");
+    return e != NULL && strcmp(e, "each") == 0;
+}
+
 int cuda_ipc_wanted(const weft_comm_t *comm)
 {
     return comm->nranks > 1 && comm->local_size == comm->nranks && comm->cfg.cuda_ipc;
@@ -304,6 +322,7 @@ static void fill_rec(const scall_t *c, weft_comm_t *comm, int ok, ipc_rec_t *rec
     rec->ok = ok;
     rec->pid = (int32_t)comm->peers[comm->rank].pid;
     rec->dev = dev;
+    rec->gpu = cuda_gpu_key(dev);
     rec->coll = c->coll;
     rec->dtype = c->dtype;
     rec->op = c->op;
@@ -392,12 +411,13 @@ weft_status_t cuda_ipc_agree(const scall_t *c, const weft_comm_t *comm, const ip
                               r->op, r->root, me, (unsigned long long)mine->count, mine->dtype,
                               mine->op, mine->root);
         *all_ok &= r->ok;
-        one_gpu &= r->dev == mine->dev;
+        one_gpu &= r->gpu == mine->gpu;
         procs |= !peer_same_process(&comm->peers[j], &comm->peers[me]);
     }
     /* every rank on one GPU, some in other processes: rank 0 runs every share, so that
-     * the GPU does not switch between the processes' contexts (about 100 us a switch) */
-    *lead = one_gpu && procs;
+     * the GPU does not switch between the processes' contexts (about 100 us a switch);
+     * tests make each rank run its own share there, as ranks on several GPUs do */
+    *lead = one_gpu && procs && !cuda_test_each_share();
     return WEFT_OK;
 }
 

@@ -7,7 +7,10 @@
  * On the caller's stream, for call number s (slot s mod Q_SLOTS):
  *   event ev[slot]                       (the queue learns that the inputs are written)
  *   wait go >= s                         (cuStreamWaitValue32)
- *   this rank's kernels, each reading its work from args[slot][k] when it runs
+ *   this rank's kernels: one block copies args[slot] (mapped host memory) into device
+ *   memory, then each kernel reads its work there when it runs (when every block read
+ *   it across PCIe, a 512 MB all-reduce of 2 ranks on one H200 took 18.4 ms; 0.66 ms
+ *   since)
  *   write kdone = s                      (cuStreamWriteValue32)
  *   wait release >= s
  *   write fin[slot] = s
@@ -22,7 +25,11 @@
  * the queue starts (every rank on one GPU: rank 0 runs them all).
  *
  * Where a queue runs (q_setup): every rank its own process, all on this host, one queue
- * per process, stream memory operations on the GPU, WEFT_CUDA_ASYNC=1. A host-flag wait in
+ * per process, stream memory operations on the GPU, and WEFT_CUDA_ASYNC 1, or auto (the
+ * default) with no two ranks on one GPU: processes sharing a GPU without MPS time-slice
+ * it, and a context whose stream waits on a flag still takes its slices (2 ranks of a
+ * sharded GPT-2 124M on one H200: 48915 tok/s queued, 137989 blocking; under MPS 205042
+ * and 205618). A host-flag wait in
  * a stream holds up whatever shares its hardware queue, so two ranks (or two queues) in a
  * process can deadlock each other; elsewhere the calls block the caller (ipc.c, stream.c).
  * Host buffers are refused on a queue rather than staged (the staging copies could sit
@@ -65,6 +72,7 @@ typedef struct {
     uint32_t seq;
     int nshare, share0;         /* this rank's kernels: shares share0 .. share0+nshare-1 */
     int kdone_on, fin_on;       /* the stream's writes of kdone and fin were enqueued */
+    int nshare_timed;           /* timing events around the kernels were recorded */
 } q_job_t;
 
 typedef struct {
@@ -73,6 +81,7 @@ typedef struct {
     int dev;
     q_shared_t *sh;             /* pinned, mapped */
     q_shared_t *sh_dev;         /* the device's view of it */
+    cuda_multi_t (*args_dev)[CUDA_MULTI_MAX];  /* [Q_SLOTS]: args copied to device memory */
     cudaEvent_t ev[Q_SLOTS];
     cudaStream_t st;            /* the queue's own stream (staging) */
     q_job_t jobs[Q_SLOTS];
@@ -86,6 +95,12 @@ typedef struct {
     char err_msg[512];
     pthread_t thread;
     int thread_on;
+    /* where a call's time goes (the thread's; said at INFO when the queue is freed) */
+    cudaEvent_t kt0[Q_SLOTS], kt1[Q_SLOTS];  /* around this rank's kernels on the stream */
+    int kt_on[Q_SLOTS];
+    double t_wait, t_xchg, t_kern, t_gpu, t_exit, t_idle;
+    uint32_t n_timed, n_gpu;
+    double last_end;
 } queue_t;
 
 /* comm->cuda_q: NULL before the first call decided, &q_off when the ranks decided
@@ -133,6 +148,13 @@ static void q_fail(queue_t *q, weft_status_t st)
     pthread_mutex_unlock(&q->lock);
 }
 
+static double q_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void set_flag(volatile uint32_t *f, uint32_t v)
 {
     __atomic_store_n(f, v, __ATOMIC_SEQ_CST);
@@ -166,7 +188,9 @@ static void run_job(queue_t *q, weft_comm_t *comm, q_job_t *j)
     const scall_t *c = &j->c;
     weft_status_t st = WEFT_OK;
     int kernels = 0;            /* the work in args[slot] is real */
+    double t0 = q_now();
     cudaError_t e = cudaEventSynchronize(q->ev[slot]);
+    double t1 = q_now();
     if (e != cudaSuccess) {
         cudaGetLastError();
         st = weft_error(WEFT_ERR_SYSTEM, "%s_stream: waiting for the stream: %s", c->fn,
@@ -175,6 +199,7 @@ static void run_job(queue_t *q, weft_comm_t *comm, q_job_t *j)
     /* the entry barrier: every rank's record (a failed one says so) */
     j->rec.ok = (j->failed || st != WEFT_OK) ? -1 : j->rec.ok;
     weft_status_t s2 = weft_allgather(&j->rec, q->recs, sizeof(j->rec), WEFT_UINT8, q->hc);
+    double t2 = q_now(), t3 = t2;
     if (s2 != WEFT_OK) {
         st = st != WEFT_OK ? st : s2;
         goto out;               /* the host communicator failed: no barrier to keep */
@@ -209,11 +234,30 @@ static void run_job(queue_t *q, weft_comm_t *comm, q_job_t *j)
         for (int k = 0; k < j->nshare; k++)
             q->sh->args[slot][k].ndst = 0;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    t2 = q_now();
     set_flag(&q->sh->go, j->seq);
     if (j->nshare > 0 && j->kdone_on)
         wait_kdone(q, comm, j->seq);  /* and the slot's work must not change under a kernel */
+    t3 = q_now();
     int32_t bad = st != WEFT_OK, any = 0;
     s2 = weft_allreduce(&bad, &any, 1, WEFT_INT32, WEFT_MAX, q->hc);
+    if (st == WEFT_OK && s2 == WEFT_OK) {
+        double t4 = q_now();
+        float ms = 0;
+        if (q->last_end > 0)
+            q->t_idle += t0 - q->last_end;
+        q->t_wait += t1 - t0;
+        q->t_xchg += t2 - t1;
+        q->t_kern += t3 - t2;
+        q->t_exit += t4 - t3;
+        q->n_timed++;
+        q->last_end = t4;
+        if (q->kt_on[slot] && cudaEventElapsedTime(&ms, q->kt0[slot], q->kt1[slot]) == cudaSuccess) {
+            q->t_gpu += ms * 1e-3;
+            q->n_gpu++;
+        }
+        cudaGetLastError();
+    }
     if (st == WEFT_OK && s2 != WEFT_OK)
         st = s2;
     else if (st == WEFT_OK && any)
@@ -261,13 +305,20 @@ static void *q_thread(void *v)
 
 static void q_release(queue_t *q, int free_pinned)
 {
-    for (int i = 0; i < Q_SLOTS; i++)
+    for (int i = 0; i < Q_SLOTS; i++) {
         if (q->ev[i])
             cudaEventDestroy(q->ev[i]);
+        if (q->kt0[i])
+            cudaEventDestroy(q->kt0[i]);
+        if (q->kt1[i])
+            cudaEventDestroy(q->kt1[i]);
+    }
     if (q->st)
         cudaStreamDestroy(q->st);
     if (q->sh && free_pinned)
         cudaFreeHost(q->sh);
+    if (q->args_dev && free_pinned)
+        cudaFree(q->args_dev);
     cudaGetLastError();
     if (q->hc)
         weft_comm_destroy(q->hc);
@@ -275,6 +326,18 @@ static void q_release(queue_t *q, int free_pinned)
     pthread_mutex_destroy(&q->lock);
     pthread_cond_destroy(&q->cv);
     free(q);
+}
+
+int cuda_queue_choose(long async, int n, const int32_t *gpu, int *lead)
+{
+    int one_gpu = 1, shared = 0;
+    for (int r = 0; r < n; r++) {
+        one_gpu &= gpu[r] == gpu[0];
+        for (int k = 0; k < r; k++)
+            shared |= gpu[k] == gpu[r];
+    }
+    *lead = one_gpu && n > 1 && !cuda_test_each_share();
+    return async == 1 || (async < 0 && !shared);
 }
 
 /* This rank's half of the setup: 1 when it can run a queue. */
@@ -293,8 +356,12 @@ static int q_setup_local(weft_comm_t *comm, queue_t *q)
         cudaStreamCreateWithFlags(&q->st, cudaStreamNonBlocking) != cudaSuccess)
         return 0;
     q->sh_dev = d;
+    if (cudaMalloc((void **)&q->args_dev, sizeof(cuda_multi_t) * Q_SLOTS * CUDA_MULTI_MAX) !=
+        cudaSuccess)
+        return 0;
     for (int i = 0; i < Q_SLOTS; i++)
-        if (cudaEventCreateWithFlags(&q->ev[i], cudaEventDisableTiming) != cudaSuccess)
+        if (cudaEventCreateWithFlags(&q->ev[i], cudaEventDisableTiming) != cudaSuccess ||
+            cudaEventCreate(&q->kt0[i]) != cudaSuccess || cudaEventCreate(&q->kt1[i]) != cudaSuccess)
             return 0;
     /* every kernel the queue enqueues behind a wait, loaded now (cuda_kern.h) */
     if (cuda_kern_multi_preload(&q->sh_dev->args[0][0], q->st) != 0)
@@ -321,7 +388,7 @@ static weft_status_t q_setup(weft_comm_t *comm, int *on)
 {
     *on = 0;
     queue_t *q = calloc(1, sizeof(*q));
-    int32_t can = q != NULL && comm->cfg.cuda_async && cuda_ipc_wanted(comm);
+    int32_t can = q != NULL && comm->cfg.cuda_async != 0 && cuda_ipc_wanted(comm);
     if (can && __atomic_fetch_add(&q_active, 1, __ATOMIC_SEQ_CST) != 0) {
         __atomic_fetch_sub(&q_active, 1, __ATOMIC_SEQ_CST);   /* another queue runs */
         can = 0;
@@ -334,20 +401,26 @@ static weft_status_t q_setup(weft_comm_t *comm, int *on)
     can = can && q_setup_local(comm, q);
     cudaGetLastError();
     /* the ranks' GPUs and processes: one process each, and who runs the kernels */
-    int32_t me[3] = { can, 0, (int32_t)comm->peers[comm->rank].pid }, *all = NULL;
+    int32_t me[3] = { can, 0, (int32_t)comm->peers[comm->rank].pid }, *all = NULL, *gpu = NULL;
     if (q)
-        me[1] = q->dev;
+        me[1] = cuda_gpu_key(q->dev);
     all = malloc(sizeof(me) * (size_t)comm->nranks);
-    weft_status_t st = all ? weft_allgather(me, all, 3, WEFT_INT32, comm)
-                           : weft_error(WEFT_ERR_NO_MEMORY, "cuda queue: out of memory");
-    int every = st == WEFT_OK, one_gpu = 1;
+    gpu = malloc(sizeof(int32_t) * (size_t)comm->nranks);
+    weft_status_t st = all && gpu ? weft_allgather(me, all, 3, WEFT_INT32, comm)
+                                  : weft_error(WEFT_ERR_NO_MEMORY, "cuda queue: out of memory");
+    int every = st == WEFT_OK, lead = 0, declined = 0;
     for (int r = 0; st == WEFT_OK && r < comm->nranks; r++) {
         every &= all[r * 3] != 0;
-        one_gpu &= all[r * 3 + 1] == me[1];
+        gpu[r] = all[r * 3 + 1];
         for (int k = 0; k < r; k++)     /* (pid 1 of two containers: two processes) */
             every &= !peer_same_process(&comm->peers[k], &comm->peers[r]);
     }
+    if (st == WEFT_OK && every) {
+        every = cuda_queue_choose(comm->cfg.cuda_async, comm->nranks, gpu, &lead);
+        declined = !every;
+    }
     free(all);
+    free(gpu);
     if (st == WEFT_OK && every)
         st = weft_comm_split(comm, 0, comm->rank, &q->hc);
     if (st != WEFT_OK || !every) {
@@ -355,13 +428,16 @@ static weft_status_t q_setup(weft_comm_t *comm, int *on)
             q_release(q, 1);
         if (counted)
             __atomic_fetch_sub(&q_active, 1, __ATOMIC_SEQ_CST);
-        if (st == WEFT_OK)
+        if (st == WEFT_OK && declined)
+            LOG_INFO(LOG_COLL, "comm %#x: stream calls block the caller: ranks share a GPU "
+                     "(WEFT_CUDA_ASYNC=auto; 1 queues them there too)", comm->id32);
+        else if (st == WEFT_OK)
             LOG_INFO(LOG_COLL, "comm %#x: stream calls block the caller (WEFT_CUDA_ASYNC=0, "
                      "ranks on several hosts or sharing a process, another queue in a rank's "
                      "process, or no stream memory operations)", comm->id32);
         return st;
     }
-    q->lead = one_gpu && comm->nranks > 1;
+    q->lead = lead;
     comm->cuda_q = q;
     if (pthread_create(&q->thread, NULL, q_thread, comm) != 0) {
         comm->cuda_q = NULL;
@@ -439,14 +515,24 @@ weft_status_t cuda_queue_run(const scall_t *c, size_t sb, size_t rb, int dev, in
     int e = cudaEventRecord(q->ev[slot], stream);
     if (!e)
         e = wait32(stream, dptr(q, &q->sh->go), seq, WAIT_GEQ);
+    j->nshare_timed = 0;
+    if (!e && j->nshare > 0)
+        j->nshare_timed = cudaEventRecord(q->kt0[slot], stream) == cudaSuccess;
+    if (!e && j->nshare > 0)    /* the work, once into device memory (cuda_kern.h) */
+        e = cuda_kern_fetch(q->args_dev[slot], q->sh_dev->args[slot],
+                            sizeof(cuda_multi_t) * (size_t)j->nshare, stream);
     for (int k = 0; !e && k < j->nshare; k++) {
         cuda_multi_t m;
         weft_dtype_t dt;
         weft_op_t op;
         cuda_ipc_share(c, n, NULL, NULL, j->share0 + k, &m, &dt, &op);
         if (m.n)
-            e = cuda_kern_multi_ind(&q->sh_dev->args[slot][k], m.n, dt, op, stream);
+            e = cuda_kern_multi_ind(&q->args_dev[slot][k], m.n, dt, op, stream);
     }
+    if (!e && j->nshare_timed)
+        j->nshare_timed = cudaEventRecord(q->kt1[slot], stream) == cudaSuccess;
+    q->kt_on[slot] = !e && j->nshare_timed;
+    cudaGetLastError();
     if (!e)
         e = write32(stream, dptr(q, &q->sh->kdone), seq, 0);
     j->kdone_on = !e;
@@ -506,6 +592,15 @@ void cuda_queue_free(weft_comm_t *comm)
     if (!past)
         LOG_WARN(LOG_COLL, "comm %#x: a stream has not passed its last weft call after 10 s: "
                  "its flags' pinned memory is left allocated", comm->id32);
+    if (q->n_timed > 0) {
+        double n = q->n_timed;
+        LOG_INFO(LOG_COLL, "comm %#x: cuda queue, %u calls, per call (us): waiting for the stream "
+                 "%.1f, exchange and mapping %.1f, go to kernels done %.1f (the kernels on the GPU "
+                 "%.1f over %u calls), exit all-reduce %.1f, thread idle between calls %.1f",
+                 comm->id32, q->n_timed, q->t_wait / n * 1e6, q->t_xchg / n * 1e6,
+                 q->t_kern / n * 1e6, q->n_gpu ? q->t_gpu / q->n_gpu * 1e6 : 0.0, q->n_gpu,
+                 q->t_exit / n * 1e6, q->n_timed > 1 ? q->t_idle / (n - 1) * 1e6 : 0.0);
+    }
     comm->cuda_q = NULL;
     q_release(q, past);
     __atomic_fetch_sub(&q_active, 1, __ATOMIC_SEQ_CST);

@@ -216,6 +216,16 @@ __global__ void k_multi_ind(const cuda_multi_t *pm)
     multi_body<T, OP>(m);
 }
 
+/* The stream queue's work, from the mapped host memory the host filled into device
+ * memory, once: k_multi_ind's blocks then read it there (from L2), not each of them
+ * across PCIe. */
+__global__ void k_fetch(unsigned *dst, const unsigned *src, size_t words)
+{
+    const volatile unsigned *from = src;
+    for (size_t k = threadIdx.x; k < words; k += blockDim.x)
+        dst[k] = from[k];
+}
+
 const int THREADS = 256;
 const unsigned MAX_BLOCKS = 4096;       /* grid-stride beyond: enough to fill an H100 */
 
@@ -337,7 +347,8 @@ extern "C" int cuda_kern_multi_preload(const cuda_multi_t *ind, void *stream)
     /* PreMulSum's kernel (the NCCL shim launches it on a stream the queue may hold
      * behind a wait): loaded now, as cudaFuncGetAttributes does, without running it */
     cudaFuncAttributes fa;
-    int e = (int)cudaFuncGetAttributes(&fa, k_premul<int8_t>);
+    int e = (int)cudaFuncGetAttributes(&fa, k_fetch);
+    e = e ? e : (int)cudaFuncGetAttributes(&fa, k_premul<int8_t>);
     e = e ? e : (int)cudaFuncGetAttributes(&fa, k_premul<uint8_t>);
     e = e ? e : (int)cudaFuncGetAttributes(&fa, k_premul<int32_t>);
     e = e ? e : (int)cudaFuncGetAttributes(&fa, k_premul<uint32_t>);
@@ -350,6 +361,17 @@ extern "C" int cuda_kern_multi_preload(const cuda_multi_t *ind, void *stream)
     if (e)
         return e;
     return (int)cudaStreamSynchronize((cudaStream_t)stream);
+}
+
+extern "C" int cuda_kern_fetch(void *dst, const void *src, size_t bytes, void *stream)
+{
+    if (bytes == 0)
+        return 0;
+    if (bytes % 4 != 0 || ((uintptr_t)dst | (uintptr_t)src) % 4 != 0)
+        return (int)cudaErrorInvalidValue;
+    k_fetch<<<1, 256, 0, (cudaStream_t)stream>>>((unsigned *)dst, (const unsigned *)src,
+                                                 bytes / 4);
+    return (int)cudaGetLastError();
 }
 
 extern "C" int cuda_kern_multi_ind(const cuda_multi_t *ind, size_t n, weft_dtype_t dtype,
