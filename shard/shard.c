@@ -536,6 +536,17 @@ static weft_status_t jobs_poll(shard_t *sh, int wait)
     return WEFT_OK;
 }
 
+weft_status_t shard_errors(shard_t *sh)
+{
+    if (sh->mem->errors == NULL)
+        return WEFT_OK;
+    if (sh->gcomm)
+        RETURN_IF_ERR(sh->mem->errors(sh->mem->ctx, sh->gcomm));
+    if (sh->rcomm)
+        RETURN_IF_ERR(sh->mem->errors(sh->mem->ctx, sh->rcomm));
+    return WEFT_OK;
+}
+
 weft_status_t shard_quiesce(shard_t *sh)
 {
     RETURN_IF_ERR(jobs_poll(sh, 1));
@@ -936,6 +947,8 @@ weft_status_t shard_clip(shard_t *sh, float clip, float *norm_p)
     free(x);
     free(n);
     RETURN_IF_ERR(st);
+    // the reductions are done (sumsq waited): one that failed late must stop the update
+    RETURN_IF_ERR(shard_errors(sh));
     if (sh->shard_grads && sh->G > 1) {   // each group holds the gradient once, in shards
         double t0 = time_s();
         RETURN_IF_ERR(weft_allreduce(&ss, &ss, 1, WEFT_FLOAT64, WEFT_SUM, sh->gcomm));
@@ -1031,7 +1044,7 @@ weft_status_t shard_export(shard_t *sh, float *params)
         release(sh, i);
         off += u->len;
     }
-    return WEFT_OK;
+    return shard_errors(sh);   // the downloads waited for the gathers
 }
 
 void shard_stats(const shard_t *sh, shard_stats_t *s)

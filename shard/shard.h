@@ -81,6 +81,9 @@ typedef struct shard_mem {
                           void **req_p);
     weft_status_t (*wait)(void *ctx, void *req);
     weft_status_t (*test)(void *ctx, void *req, int *done_p);
+    /* a failure of a collective on comm that its start and wait did not report (a
+     * device's stream calls that only enqueue: weft_stream_error); NULL: none can be */
+    weft_status_t (*errors)(void *ctx, weft_comm_t *comm);
 } shard_mem_t;
 
 /* The host table (what opts.mem NULL means), for tables that wrap it. */
@@ -159,6 +162,11 @@ weft_status_t shard_adamw(shard_t *sh, float lr, float beta1, float beta2, float
 /* Collective: the whole model's parameters, units concatenated, into params (host
  * memory, every rank). */
 weft_status_t shard_export(shard_t *sh, float *params);
+/* The first failure of a collective that was reported late (the table's errors: a
+ * device's queued calls), WEFT_OK when none. shard_clip (after the step's reductions)
+ * and shard_export check it themselves; a checkpoint should too, first, on every rank:
+ * state updated from a reduction that failed must not be saved. */
+weft_status_t shard_errors(shard_t *sh);
 
 void shard_stats(const shard_t *sh, shard_stats_t *s);
 void shard_stats_reset(shard_t *sh);

@@ -11,12 +11,14 @@
  * EMU_LINK): what is not here is the real runtime's, which fails without a driver. Never
  * linked into a program a user runs.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
 
 #include "weft_cuda.h"
+#include "status.h"
 
 cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
 cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
@@ -86,10 +88,43 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
 
 /* ---- weft_cuda.h: the blocking host collectives ---- */
 
+/* A stream queue's late failure (kernels/cuda/queue.c), for tests: WEFT_EMU_QUEUE_FAIL=N
+ * makes this process's N-th all-reduce, reduce-scatter or all-gather stream call return
+ * WEFT_OK having done nothing (its output keeps what it held, as the queue's emptied
+ * kernels leave it), and every later call on that communicator, and weft_stream_error,
+ * fail with it. Every rank counts the same calls, so all of them skip the same one.
+ * WEFT_EMU_STREAM_TRACE=1 prints each such call's number to stderr. */
+static long q_calls;
+static weft_comm_t *q_failed;
+
+static int q_skip(const char *what, weft_comm_t *comm, weft_status_t *st)
+{
+    const char *f = getenv("WEFT_EMU_QUEUE_FAIL"), *t = getenv("WEFT_EMU_STREAM_TRACE");
+    long n = ++q_calls;
+    if (t && strcmp(t, "1") == 0)
+        fprintf(stderr, "emu: stream call %ld: %s\n", n, what);
+    if (q_failed == comm) {
+        *st = weft_error(WEFT_ERR_PEER_LOST, "%s_stream: an earlier stream call failed: the "
+                         "emulated queue's (WEFT_EMU_QUEUE_FAIL)", what);
+        return 1;
+    }
+    if (f && atol(f) == n) {
+        fprintf(stderr, "emu: stream call %ld (%s) fails after returning "
+                "(WEFT_EMU_QUEUE_FAIL)\n", n, what);
+        q_failed = comm;
+        *st = WEFT_OK;
+        return 1;
+    }
+    return 0;
+}
+
 weft_status_t weft_allreduce_stream(const void *send, void *recv, size_t count,
                                     weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm,
                                     cudaStream_t stream)
 {
+    weft_status_t st;
+    if (q_skip("allreduce", comm, &st))
+        return st;
     return weft_allreduce(send, recv, count, dtype, op, comm);
 }
 
@@ -97,6 +132,9 @@ weft_status_t weft_reduce_scatter_stream(const void *send, void *recv, size_t re
                                          weft_dtype_t dtype, weft_op_t op, weft_comm_t *comm,
                                          cudaStream_t stream)
 {
+    weft_status_t st;
+    if (q_skip("reduce_scatter", comm, &st))
+        return st;
     return weft_reduce_scatter(send, recv, recvcount, dtype, op, comm);
 }
 
@@ -104,6 +142,9 @@ weft_status_t weft_allgather_stream(const void *send, void *recv, size_t sendcou
                                     weft_dtype_t dtype, weft_comm_t *comm,
                                     cudaStream_t stream)
 {
+    weft_status_t st;
+    if (q_skip("allgather", comm, &st))
+        return st;
     return weft_allgather(send, recv, sendcount, dtype, comm);
 }
 
@@ -128,8 +169,11 @@ weft_status_t weft_sendrecv_stream(const void *sendbuf, size_t sendcount, int ds
     return weft_sendrecv(sendbuf, sendcount, dst, recvbuf, recvcount, src, dtype, comm);
 }
 
-/* nothing is ever queued */
+/* nothing is queued, but a late failure is emulated (WEFT_EMU_QUEUE_FAIL) */
 weft_status_t weft_stream_error(weft_comm_t *comm)
 {
+    if (comm != NULL && comm == q_failed)
+        return weft_error(WEFT_ERR_PEER_LOST, "a stream call failed after it returned: the "
+                          "emulated queue's (WEFT_EMU_QUEUE_FAIL)");
     return WEFT_OK;
 }

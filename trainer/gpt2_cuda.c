@@ -1189,6 +1189,13 @@ static weft_status_t dm_test(void *ctx, void *req, int *done_p)
     return WEFT_OK;
 }
 
+// a queued stream call that failed after it returned (weft_cuda.h's stream queue)
+static weft_status_t dm_errors(void *ctx, weft_comm_t *comm)
+{
+    (void)ctx;
+    return weft_stream_error(comm);
+}
+
 const shard_mem_t *train_cuda_shard_mem(train_cuda_t *g)
 {
     g->mem = (shard_mem_t){
@@ -1196,6 +1203,7 @@ const shard_mem_t *train_cuda_shard_mem(train_cuda_t *g)
         .download = dm_download, .copy = dm_copy, .zero = dm_zero, .to_bf16 = dm_to_bf16,
         .from_bf16 = dm_from_bf16, .add = dm_add, .sumsq = dm_sumsq, .scale = dm_scale,
         .adamw = dm_adamw, .coll = dm_coll, .wait = dm_wait, .test = dm_test,
+        .errors = dm_errors,
     };
     return &g->mem;
 }

@@ -536,6 +536,10 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
                                                  step == o->steps)) {
             double c0 = time_s();
             uint64_t cbytes = 0;
+            // a collective of the step that failed after its call returned (the device's
+            // queued calls): its state must not be saved; every rank sees the failure
+            if (dist.sh)
+                GOTO_IF_ERR(shard_errors(dist.sh), st, cleanup);
             if (g && !dist.sh)   // sharded, shard/ brings its device state down itself
                 GOTO_IF_ERR(train_cuda_download(g, m, 0), st, cleanup);
             weft_status_t cs = train_ckpt_save(o->ckpt_dir, o->ckpt_keep, m, &dist, o, &pr,
