@@ -285,11 +285,14 @@ static const cfg_knob_t knobs[] = {
       "visible (the first call that needs to know asks the CUDA runtime, which loads the "
       "driver); 0: weft never calls CUDA: every buffer is host memory, and the stream calls "
       "and the NCCL-API shim report that CUDA is off", LNG(cuda), "0|1" },
-    { "WEFT_CUDA_ASYNC", "auto", "1: stream calls of several ranks, each its own process on "
+    { "WEFT_CUDA_ASYNC", "0", "1: stream calls of several ranks, each its own process on "
       "one host, only enqueue on the caller's stream (which waits on flags in pinned "
-      "memory) and a thread per communicator runs them; 0: they block the calling thread "
-      "until complete; auto: 1 where no two ranks share a GPU, else 0 (there the waiting "
-      "processes' contexts slowed a sharded training step 2.8x: docs/GPU.md)",
+      "memory) and a thread per communicator runs them; every buffer must then be "
+      "cudaMalloc memory (a host, cudaMallocAsync or cuMem buffer fails the call, found "
+      "after it returned); 0: they block the calling thread until complete, and stage "
+      "what cannot go GPU to GPU; auto: 1 where no two ranks share a GPU, else 0 (there "
+      "the waiting processes' contexts slowed a sharded training step 2.8x: docs/GPU.md); "
+      "weft-train --device cuda sets auto when unset. Rank 0's setting counts",
       LNG(cuda_async), "auto|0|1" },
     { "WEFT_CUDA_IPC", "1", "1: stream calls on device buffers whose ranks are all on one "
       "host map each other's GPU memory (CUDA IPC; threads of one process use the pointers "

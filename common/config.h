@@ -56,7 +56,8 @@ typedef struct weft_config {
     long cuda;                /* WEFT_CUDA: 0 = never call CUDA (comm/memtype.c) */
     long cuda_async;          /* WEFT_CUDA_ASYNC: stream calls of several ranks only enqueue
                                  (kernels/cuda/queue.c); 0 = they block the caller; -1
-                                 (auto) = 1 where no two ranks share a GPU */
+                                 (auto) = 1 where no two ranks share a GPU; rank 0's
+                                 counts */
     long cuda_ipc;            /* WEFT_CUDA_IPC: device collectives inside a host read and
                                  write peers' GPU memory (kernels/cuda/ipc.c); 0 = stage */
 } weft_config_t;

@@ -9,12 +9,11 @@
  *
  * How a call runs (docs/GPU.md): on 1 rank with device buffers it only enqueues a copy on
  * stream; with every rank on one host and device buffers, GPU to GPU through CUDA IPC
- * (weft's kernels read the peers' buffers; no host staging): with every rank its own
- * process and no two ranks on one GPU (WEFT_CUDA_ASYNC=auto, the default; =1 anywhere
- * a rank has its own process) enqueued on stream and run by a thread of the
- * communicator, a failure then returned by the next call; else (ranks sharing a GPU or
- * a process, WEFT_CUDA_ASYNC=0) blocking the caller until the collective is complete;
- * otherwise (several hosts, host buffers) staged through pinned host
+ * (weft's kernels read the peers' buffers; no host staging), blocking the caller until
+ * the collective is complete (WEFT_CUDA_ASYNC=0, the default), or, with every rank its
+ * own process (WEFT_CUDA_ASYNC=1; auto: and no two ranks on one GPU), enqueued on stream
+ * and run by a thread of the communicator, a failure then returned by the next call
+ * (every buffer must then be cudaMalloc memory); otherwise (several hosts, host buffers) staged through pinned host
  * memory and the host collectives, blocking. Reductions follow weft.h's semantics
  * (fp16/bf16 accumulated in fp32). Without a visible GPU every call fails with
  * WEFT_ERR_UNSUPPORTED and a message saying so.

@@ -24,8 +24,17 @@ cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
 cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
 const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) { return cudaSuccess; }
+/* the stream a late failure (WEFT_EMU_QUEUE_FAIL, below) was enqueued on, and whether a
+ * synchronisation has passed it since: only then does weft_stream_error know */
+static cudaStream_t q_failed_stream;
+static int q_known;
+cudaError_t cudaDeviceSynchronize(void) { q_known = q_failed_stream != NULL; return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    if (s != NULL && s == q_failed_stream)
+        q_known = 1;
+    return cudaSuccess;
+}
 cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return cudaSuccess; }
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
@@ -91,13 +100,16 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
 /* A stream queue's late failure (kernels/cuda/queue.c), for tests: WEFT_EMU_QUEUE_FAIL=N
  * makes this process's N-th all-reduce, reduce-scatter or all-gather stream call return
  * WEFT_OK having done nothing (its output keeps what it held, as the queue's emptied
- * kernels leave it), and every later call on that communicator, and weft_stream_error,
- * fail with it. Every rank counts the same calls, so all of them skip the same one.
- * WEFT_EMU_STREAM_TRACE=1 prints each such call's number to stderr. */
+ * kernels leave it), and every later call on that communicator fail with it;
+ * weft_stream_error says so once the call's stream was synchronised (the queue knows
+ * the failure by the time the stream passes the call, not before). Every rank counts
+ * the same calls, so all of them skip the same one. WEFT_EMU_STREAM_TRACE=1 prints each
+ * such call's number to stderr. */
 static long q_calls;
 static weft_comm_t *q_failed;
 
-static int q_skip(const char *what, weft_comm_t *comm, weft_status_t *st)
+static int q_skip(const char *what, weft_comm_t *comm, cudaStream_t stream,
+                  weft_status_t *st)
 {
     const char *f = getenv("WEFT_EMU_QUEUE_FAIL"), *t = getenv("WEFT_EMU_STREAM_TRACE");
     long n = ++q_calls;
@@ -112,6 +124,7 @@ static int q_skip(const char *what, weft_comm_t *comm, weft_status_t *st)
         fprintf(stderr, "emu: stream call %ld (%s) fails after returning "
                 "(WEFT_EMU_QUEUE_FAIL)\n", n, what);
         q_failed = comm;
+        q_failed_stream = stream;
         *st = WEFT_OK;
         return 1;
     }
@@ -123,7 +136,7 @@ weft_status_t weft_allreduce_stream(const void *send, void *recv, size_t count,
                                     cudaStream_t stream)
 {
     weft_status_t st;
-    if (q_skip("allreduce", comm, &st))
+    if (q_skip("allreduce", comm, stream, &st))
         return st;
     return weft_allreduce(send, recv, count, dtype, op, comm);
 }
@@ -133,7 +146,7 @@ weft_status_t weft_reduce_scatter_stream(const void *send, void *recv, size_t re
                                          cudaStream_t stream)
 {
     weft_status_t st;
-    if (q_skip("reduce_scatter", comm, &st))
+    if (q_skip("reduce_scatter", comm, stream, &st))
         return st;
     return weft_reduce_scatter(send, recv, recvcount, dtype, op, comm);
 }
@@ -143,7 +156,7 @@ weft_status_t weft_allgather_stream(const void *send, void *recv, size_t sendcou
                                     cudaStream_t stream)
 {
     weft_status_t st;
-    if (q_skip("allgather", comm, &st))
+    if (q_skip("allgather", comm, stream, &st))
         return st;
     return weft_allgather(send, recv, sendcount, dtype, comm);
 }
@@ -172,7 +185,7 @@ weft_status_t weft_sendrecv_stream(const void *sendbuf, size_t sendcount, int ds
 /* nothing is queued, but a late failure is emulated (WEFT_EMU_QUEUE_FAIL) */
 weft_status_t weft_stream_error(weft_comm_t *comm)
 {
-    if (comm != NULL && comm == q_failed)
+    if (comm != NULL && comm == q_failed && q_known)
         return weft_error(WEFT_ERR_PEER_LOST, "a stream call failed after it returned: the "
                           "emulated queue's (WEFT_EMU_QUEUE_FAIL)");
     return WEFT_OK;

@@ -127,7 +127,7 @@ static void test_queue_choice(void)
     static const struct {
         long async;
         int n;
-        int32_t gpu[4];
+        int64_t gpu[4];
         int each, queue, lead;
         const char *what;
     } t[] = {
@@ -139,13 +139,11 @@ static void test_queue_choice(void)
         { 1, 4, { 5, 5, 5, 5 }, 1, 1, 0, "1 with WEFT_TEST_CUDA_SHARES=each: each its share" },
         { 0, 2, { 5, 6 }, 0, 0, 0, "0, two GPUs: blocking" },
         { -1, 2, { -1, -1 }, 0, 0, 1, "auto, no PCI address, the same ordinal: one GPU" },
+        { -1, 2, { 1ll << 32, 0 }, 0, 1, 0, "auto, PCI domains 0x10000 and 0: two GPUs" },
     };
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
         int lead = -1;
-        if (t[i].each)
-            setenv("WEFT_TEST_CUDA_SHARES", "each", 1);
-        int q = cuda_queue_choose(t[i].async, t[i].n, t[i].gpu, &lead);
-        unsetenv("WEFT_TEST_CUDA_SHARES");
+        int q = cuda_queue_choose(t[i].async, t[i].each, t[i].n, t[i].gpu, &lead);
         check(q == t[i].queue && lead == t[i].lead, "queue choice: %s (got queue %d, lead %d)",
               t[i].what, q, lead);
     }

@@ -1189,10 +1189,14 @@ static weft_status_t dm_test(void *ctx, void *req, int *done_p)
     return WEFT_OK;
 }
 
-// a queued stream call that failed after it returned (weft_cuda.h's stream queue)
+// a queued stream call that failed after it returned (weft_cuda.h's stream queue): once
+// the collectives' stream has passed every call, each rank's queue knows of any failure
+// (it marks it before it lets the stream go on), so every rank answers alike; before,
+// a rank whose queue had not yet reached the failed call would say none and go on
 static weft_status_t dm_errors(void *ctx, weft_comm_t *comm)
 {
-    (void)ctx;
+    train_cuda_t *g = ctx;
+    CU(cudaStreamSynchronize(g->cs), "shard: wait for the collectives");
     return weft_stream_error(comm);
 }
 

@@ -441,6 +441,11 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     RETURN_IF_ERR(train_opts_check(o));
     if (o->device == TRAIN_DEVICE_CUDA)   // say it before reading any data
         RETURN_IF_ERR(train_cuda_probe(NULL));
+    // every buffer of the device collectives is cudaMalloc'd (shard/'s device table), so
+    // they may only enqueue where each rank has a GPU of its own (weft_cuda.h; the user's
+    // setting stays)
+    if (o->device == TRAIN_DEVICE_CUDA)
+        setenv("WEFT_CUDA_ASYNC", "auto", 0);
     if (train_dist_launched_size() != 1) {   // a job's rank, or init's error why not
         GOTO_IF_ERR(train_dist_init(&dist), st, cleanup);
         if (dist.rank != 0 && !o->log_all) {

@@ -36,7 +36,7 @@ typedef struct {
 typedef struct {
     int32_t ok, pid, dev, coll;     /* dev: the rank's device ordinal (its process's) */
     int32_t dtype, op, root, peer2;
-    int32_t gpu, pad;               /* cuda_gpu_key of that device */
+    int64_t gpu;                    /* cuda_gpu_key of that device */
     uint64_t count, count2;
     ipc_buf_t b[2];             /* send, recv */
 } ipc_rec_t;
@@ -87,16 +87,17 @@ void cuda_queue_abort(weft_comm_t *comm);
 
 /* The GPU dev as processes compare it: its PCI domain, bus and device (two processes'
  * ordinals name different GPUs under different CUDA_VISIBLE_DEVICES), else -1 - dev. */
-int32_t cuda_gpu_key(int dev);
+int64_t cuda_gpu_key(int dev);
 /* WEFT_TEST_CUDA_SHARES=each (tests only): ranks of several processes on one GPU each run
  * their own share, as ranks on several GPUs do, rather than rank 0 running them all. */
 int cuda_test_each_share(void);
-/* Whether comm's stream calls go through the queue, from WEFT_CUDA_ASYNC (-1 auto, 0, 1)
- * and every rank's GPU key (n of them; every rank its own process and able to run a
- * queue, already checked): 1 queues them, auto only where no two ranks share a GPU
+/* Whether comm's stream calls go through the queue, from WEFT_CUDA_ASYNC (-1 auto, 0, 1:
+ * rank 0's) and every rank's GPU key (n of them; every rank its own process and able to
+ * run a queue, already checked): 1 queues them, auto only where no two ranks share a GPU
  * (there the waiting processes' contexts slowed training 2.8x: docs/GPU.md). *lead: rank
- * 0 runs every share (all on one GPU, more than one rank). */
-int cuda_queue_choose(long async, int n, const int32_t *gpu, int *lead);
+ * 0 runs every share (all on one GPU, more than one rank, each 0: rank 0's
+ * WEFT_TEST_CUDA_SHARES was not "each"). */
+int cuda_queue_choose(long async, int each, int n, const int64_t *gpu, int *lead);
 /* Whether cuda_ipc_run may take calls of this communicator (the same on every rank). */
 int cuda_ipc_wanted(const weft_comm_t *comm);
 /* Closes the peers' mappings of comm (weft_comm_destroy). */

@@ -89,16 +89,16 @@ static weft_status_t cuda_fail(const scall_t *c, const char *what, cudaError_t e
                       cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
-int32_t cuda_gpu_key(int dev)
+int64_t cuda_gpu_key(int dev)
 {
     int dom = 0, bus = 0, slot = 0;
     if (cudaDeviceGetAttribute(&dom, cudaDevAttrPciDomainId, dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&slot, cudaDevAttrPciDeviceId, dev) == cudaSuccess)
-        return (int32_t)(((uint32_t)dom & 0xffff) << 13 | ((uint32_t)bus & 0xff) << 5 |
-                         ((uint32_t)slot & 0x1f));
+        return (int64_t)((uint64_t)(uint32_t)dom << 16 | ((uint64_t)bus & 0xff) << 8 |
+                         ((uint64_t)slot & 0xff));
     cudaGetLastError();
-    return -1 - dev;            /* no PCI address: the ordinal, told apart from any address */
+    return -1 - (int64_t)dev;   /* no PCI address: the ordinal, told apart from any address */
 }
 
 int cuda_test_each_share(void)
@@ -417,7 +417,7 @@ weft_status_t cuda_ipc_agree(const scall_t *c, const weft_comm_t *comm, const ip
     /* every rank on one GPU, some in other processes: rank 0 runs every share, so that
      * the GPU does not switch between the processes' contexts (about 100 us a switch);
      * tests make each rank run its own share there, as ranks on several GPUs do */
-    *lead = one_gpu && procs && !cuda_test_each_share();
+    *lead = one_gpu && procs && !cuda_test_each_share();    /* (the hook: set on every rank) */
     return WEFT_OK;
 }
 

@@ -25,11 +25,12 @@
  * the queue starts (every rank on one GPU: rank 0 runs them all).
  *
  * Where a queue runs (q_setup): every rank its own process, all on this host, one queue
- * per process, stream memory operations on the GPU, and WEFT_CUDA_ASYNC 1, or auto (the
- * default) with no two ranks on one GPU: processes sharing a GPU without MPS time-slice
- * it, and a context whose stream waits on a flag still takes its slices (2 ranks of a
- * sharded GPT-2 124M on one H200: 48915 tok/s queued, 137989 blocking; under MPS 205042
- * and 205618). A host-flag wait in
+ * per process, stream memory operations on the GPU, and rank 0's WEFT_CUDA_ASYNC 1, or
+ * auto (weft-train's default) with no two ranks on one GPU: processes sharing a GPU
+ * without MPS time-slice it, and a context whose stream waits on a flag still takes its
+ * slices (2 ranks of a sharded GPT-2 124M on one H200: 48915 tok/s queued, 137989
+ * blocking; under MPS 205042 and 205618). Off by default (0): a buffer that cannot go GPU
+ * to GPU fails a queued call where a blocking one stages it (below). A host-flag wait in
  * a stream holds up whatever shares its hardware queue, so two ranks (or two queues) in a
  * process can deadlock each other; elsewhere the calls block the caller (ipc.c, stream.c).
  * Host buffers are refused on a queue rather than staged (the staging copies could sit
@@ -213,9 +214,9 @@ static void run_job(queue_t *q, weft_comm_t *comm, q_job_t *j)
         st = cuda_ipc_agree(c, comm, q->recs, &all_ok, &lead);
     if (st == WEFT_OK && !all_ok)   /* staging here could sit behind the caller's wait */
         st = weft_error(WEFT_ERR_UNSUPPORTED, "%s_stream: a rank's buffer is host memory or "
-                        "cannot be shared: with the stream queue (WEFT_CUDA_ASYNC=1) every "
-                        "buffer must be device memory; WEFT_CUDA_ASYNC=0 stages such calls",
-                        c->fn);
+                        "has no CUDA IPC handle (cudaMallocAsync, cuMem): with the stream "
+                        "queue (WEFT_CUDA_ASYNC=1 or auto) every buffer must be cudaMalloc "
+                        "memory; WEFT_CUDA_ASYNC=0 stages such calls", c->fn);
     if (st == WEFT_OK && lead != q->lead)
         st = weft_error(WEFT_ERR_UNSUPPORTED, "%s_stream: the ranks' GPUs changed since the "
                         "communicator's first stream call", c->fn);
@@ -328,7 +329,7 @@ static void q_release(queue_t *q, int free_pinned)
     free(q);
 }
 
-int cuda_queue_choose(long async, int n, const int32_t *gpu, int *lead)
+int cuda_queue_choose(long async, int each, int n, const int64_t *gpu, int *lead)
 {
     int one_gpu = 1, shared = 0;
     for (int r = 0; r < n; r++) {
@@ -336,7 +337,7 @@ int cuda_queue_choose(long async, int n, const int32_t *gpu, int *lead)
         for (int k = 0; k < r; k++)
             shared |= gpu[k] == gpu[r];
     }
-    *lead = one_gpu && n > 1 && !cuda_test_each_share();
+    *lead = one_gpu && n > 1 && !each;
     return async == 1 || (async < 0 && !shared);
 }
 
@@ -387,8 +388,33 @@ static int q_setup_local(weft_comm_t *comm, queue_t *q)
 static weft_status_t q_setup(weft_comm_t *comm, int *on)
 {
     *on = 0;
+    int n = comm->nranks, dev = 0;
+    /* first what the ranks want: rank 0's WEFT_CUDA_ASYNC (and test hook) counts, so
+     * that ranks set differently still take one path; every rank's GPU */
+    if (cudaGetDevice(&dev) != cudaSuccess)
+        cudaGetLastError();
+    int64_t want[3] = { comm->cfg.cuda_async, cuda_test_each_share(), cuda_gpu_key(dev) };
+    int64_t *all = malloc(sizeof(want) * (size_t)n), *gpu = malloc(sizeof(int64_t) * (size_t)n);
+    weft_status_t st = all && gpu ? weft_allgather(want, all, 3, WEFT_INT64, comm)
+                                  : weft_error(WEFT_ERR_NO_MEMORY, "cuda queue: out of memory");
+    int lead = 0, every = 0;
+    for (int r = 0; st == WEFT_OK && r < n; r++)
+        gpu[r] = all[r * 3 + 2];
+    if (st == WEFT_OK)
+        every = cuda_queue_choose(all[0], (int)all[1], n, gpu, &lead);
+    int declined = st == WEFT_OK && !every && all[0] < 0;
+    free(all);
+    free(gpu);
+    if (st != WEFT_OK || !every) {
+        if (declined)
+            LOG_INFO(LOG_COLL, "comm %#x: stream calls block the caller: ranks share a GPU "
+                     "(WEFT_CUDA_ASYNC=auto; 1 queues them there too)", comm->id32);
+        return st;
+    }
+    /* then whether every rank can: its own process, all on this host, one queue per
+     * process, stream memory operations on its GPU */
     queue_t *q = calloc(1, sizeof(*q));
-    int32_t can = q != NULL && comm->cfg.cuda_async != 0 && cuda_ipc_wanted(comm);
+    int32_t can = q != NULL && cuda_ipc_wanted(comm);
     if (can && __atomic_fetch_add(&q_active, 1, __ATOMIC_SEQ_CST) != 0) {
         __atomic_fetch_sub(&q_active, 1, __ATOMIC_SEQ_CST);   /* another queue runs */
         can = 0;
@@ -400,27 +426,16 @@ static weft_status_t q_setup(weft_comm_t *comm, int *on)
     }
     can = can && q_setup_local(comm, q);
     cudaGetLastError();
-    /* the ranks' GPUs and processes: one process each, and who runs the kernels */
-    int32_t me[3] = { can, 0, (int32_t)comm->peers[comm->rank].pid }, *all = NULL, *gpu = NULL;
-    if (q)
-        me[1] = cuda_gpu_key(q->dev);
-    all = malloc(sizeof(me) * (size_t)comm->nranks);
-    gpu = malloc(sizeof(int32_t) * (size_t)comm->nranks);
-    weft_status_t st = all && gpu ? weft_allgather(me, all, 3, WEFT_INT32, comm)
-                                  : weft_error(WEFT_ERR_NO_MEMORY, "cuda queue: out of memory");
-    int every = st == WEFT_OK, lead = 0, declined = 0;
-    for (int r = 0; st == WEFT_OK && r < comm->nranks; r++) {
-        every &= all[r * 3] != 0;
-        gpu[r] = all[r * 3 + 1];
+    int32_t *cans = malloc(sizeof(int32_t) * (size_t)n);
+    st = cans ? weft_allgather(&can, cans, 1, WEFT_INT32, comm)
+              : weft_error(WEFT_ERR_NO_MEMORY, "cuda queue: out of memory");
+    every = st == WEFT_OK;
+    for (int r = 0; st == WEFT_OK && r < n; r++) {
+        every &= cans[r] != 0;
         for (int k = 0; k < r; k++)     /* (pid 1 of two containers: two processes) */
             every &= !peer_same_process(&comm->peers[k], &comm->peers[r]);
     }
-    if (st == WEFT_OK && every) {
-        every = cuda_queue_choose(comm->cfg.cuda_async, comm->nranks, gpu, &lead);
-        declined = !every;
-    }
-    free(all);
-    free(gpu);
+    free(cans);
     if (st == WEFT_OK && every)
         st = weft_comm_split(comm, 0, comm->rank, &q->hc);
     if (st != WEFT_OK || !every) {
@@ -428,13 +443,10 @@ static weft_status_t q_setup(weft_comm_t *comm, int *on)
             q_release(q, 1);
         if (counted)
             __atomic_fetch_sub(&q_active, 1, __ATOMIC_SEQ_CST);
-        if (st == WEFT_OK && declined)
-            LOG_INFO(LOG_COLL, "comm %#x: stream calls block the caller: ranks share a GPU "
-                     "(WEFT_CUDA_ASYNC=auto; 1 queues them there too)", comm->id32);
-        else if (st == WEFT_OK)
-            LOG_INFO(LOG_COLL, "comm %#x: stream calls block the caller (WEFT_CUDA_ASYNC=0, "
-                     "ranks on several hosts or sharing a process, another queue in a rank's "
-                     "process, or no stream memory operations)", comm->id32);
+        if (st == WEFT_OK)
+            LOG_INFO(LOG_COLL, "comm %#x: stream calls block the caller (ranks on several "
+                     "hosts or sharing a process, another queue in a rank's process, or no "
+                     "stream memory operations)", comm->id32);
         return st;
     }
     q->lead = lead;
@@ -496,9 +508,14 @@ weft_status_t cuda_queue_run(const scall_t *c, size_t sb, size_t rb, int dev, in
         return weft_error_quiet(err, "%s_stream: an earlier stream call failed: %s", c->fn,
                                 q->err_msg);
     }
-    uint32_t seq = ++q->seq_next;
-    while ((int32_t)(seq - q->done) > Q_SLOTS)      /* the slot's last call is not done */
+    while ((int32_t)(q->seq_next + 1 - q->done) > Q_SLOTS)  /* the slot's last call runs */
         pthread_cond_wait(&q->cv, &q->lock);
+    if ((err = q->err) != WEFT_OK) {    /* a call failed while this one waited for a slot */
+        pthread_mutex_unlock(&q->lock);
+        return weft_error_quiet(err, "%s_stream: an earlier stream call failed: %s", c->fn,
+                                q->err_msg);
+    }
+    uint32_t seq = ++q->seq_next;
     pthread_mutex_unlock(&q->lock);
 
     int slot = (int)(seq % Q_SLOTS), n = comm->nranks, me = comm->rank;
