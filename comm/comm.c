@@ -216,7 +216,8 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
     if (st != WEFT_OK)
         goto fail;
     comm_set_id(c, id);
-    GOTO_IF_ERR(connect_all(c, bootstrap_exchange, bootstrap_watch, bootstrap_failed, bs), st, fail);
+    GOTO_IF_ERR(connect_all(c, bootstrap_exchange, 1, bootstrap_watch, bootstrap_failed, bs),
+                st, fail);
     bootstrap_close(bs);
     bs = NULL;
     GOTO_IF_ERR(comm_bind(c), st, fail);
@@ -416,7 +417,7 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
      * its collectives, each with its own) */
     c->setup_deadline = time_ns() + (uint64_t)(c->cfg.timeout_s * 1e9);
     sock_fd_room(c->nranks);
-    st = connect_all(c, split_exchange, split_watch, split_failed, &x);
+    st = connect_all(c, split_exchange, 0, split_watch, split_failed, &x);
     if (st == WEFT_OK)
         st = connect_cores_far(c);      /* its errors name parent ranks too */
     c->parent_ranks = NULL;

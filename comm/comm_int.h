@@ -321,9 +321,17 @@ weft_status_t connect_cores_far(weft_comm_t *comm);
  * or connections failed (not a watch's news), so that it can tell the ranks that may be
  * waiting for it. A rank whose local setup fails says so in the address exchange
  * (peer_info_t.setup_failed), and then no rank connects. */
-weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange,
+weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, int packed,
                           weft_status_t (*watch)(void *ctx),
                           void (*failed)(void *ctx, weft_status_t st), void *ctx);
+/* packed 1: the addresses travel packed (peer_pack), for exchanges whose cost grows with
+ * the record (the bootstrap's through rank 0: N^2 records at init); every rank of the
+ * exchange must pass the same. split passes 0 (its helper ranks mirror the plain one). */
+/* peer_info_t as the exchange carries it: at most PEER_PACK_MAX bytes; peer_unpack
+ * takes a record padded with zeros to n bytes, 0 or -1 when it does not parse. */
+#define PEER_PACK_MAX (sizeof(peer_info_t) + 8)
+size_t peer_pack(const peer_info_t *p, uint8_t *b);
+int peer_unpack(const uint8_t *b, size_t n, peer_info_t *p);
 void connect_close_all(weft_comm_t *comm);
 /* For transports that meet their peers on a listening socket (tcp's data connections,
  * ib's setup): accepts until an authenticated connection from a lower rank that

@@ -80,8 +80,8 @@ typedef struct tp_ep {
 /* One transport's address blob, at most. A UCX worker address (every device's) is the
  * largest: 215 bytes with shm, cma and tcp on two interfaces, a few hundred more per RDMA
  * port (tp_ucx falls back to its network devices' address when it does not fit). Every
- * rank's peer_info_t travels through rank 0 in the bootstrap exchange (N^2 copies), so
- * this stays near 2 KB per rank. */
+ * rank's peer_info_t travels through rank 0 in the bootstrap exchange (N^2 copies),
+ * packed there (connect.c: peer_pack), so a blob costs its length, not this. */
 #define TP_ADDR_BYTES 512
 
 /* A transport's address as its peers need it, opaque to everyone else. len 0: this

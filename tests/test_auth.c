@@ -1,6 +1,7 @@
 /*
- * test_auth.c - SHA-256 / HMAC-SHA256 vectors, socket helpers, and the connection
- * handshake (comm/auth.c) on its success and failure paths.
+ * test_auth.c - SHA-256 / HMAC-SHA256 vectors, socket helpers, the connection
+ * handshake (comm/auth.c) on its success and failure paths, and the packed address
+ * record of the init exchange (comm/connect.c: peer_pack, peer_unpack).
  *
  * Invariants: every wait is bounded (handshakes and socket calls carry deadlines of at
  * most a few seconds, helper threads only do deadline-bounded I/O), so a broken build
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "comm_int.h"
 #include "hmac.h"
 #include "sock.h"
 #include "status.h"
@@ -595,9 +597,67 @@ static void test_accept_steps(void)
     close(b_fd);
 }
 
+/* peer_info_t packed and back, padded as the exchange pads it; refusals of records that
+ * do not parse; and how small a usual record is next to the struct */
+static void test_peer_pack(void)
+{
+    peer_info_t p, q;
+    uint8_t b[PEER_PACK_MAX + 64];
+    memset(&p, 0, sizeof(p));
+    p.rank = 4093;
+    p.pid = 123456;
+    p.host_id = 0x1122334455667788ull;
+    p.pidns = 4026531836ull;
+    p.local_rank = 5;
+    p.setup_failed = 1;
+    snprintf(p.hostname, sizeof(p.hostname), "gpu-node-0417");
+    p.addr[0].len = 24;                 /* shm-like: a name */
+    memset(p.addr[0].blob, 'a', 24);
+    p.addr[1].len = 16;                 /* tcp-like: an address and port */
+    memset(p.addr[1].blob, 0x5c, 16);
+    p.addr[3].len = TP_ADDR_BYTES;      /* the largest blob */
+    for (int i = 0; i < TP_ADDR_BYTES; i++)
+        p.addr[3].blob[i] = (uint8_t)(i * 7 + 1);
+    memset(b, 0, sizeof(b));
+    size_t n = peer_pack(&p, b);
+    int ok = n <= PEER_PACK_MAX && peer_unpack(b, n, &q) == 0 &&
+             peer_unpack(b, n + 40, &q) == 0 &&       /* zero padding after it */
+             q.rank == p.rank && q.pid == p.pid && q.host_id == p.host_id &&
+             q.pidns == p.pidns && q.local_rank == p.local_rank &&
+             q.setup_failed == p.setup_failed && !strcmp(q.hostname, p.hostname);
+    for (int k = 0; ok && k < TP_MAX; k++)
+        ok = q.addr[k].len == p.addr[k].len &&
+             !memcmp(q.addr[k].blob, p.addr[k].blob, p.addr[k].len);
+    CHECK(ok, "peer_pack/unpack: every field back, %zu bytes packed (%zu unpacked), "
+          "zero padding after it taken", n, sizeof(p));
+    CHECK(peer_unpack(b, n - 1, &q) != 0, "peer_unpack: a record cut short refused");
+    b[n + 3] = 1;
+    CHECK(peer_unpack(b, n + 8, &q) != 0, "peer_unpack: padding that is not zeros refused");
+    b[n + 3] = 0;
+    size_t hl_at = 4 + 4 + 8 + 8 + 4 + 4;             /* the hostname's length byte */
+    b[hl_at] = 64;
+    CHECK(peer_unpack(b, n, &q) != 0, "peer_unpack: a hostname of 64 bytes refused");
+    b[hl_at] = (uint8_t)strlen(p.hostname);
+    b[hl_at + 3] = 0;
+    CHECK(peer_unpack(b, n, &q) != 0, "peer_unpack: a NUL inside the hostname refused");
+    b[hl_at + 3] = (uint8_t)p.hostname[2];
+    CHECK(peer_unpack(b, n, &q) == 0, "peer_unpack: the record mended parses again");
+    size_t a0 = hl_at + 1 + strlen(p.hostname);       /* the first address's length */
+    uint16_t big = TP_ADDR_BYTES + 1;
+    memcpy(b + a0, &big, 2);
+    CHECK(peer_unpack(b, sizeof(b), &q) != 0, "peer_unpack: an address over %d bytes refused",
+          TP_ADDR_BYTES);
+    /* a usual record (two short addresses) against the struct that travelled before */
+    p.addr[3].len = 0;
+    n = peer_pack(&p, b);
+    CHECK(n < sizeof(p) / 10, "peer_pack: a record with two short addresses takes %zu bytes, "
+          "under a tenth of the struct's %zu", n, sizeof(p));
+}
+
 int main(void)
 {
     setenv("WEFT_DEBUG", "NONE", 0);   /* failures are checked, not read from the log */
+    test_peer_pack();
     test_sha256();
     test_hmac();
     test_parse_addr();

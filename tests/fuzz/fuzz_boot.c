@@ -8,7 +8,9 @@
  * into one end of a socketpair, which is then shut, and the real handshake runs on the
  * other end with the job's secret, as rank 0's rendezvous does. It must fail cleanly
  * (never crash, read out of bounds or wait past its deadline) unless the bytes carry a
- * valid MAC, which random bytes cannot.
+ * valid MAC, which random bytes cannot. The same bytes as a packed address record of
+ * the init exchange (comm/connect.c: peer_unpack): refused, or taken and packed again
+ * to exactly those bytes followed by zeros.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -46,5 +48,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void)handshake(data, size, NULL);  /* no secret: the hello parser alone */
     if (size >= 16)                     /* a record header from rank 0 */
         (void)bootstrap_check_msg(data, 4, 184);
+    peer_info_t p;
+    if (peer_unpack(data, size, &p) == 0) {
+        uint8_t again[PEER_PACK_MAX];
+        size_t n = peer_pack(&p, again);
+        if (n > size || memcmp(again, data, n) != 0)
+            abort();                    /* a record that parses is its own packing */
+        for (size_t i = n; i < size; i++)
+            if (data[i] != 0)
+                abort();
+    }
     return 0;
 }
