@@ -295,64 +295,6 @@ static weft_status_t watched(void *vrec)
     return st;
 }
 
-/* peer_info_t packed: the fixed fields, the hostname up to its end, each transport's
- * address up to its length (little-endian, as the struct). */
-size_t peer_pack(const peer_info_t *p, uint8_t *b)
-{
-    uint8_t *o = b;
-#define PUT(x) (memcpy(o, &(x), sizeof(x)), o += sizeof(x))
-    PUT(p->rank);
-    PUT(p->pid);
-    PUT(p->host_id);
-    PUT(p->pidns);
-    PUT(p->local_rank);
-    PUT(p->setup_failed);
-    uint8_t hl = (uint8_t)strnlen(p->hostname, sizeof(p->hostname) - 1);
-    PUT(hl);
-    memcpy(o, p->hostname, hl);
-    o += hl;
-    for (int k = 0; k < TP_MAX; k++) {
-        uint16_t len = p->addr[k].len <= TP_ADDR_BYTES ? p->addr[k].len : 0;
-        PUT(len);
-        memcpy(o, p->addr[k].blob, len);
-        o += len;
-    }
-#undef PUT
-    return (size_t)(o - b);
-}
-
-int peer_unpack(const uint8_t *b, size_t n, peer_info_t *p)
-{
-    size_t at = 0;
-    memset(p, 0, sizeof(*p));
-#define TAKE(dst, sz) do { if ((sz) > n - at) return -1; memcpy((dst), b + at, (sz)); \
-                           at += (sz); } while (0)
-    TAKE(&p->rank, sizeof(p->rank));
-    TAKE(&p->pid, sizeof(p->pid));
-    TAKE(&p->host_id, sizeof(p->host_id));
-    TAKE(&p->pidns, sizeof(p->pidns));
-    TAKE(&p->local_rank, sizeof(p->local_rank));
-    TAKE(&p->setup_failed, sizeof(p->setup_failed));
-    uint8_t hl;
-    TAKE(&hl, 1);
-    if (hl >= sizeof(p->hostname) || memchr(b + at, 0, hl < n - at ? hl : n - at) != NULL)
-        return -1;
-    TAKE(p->hostname, hl);
-    for (int k = 0; k < TP_MAX; k++) {
-        uint16_t len;
-        TAKE(&len, sizeof(len));
-        if (len > TP_ADDR_BYTES)
-            return -1;
-        p->addr[k].len = len;
-        TAKE(p->addr[k].blob, len);
-    }
-#undef TAKE
-    for (; at < n; at++)        /* the rest pads to the longest record: zeros */
-        if (b[at] != 0)
-            return -1;
-    return 0;
-}
-
 /* The address exchange with every record packed (peer_pack) to the longest one's
  * length: two exchanges, the lengths and then the records. */
 static weft_status_t exchange_packed(weft_comm_t *comm, exchange_fn_t exchange, void *ctx,

@@ -11,7 +11,8 @@
  * stream; with every rank on one host and device buffers, GPU to GPU through CUDA IPC
  * (weft's kernels read the peers' buffers; no host staging), blocking the caller until
  * the collective is complete (WEFT_CUDA_ASYNC=0, the default), or, with every rank its
- * own process (WEFT_CUDA_ASYNC=1; auto: and no two ranks on one GPU), enqueued on stream
+ * own process (WEFT_CUDA_ASYNC=1; auto: and no two ranks on one GPU; rank 0's setting
+ * counts), enqueued on stream
  * and run by a thread of the communicator, a failure then returned by the next call
  * (every buffer must then be cudaMalloc memory); otherwise (several hosts, host buffers) staged through pinned host
  * memory and the host collectives, blocking. Reductions follow weft.h's semantics

@@ -634,7 +634,10 @@ static void test_peer_pack(void)
     b[n + 3] = 1;
     CHECK(peer_unpack(b, n + 8, &q) != 0, "peer_unpack: padding that is not zeros refused");
     b[n + 3] = 0;
-    size_t hl_at = 4 + 4 + 8 + 8 + 4 + 4;             /* the hostname's length byte */
+    b[0] = 2;
+    CHECK(peer_unpack(b, n, &q) != 0, "peer_unpack: a record of another format version refused");
+    b[0] = 1;
+    size_t hl_at = 1 + 4 + 4 + 8 + 8 + 4 + 4;         /* the hostname's length byte */
     b[hl_at] = 64;
     CHECK(peer_unpack(b, n, &q) != 0, "peer_unpack: a hostname of 64 bytes refused");
     b[hl_at] = (uint8_t)strlen(p.hostname);

@@ -28,6 +28,7 @@
 
 #include "check.h"
 #include "checkpoint.h"
+#include "config.h"
 #include "ckpt_dir.h"
 #include "dist.h"
 #include "gpt2_cuda.h"
@@ -442,10 +443,10 @@ weft_status_t train_run(const train_opts_t *o, FILE *out)
     if (o->device == TRAIN_DEVICE_CUDA)   // say it before reading any data
         RETURN_IF_ERR(train_cuda_probe(NULL));
     // every buffer of the device collectives is cudaMalloc'd (shard/'s device table), so
-    // they may only enqueue where each rank has a GPU of its own (weft_cuda.h; the user's
-    // setting stays)
+    // they may only enqueue where each rank has a GPU of its own (weft_cuda.h): this
+    // library's default, before the first communicator (the environment still wins)
     if (o->device == TRAIN_DEVICE_CUDA)
-        setenv("WEFT_CUDA_ASYNC", "auto", 0);
+        RETURN_IF_ERR(cfg_set_default("WEFT_CUDA_ASYNC", "auto"));
     if (train_dist_launched_size() != 1) {   // a job's rank, or init's error why not
         GOTO_IF_ERR(train_dist_init(&dist), st, cleanup);
         if (dist.rank != 0 && !o->log_all) {

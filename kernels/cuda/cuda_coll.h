@@ -91,10 +91,11 @@ int64_t cuda_gpu_key(int dev);
 /* WEFT_TEST_CUDA_SHARES=each (tests only): ranks of several processes on one GPU each run
  * their own share, as ranks on several GPUs do, rather than rank 0 running them all. */
 int cuda_test_each_share(void);
-/* Whether comm's stream calls go through the queue, from WEFT_CUDA_ASYNC (-1 auto, 0, 1:
- * rank 0's) and every rank's GPU key (n of them; every rank its own process and able to
- * run a queue, already checked): 1 queues them, auto only where no two ranks share a GPU
- * (there the waiting processes' contexts slowed training 2.8x: docs/GPU.md). *lead: rank
+/* Whether comm's stream calls should go through the queue, from WEFT_CUDA_ASYNC (-1 auto,
+ * 0, 1: rank 0's) and every rank's GPU key (n of them; whether every rank is its own
+ * process and can run a queue is checked after): 1 queues them, auto only where no two
+ * ranks share a GPU (there the waiting processes' contexts slowed training 2.8x:
+ * docs/GPU.md). *lead: rank
  * 0 runs every share (all on one GPU, more than one rank, each 0: rank 0's
  * WEFT_TEST_CUDA_SHARES was not "each"). */
 int cuda_queue_choose(long async, int each, int n, const int64_t *gpu, int *lead);

@@ -189,6 +189,16 @@ static void run_job(queue_t *q, weft_comm_t *comm, q_job_t *j)
     const scall_t *c = &j->c;
     weft_status_t st = WEFT_OK;
     int kernels = 0;            /* the work in args[slot] is real */
+    pthread_mutex_lock(&q->lock);
+    weft_status_t failed = q->err;
+    pthread_mutex_unlock(&q->lock);
+    if (failed != WEFT_OK) {
+        /* an earlier call failed: on every rank, as each call's exit all-reduce makes a
+         * failure common, so no thread exchanges anything again (a rank whose caller saw
+         * the failure posts no more calls); the stream's flags are still set */
+        st = failed;
+        goto out;
+    }
     double t0 = q_now();
     cudaError_t e = cudaEventSynchronize(q->ev[slot]);
     double t1 = q_now();
@@ -389,14 +399,28 @@ static weft_status_t q_setup(weft_comm_t *comm, int *on)
 {
     *on = 0;
     int n = comm->nranks, dev = 0;
+    if (!cuda_ipc_wanted(comm))         /* the same on every rank: no collective needed */
+        return WEFT_OK;
+    /* A rank that cannot take part in the collectives below would leave the others
+     * waiting in them, or pair their next collective with its own: it aborts comm. */
+    int64_t *all = malloc(3 * sizeof(int64_t) * (size_t)n), *gpu = malloc(sizeof(int64_t) * (size_t)n);
+    int32_t *cans = malloc(sizeof(int32_t) * (size_t)n);
+    queue_t *q = calloc(1, sizeof(*q));
+    if (!all || !gpu || !cans || !q) {
+        free(all);
+        free(gpu);
+        free(cans);
+        free(q);
+        weft_comm_abort(comm);
+        return weft_error(WEFT_ERR_NO_MEMORY, "cuda queue: out of memory at the first stream "
+                          "call (the communicator is aborted)");
+    }
     /* first what the ranks want: rank 0's WEFT_CUDA_ASYNC (and test hook) counts, so
      * that ranks set differently still take one path; every rank's GPU */
     if (cudaGetDevice(&dev) != cudaSuccess)
         cudaGetLastError();
     int64_t want[3] = { comm->cfg.cuda_async, cuda_test_each_share(), cuda_gpu_key(dev) };
-    int64_t *all = malloc(sizeof(want) * (size_t)n), *gpu = malloc(sizeof(int64_t) * (size_t)n);
-    weft_status_t st = all && gpu ? weft_allgather(want, all, 3, WEFT_INT64, comm)
-                                  : weft_error(WEFT_ERR_NO_MEMORY, "cuda queue: out of memory");
+    weft_status_t st = weft_allgather(want, all, 3, WEFT_INT64, comm);
     int lead = 0, every = 0;
     for (int r = 0; st == WEFT_OK && r < n; r++)
         gpu[r] = all[r * 3 + 2];
@@ -406,29 +430,26 @@ static weft_status_t q_setup(weft_comm_t *comm, int *on)
     free(all);
     free(gpu);
     if (st != WEFT_OK || !every) {
+        free(cans);
+        free(q);
         if (declined)
             LOG_INFO(LOG_COLL, "comm %#x: stream calls block the caller: ranks share a GPU "
                      "(WEFT_CUDA_ASYNC=auto; 1 queues them there too)", comm->id32);
         return st;
     }
-    /* then whether every rank can: its own process, all on this host, one queue per
-     * process, stream memory operations on its GPU */
-    queue_t *q = calloc(1, sizeof(*q));
-    int32_t can = q != NULL && cuda_ipc_wanted(comm);
-    if (can && __atomic_fetch_add(&q_active, 1, __ATOMIC_SEQ_CST) != 0) {
+    /* then whether every rank can: its own process, one queue per process, stream memory
+     * operations on its GPU */
+    int32_t can = 1;
+    if (__atomic_fetch_add(&q_active, 1, __ATOMIC_SEQ_CST) != 0) {
         __atomic_fetch_sub(&q_active, 1, __ATOMIC_SEQ_CST);   /* another queue runs */
         can = 0;
     }
     int counted = can;
-    if (q) {
-        pthread_mutex_init(&q->lock, NULL);
-        pthread_cond_init(&q->cv, NULL);
-    }
+    pthread_mutex_init(&q->lock, NULL);
+    pthread_cond_init(&q->cv, NULL);
     can = can && q_setup_local(comm, q);
     cudaGetLastError();
-    int32_t *cans = malloc(sizeof(int32_t) * (size_t)n);
-    st = cans ? weft_allgather(&can, cans, 1, WEFT_INT32, comm)
-              : weft_error(WEFT_ERR_NO_MEMORY, "cuda queue: out of memory");
+    st = weft_allgather(&can, cans, 1, WEFT_INT32, comm);
     every = st == WEFT_OK;
     for (int r = 0; st == WEFT_OK && r < n; r++) {
         every &= cans[r] != 0;
@@ -439,8 +460,7 @@ static weft_status_t q_setup(weft_comm_t *comm, int *on)
     if (st == WEFT_OK && every)
         st = weft_comm_split(comm, 0, comm->rank, &q->hc);
     if (st != WEFT_OK || !every) {
-        if (q)
-            q_release(q, 1);
+        q_release(q, 1);
         if (counted)
             __atomic_fetch_sub(&q_active, 1, __ATOMIC_SEQ_CST);
         if (st == WEFT_OK)
@@ -455,7 +475,9 @@ static weft_status_t q_setup(weft_comm_t *comm, int *on)
         comm->cuda_q = NULL;
         q_release(q, 1);
         __atomic_fetch_sub(&q_active, 1, __ATOMIC_SEQ_CST);
-        return weft_error(WEFT_ERR_SYSTEM, "cuda queue: cannot start its thread");
+        weft_comm_abort(comm);      /* the others' queues run: no path left in common */
+        return weft_error(WEFT_ERR_SYSTEM, "cuda queue: cannot start its thread (the "
+                          "communicator is aborted)");
     }
     q->thread_on = 1;
     *on = 1;
