@@ -554,8 +554,8 @@ weft_status_t cuda_queue_run(const scall_t *c, size_t sb, size_t rb, int dev, in
     int e = cudaEventRecord(q->ev[slot], stream);
     if (!e)
         e = wait32(stream, dptr(q, &q->sh->go), seq, WAIT_GEQ);
-    j->nshare_timed = 0;
-    if (!e && j->nshare > 0)
+    j->nshare_timed = 0;        /* the kernels timed on the GPU only for the INFO line */
+    if (!e && j->nshare > 0 && log_enabled(LOG_LVL_INFO, LOG_COLL))
         j->nshare_timed = cudaEventRecord(q->kt0[slot], stream) == cudaSuccess;
     if (!e && j->nshare > 0)    /* the work, once into device memory (cuda_kern.h) */
         e = cuda_kern_fetch(q->args_dev[slot], q->sh_dev->args[slot],
