@@ -5,6 +5,7 @@
 #
 # Nothing is built here. Every run is wrapped in `timeout`, so a hang is a failure with a
 # name. A passing run prints one `ok` line with its time; a failing one prints `FAIL`, why,
+# the lines of its output that say FAIL or not ok (5 at most),
 # and the tail of its output. The last line is `N passed, N failed` (runs), and the exit
 # status is non-zero when anything failed.
 #
@@ -65,6 +66,9 @@ run() {
         FAILED_NAMES+=("$name")
         printf 'FAIL %-44s %6ss  %s\n' "$name" "$secs" "$why"
         printf '     command: %s\n' "$*"
+        # Its failing checks first (a CI excerpt that keeps only the first lines of a
+        # long tail lost them once), then the tail.
+        grep -E '^(FAIL|not ok)\b' "$out" | head -n 5 | sed 's/^/     ! /'
         tail -n "$TAIL" "$out" | sed 's/^/     | /'
     fi
 }

@@ -12,6 +12,7 @@
 # with port 0 or a taken port, a wrong secret, a rank that disagrees about the job size.
 # Every job runs under `timeout`.
 set -u
+HERE=$(dirname "$0")
 BIN=${1:-build/bin}
 PERF=$BIN/all_reduce_perf
 ARGS=(-b 8 -e 64K -f 8 -n 2 -w 1)
@@ -22,7 +23,10 @@ trap 'rm -rf "$OUT"' EXIT
 
 ok()   { PASS=$((PASS + 1)); echo "ok - $1"; }
 bad()  { FAIL=$((FAIL + 1)); echo "FAIL - $1"; [ -n "${2:-}" ] && sed 's/^/   | /' "$2" | tail -n 15; }
-port() { echo $((30000 + RANDOM % 30000)); }
+# port: a free loopback port and the one after it (torchrun's store and weft), outside the
+# kernel's ephemeral range: a random pick from 30000-59999 collided with a connection's
+# local port ("bind: Address already in use", a test failed).
+port() { /usr/bin/python3 "$HERE/weftlib.py" 2; }
 
 # clean_env CMD...: runs CMD without any launcher's variables from our own environment.
 clean_env() {

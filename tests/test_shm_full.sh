@@ -96,7 +96,7 @@ sed -e 's/if (advice == 23) {/const char *r = getenv("WEFT_RANK");\n    if (advi
     -e 's/errno = EINVAL;/errno = ENOMEM;/' -e 's/#include <stddef.h>/#include <stddef.h>\n#include <stdlib.h>/' \
     "$OUT/madv.c" >"$OUT/madv0.c"
 if ${CC:-cc} -shared -fPIC -o "$OUT/madv0.so" "$OUT/madv0.c" -ldl 2>"$OUT/cc0.log"; then
-    port=$((20000 + RANDOM % 20000))
+    port=$(/usr/bin/python3 "$(dirname "$0")/weftlib.py")
     for r in 0 1 2 3; do
         env WEFT_TRANSPORT=shm WEFT_TIMEOUT=10 WEFT_RANK=$r WEFT_WORLD_SIZE=4 \
             WEFT_ADDR=127.0.0.1:$port WEFT_SECRET=shm-full-test-$port LD_PRELOAD="$OUT/madv0.so" \
