@@ -210,7 +210,8 @@ static const cfg_knob_t knobs[] = {
       "buffer (its pages registered for the receive), 0 = none", STR(ib_zcopy),
       "reg|all|0" },
     { "WEFT_BUFFSIZE", "4M", "bytes of staging per connection and direction (shm ring size); "
-      "may differ between ranks: frames are cut to a quarter of the smallest",
+      "may differ between ranks: frames are cut to a quarter of the smallest; unset, a "
+      "host's shm rings shrink where /dev/shm is small (to fit half of its free space)",
       SIZE(buffsize), NULL },
     { "WEFT_SOCKET_BUFFSIZE", "0", "SO_SNDBUF and SO_RCVBUF of each tcp data connection "
       "(the kernel caps them at net.core.wmem_max/rmem_max); 0 = leave both to the kernel's "
@@ -379,6 +380,8 @@ weft_status_t cfg_load(weft_config_t *out)
     cfg_defaults(&cfg);
     for (size_t i = 0; i < NKNOBS; i++) {
         const char *v = getenv(knobs[i].name);
+        if (strcmp(knobs[i].name, "WEFT_BUFFSIZE") == 0)
+            cfg.buffsize_given = (v != NULL && *v != '\0') || default_over[i] != NULL;
         if (v == NULL || *v == '\0')
             continue;
         if (knob_set(&knobs[i], &cfg, v) != 0)

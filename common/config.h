@@ -35,6 +35,10 @@ typedef struct weft_config {
     char bind[256];           /* WEFT_BIND: auto | none | cores:LIST (comm/bind.c) */
     char hostid[64];          /* WEFT_HOSTID: "" = hostname/boot/machine id (topo_host_id) */
     size_t buffsize;          /* WEFT_BUFFSIZE: bytes of staging per connection */
+    int buffsize_given;       /* WEFT_BUFFSIZE was set (environment, or an embedder's
+                                 cfg_set_default): shm keeps it where /dev/shm is too
+                                 small (init fails, saying so); unset, the shm rings of
+                                 a host shrink to fit half of it (comm/shm/tp_shm.c) */
     size_t socket_buffsize;   /* WEFT_SOCKET_BUFFSIZE: SO_SNDBUF/SO_RCVBUF; 0 = autotuning */
     long tcp_dead_s;          /* WEFT_TCP_DEAD: seconds of silence from a peer's host after
                                  which its tcp connection is lost; 0 = the kernel's */

@@ -11,6 +11,10 @@
 #   - 2 ranks at WEFT_BUFFSIZE=4M (8 MB of rings): init fails on both within 10 s, no
 #     rank dies of a signal, and one names /dev/shm and WEFT_BUFFSIZE;
 #   - the same at WEFT_BUFFSIZE=1M: the all-reduce runs;
+#   - WEFT_BUFFSIZE unset, 4 ranks in 16 MB (12 rings of 4M would take 48 MB): the rings
+#     shrink to fit half of it (680K), host rank 0 says so once, all-reduce and all-to-all
+#     (every pair's ring) run and check their results (before 2026-11-28: init failed, as
+#     8 ranks in a container's default 64 MB did); 2 ranks in 64 MB keep 4M, no word;
 #   - 4M again with madvise(MADV_POPULATE_WRITE) refused as a kernel before 5.14 refuses
 #     it (EINVAL; an LD_PRELOAD shim built here), where the rings' pages were touched
 #     one by one: init fails the same way, no SIGBUS (before 2026-11-28: rank killed by
@@ -69,6 +73,37 @@ if [ $rc = 0 ] && grep -q '^ *1048576 ' "$OUT/fits"; then
     ok "WEFT_BUFFSIZE=1M in the same /dev/shm: the all-reduce runs"
 else
     bad "WEFT_BUFFSIZE=1M in the same /dev/shm: exit $rc" "$OUT/fits"
+fi
+# fitjob SIZE N PERF ARGS...: N shm ranks, WEFT_BUFFSIZE unset, in a SIZE /dev/shm
+fitjob() {
+    local size=$1 n=$2
+    shift 2
+    env -u WEFT_BUFFSIZE WEFT_TRANSPORT=shm WEFT_TIMEOUT=10 timeout 90 \
+        unshare -m sh -c 'mount -t tmpfs -o size='"$size"' tmpfs /dev/shm && exec "$@"' sh \
+        "$W" -n "$n" "$@"
+}
+fitjob 16M 4 "$B/bin/all_reduce_perf" -b 64K -e 4M -f 4 -n 3 -w 1 >"$OUT/fit" 2>&1
+rc=$?
+if [ $rc = 0 ] && grep -q '^ *4194304 ' "$OUT/fit" &&
+   [ "$(grep -c 'shm: /dev/shm is small for the 4 ranks of this host: rings of 680K' "$OUT/fit")" = 1 ] &&
+   ! grep -q 'WARN' <(grep -v 'is small for the' "$OUT/fit"); then
+    ok "WEFT_BUFFSIZE unset, 4 ranks in a 16 MB /dev/shm: rings of 680K, said once, the all-reduce runs"
+else
+    bad "WEFT_BUFFSIZE unset, 4 ranks in a 16 MB /dev/shm: exit $rc" "$OUT/fit"
+fi
+fitjob 16M 4 "$B/bin/alltoall_perf" -b 64K -e 4M -f 4 -n 3 -w 1 >"$OUT/fit2" 2>&1
+rc=$?
+if [ $rc = 0 ] && grep -q '^ *4194304 ' "$OUT/fit2"; then
+    ok "the same, all-to-all (every pair's ring): runs"
+else
+    bad "the same, all-to-all: exit $rc" "$OUT/fit2"
+fi
+fitjob 64M 2 "$B/bin/all_reduce_perf" -b 4M -e 4M -n 3 -w 1 >"$OUT/fit3" 2>&1
+rc=$?
+if [ $rc = 0 ] && grep -q '^ *4194304 ' "$OUT/fit3" && ! grep -q 'WARN' "$OUT/fit3"; then
+    ok "WEFT_BUFFSIZE unset, 2 ranks in 64 MB: rings of 4M, nothing said"
+else
+    bad "WEFT_BUFFSIZE unset, 2 ranks in 64 MB: exit $rc" "$OUT/fit3"
 fi
 # a kernel before 5.14: MADV_POPULATE_WRITE unknown (EINVAL), every other advice real
 cat >"$OUT/madv.c" <<'EOF'

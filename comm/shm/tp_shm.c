@@ -55,6 +55,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -141,6 +142,9 @@ typedef struct shm_local {
                                        its lock (seg_lock) says this process lives */
     int unlinked;
     uint64_t cma_probe;             /* peers read this to test single-copy access */
+    size_t fit;                     /* the host's rings' size where /dev/shm is small
+                                       (host_fit; 0: not worked out yet) */
+    uint64_t least_free;            /* the least free /dev/shm a rank of the host saw */
 } shm_local_t;
 
 
@@ -149,6 +153,9 @@ typedef struct shm_addr {
     char name[64];                  /* this rank's inbound segment */
     uint64_t cma_probe_addr;        /* where this rank keeps cma_probe_val, so peers */
     uint64_t cma_probe_val;         /* can check that they may read its memory (rget) */
+    uint64_t shm_free;              /* bytes free in its /dev/shm at setup (0: unknown) */
+    uint64_t fits;                  /* 1: its rings shrink to the host's fit (WEFT_BUFFSIZE
+                                       unset), 0: they keep its WEFT_BUFFSIZE */
 } shm_addr_t;
 _Static_assert(sizeof(shm_addr_t) <= TP_ADDR_BYTES, "shm address fits the blob");
 
@@ -286,10 +293,12 @@ static uint64_t ring_key(uint64_t key, int r)
 }
 
 /* What to do about a /dev/shm too small for the rings: each rank of a host takes
- * WEFT_BUFFSIZE (4M) for every other rank of its host. */
+ * WEFT_BUFFSIZE (4M) for every other rank of its host, where it was set (unset, the
+ * rings shrink to fit: host_fit, down to 64K). */
 #define SHM_FULL_HINT "; /dev/shm is full: each rank takes WEFT_BUFFSIZE for every other " \
     "rank of its host; enlarge it (docker run --shm-size, a Kubernetes emptyDir with medium " \
-    "Memory mounted there) or lower WEFT_BUFFSIZE"
+    "Memory mounted there) or lower WEFT_BUFFSIZE (unset, the rings shrink to fit half of " \
+    "/dev/shm's free space)"
 
 static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
 {
@@ -363,13 +372,76 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
     __atomic_store_n(&h->magic, SHM_MAGIC, __ATOMIC_RELEASE);
     if (random_bytes(&l->cma_probe, sizeof(l->cma_probe)) != 0)
         l->cma_probe = time_ns() ^ SHM_MAGIC;
+    /* /dev/shm's free bytes before any ring of this communicator is taken (tmpfs
+     * without a size limit says 0: unknown) */
+    struct statvfs vs;
+    uint64_t shm_free = fstatvfs(fd, &vs) == 0 ? (uint64_t)vs.f_bavail * vs.f_frsize : 0;
     shm_addr_t a = { .cma_probe_addr = (uint64_t)(uintptr_t)&l->cma_probe,
-                     .cma_probe_val = l->cma_probe };
+                     .cma_probe_val = l->cma_probe, .shm_free = shm_free,
+                     .fits = !comm->cfg.buffsize_given };
     snprintf(a.name, sizeof(a.name), "%s", l->name);
     memcpy(addr->blob, &a, sizeof(a));
     addr->len = sizeof(a);
     tp_set_ctx(comm, &tp_shm_ops, l);
     return WEFT_OK;
+}
+
+/* The size of this host's shm rings where /dev/shm is small: the rings of its n ranks
+ * (n(n-1) of them) fit half of the least free space any of them saw at setup, the rest
+ * left to everything else that lives there (other jobs, a PyTorch DataLoader's tensors).
+ * Every rank of the host works out the same from the same records, so both ends of a
+ * ring agree on its size without asking each other; a ring is min(its owner's
+ * WEFT_BUFFSIZE, this) when its owner's WEFT_BUFFSIZE was not set (shm_addr_t.fits),
+ * else its owner's WEFT_BUFFSIZE (too large: init fails, saying so). At least 64K, the
+ * least WEFT_BUFFSIZE takes. Before 2026-11-28 every rank took 4M per local peer, so 8
+ * ranks needed 224 MB, and init failed in a container's default 64 MB /dev/shm. */
+static size_t host_fit(const weft_comm_t *comm, uint64_t *least_p)
+{
+    uint64_t least = 0, n = 0;
+    for (int p = 0; p < comm->nranks; p++) {
+        shm_addr_t a;
+        if (!shm_can_connect(comm, &comm->peers[comm->rank], &comm->peers[p]) ||
+            !shm_addr_of(&comm->peers[p], &a))
+            continue;
+        n++;
+        if (a.shm_free && (least == 0 || a.shm_free < least))
+            least = a.shm_free;
+    }
+    *least_p = least;
+    if (n < 2 || least == 0)
+        return SIZE_MAX;
+    uint64_t per = least / 2 / (n * (n - 1));
+    per = per > CTL_BYTES ? (per - CTL_BYTES) & ~(uint64_t)4095 : 0;
+    return (size_t)WEFT_MAX(per, (uint64_t)64 << 10);
+}
+
+/* The size of the ring in owner's segment whose address is a and configured size is
+ * ring_bytes (its header's): see host_fit. */
+static size_t ring_size(shm_local_t *l, const weft_comm_t *comm, const shm_addr_t *a,
+                        uint64_t ring_bytes)
+{
+    if (l->fit == 0)
+        l->fit = host_fit(comm, &l->least_free);
+    return a->fits ? (size_t)WEFT_MIN(ring_bytes, (uint64_t)l->fit) : (size_t)ring_bytes;
+}
+
+/* This rank's rings came out smaller than its WEFT_BUFFSIZE (host_fit): frames are cut
+ * to fit them (connect's barrier takes the smallest of the ranks' buffsize), and the
+ * host's first rank says so once a process, the others at INFO. */
+static void shrunk(weft_comm_t *comm, const shm_local_t *l, size_t ring)
+{
+    static int said;
+    if (ring >= comm->cfg.buffsize)
+        return;
+    int warn = comm->local_rank == 0 && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED);
+    size_t was = comm->cfg.buffsize;
+    comm->cfg.buffsize = ring;
+    LOG_AT(warn ? LOG_LVL_WARN : LOG_LVL_INFO, LOG_SHM, "shm: /dev/shm is small for the "
+            "%d ranks of this host: rings of %zuK, not WEFT_BUFFSIZE's %zuK (the host's "
+            "rings take at most half of the %llu MB free at init); large messages may run "
+            "slower: enlarge /dev/shm (docker run --shm-size, a Kubernetes emptyDir "
+            "with medium Memory) or set WEFT_BUFFSIZE, which is then kept", comm->local_size,
+            ring >> 10, was >> 10, (unsigned long long)(l->least_free >> 20));
 }
 
 /* Maps rank peer's segment; *fd_p is left open (the caller takes ring pages through it
@@ -484,10 +556,13 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
     char *rx_slot = l->base + SEG_HDR_BYTES + (size_t)peer * mh->slot_bytes;
     e->tx_ctl = (shm_ring_ctl_t *)tx_slot;
     e->tx_data = tx_slot + CTL_BYTES;
-    e->tx_size = ph->ring_bytes;
+    shm_addr_t me;
+    shm_addr_of(&comm->peers[comm->rank], &me);
+    e->tx_size = ring_size(l, comm, &a, ph->ring_bytes);
     e->rx_ctl = (shm_ring_ctl_t *)rx_slot;
     e->rx_data = rx_slot + CTL_BYTES;
-    e->rx_size = mh->ring_bytes;
+    e->rx_size = ring_size(l, comm, &me, mh->ring_bytes);
+    shrunk(comm, l, e->rx_size);
     e->tx_key = ring_key(ph->key, comm->rank);  /* written before the magic we acquired */
     e->rx_key = ring_key(mh->key, peer);
     e->peer_pid = (pid_t)comm->peers[peer].pid;
@@ -506,8 +581,9 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
         free(e);
         return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
     }
-    int taken = take_slot(l->fd, (size_t)(rx_slot - l->base), (size_t)mh->slot_bytes) == 0 &&
-                take_slot(pfd, (size_t)(tx_slot - (char *)e->peer_map), (size_t)ph->slot_bytes) == 0;
+    int taken = take_slot(l->fd, (size_t)(rx_slot - l->base), slot_bytes(e->rx_size)) == 0 &&
+                take_slot(pfd, (size_t)(tx_slot - (char *)e->peer_map),
+                          slot_bytes(e->tx_size)) == 0;
     int errno_taken = errno;
     if (e->peer_fd < 0)
         close(pfd);
