@@ -40,6 +40,8 @@ struct bootstrap {
     char news[320];
     int failed;             /* this rank could not connect (bootstrap_failed): its next
                                record says so (boot_msg_t.pad = BOOT_PAD_FAILED) */
+    uint64_t sent;          /* rank 0: bytes of answers sent (INFO at close) */
+    int rounds;             /* rank 0: collections answered */
 };
 
 typedef struct {
@@ -553,9 +555,21 @@ void bootstrap_failed(void *ctx, weft_status_t why)
     tell_failure(bs, BOOT_NOCONN, 0, why);
 }
 
-weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t len)
+/* Where rank 0 receives record r of a collection (collect), and what it does once the
+ * record is there (got: NULL, nothing). */
+typedef struct {
+    void *(*slot)(void *arg, int r);
+    void (*got)(void *arg, int r);
+    void *arg;
+} bs_sink_t;
+
+/* Every rank's len-byte record to rank 0, which puts each where sink says (its own as
+ * record 0), in rank order, watching the others meanwhile; then rank 0 sends out_len
+ * bytes of out to every rank, which receives them into out. bootstrap_exchange's out is
+ * the records themselves (n * len bytes to each rank), bootstrap_reduce's their fold. */
+static weft_status_t collect(bootstrap_t *bs, const void *mine, size_t len,
+                             const bs_sink_t *sink, void *out, size_t out_len)
 {
-    bootstrap_t *bs = ctx;
     boot_msg_t m = { BOOT_MAGIC, (uint32_t)bs->nranks, (uint32_t)len,
                      bs->failed ? BOOT_PAD_FAILED : 0 };
     weft_status_t st;
@@ -568,10 +582,10 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
         if (st == WEFT_OK)
             st = sock_recv_all(fd, &m, sizeof(m), bs->deadline);
         if (st == WEFT_OK) {    /* rank 0's own report needs no prefix */
-            st = bootstrap_check_msg(&m, bs->nranks, len * (size_t)bs->nranks);
+            st = bootstrap_check_msg(&m, bs->nranks, out_len);
             if (st != WEFT_OK)
                 return st;
-            st = sock_recv_all(fd, all, len * (size_t)bs->nranks, bs->deadline);
+            st = sock_recv_all(fd, out, out_len, bs->deadline);
         }
         if (st != WEFT_OK && (st != WEFT_ERR_TIMEOUT || sent)) {
             /* rank 0 may have said why before it went: its report is queued here. Or,
@@ -600,7 +614,9 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
     if (bs->lost >= 0)
         return weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: rank %d was lost during "
                                 "setup", bs->lost);
-    memcpy(all, mine, len);
+    memcpy(sink->slot(sink->arg, 0), mine, len);
+    if (sink->got)
+        sink->got(sink->arg, 0);
     struct pollfd *pfd = malloc((size_t)bs->nranks * sizeof(*pfd));
     char *seen = calloc((size_t)bs->nranks, 1);
     if (pfd == NULL || seen == NULL) {
@@ -630,7 +646,7 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
             st = weft_error(WEFT_ERR_MISMATCH, "bootstrap: rank %d sent a %u-byte record, "
                             "expected %zu (different weft versions?)", r, got.len, len);
         if (st == WEFT_OK)
-            st = sock_recv_all(bs->fds[r], (char *)all + (size_t)r * len, len, bs->deadline);
+            st = sock_recv_all(bs->fds[r], sink->slot(sink->arg, r), len, bs->deadline);
         if (st == WEFT_OK && got.pad == BOOT_PAD_FAILED) {
             free(pfd);      /* others may be waiting for r to connect: stop them now */
             free(seen);
@@ -648,14 +664,18 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
             tell_failure(bs, st == WEFT_ERR_TIMEOUT ? BOOT_LATE : BOOT_FAIL, r, st);
             return st;
         }
+        if (sink->got)
+            sink->got(sink->arg, r);
     }
     free(pfd);
     free(seen);
-    m.len = (uint32_t)(len * (size_t)bs->nranks);
+    bs->rounds++;
+    m.len = (uint32_t)out_len;
     for (int r = 1; r < bs->nranks; r++) {
         st = sock_send_all(bs->fds[r], &m, sizeof(m), bs->deadline);
         if (st == WEFT_OK)
-            st = sock_send_all(bs->fds[r], all, len * (size_t)bs->nranks, bs->deadline);
+            st = sock_send_all(bs->fds[r], out, out_len, bs->deadline);
+        bs->sent += sizeof(m) + out_len;
         if (st != WEFT_OK) {
             weft_error_quiet(st, "bootstrap: rank %d: %s", r, weft_last_error());
             tell_failure(bs, BOOT_FAIL, r, st);
@@ -663,6 +683,56 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
         }
     }
     return WEFT_OK;
+}
+
+typedef struct {
+    char *base;
+    size_t len;
+} rows_t;
+
+static void *row_slot(void *arg, int r)
+{
+    rows_t *w = arg;
+    return w->base + (size_t)r * w->len;
+}
+
+weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t len)
+{
+    bootstrap_t *bs = ctx;
+    rows_t w = { all, len };
+    bs_sink_t sink = { row_slot, NULL, &w };
+    return collect(bs, mine, len, &sink, all, len * (size_t)bs->nranks);
+}
+
+typedef struct {
+    const fold_t *f;
+    void *acc, *rec;
+} fold_run_t;
+
+static void *fold_slot(void *arg, int r)
+{
+    (void)r;
+    return ((fold_run_t *)arg)->rec;
+}
+
+static void fold_got(void *arg, int r)
+{
+    fold_run_t *x = arg;
+    x->f->fold(x->acc, x->rec, r, x->f->arg);
+}
+
+weft_status_t bootstrap_reduce(void *ctx, const void *mine, void *acc, const fold_t *f)
+{
+    bootstrap_t *bs = ctx;
+    void *rec = bs->rank == 0 ? malloc(f->rec_len) : NULL;
+    if (bs->rank == 0 && rec == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
+    memset(acc, 0, f->acc_len);
+    fold_run_t x = { f, acc, rec };
+    bs_sink_t sink = { fold_slot, fold_got, &x };
+    weft_status_t st = collect(bs, mine, f->rec_len, &sink, acc, f->acc_len);
+    free(rec);
+    return st;
 }
 
 weft_status_t bootstrap_watch(void *ctx)
@@ -711,6 +781,9 @@ void bootstrap_close(bootstrap_t *bs)
 {
     if (bs == NULL)
         return;
+    if (bs->rank == 0 && bs->rounds)
+        LOG_INFO(LOG_BOOT, "bootstrap: rank 0 answered %d exchanges of %d ranks with %llu "
+                 "bytes in all", bs->rounds, bs->nranks, (unsigned long long)bs->sent);
     for (int i = 0; i < bs->nranks; i++)
         if (bs->fds[i] >= 0)
             close(bs->fds[i]);

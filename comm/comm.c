@@ -151,6 +151,14 @@ weft_status_t comm_local_addr(const weft_comm_t *c, struct sockaddr_in *out)
     return sock_local_addr(&c->rdv_addr, ifname, out);
 }
 
+/* fold_t: rank 0's record, whatever the others' */
+static void keep_rank0(void *acc, const void *rec, int r, void *arg)
+{
+    (void)arg;
+    if (r == 0)
+        memcpy(acc, rec, sizeof(uint64_t));
+}
+
 static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
                                uint32_t job_tag, weft_comm_t **comm_p)
 {
@@ -203,21 +211,14 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
     GOTO_IF_ERR(bootstrap_open(rank, nranks, rendezvous, &c->rdv_addr, c->rdv_named_lo,
                                c->has_secret ? c->secret : NULL,
                                job_tag, c->setup_deadline, &bs), st, fail);
-    uint64_t id = 0, *ids = malloc((size_t)nranks * sizeof(uint64_t));
-    if (ids == NULL) {
-        st = weft_error(WEFT_ERR_NO_MEMORY, "comm_init: out of memory");
-        goto fail;
-    }
+    uint64_t id = 0, id0;
     if (rank == 0 && random_bytes(&id, sizeof(id)) != 0)
         id = time_ns() ^ ((uint64_t)getpid() << 32);
-    st = bootstrap_exchange(bs, &id, ids, sizeof(id));
-    id = ids[0];
-    free(ids);
-    if (st != WEFT_OK)
-        goto fail;
-    comm_set_id(c, id);
-    GOTO_IF_ERR(connect_all(c, bootstrap_exchange, 1, bootstrap_watch, bootstrap_failed, bs),
-                st, fail);
+    fold_t f = { sizeof(id), sizeof(id0), keep_rank0, NULL };
+    GOTO_IF_ERR(bootstrap_reduce(bs, &id, &id0, &f), st, fail);    /* rank 0's, to all */
+    comm_set_id(c, id0);
+    GOTO_IF_ERR(connect_all(c, bootstrap_exchange, bootstrap_reduce, 1, bootstrap_watch,
+                            bootstrap_failed, bs), st, fail);
     bootstrap_close(bs);
     bs = NULL;
     GOTO_IF_ERR(comm_bind(c), st, fail);
@@ -417,7 +418,7 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
      * its collectives, each with its own) */
     c->setup_deadline = time_ns() + (uint64_t)(c->cfg.timeout_s * 1e9);
     sock_fd_room(c->nranks);
-    st = connect_all(c, split_exchange, 0, split_watch, split_failed, &x);
+    st = connect_all(c, split_exchange, NULL, 0, split_watch, split_failed, &x);
     if (st == WEFT_OK)
         st = connect_cores_far(c);      /* its errors name parent ranks too */
     c->parent_ranks = NULL;

@@ -288,6 +288,20 @@ int tuner_after_probe(const weft_comm_t *comm, const sched_args_t *a, int all_re
 
 /* connect.c: transport setup over an address exchange. */
 typedef weft_status_t (*exchange_fn_t)(void *ctx, const void *mine, void *all, size_t len);
+/* A fold of every rank's rec_len-byte record into an acc_len-byte result: acc starts
+ * zeroed, then fold(acc, record of rank r, r, arg) for r = 0, 1, ..., n - 1. */
+typedef struct {
+    size_t rec_len, acc_len;
+    void (*fold)(void *acc, const void *rec, int r, void *arg);
+    void *arg;
+} fold_t;
+/* Every rank gets the fold of all ranks' records in acc (bootstrap_reduce: rank 0 folds
+ * them as they arrive and sends each rank acc alone, not n records). */
+typedef weft_status_t (*reduce_fn_t)(void *ctx, const void *mine, void *acc, const fold_t *f);
+/* The same over an exchange: every rank folds all n records itself (reduce NULL, in
+ * connect_all: a split's exchanges are its parent's all-gathers). */
+weft_status_t exchange_reduce(exchange_fn_t exchange, reduce_fn_t reduce, void *ctx, int n,
+                              const void *mine, void *acc, const fold_t *f);
 /* What each rank puts in connect_all's closing barrier (a rank left out of a split sends
  * zeros): it connected, it reaches every peer one-sidedly, and its transports' default
  * single-copy threshold in KB (connect.c: local_cma_min). */
@@ -321,12 +335,17 @@ weft_status_t connect_cores_far(weft_comm_t *comm);
  * or connections failed (not a watch's news), so that it can tell the ranks that may be
  * waiting for it. A rank whose local setup fails says so in the address exchange
  * (peer_info_t.setup_failed), and then no rank connects. */
-weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, int packed,
+weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, reduce_fn_t reduce,
+                          int packed,
                           weft_status_t (*watch)(void *ctx),
                           void (*failed)(void *ctx, weft_status_t st), void *ctx);
 /* packed 1: the addresses travel packed (peer_pack), for exchanges whose cost grows with
  * the record (the bootstrap's through rank 0: N^2 records at init); every rank of the
- * exchange must pass the same. split passes 0 (its helper ranks mirror the plain one). */
+ * exchange must pass the same. split passes 0 (its helper ranks mirror the plain one).
+ * reduce: the exchanges whose records every rank folds into one answer (the packed
+ * records' longest length, the closing barrier's agreement) go through it where it is
+ * not NULL (init: bootstrap_reduce), else through exchange (exchange_reduce), so that a
+ * split's helper ranks still mirror them with one exchange each. */
 /* peer_info_t as the exchange carries it: at most PEER_PACK_MAX bytes; peer_unpack
  * takes a record padded with zeros to n bytes, 0 or -1 when it does not parse. */
 #define PEER_PACK_MAX (sizeof(peer_info_t) + 8)
@@ -354,6 +373,9 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous,
                              uint32_t job_tag, uint64_t deadline, bootstrap_t **bs_p);
 /* allgather of fixed-size blobs through rank 0; usable as exchange_fn_t */
 weft_status_t bootstrap_exchange(void *bs, const void *mine, void *all, size_t len);
+/* The fold of every rank's record, folded at rank 0, which sends each rank the result
+ * alone (reduce_fn_t): rank 0 sends n * acc_len bytes, not n * n * rec_len. */
+weft_status_t bootstrap_reduce(void *bs, const void *mine, void *acc, const fold_t *f);
 void bootstrap_close(bootstrap_t *bs);
 /* Between exchanges (a connect_all watch): PEER_LOST once a rank is known lost. Rank 0
  * sees a rank's rendezvous connection close and tells every other rank; they see that

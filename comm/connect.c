@@ -295,26 +295,59 @@ static weft_status_t watched(void *vrec)
     return st;
 }
 
+weft_status_t exchange_reduce(exchange_fn_t exchange, reduce_fn_t reduce, void *ctx, int n,
+                              const void *mine, void *acc, const fold_t *f)
+{
+    if (reduce)
+        return reduce(ctx, mine, acc, f);
+    char *all = malloc((size_t)n * f->rec_len);
+    if (all == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "connect: out of memory");
+    weft_status_t st = exchange(ctx, mine, all, f->rec_len);
+    memset(acc, 0, f->acc_len);
+    for (int r = 0; st == WEFT_OK && r < n; r++)
+        f->fold(acc, all + (size_t)r * f->rec_len, r, f->arg);
+    free(all);
+    return st;
+}
+
+/* The packed records' lengths, folded: the longest, and the first rank whose record is
+ * longer than this build takes (+1; 0: none) with its length. */
+typedef struct {
+    uint32_t max, bad_rank1, bad_len;
+} lens_acc_t;
+
+static void lens_fold(void *vacc, const void *rec, int r, void *arg)
+{
+    (void)arg;
+    lens_acc_t *a = vacc;
+    uint32_t len;
+    memcpy(&len, rec, sizeof(len));
+    if (len > PEER_PACK_MAX && a->bad_rank1 == 0) {
+        a->bad_rank1 = (uint32_t)r + 1;
+        a->bad_len = len;
+    }
+    a->max = len > a->max ? len : a->max;
+}
+
 /* The address exchange with every record packed (peer_pack) to the longest one's
- * length: two exchanges, the lengths and then the records. */
-static weft_status_t exchange_packed(weft_comm_t *comm, exchange_fn_t exchange, void *ctx,
-                                     const peer_info_t *self)
+ * length: the longest length first (a fold: through rank 0, one number to each rank,
+ * not n), and then the records. */
+static weft_status_t exchange_packed(weft_comm_t *comm, exchange_fn_t exchange,
+                                     reduce_fn_t reduce, void *ctx, const peer_info_t *self)
 {
     int n = comm->nranks;
     uint8_t mine[PEER_PACK_MAX];
     memset(mine, 0, sizeof(mine));
     uint32_t len = (uint32_t)peer_pack(self, mine), max = 0;
-    uint32_t *lens = malloc((size_t)n * sizeof(*lens));
-    if (lens == NULL)
-        return weft_error(WEFT_ERR_NO_MEMORY, "connect: out of memory");
-    weft_status_t st = exchange(ctx, &len, lens, sizeof(len));
-    for (int r = 0; st == WEFT_OK && r < n; r++) {
-        if (lens[r] > PEER_PACK_MAX)
-            st = weft_error(WEFT_ERR_MISMATCH, "connect: rank %d's address record is %u bytes, "
-                            "at most %zu here (different weft versions?)", r, lens[r],
-                            (size_t)PEER_PACK_MAX);
-        max = lens[r] > max ? lens[r] : max;
-    }
+    lens_acc_t lens;
+    fold_t f = { sizeof(len), sizeof(lens), lens_fold, NULL };
+    weft_status_t st = exchange_reduce(exchange, reduce, ctx, n, &len, &lens, &f);
+    if (st == WEFT_OK && lens.bad_rank1)
+        st = weft_error(WEFT_ERR_MISMATCH, "connect: rank %u's address record is %u bytes, "
+                        "at most %zu here (different weft versions?)", lens.bad_rank1 - 1,
+                        lens.bad_len, (size_t)PEER_PACK_MAX);
+    max = lens.max;
     uint8_t *all = st == WEFT_OK ? malloc((size_t)n * max) : NULL;
     if (st == WEFT_OK && all == NULL)
         st = weft_error(WEFT_ERR_NO_MEMORY, "connect: out of memory");
@@ -325,14 +358,50 @@ static weft_status_t exchange_packed(weft_comm_t *comm, exchange_fn_t exchange, 
                  max, sizeof(peer_info_t), n);
     for (int r = 0; st == WEFT_OK && r < n; r++)
         if (peer_unpack(all + (size_t)r * max, max, &comm->peers[r]) != 0)
-            st = weft_error(WEFT_ERR_MISMATCH, "connect: rank %d's address record (%u bytes) "
-                            "does not parse (different weft versions?)", r, lens[r]);
+            st = weft_error(WEFT_ERR_MISMATCH, "connect: rank %d's address record (%u bytes "
+                            "with padding) does not parse (different weft versions?)", r, max);
     free(all);
-    free(lens);
     return st;
 }
 
-weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, int packed,
+/* The closing barrier's records folded: what every rank must agree on (connect_all). */
+typedef struct {
+    int32_t all_ok, first_bad, cma, blocks, slow, net, cma_min_k, knob_rank, knob, pad;
+    uint64_t buffsize_min;      /* the smallest WEFT_BUFFSIZE (0: a rank left out) */
+    cfg_agree_t cfg0;           /* rank 0's knobs, which every rank's must equal */
+} agree_acc_t;
+
+static void agree_fold(void *vacc, const void *rec, int r, void *arg)
+{
+    (void)arg;
+    agree_acc_t *s = vacc;
+    connect_agree_t a;
+    memcpy(&a, rec, sizeof(a));
+    if (r == 0) {
+        s->all_ok = s->cma = s->blocks = 1;
+        s->first_bad = s->knob_rank = s->knob = -1;
+        s->cma_min_k = a.cma_min_k;
+        s->cfg0 = a.cfg;
+    }
+    s->all_ok &= a.ok;
+    if (!a.ok && s->first_bad < 0)
+        s->first_bad = r;
+    s->cma &= a.rma;
+    s->blocks &= a.blocks;
+    s->slow |= a.slow;
+    s->net |= a.net;
+    if (a.buffsize > 0 && (s->buffsize_min == 0 || a.buffsize < s->buffsize_min))
+        s->buffsize_min = a.buffsize;
+    for (int k = 0; s->knob_rank < 0 && k < CFG_AGREE_MAX; k++)
+        if (a.cfg.h[k] != s->cfg0.h[k]) {
+            s->knob_rank = r;
+            s->knob = k;
+        }
+    s->cma_min_k = a.cma_min_k && s->cma_min_k ? WEFT_MAX(s->cma_min_k, a.cma_min_k) : 0;
+}
+
+weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, reduce_fn_t reduce,
+                          int packed,
                           weft_status_t (*watch)(void *ctx),
                           void (*failed)(void *ctx, weft_status_t st), void *ctx)
 {
@@ -341,7 +410,7 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, int packed,
     weft_status_t st = local_setup(comm, &self);
     int setup_own = self.setup_failed = st != WEFT_OK;
     if (packed)
-        RETURN_IF_ERR(exchange_packed(comm, exchange, ctx, &self));
+        RETURN_IF_ERR(exchange_packed(comm, exchange, reduce, ctx, &self));
     else
         RETURN_IF_ERR(exchange(ctx, &self, comm->peers, sizeof(self)));
     compute_local(comm);
@@ -377,9 +446,6 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, int packed,
                              st == WEFT_OK && local_net(comm), { { 0 } },
                              comm->cfg.buffsize };
     cfg_agree_hash(&comm->cfg, &mine.cfg);
-    uint64_t buffsize_min = mine.buffsize;
-    int knob_rank = -1, knob = -1;  /* the first rank whose knobs differ from rank 0's */
-    int all_ok = 1, first_bad = -1, cma = 1, cma_min_k = mine.cma_min_k, blocks = 1, slow = 0, net = 0;
     /* which failure to report: this rank's own where it told the others it was this
      * rank's, or where the watch or the address exchange named another rank; else the
      * barrier's when it says who was lost (this rank's own connect error is then mostly
@@ -389,29 +455,14 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, int packed,
     char why[512] = "";
     if (st != WEFT_OK)
         snprintf(why, sizeof(why), "%s", weft_last_error());
-    connect_agree_t *all = malloc((size_t)comm->nranks * sizeof(*all));
-    if (all == NULL)
-        return st != WEFT_OK ? weft_error_quiet(st, "%s", why)
-                             : weft_error(WEFT_ERR_NO_MEMORY, "connect: out of memory");
-    weft_status_t xs = exchange(ctx, &mine, all, sizeof(mine));
-    for (int p = 0; xs == WEFT_OK && p < comm->nranks; p++) {
-        all_ok &= all[p].ok;
-        if (!all[p].ok && first_bad < 0)
-            first_bad = p;
-        cma &= all[p].rma;
-        blocks &= all[p].blocks;
-        slow |= all[p].slow;
-        net |= all[p].net;
-        if (all[p].buffsize > 0 && all[p].buffsize < buffsize_min)     /* 0: left out */
-            buffsize_min = all[p].buffsize;
-        for (int k = 0; knob_rank < 0 && k < CFG_AGREE_MAX; k++)
-            if (all[p].cfg.h[k] != all[0].cfg.h[k]) {
-                knob_rank = p;
-                knob = k;
-            }
-        cma_min_k = all[p].cma_min_k && cma_min_k ? WEFT_MAX(cma_min_k, all[p].cma_min_k) : 0;
-    }
-    free(all);
+    agree_acc_t agree;
+    fold_t f = { sizeof(mine), sizeof(agree), agree_fold, NULL };
+    weft_status_t xs = exchange_reduce(exchange, reduce, ctx, comm->nranks, &mine, &agree, &f);
+    int all_ok = agree.all_ok, first_bad = agree.first_bad, cma = agree.cma,
+        cma_min_k = agree.cma_min_k, blocks = agree.blocks, slow = agree.slow, net = agree.net;
+    int knob_rank = agree.knob_rank, knob = agree.knob;  /* the first rank whose knobs
+                                                          * differ from rank 0's */
+    uint64_t buffsize_min = agree.buffsize_min ? agree.buffsize_min : mine.buffsize;
     if (xs != WEFT_OK && (st == WEFT_OK || (xs != WEFT_ERR_TIMEOUT && !others && !told)))
         return xs;
     if (st != WEFT_OK)
