@@ -194,7 +194,8 @@ static void ctx_init(auth_ctx_t *ctx, int fd, int purpose)
 {
     struct sockaddr_in a;
     socklen_t len = sizeof(a);
-    ctx->purpose_name = purpose == AUTH_BOOTSTRAP ? "bootstrap" : "data";
+    ctx->purpose_name = purpose == AUTH_BOOTSTRAP ? "bootstrap" :
+                        purpose == AUTH_RELAY ? "bootstrap relay" : "data";
     if (getpeername(fd, (struct sockaddr *)&a, &len) == 0 && a.sin_family == AF_INET)
         sock_addr_str(&a, ctx->peer, sizeof(ctx->peer));
     else
@@ -240,7 +241,7 @@ static weft_status_t hello_make(int fd, const char *secret, int purpose, uint64_
                                 int my_rank, auth_hello_t *me)
 {
     if (fd < 0 || my_rank < 0 || (unsigned)my_rank >= AUTH_RANK_LIMIT ||
-        (purpose != AUTH_BOOTSTRAP && purpose != AUTH_DATA))
+        (purpose != AUTH_BOOTSTRAP && purpose != AUTH_DATA && purpose != AUTH_RELAY))
         return weft_error(WEFT_ERR_INVALID_ARG, "auth_handshake: bad arguments (fd %d, "
                           "rank %d, purpose %d)", fd, my_rank, purpose);
     *me = (auth_hello_t){

@@ -19,7 +19,7 @@
 #include "weft.h"
 #include "sock.h"
 
-enum { AUTH_BOOTSTRAP = 1, AUTH_DATA = 2 };
+enum { AUTH_BOOTSTRAP = 1, AUTH_DATA = 2, AUTH_RELAY = 3 };   /* RELAY: bootstrap.c's tree */
 #define AUTH_HELLO_LEN 48       /* a hello's bytes on the wire, sent first by both sides */
 #define AUTH_MAC_LEN 32         /* a MAC's, sent by each side once it has the other's hello */
 

@@ -7,6 +7,15 @@
  * fixed-size blobs (each rank's addresses), which is all communicator setup needs; it
  * is closed once the data connections are up.
  *
+ * From RELAY_FROM ranks, the records of an exchange go back down a tree (NCCL's
+ * bootstrap has a ring for the same reason): rank 0 sends them to its RELAY_FANOUT
+ * children only, and each rank forwards them to its own (rank r's children are
+ * r * F + 1 ... r * F + F), over connections the children open to a listener of their
+ * parent's, whose address rank 0 handed out once (relay_setup). Rank 0 then sends
+ * F * n records an exchange, not n * n (2.3 GB at 4096 ranks with shm and tcp
+ * addresses). Everything else (hellos, folds, failure reports) stays between rank 0 and
+ * each rank, and a rank waiting for its parent watches rank 0's connection meanwhile.
+ *
  * Invariants: rank 0 accepts exactly one connection per other rank; a connection that
  * fails authentication or names a bad or duplicate rank is logged and dropped without
  * disturbing the job. Every wait has the init deadline.
@@ -42,7 +51,38 @@ struct bootstrap {
                                record says so (boot_msg_t.pad = BOOT_PAD_FAILED) */
     uint64_t sent;          /* rank 0: bytes of answers sent (INFO at close) */
     int rounds;             /* rank 0: collections answered */
+    /* the relay (0 fanout: none): parent and children by the rank's place in the tree */
+    int fanout, parent;
+    const char *secret;     /* WEFT_SECRET (the caller's, which outlives this), or NULL */
+    struct sockaddr_in relay_addr;  /* where this rank's listener is to be (bootstrap_open) */
+    struct sockaddr_in parent_addr; /* the parent's listener (a parent other than rank 0) */
+    int lfd;                /* this rank's listener for its children, or -1 */
+    int up_fd;              /* to the parent (parent other than rank 0), or -1 */
+    int *down_fds;          /* [fanout] to the children, -1 until each connected */
 };
+
+/* Where rank 0 receives record r of a collection (collect), and what it does once the
+ * record is there (got: NULL, nothing); what it answers rank r (answer: NULL, the
+ * collection's out for every rank). */
+typedef struct {
+    void *(*slot)(void *arg, int r);
+    void (*got)(void *arg, int r);
+    void *arg;
+    const void *(*answer)(void *arg, int r);
+} bs_sink_t;
+static weft_status_t collect(bootstrap_t *bs, const void *mine, size_t len,
+                             const bs_sink_t *sink, void *out, size_t out_len, int relay);
+
+#define RELAY_FROM 128      /* ranks from which exchanges are relayed */
+#define RELAY_FANOUT 8
+
+int bootstrap_fanout(int nranks)
+{
+    const char *t = getenv("WEFT_TEST_BOOT_FANOUT");     /* test hook: any size */
+    if (t && *t)
+        return atoi(t) >= 2 && nranks > 2 ? atoi(t) : 0;
+    return nranks >= RELAY_FROM ? RELAY_FANOUT : 0;
+}
 
 typedef struct {
     uint32_t magic, nranks, len, pad;   /* a hello: len 0, pad the job tag; a record to
@@ -422,10 +462,73 @@ static weft_status_t join(bootstrap_t *bs, const struct sockaddr_in *addr, const
     return WEFT_OK;
 }
 
+/* A relay listener's address as relay_setup carries it (network order; port 0: none). */
+typedef struct {
+    uint32_t ip;
+    uint16_t port, pad;
+} relay_rec_t;
+
+typedef struct {
+    relay_rec_t *all;
+    int fanout;
+} relay_tab_t;
+
+static void *relay_slot(void *arg, int r)
+{
+    return &((relay_tab_t *)arg)->all[r];
+}
+
+static const void *relay_parent_of(void *arg, int r)
+{
+    relay_tab_t *t = arg;
+    return &t->all[(r - 1) / t->fanout];
+}
+
+/* Every rank with children listens (at the caller's address, a port of the kernel's);
+ * rank 0 collects the listeners and tells each rank its parent's. */
+static weft_status_t relay_setup(bootstrap_t *bs)
+{
+    int first = bs->rank * bs->fanout + 1;
+    int kids = WEFT_MAX(0, WEFT_MIN(bs->fanout, bs->nranks - first));
+    relay_rec_t mine = { 0, 0, 0 }, got = { 0, 0, 0 };
+    bs->parent = bs->rank == 0 ? -1 : (bs->rank - 1) / bs->fanout;
+    bs->down_fds = malloc((size_t)bs->fanout * sizeof(int));
+    if (bs->down_fds == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
+    for (int k = 0; k < bs->fanout; k++)
+        bs->down_fds[k] = -1;
+    if (bs->rank != 0 && kids > 0) {
+        struct sockaddr_in a = bs->relay_addr;
+        socklen_t alen = sizeof(a);
+        a.sin_port = 0;
+        RETURN_IF_ERR(sock_listen(&a, 0, &bs->lfd));
+        if (getsockname(bs->lfd, (struct sockaddr *)&a, &alen) != 0)
+            return weft_error(WEFT_ERR_SYSTEM, "bootstrap: getsockname: %m");
+        mine = (relay_rec_t){ a.sin_addr.s_addr, a.sin_port, 0 };
+    }
+    relay_tab_t t = { NULL, bs->fanout };
+    if (bs->rank == 0 && (t.all = calloc((size_t)bs->nranks, sizeof(*t.all))) == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
+    bs_sink_t sink = { relay_slot, NULL, &t, relay_parent_of };
+    weft_status_t st = collect(bs, &mine, sizeof(mine), &sink, &got, sizeof(got), 0);
+    free(t.all);
+    if (st == WEFT_OK && bs->parent > 0) {
+        if (got.port == 0)
+            return weft_error(WEFT_ERR_INTERNAL, "bootstrap: rank 0 gave no relay address "
+                              "for rank %d", bs->parent);
+        bs->parent_addr = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = got.port,
+                                                .sin_addr.s_addr = got.ip };
+    }
+    if (st == WEFT_OK && bs->rank == 0)
+        LOG_INFO(LOG_BOOT, "bootstrap: %d ranks: the exchanges' records go down a tree of "
+                 "fanout %d", bs->nranks, bs->fanout);
+    return st;
+}
+
 weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous,
                              const struct sockaddr_in *rdv_addr, int named_lo,
-                             const char *secret, uint32_t job_tag, uint64_t deadline,
-                             bootstrap_t **bs_p)
+                             const struct sockaddr_in *relay_addr, const char *secret,
+                             uint32_t job_tag, uint64_t deadline, bootstrap_t **bs_p)
 {
     /* resolved once, by the caller (comm.c, which waits for a name not in DNS yet): a
      * second lookup could fail, or give another address */
@@ -445,6 +548,11 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous,
     bs->fds = fds;
     bs->lost = -1;
     bs->deadline = deadline;
+    bs->lfd = bs->up_fd = -1;
+    bs->secret = secret;
+    bs->fanout = relay_addr ? bootstrap_fanout(nranks) : 0;
+    if (relay_addr)
+        bs->relay_addr = *relay_addr;
     weft_status_t st = WEFT_OK;
     if (rank == 0 && nranks > 1) {
         int lfd;
@@ -473,6 +581,8 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous,
             weft_error_quiet(st, "bootstrap: cannot join rank 0 at %s: %s", rendezvous,
                              weft_last_error());
     }
+    if (st == WEFT_OK && bs->fanout > 0)
+        st = relay_setup(bs);
     if (st != WEFT_OK) {
         bootstrap_close(bs);
         return st;
@@ -555,30 +665,169 @@ void bootstrap_failed(void *ctx, weft_status_t why)
     tell_failure(bs, BOOT_NOCONN, 0, why);
 }
 
-/* Where rank 0 receives record r of a collection (collect), and what it does once the
- * record is there (got: NULL, nothing). */
-typedef struct {
-    void *(*slot)(void *arg, int r);
-    void (*got)(void *arg, int r);
-    void *arg;
-} bs_sink_t;
+
+/* ---- the relay ------------------------------------------------------------------- */
+
+static weft_status_t watch_rank0(void *ctx)
+{
+    return bootstrap_watch(ctx);
+}
+
+/* The relay parent failed this rank (st: lost, garbled, or silent until the deadline):
+ * rank 0's word first, where it comes within 0.5 s (the parent's failure may be another
+ * rank's, which rank 0 names), else the parent's. */
+static weft_status_t relay_lost(bootstrap_t *bs, weft_status_t st)
+{
+    char keep[512];
+    snprintf(keep, sizeof(keep), "%s", weft_last_error());
+    struct pollfd p = { .fd = bs->fds[0], .events = POLLIN | POLLRDHUP };
+    if (poll(&p, 1, 500) > 0) {
+        weft_status_t said = bootstrap_watch(bs);
+        if (said != WEFT_OK)
+            return said;
+    }
+    if (st == WEFT_ERR_TIMEOUT)
+        return weft_error_quiet(st, "bootstrap: rank %d, which relays the setup's records to "
+                                "this rank, sent nothing before WEFT_TIMEOUT ran out: it is "
+                                "stalled, or slow to set up (%s)", bs->parent, keep);
+    return weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: rank %d, which relays the "
+                            "setup's records to this rank, was lost (%s)", bs->parent, keep);
+}
+
+/* A rank whose parent is not rank 0: its connection to the parent's listener, once. */
+static weft_status_t relay_up(bootstrap_t *bs)
+{
+    if (bs->up_fd >= 0)
+        return WEFT_OK;
+    sock_watch_t w = { watch_rank0, bs };
+    int fd, peer;
+    weft_status_t st = sock_connect_watched(&bs->parent_addr, bs->deadline, &w, &fd);
+    if (st == WEFT_OK) {
+        st = auth_handshake_watched(fd, bs->secret, AUTH_RELAY, bs->job_tag, bs->rank,
+                                    bs->deadline, &w, &peer);
+        if (st == WEFT_OK && peer != bs->parent)
+            st = weft_error(WEFT_ERR_AUTH, "bootstrap: rank %d's relay listener answered as "
+                            "rank %d", bs->parent, peer);
+        if (st != WEFT_OK)
+            close(fd);
+    }
+    /* this rank's own failure (fds, memory), or rank 0's news: as they are */
+    if (st != WEFT_OK && (bs->news_st != WEFT_OK || st == WEFT_ERR_SYSTEM ||
+                          st == WEFT_ERR_NO_MEMORY || st == WEFT_ERR_INVALID_ARG))
+        return st;
+    if (st != WEFT_OK)
+        return relay_lost(bs, st);
+    bs->up_fd = fd;
+    return WEFT_OK;
+}
+
+/* A rank whose parent is not rank 0: the exchange's answer from the parent, while rank
+ * 0's connection is watched for its failure reports. */
+static weft_status_t relay_recv(bootstrap_t *bs, void *out, size_t out_len)
+{
+    RETURN_IF_ERR(relay_up(bs));
+    for (;;) {
+        struct pollfd p[2] = { { .fd = bs->up_fd, .events = POLLIN },
+                               { .fd = bs->fds[0], .events = POLLIN | POLLRDHUP } };
+        uint64_t now = time_ns();
+        if (now >= bs->deadline)
+            return relay_lost(bs, weft_error(WEFT_ERR_TIMEOUT, "bootstrap: nothing from "
+                                             "rank %d", bs->parent));
+        int ms = (int)WEFT_MIN((bs->deadline - now) / 1000000 + 1, 100);
+        if (poll(p, 2, ms) <= 0)
+            continue;
+        if (p[1].revents)
+            RETURN_IF_ERR(bootstrap_watch(bs));
+        if (!p[0].revents)
+            continue;
+        boot_msg_t m;
+        weft_status_t st = sock_recv_all(bs->up_fd, &m, sizeof(m), bs->deadline);
+        if (st == WEFT_OK && (m.magic != BOOT_MAGIC || m.nranks != (uint32_t)bs->nranks ||
+                              m.len != out_len))
+            st = weft_error(WEFT_ERR_MISMATCH, "bootstrap: rank %d relayed a %u-byte answer "
+                            "for %u ranks (magic %#x), expected %zu for %d", bs->parent,
+                            m.len, m.nranks, m.magic, out_len, bs->nranks);
+        if (st == WEFT_OK)
+            st = sock_recv_all(bs->up_fd, out, out_len, bs->deadline);
+        return st == WEFT_OK ? WEFT_OK : relay_lost(bs, st);
+    }
+}
+
+/* A rank with children: accepts each one's connection (once), then sends them the
+ * exchange's answer. A child lost meanwhile is not this rank's failure: rank 0 sees it
+ * go and tells everyone. */
+static weft_status_t relay_down(bootstrap_t *bs, const void *out, size_t out_len)
+{
+    int first = bs->rank * bs->fanout + 1;
+    int kids = WEFT_MAX(0, WEFT_MIN(bs->fanout, bs->nranks - first));
+    sock_watch_t w = { watch_rank0, bs };
+    for (;;) {
+        int missing = 0;
+        for (int k = 0; k < kids; k++)
+            missing += bs->down_fds[k] < 0;
+        if (missing == 0)
+            break;
+        int fd, who;
+        weft_status_t st = sock_accept_watched(bs->lfd, bs->deadline, &w, &fd);
+        if (st == WEFT_ERR_TIMEOUT && bs->news_st == WEFT_OK) {
+            int k = 0;
+            while (bs->down_fds[k] >= 0)
+                k++;
+            return weft_error_quiet(st, "bootstrap: rank %d, to which this rank relays the "
+                                    "setup's records, did not connect before WEFT_TIMEOUT "
+                                    "ran out: it is stalled, or slow to set up", first + k);
+        }
+        RETURN_IF_ERR(st);
+        /* as the rendezvous: a silent stranger holds this 2 s at most */
+        st = auth_handshake_watched(fd, bs->secret, AUTH_RELAY, bs->job_tag, bs->rank,
+                                    WEFT_MIN(bs->deadline, time_ns() + 2000000000ull), &w,
+                                    &who);
+        if (st == WEFT_OK && (who < first || who >= first + kids ||
+                              bs->down_fds[who - first] >= 0)) {
+            LOG_WARN(LOG_BOOT, "bootstrap: dropped a relay connection claiming rank %d (this "
+                     "rank relays to ranks %d-%d)", who, first, first + kids - 1);
+            st = WEFT_ERR_AUTH;
+        }
+        if (st != WEFT_OK) {
+            close(fd);
+            if (bs->news_st != WEFT_OK)
+                return bs->news_st;
+            continue;
+        }
+        bs->down_fds[who - first] = fd;
+    }
+    boot_msg_t m = { BOOT_MAGIC, (uint32_t)bs->nranks, (uint32_t)out_len, 0 };
+    for (int k = 0; k < kids; k++) {
+        int fd = bs->down_fds[k];
+        if (sock_send_all(fd, &m, sizeof(m), bs->deadline) != WEFT_OK ||
+            sock_send_all(fd, out, out_len, bs->deadline) != WEFT_OK)
+            LOG_INFO(LOG_BOOT, "bootstrap: relaying to rank %d: %s (rank 0 sees it go)",
+                     first + k, weft_last_error());
+    }
+    return WEFT_OK;
+}
 
 /* Every rank's len-byte record to rank 0, which puts each where sink says (its own as
  * record 0), in rank order, watching the others meanwhile; then rank 0 sends out_len
  * bytes of out to every rank, which receives them into out. bootstrap_exchange's out is
  * the records themselves (n * len bytes to each rank), bootstrap_reduce's their fold. */
 static weft_status_t collect(bootstrap_t *bs, const void *mine, size_t len,
-                             const bs_sink_t *sink, void *out, size_t out_len)
+                             const bs_sink_t *sink, void *out, size_t out_len, int relay)
 {
     boot_msg_t m = { BOOT_MAGIC, (uint32_t)bs->nranks, (uint32_t)len,
                      bs->failed ? BOOT_PAD_FAILED : 0 };
     weft_status_t st;
+    relay = relay && bs->fanout > 0;
     if (bs->rank != 0) {
         int fd = bs->fds[0];
         st = sock_send_all(fd, &m, sizeof(m), bs->deadline);
         if (st == WEFT_OK)
             st = sock_send_all(fd, mine, len, bs->deadline);
         int sent = st == WEFT_OK;
+        if (st == WEFT_OK && relay && bs->parent != 0) {
+            st = relay_recv(bs, out, out_len);
+            return st == WEFT_OK ? relay_down(bs, out, out_len) : st;
+        }
         if (st == WEFT_OK)
             st = sock_recv_all(fd, &m, sizeof(m), bs->deadline);
         if (st == WEFT_OK) {    /* rank 0's own report needs no prefix */
@@ -604,10 +853,10 @@ static weft_status_t collect(bootstrap_t *bs, const void *mine, size_t len,
             weft_error_quiet(st, "%s", keep);
         }
         if (st != WEFT_OK)
-            weft_error_quiet(st, "bootstrap: rank 0 (the rendezvous) %s: %s",
-                             st == WEFT_ERR_TIMEOUT ? "did not answer" : "was lost",
-                             weft_last_error());
-        return st;
+            return weft_error_quiet(st, "bootstrap: rank 0 (the rendezvous) %s: %s",
+                                    st == WEFT_ERR_TIMEOUT ? "did not answer" : "was lost",
+                                    weft_last_error());
+        return relay ? relay_down(bs, out, out_len) : WEFT_OK;
     }
     if (bs->news_st != WEFT_OK)     /* the others have been told (bootstrap_watch) */
         return weft_error_quiet(bs->news_st, "%s", bs->news);
@@ -671,10 +920,12 @@ static weft_status_t collect(bootstrap_t *bs, const void *mine, size_t len,
     free(seen);
     bs->rounds++;
     m.len = (uint32_t)out_len;
-    for (int r = 1; r < bs->nranks; r++) {
+    int last = relay ? WEFT_MIN(bs->fanout, bs->nranks - 1) : bs->nranks - 1;
+    for (int r = 1; r <= last; r++) {
+        const void *o = sink->answer ? sink->answer(sink->arg, r) : out;
         st = sock_send_all(bs->fds[r], &m, sizeof(m), bs->deadline);
         if (st == WEFT_OK)
-            st = sock_send_all(bs->fds[r], out, out_len, bs->deadline);
+            st = sock_send_all(bs->fds[r], o, out_len, bs->deadline);
         bs->sent += sizeof(m) + out_len;
         if (st != WEFT_OK) {
             weft_error_quiet(st, "bootstrap: rank %d: %s", r, weft_last_error());
@@ -700,8 +951,8 @@ weft_status_t bootstrap_exchange(void *ctx, const void *mine, void *all, size_t 
 {
     bootstrap_t *bs = ctx;
     rows_t w = { all, len };
-    bs_sink_t sink = { row_slot, NULL, &w };
-    return collect(bs, mine, len, &sink, all, len * (size_t)bs->nranks);
+    bs_sink_t sink = { row_slot, NULL, &w, NULL };
+    return collect(bs, mine, len, &sink, all, len * (size_t)bs->nranks, 1);
 }
 
 typedef struct {
@@ -729,8 +980,8 @@ weft_status_t bootstrap_reduce(void *ctx, const void *mine, void *acc, const fol
         return weft_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
     memset(acc, 0, f->acc_len);
     fold_run_t x = { f, acc, rec };
-    bs_sink_t sink = { fold_slot, fold_got, &x };
-    weft_status_t st = collect(bs, mine, f->rec_len, &sink, acc, f->acc_len);
+    bs_sink_t sink = { fold_slot, fold_got, &x, NULL };
+    weft_status_t st = collect(bs, mine, f->rec_len, &sink, acc, f->acc_len, 0);
     free(rec);
     return st;
 }
@@ -787,6 +1038,14 @@ void bootstrap_close(bootstrap_t *bs)
     for (int i = 0; i < bs->nranks; i++)
         if (bs->fds[i] >= 0)
             close(bs->fds[i]);
+    for (int k = 0; bs->down_fds && k < bs->fanout; k++)
+        if (bs->down_fds[k] >= 0)
+            close(bs->down_fds[k]);
+    if (bs->lfd >= 0)
+        close(bs->lfd);
+    if (bs->up_fd >= 0)
+        close(bs->up_fd);
+    free(bs->down_fds);
     free(bs->fds);
     free(bs);
 }

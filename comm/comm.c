@@ -208,7 +208,11 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
                         "knows; name a port (WEFT_ADDR=host:port)", rendezvous);
         goto fail;
     }
+    struct sockaddr_in relay;     /* where this rank listens if it relays exchanges */
+    if (nranks > 1 && bootstrap_fanout(nranks) > 0)
+        GOTO_IF_ERR(comm_local_addr(c, &relay), st, fail);
     GOTO_IF_ERR(bootstrap_open(rank, nranks, rendezvous, &c->rdv_addr, c->rdv_named_lo,
+                               nranks > 1 && bootstrap_fanout(nranks) > 0 ? &relay : NULL,
                                c->has_secret ? c->secret : NULL,
                                job_tag, c->setup_deadline, &bs), st, fail);
     uint64_t id = 0, id0;

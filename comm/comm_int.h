@@ -366,11 +366,19 @@ weft_status_t connect_accept(weft_comm_t *comm, int lfd, uint64_t deadline, cons
  * messages) that resolved to addr; named_lo: it names a loopback address on this host
  * only (sock_named_loopback: rank 0 then listens on every interface). job_tag: the
  * launcher's job (launch_env_t; 0 for none), which rank 0 requires of every rank that
- * joins, so that ranks of two jobs that met at one port never mix. */
+ * joins, so that ranks of two jobs that met at one port never mix. relay_addr: where
+ * this rank listens for the ranks it relays exchanges to (the data connections' address,
+ * comm_local_addr), needed only where bootstrap_fanout(nranks) is not 0 (NULL: no relay
+ * on this rank; every rank must pass one or none alike). */
 typedef struct bootstrap bootstrap_t;
 weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous,
-                             const struct sockaddr_in *addr, int named_lo, const char *secret,
+                             const struct sockaddr_in *addr, int named_lo,
+                             const struct sockaddr_in *relay_addr, const char *secret,
                              uint32_t job_tag, uint64_t deadline, bootstrap_t **bs_p);
+/* The fanout of the tree the exchanges' records go down at nranks (0: every rank gets
+ * them from rank 0): 8 from 128 ranks; WEFT_TEST_BOOT_FANOUT=K (a test hook, on every
+ * rank) forces K at any size over 2. */
+int bootstrap_fanout(int nranks);
 /* allgather of fixed-size blobs through rank 0; usable as exchange_fn_t */
 weft_status_t bootstrap_exchange(void *bs, const void *mine, void *all, size_t len);
 /* The fold of every rank's record, folded at rank 0, which sends each rank the result

@@ -1176,6 +1176,81 @@ static int init_stall(double late, int victim, int in_listen)
     return bad;
 }
 
+/* relay_kill [stall] (4 ranks): the bootstrap's relay forced to a fanout of 2 on every
+ * rank (WEFT_TEST_BOOT_FANOUT), so that rank 1 relays the exchanges' records to rank 3.
+ * Rank 1 SIGKILLs itself as it accepts rank 3's relay connection (its first accept: it
+ * holds the records rank 3 waits for); every survivor's init fails with PEER_LOST naming
+ * rank 1 within 2 s. stall: rank 1 sleeps there past WEFT_TIMEOUT instead; every
+ * survivor's init fails within WEFT_TIMEOUT + 2 s, rank 3's naming rank 1 as stalled
+ * (rank 0's word, BOOT_LATE: rank 1 sent nothing of the next exchange). */
+static const char *accept_kill_file;
+static double accept_stall_s;
+static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
+
+int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
+{
+    if (real_accept4 == NULL)
+        real_accept4 = (int (*)(int, struct sockaddr *, socklen_t *, int))dlsym(RTLD_NEXT,
+                                                                               "accept4");
+    if (accept_kill_file) {
+        FILE *f = fopen(accept_kill_file, "w");
+        if (f) {
+            fprintf(f, "%.9f\n", now_s());
+            fclose(f);
+        }
+        raise(SIGKILL);
+    }
+    if (accept_stall_s > 0) {
+        usleep((useconds_t)(accept_stall_s * 1e6));
+        accept_stall_s = 0;
+    }
+    return real_accept4(fd, sa, len, flags);
+}
+
+static int relay_kill(const char *file, int stall)
+{
+    int rank = env_rank();
+    const char *n = getenv("WEFT_WORLD_SIZE"), *to = getenv("WEFT_TIMEOUT");
+    double timeout = to ? atof(to) : 0;
+    if (rank < 0 || !n || atoi(n) != 4 || !(timeout > 0) || timeout > 30)
+        return 1;
+    setenv("WEFT_TEST_BOOT_FANOUT", "2", 1);
+    signal(SIGTERM, SIG_IGN);
+    if (rank == 1 && stall)
+        accept_stall_s = timeout + 0.5;
+    else if (rank == 1)
+        accept_kill_file = file;
+    weft_comm_t *c;
+    double t;
+    weft_status_t st = timed_init(&c, &t);
+    int bad = 0;
+    if (stall) {
+        const char *needles[] = { rank == 3 ? "rank 1" : "", rank == 3 ? "stalled" : "",
+                                  NULL };
+        if (rank != 1)
+            bad = expectv(rank, "init, the rank relaying to rank 3 stalled", st,
+                          st == WEFT_OK ? WEFT_ERR_TIMEOUT : st, needles, t, timeout + 2.0);
+        if (rank != 1 && st == WEFT_OK) {
+            printf("FAIL rank %d: init succeeded with rank 1 stalled\n", rank);
+            bad = 1;
+        }
+    } else {
+        double t_kill = 0;
+        FILE *f = fopen(file, "r");
+        if (f == NULL || fscanf(f, "%lf", &t_kill) != 1) {
+            printf("FAIL rank %d: init returned %s (%s) but rank 1 left no time in %s\n",
+                   rank, weft_status_str(st), st ? weft_last_error() : "", file);
+            return 1;
+        }
+        fclose(f);
+        bad = expect(rank, "init, the rank relaying to rank 3 killed", st, WEFT_ERR_PEER_LOST,
+                     "rank 1", now_s() - t_kill, 2.0);
+    }
+    if (c)
+        weft_comm_destroy(c);
+    return bad;
+}
+
 /* init_knob: rank V alone sets a schedule knob (or the others spell its value another
  * way: SAME). */
 static int init_knob(const char *knob, int victim, const char *value, const char *same)
@@ -1400,6 +1475,11 @@ int main(int argc, char **argv)
         fflush(stdout);
         _exit(bad);
     }
+    if (!strcmp(mode, "relay_kill") && argc > 2) {
+        int bad = relay_kill(argv[2], argc > 3 && !strcmp(argv[3], "stall"));
+        fflush(stdout);
+        _exit(bad);
+    }
     if (!strcmp(mode, "init_knob") && argc > 4) {
         int bad = init_knob(argv[2], atoi(argv[3]), argv[4], argc > 5 ? argv[5] : NULL);
         fflush(stdout);
@@ -1549,6 +1629,7 @@ int main(int argc, char **argv)
                 "kill SEED FILE|init_kill SEED FILE|connect_kill SEED FILE|split_kill FILE (3 ranks)|"
                 "split_fds VICTIM K|init_fds VICTIM K|init_bind VICTIM (2 ranks)|read_abort N (2 ranks)|"
                 "init_knob KNOB VICTIM VALUE [SAME]|init_stall LATE [VICTIM [listen]] (tcp)|"
+                "relay_kill FILE [stall] (4 ranks)|"
                 "timeout_root reduce|broadcast (3 ranks)|garbage (3 ranks, tcp)|split_secret (2 ranks)|"
                 "leaks|dump\n");
         return 2;
