@@ -55,10 +55,19 @@ struct bootstrap {
     int fanout, parent;
     const char *secret;     /* WEFT_SECRET (the caller's, which outlives this), or NULL */
     struct sockaddr_in relay_addr;  /* where this rank's listener is to be (bootstrap_open) */
+    int relay_addr_ok;      /* the caller gave one (it could not: a rank with children
+                               says so in relay_setup) */
     struct sockaddr_in parent_addr; /* the parent's listener (a parent other than rank 0) */
     int lfd;                /* this rank's listener for its children, or -1 */
     int up_fd;              /* to the parent (parent other than rank 0), or -1 */
     int *down_fds;          /* [fanout] to the children, -1 until each connected */
+    int kid0, nkids;        /* the children: kid0 .. kid0 + nkids - 1 */
+    /* an answer being forwarded (relay_pump, whenever this rank waits): its header and
+     * bytes, how far each child got (down_off), how many children are not done */
+    char *fwd;
+    size_t fwd_len, *down_off;
+    int fwd_left;
+    int pumping;            /* in relay_pump (its handshake's watch must not pump again) */
 };
 
 /* Where rank 0 receives record r of a collection (collect), and what it does once the
@@ -80,7 +89,7 @@ int bootstrap_fanout(int nranks)
 {
     const char *t = getenv("WEFT_TEST_BOOT_FANOUT");     /* test hook: any size */
     if (t && *t)
-        return atoi(t) >= 2 && nranks > 2 ? atoi(t) : 0;
+        return atoi(t) >= 2 && atoi(t) <= 64 && nranks > 2 ? atoi(t) : 0;
     return nranks >= RELAY_FROM ? RELAY_FANOUT : 0;
 }
 
@@ -492,19 +501,32 @@ static weft_status_t relay_setup(bootstrap_t *bs)
     int kids = WEFT_MAX(0, WEFT_MIN(bs->fanout, bs->nranks - first));
     relay_rec_t mine = { 0, 0, 0 }, got = { 0, 0, 0 };
     bs->parent = bs->rank == 0 ? -1 : (bs->rank - 1) / bs->fanout;
+    bs->kid0 = first;
+    bs->nkids = kids;
     bs->down_fds = malloc((size_t)bs->fanout * sizeof(int));
-    if (bs->down_fds == NULL)
+    bs->down_off = calloc((size_t)bs->fanout, sizeof(size_t));
+    if (bs->down_fds == NULL || bs->down_off == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
     for (int k = 0; k < bs->fanout; k++)
         bs->down_fds[k] = -1;
+    /* a rank that cannot listen (no address: the caller said why) still takes part,
+     * its record marked failed, so that rank 0 tells the others at once (BOOT_NOCONN),
+     * not at their deadline */
+    weft_status_t own = WEFT_OK;
+    char why[512] = "";
     if (bs->rank != 0 && kids > 0) {
         struct sockaddr_in a = bs->relay_addr;
         socklen_t alen = sizeof(a);
         a.sin_port = 0;
-        RETURN_IF_ERR(sock_listen(&a, 0, &bs->lfd));
-        if (getsockname(bs->lfd, (struct sockaddr *)&a, &alen) != 0)
-            return weft_error(WEFT_ERR_SYSTEM, "bootstrap: getsockname: %m");
-        mine = (relay_rec_t){ a.sin_addr.s_addr, a.sin_port, 0 };
+        own = !bs->relay_addr_ok ? WEFT_ERR_SYSTEM : sock_listen(&a, 0, &bs->lfd);
+        if (own == WEFT_OK && getsockname(bs->lfd, (struct sockaddr *)&a, &alen) != 0)
+            own = weft_error(WEFT_ERR_SYSTEM, "bootstrap: getsockname: %m");
+        if (own == WEFT_OK)
+            mine = (relay_rec_t){ a.sin_addr.s_addr, a.sin_port, 0 };
+        else
+            snprintf(why, sizeof(why), "bootstrap: cannot listen for the ranks this rank "
+                     "relays to: %s", bs->relay_addr_ok ? weft_last_error() : "no address");
+        bs->failed |= own != WEFT_OK;
     }
     relay_tab_t t = { NULL, bs->fanout };
     if (bs->rank == 0 && (t.all = calloc((size_t)bs->nranks, sizeof(*t.all))) == NULL)
@@ -512,6 +534,8 @@ static weft_status_t relay_setup(bootstrap_t *bs)
     bs_sink_t sink = { relay_slot, NULL, &t, relay_parent_of };
     weft_status_t st = collect(bs, &mine, sizeof(mine), &sink, &got, sizeof(got), 0);
     free(t.all);
+    if (own != WEFT_OK)
+        return weft_error_quiet(own, "%s", why);
     if (st == WEFT_OK && bs->parent > 0) {
         if (got.port == 0)
             return weft_error(WEFT_ERR_INTERNAL, "bootstrap: rank 0 gave no relay address "
@@ -550,7 +574,8 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous,
     bs->deadline = deadline;
     bs->lfd = bs->up_fd = -1;
     bs->secret = secret;
-    bs->fanout = relay_addr ? bootstrap_fanout(nranks) : 0;
+    bs->fanout = bootstrap_fanout(nranks);
+    bs->relay_addr_ok = relay_addr != NULL;
     if (relay_addr)
         bs->relay_addr = *relay_addr;
     weft_status_t st = WEFT_OK;
@@ -747,70 +772,123 @@ static weft_status_t relay_recv(bootstrap_t *bs, void *out, size_t out_len)
             st = weft_error(WEFT_ERR_MISMATCH, "bootstrap: rank %d relayed a %u-byte answer "
                             "for %u ranks (magic %#x), expected %zu for %d", bs->parent,
                             m.len, m.nranks, m.magic, out_len, bs->nranks);
+        sock_watch_t w = { watch_rank0, bs };
         if (st == WEFT_OK)
-            st = sock_recv_all(bs->up_fd, out, out_len, bs->deadline);
+            st = sock_recv_all_watched(bs->up_fd, out, out_len, bs->deadline, &w);
+        if (st != WEFT_OK && bs->news_st != WEFT_OK)
+            return st;
         return st == WEFT_OK ? WEFT_OK : relay_lost(bs, st);
     }
 }
 
-/* A rank with children: accepts each one's connection (once), then sends them the
- * exchange's answer. A child lost meanwhile is not this rank's failure: rank 0 sees it
- * go and tells everyone. */
+/* A rank with children forwards an answer to them while it goes on with its own setup:
+ * whenever it waits (for rank 0, for its parent, in a watch of the data connections'
+ * setup) it pumps: accepts a child that connected, and sends each connected child what
+ * its socket takes. So a child that stalls before it connects, or stops reading, holds
+ * up neither this rank nor its other children, and rank 0 names that child when it
+ * misses the next exchange (before, this rank waited for it, missed that exchange
+ * itself, and was named). A child lost is not this rank's failure: rank 0 sees it go. */
+static void relay_pump_once(bootstrap_t *bs, int ms);
+
+static void relay_pump(bootstrap_t *bs, int ms)
+{
+    if (bs->fwd_left == 0 || bs->pumping)
+        return;
+    bs->pumping = 1;
+    relay_pump_once(bs, ms);
+    bs->pumping = 0;
+}
+
+static void relay_pump_once(bootstrap_t *bs, int ms)
+{
+    struct pollfd p[1 + 64];
+    int np = 0, listen_on = 0, map[64];
+    for (int k = 0; k < bs->nkids; k++)
+        if (bs->down_fds[k] < 0)
+            listen_on = 1;
+        else if (bs->down_off[k] < bs->fwd_len && np < 64) {
+            map[np] = k;
+            p[np++] = (struct pollfd){ .fd = bs->down_fds[k], .events = POLLOUT };
+        }
+    if (listen_on)
+        p[np++] = (struct pollfd){ .fd = bs->lfd, .events = POLLIN };
+    if (np == 0 || poll(p, (nfds_t)np, ms) <= 0)
+        return;
+    for (int i = 0; i < np - listen_on; i++) {
+        int k = map[i];
+        if (!p[i].revents)
+            continue;
+        ssize_t w = send(bs->down_fds[k], bs->fwd + bs->down_off[k],
+                         bs->fwd_len - bs->down_off[k], MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w > 0)
+            bs->down_off[k] += (size_t)w;
+        else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            LOG_INFO(LOG_BOOT, "bootstrap: relaying to rank %d: %m (rank 0 sees it go)",
+                     bs->kid0 + k);
+            bs->down_off[k] = bs->fwd_len;
+        }
+        if (bs->down_off[k] == bs->fwd_len)
+            bs->fwd_left--;
+    }
+    if (!listen_on || !(p[np - 1].revents & POLLIN))
+        return;
+    int fd = accept4(bs->lfd, NULL, NULL, SOCK_CLOEXEC), who;
+    if (fd < 0)
+        return;
+    /* as the rendezvous: a silent stranger holds this 2 s at most */
+    sock_watch_t w = { watch_rank0, bs };
+    weft_status_t st = auth_handshake_watched(fd, bs->secret, AUTH_RELAY, bs->job_tag,
+                                              bs->rank, WEFT_MIN(bs->deadline, time_ns() +
+                                                                 2000000000ull), &w, &who);
+    if (st == WEFT_OK && (who < bs->kid0 || who >= bs->kid0 + bs->nkids ||
+                          bs->down_fds[who - bs->kid0] >= 0)) {
+        LOG_WARN(LOG_BOOT, "bootstrap: dropped a relay connection claiming rank %d (this rank "
+                 "relays to ranks %d-%d)", who, bs->kid0, bs->kid0 + bs->nkids - 1);
+        st = WEFT_ERR_AUTH;
+    }
+    if (st != WEFT_OK) {
+        close(fd);
+        return;
+    }
+    bs->down_fds[who - bs->kid0] = fd;
+}
+
+/* The answer to forward from now on (every child had the last one: each sent its next
+ * record to rank 0 before this answer existed, and that came after it had read the
+ * last one). */
 static weft_status_t relay_down(bootstrap_t *bs, const void *out, size_t out_len)
 {
-    int first = bs->rank * bs->fanout + 1;
-    int kids = WEFT_MAX(0, WEFT_MIN(bs->fanout, bs->nranks - first));
-    sock_watch_t w = { watch_rank0, bs };
-    for (;;) {
-        int missing = 0;
-        for (int k = 0; k < kids; k++)
-            missing += bs->down_fds[k] < 0;
-        if (missing == 0)
-            break;
-        int fd, who;
-        weft_status_t st = sock_accept_watched(bs->lfd, bs->deadline, &w, &fd);
-        if (st == WEFT_ERR_TIMEOUT && bs->news_st == WEFT_OK) {
-            int k = 0;
-            while (bs->down_fds[k] >= 0)
-                k++;
-            return weft_error_quiet(st, "bootstrap: rank %d, to which this rank relays the "
-                                    "setup's records, did not connect before WEFT_TIMEOUT "
-                                    "ran out: it is stalled, or slow to set up", first + k);
-        }
-        RETURN_IF_ERR(st);
-        /* as the rendezvous: a silent stranger holds this 2 s at most */
-        st = auth_handshake_watched(fd, bs->secret, AUTH_RELAY, bs->job_tag, bs->rank,
-                                    WEFT_MIN(bs->deadline, time_ns() + 2000000000ull), &w,
-                                    &who);
-        if (st == WEFT_OK && (who < first || who >= first + kids ||
-                              bs->down_fds[who - first] >= 0)) {
-            LOG_WARN(LOG_BOOT, "bootstrap: dropped a relay connection claiming rank %d (this "
-                     "rank relays to ranks %d-%d)", who, first, first + kids - 1);
-            st = WEFT_ERR_AUTH;
-        }
-        if (st != WEFT_OK) {
-            close(fd);
-            if (bs->news_st != WEFT_OK)
-                return bs->news_st;
-            continue;
-        }
-        bs->down_fds[who - first] = fd;
-    }
+    if (bs->nkids == 0)
+        return WEFT_OK;
     boot_msg_t m = { BOOT_MAGIC, (uint32_t)bs->nranks, (uint32_t)out_len, 0 };
-    for (int k = 0; k < kids; k++) {
-        int fd = bs->down_fds[k];
-        if (sock_send_all(fd, &m, sizeof(m), bs->deadline) != WEFT_OK ||
-            sock_send_all(fd, out, out_len, bs->deadline) != WEFT_OK)
-            LOG_INFO(LOG_BOOT, "bootstrap: relaying to rank %d: %s (rank 0 sees it go)",
-                     first + k, weft_last_error());
-    }
+    char *f = malloc(sizeof(m) + out_len);
+    if (f == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
+    memcpy(f, &m, sizeof(m));
+    memcpy(f + sizeof(m), out, out_len);
+    free(bs->fwd);
+    bs->fwd = f;
+    bs->fwd_len = sizeof(m) + out_len;
+    bs->fwd_left = bs->nkids;
+    for (int k = 0; k < bs->nkids; k++)
+        bs->down_off[k] = 0;
+    for (int i = 0; i < 4 * bs->nkids && bs->fwd_left; i++)
+        relay_pump(bs, 0);      /* the children that are there already */
     return WEFT_OK;
 }
 
-/* Every rank's len-byte record to rank 0, which puts each where sink says (its own as
- * record 0), in rank order, watching the others meanwhile; then rank 0 sends out_len
- * bytes of out to every rank, which receives them into out. bootstrap_exchange's out is
- * the records themselves (n * len bytes to each rank), bootstrap_reduce's their fold. */
+/* A rank that forwards an answer, about to wait on fd (rank 0's connection): pumps
+ * until fd has something to read, or the deadline (fd's own wait then says so). */
+static void relay_wait(bootstrap_t *bs, int fd)
+{
+    while (bs->fwd_left > 0 && time_ns() < bs->deadline) {
+        struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
+        if (poll(&p, 1, 0) > 0)
+            return;
+        relay_pump(bs, 20);
+    }
+}
+
 static weft_status_t collect(bootstrap_t *bs, const void *mine, size_t len,
                              const bs_sink_t *sink, void *out, size_t out_len, int relay)
 {
@@ -828,6 +906,8 @@ static weft_status_t collect(bootstrap_t *bs, const void *mine, size_t len,
             st = relay_recv(bs, out, out_len);
             return st == WEFT_OK ? relay_down(bs, out, out_len) : st;
         }
+        if (st == WEFT_OK)
+            relay_wait(bs, fd);     /* children still to serve: serve them meanwhile */
         if (st == WEFT_OK)
             st = sock_recv_all(fd, &m, sizeof(m), bs->deadline);
         if (st == WEFT_OK) {    /* rank 0's own report needs no prefix */
@@ -995,6 +1075,7 @@ weft_status_t bootstrap_watch(void *ctx)
         return weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: rank %d was lost during "
                                 "setup", bs->lost);
     if (bs->rank != 0) {
+        relay_pump(bs, 0);      /* children still to serve (this rank waits somewhere) */
         /* rank 0 sends nothing between exchanges but a failure report: its words */
         struct pollfd p = { .fd = bs->fds[0], .events = POLLIN | POLLRDHUP };
         boot_msg_t f;
@@ -1046,6 +1127,8 @@ void bootstrap_close(bootstrap_t *bs)
     if (bs->up_fd >= 0)
         close(bs->up_fd);
     free(bs->down_fds);
+    free(bs->down_off);
+    free(bs->fwd);
     free(bs->fds);
     free(bs);
 }

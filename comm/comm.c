@@ -208,13 +208,24 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
                         "knows; name a port (WEFT_ADDR=host:port)", rendezvous);
         goto fail;
     }
-    struct sockaddr_in relay;     /* where this rank listens if it relays exchanges */
-    if (nranks > 1 && bootstrap_fanout(nranks) > 0)
-        GOTO_IF_ERR(comm_local_addr(c, &relay), st, fail);
-    GOTO_IF_ERR(bootstrap_open(rank, nranks, rendezvous, &c->rdv_addr, c->rdv_named_lo,
-                               nranks > 1 && bootstrap_fanout(nranks) > 0 ? &relay : NULL,
-                               c->has_secret ? c->secret : NULL,
-                               job_tag, c->setup_deadline, &bs), st, fail);
+    /* where this rank listens if it relays exchanges (a rank with children in the
+     * bootstrap's tree): a failure here is told in the bootstrap (relay_setup), so that
+     * the others hear of it at once, and returned */
+    struct sockaddr_in relay;
+    int fan = nranks > 1 ? bootstrap_fanout(nranks) : 0;
+    weft_status_t relay_st = WEFT_OK;
+    char relay_why[512] = "";
+    if (rank != 0 && fan > 0 && (int64_t)rank * fan + 1 < nranks &&
+        (relay_st = comm_local_addr(c, &relay)) != WEFT_OK)
+        snprintf(relay_why, sizeof(relay_why), "%s", weft_last_error());
+    st = bootstrap_open(rank, nranks, rendezvous, &c->rdv_addr, c->rdv_named_lo,
+                        relay_st == WEFT_OK ? &relay : NULL, c->has_secret ? c->secret : NULL,
+                        job_tag, c->setup_deadline, &bs);
+    if (st != WEFT_OK && relay_st != WEFT_OK)
+        st = weft_error_quiet(relay_st, "bootstrap: no address to listen on for the ranks "
+                              "this rank relays init's records to: %s", relay_why);
+    if (st != WEFT_OK)
+        goto fail;
     uint64_t id = 0, id0;
     if (rank == 0 && random_bytes(&id, sizeof(id)) != 0)
         id = time_ns() ^ ((uint64_t)getpid() << 32);
@@ -385,8 +396,14 @@ weft_status_t weft_comm_split(weft_comm_t *comm, int color, int key, weft_comm_t
     }
     uint32_t split_no = comm->nsplits++;
     split_ctx_t x = { comm, members, m, split_no };
+    /* where the parent's shm rings shrank to fit /dev/shm, the split's are no larger:
+     * its pairs are the parent's, so it takes no more than the parent did, and the
+     * groups of a split set up at once (each sees the same free space) fit together */
+    weft_config_t ccfg = comm->cfg;
+    if (comm->buffsize_shm && comm->buffsize_shm < ccfg.buffsize)
+        ccfg.buffsize = comm->buffsize_shm;
     if (mine[0] >= 0)
-        st = comm_alloc(newrank, m, &comm->cfg, comm->has_secret ? comm->secret : NULL, &c);
+        st = comm_alloc(newrank, m, &ccfg, comm->has_secret ? comm->secret : NULL, &c);
     if (mine[0] < 0 || st != WEFT_OK) {
         /* take part in the exchanges connect_all makes, with nothing to connect: a rank
          * left out, or a member that could not allocate its communicator, which says so

@@ -123,6 +123,10 @@ struct weft_comm {
     size_t buffsize_min;     /* the smallest WEFT_BUFFSIZE of the ranks (connect's barrier):
                               * every receiver's ring or frame limit takes a frame of a
                               * quarter of it (tuner.c: pick_chunk); 0 before connect */
+    size_t buffsize_shm;     /* this rank's shm rings, where they shrank below WEFT_BUFFSIZE
+                              * to fit /dev/shm (tp_shm.c: host_fit), else 0: what it puts
+                              * in connect's barrier (cfg.buffsize keeps the setting); a
+                              * split's rings are no larger (comm.c) */
     int flush_eps;           /* some endpoint's transport has a flush op */
     char transport_desc[16];
 
@@ -368,8 +372,8 @@ weft_status_t connect_accept(weft_comm_t *comm, int lfd, uint64_t deadline, cons
  * launcher's job (launch_env_t; 0 for none), which rank 0 requires of every rank that
  * joins, so that ranks of two jobs that met at one port never mix. relay_addr: where
  * this rank listens for the ranks it relays exchanges to (the data connections' address,
- * comm_local_addr), needed only where bootstrap_fanout(nranks) is not 0 (NULL: no relay
- * on this rank; every rank must pass one or none alike). */
+ * comm_local_addr), needed only by a rank with children in that tree (NULL for one:
+ * it could not get one, and says so in the bootstrap so that the others fail at once). */
 typedef struct bootstrap bootstrap_t;
 weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous,
                              const struct sockaddr_in *addr, int named_lo,

@@ -444,7 +444,7 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, reduce_fn_t
                              st == WEFT_OK && local_blocks(comm),
                              st == WEFT_OK && local_slow(comm, &ratio),
                              st == WEFT_OK && local_net(comm), { { 0 } },
-                             comm->cfg.buffsize };
+                             comm->buffsize_shm ? comm->buffsize_shm : comm->cfg.buffsize };
     cfg_agree_hash(&comm->cfg, &mine.cfg);
     /* which failure to report: this rank's own where it told the others it was this
      * rank's, or where the watch or the address exchange named another rank; else the

@@ -540,20 +540,24 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
         [ "$t" = tcp ] && run "test_fail init_stall listen -n 3 tcp" env WEFT_TRANSPORT=tcp \
             WEFT_TIMEOUT=2 "$WEFTRUN" -n 3 "$B/tests/test_fail" init_stall 0.3 1 listen
         # the bootstrap's relay (forced at 4 ranks: rank 1 relays the records to rank 3):
-        # rank 1 killed, or stalled, as it accepts rank 3's connection; and a job of 8
-        # ranks (a tree of depth 3) whose every pair then exchanges checked data
+        # rank 1 killed, or stalled, as it accepts rank 3's connection, or rank 3 stalled
+        # as it connects to rank 1 (shm: no accept of tcp's to take the hooks); and a job
+        # of 8 ranks (a tree of depth 3) whose every pair then exchanges checked data
         if [ "$t" = tcp ] || [ "$t" = shm ]; then
             run "bootstrap relay alltoall_perf -n 8 $t" env WEFT_TRANSPORT=$t \
                 WEFT_TEST_BOOT_FANOUT=2 "$WEFTRUN" -n 8 "$B/bin/alltoall_perf" -b 8 -e 64K \
                 -f 32 -n 2 -w 1
+        fi
+        if [ "$t" = shm ]; then
             # (weftrun exits 128+9 for the rank killed: the 3 survivors' ok lines decide)
             run "test_fail relay_kill -n 4 $t" bash -c 'out=$("$@" 2>&1); rc=$?; echo "$out"
                 [ $rc = 137 ] && [ "$(grep -c "^ok" <<<"$out")" = 3 ] &&
                 ! grep -q "^FAIL" <<<"$out"' _ env WEFT_TRANSPORT=$t WEFT_TIMEOUT=2 \
                 "$WEFTRUN" -n 4 "$B/tests/test_fail" relay_kill "$LOG/relay.$t"
-            [ "$t" = shm ] && run "test_fail relay_kill stall -n 4 $t" env WEFT_TRANSPORT=$t \
-                WEFT_TIMEOUT=2 "$WEFTRUN" -n 4 "$B/tests/test_fail" relay_kill \
-                "$LOG/relay.$t" stall
+            for how in stall child; do
+                run "test_fail relay_kill $how -n 4 $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=2 \
+                    "$WEFTRUN" -n 4 "$B/tests/test_fail" relay_kill "$LOG/relay.$t" $how
+            done
         fi
         # a schedule knob set on one rank only fails every rank's init, naming it (it
         # hung, or failed some later call with an INTERNAL frame length); alike but

@@ -110,6 +110,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <stdint.h>
@@ -826,6 +827,9 @@ static const char *kill_file;
 static int kill_fds[2] = { -1, -1 }, kill_nfds;
 static double stall_s;      /* init_stall: the stall_skip+1-th stream connect() sleeps */
 static int stall_skip;
+static int stall_not_port;  /* relay_kill child: stall the first stream connect to any
+                               port but this one (the rendezvous's, which a joining rank
+                               may connect to several times while rank 0 starts) */
 static double stall_listen_s;   /* init_stall listen: the first listen() sleeps this long */
 static int (*real_listen)(int, int);
 
@@ -854,7 +858,13 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len)
         find_connect();
     int type = 0;
     socklen_t tl = sizeof(type);
-    if (stall_s > 0 && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 &&
+    if (stall_s > 0 && stall_not_port && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 &&
+        type == SOCK_STREAM && sa->sa_family == AF_INET &&
+        ntohs(((const struct sockaddr_in *)sa)->sin_port) != stall_not_port) {
+        usleep((useconds_t)(stall_s * 1e6));
+        stall_s = 0;
+    }
+    if (stall_s > 0 && !stall_not_port && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 &&
         type == SOCK_STREAM && stall_skip-- == 0) {
         usleep((useconds_t)(stall_s * 1e6));
         stall_s = 0;
@@ -1176,13 +1186,16 @@ static int init_stall(double late, int victim, int in_listen)
     return bad;
 }
 
-/* relay_kill [stall] (4 ranks): the bootstrap's relay forced to a fanout of 2 on every
- * rank (WEFT_TEST_BOOT_FANOUT), so that rank 1 relays the exchanges' records to rank 3.
- * Rank 1 SIGKILLs itself as it accepts rank 3's relay connection (its first accept: it
- * holds the records rank 3 waits for); every survivor's init fails with PEER_LOST naming
- * rank 1 within 2 s. stall: rank 1 sleeps there past WEFT_TIMEOUT instead; every
- * survivor's init fails within WEFT_TIMEOUT + 2 s, rank 3's naming rank 1 as stalled
- * (rank 0's word, BOOT_LATE: rank 1 sent nothing of the next exchange). */
+/* relay_kill FILE [stall|child] (4 ranks): the bootstrap's relay forced to a fanout of 2
+ * on every rank (WEFT_TEST_BOOT_FANOUT), so that rank 1 relays the exchanges' records to
+ * rank 3. Rank 1 SIGKILLs itself as it accepts rank 3's relay connection (its first
+ * accept: it holds the records rank 3 waits for); every survivor's init fails with
+ * PEER_LOST naming rank 1 within 2 s. stall: rank 1 sleeps there past WEFT_TIMEOUT
+ * instead; child: rank 3 sleeps in its connect to rank 1 (its first stream connect to
+ * a port other than the rendezvous's). Then every survivor's init fails with TIMEOUT within
+ * WEFT_TIMEOUT + 2 s naming the stalled rank as stalled (rank 0's word, BOOT_LATE: it
+ * sent nothing of the next exchange; before 2026-11-28 a parent waited for every child
+ * before it went on, and a stalled child got its parent named). */
 static const char *accept_kill_file;
 static double accept_stall_s;
 static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
@@ -1212,28 +1225,33 @@ static int relay_kill(const char *file, int stall)
     int rank = env_rank();
     const char *n = getenv("WEFT_WORLD_SIZE"), *to = getenv("WEFT_TIMEOUT");
     double timeout = to ? atof(to) : 0;
-    if (rank < 0 || !n || atoi(n) != 4 || !(timeout > 0) || timeout > 30)
+    if (rank < 0 || !n || atoi(n) != 4 || !(timeout > 0) || timeout > 30 || stall < 0)
         return 1;
     setenv("WEFT_TEST_BOOT_FANOUT", "2", 1);
     signal(SIGTERM, SIG_IGN);
-    if (rank == 1 && stall)
+    int victim = stall == 2 ? 3 : 1;
+    const char *a = getenv("WEFT_ADDR"), *colon = a ? strrchr(a, ':') : NULL;
+    if (colon == NULL)
+        return 1;
+    if (rank == 1 && stall == 1)
         accept_stall_s = timeout + 0.5;
-    else if (rank == 1)
+    else if (rank == 3 && stall == 2) {
+        stall_s = timeout + 0.5;
+        stall_not_port = atoi(colon + 1);
+    } else if (rank == 1 && !stall)
         accept_kill_file = file;
     weft_comm_t *c;
     double t;
     weft_status_t st = timed_init(&c, &t);
     int bad = 0;
     if (stall) {
-        const char *needles[] = { rank == 3 ? "rank 1" : "", rank == 3 ? "stalled" : "",
-                                  NULL };
-        if (rank != 1)
-            bad = expectv(rank, "init, the rank relaying to rank 3 stalled", st,
-                          st == WEFT_OK ? WEFT_ERR_TIMEOUT : st, needles, t, timeout + 2.0);
-        if (rank != 1 && st == WEFT_OK) {
-            printf("FAIL rank %d: init succeeded with rank 1 stalled\n", rank);
-            bad = 1;
-        }
+        char who[32];
+        snprintf(who, sizeof(who), "rank %d", victim);
+        const char *needles[] = { who, "stalled", NULL };
+        if (rank != victim)
+            bad = expectv(rank, victim == 1 ? "init, the rank relaying to rank 3 stalled" :
+                          "init, rank 3 stalled before it took the records from rank 1", st,
+                          WEFT_ERR_TIMEOUT, needles, t, timeout + 2.0);
     } else {
         double t_kill = 0;
         FILE *f = fopen(file, "r");
@@ -1476,7 +1494,8 @@ int main(int argc, char **argv)
         _exit(bad);
     }
     if (!strcmp(mode, "relay_kill") && argc > 2) {
-        int bad = relay_kill(argv[2], argc > 3 && !strcmp(argv[3], "stall"));
+        int bad = relay_kill(argv[2], argc < 4 ? 0 : !strcmp(argv[3], "stall") ? 1 :
+                                       !strcmp(argv[3], "child") ? 2 : -1);
         fflush(stdout);
         _exit(bad);
     }
@@ -1629,7 +1648,7 @@ int main(int argc, char **argv)
                 "kill SEED FILE|init_kill SEED FILE|connect_kill SEED FILE|split_kill FILE (3 ranks)|"
                 "split_fds VICTIM K|init_fds VICTIM K|init_bind VICTIM (2 ranks)|read_abort N (2 ranks)|"
                 "init_knob KNOB VICTIM VALUE [SAME]|init_stall LATE [VICTIM [listen]] (tcp)|"
-                "relay_kill FILE [stall] (4 ranks)|"
+                "relay_kill FILE [stall|child] (4 ranks)|"
                 "timeout_root reduce|broadcast (3 ranks)|garbage (3 ranks, tcp)|split_secret (2 ranks)|"
                 "leaks|dump\n");
         return 2;

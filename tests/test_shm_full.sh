@@ -14,7 +14,10 @@
 #   - WEFT_BUFFSIZE unset, 4 ranks in 16 MB (12 rings of 4M would take 48 MB): the rings
 #     shrink to fit half of it (680K), host rank 0 says so once, all-reduce and all-to-all
 #     (every pair's ring) run and check their results (before 2026-11-28: init failed, as
-#     8 ranks in a container's default 64 MB did); 2 ranks in 64 MB keep 4M, no word;
+#     8 ranks in a container's default 64 MB did); test_coll's splits there (a parity
+#     split sets up two groups at once: each fitting half of what was free overfilled
+#     it, so a split's rings are no larger than its parent's); 2 ranks in 64 MB keep 4M,
+#     no word;
 #   - 4M again with madvise(MADV_POPULATE_WRITE) refused as a kernel before 5.14 refuses
 #     it (EINVAL; an LD_PRELOAD shim built here), where the rings' pages were touched
 #     one by one: init fails the same way, no SIGBUS (before 2026-11-28: rank killed by
@@ -82,21 +85,33 @@ fitjob() {
         unshare -m sh -c 'mount -t tmpfs -o size='"$size"' tmpfs /dev/shm && exec "$@"' sh \
         "$W" -n "$n" "$@"
 }
-fitjob 16M 4 "$B/bin/all_reduce_perf" -b 64K -e 4M -f 4 -n 3 -w 1 >"$OUT/fit" 2>&1
+fitjob 16M 4 "$B/bin/all_reduce_perf" -b 1M -e 1M -n 2 -w 1 >"$OUT/fit" 2>&1
 rc=$?
-if [ $rc = 0 ] && grep -q '^ *4194304 ' "$OUT/fit" &&
-   [ "$(grep -c 'shm: /dev/shm is small for the 4 ranks of this host: rings of 680K' "$OUT/fit")" = 1 ] &&
+if [ $rc = 0 ] && grep -q "^ *1048576 " "$OUT/fit" &&
+   [ "$(grep -c ' WARN shm: /dev/shm is small for the 4 ranks of this host: rings of 680K' "$OUT/fit")" = 1 ] &&
    ! grep -q 'WARN' <(grep -v 'is small for the' "$OUT/fit"); then
     ok "WEFT_BUFFSIZE unset, 4 ranks in a 16 MB /dev/shm: rings of 680K, said once, the all-reduce runs"
 else
     bad "WEFT_BUFFSIZE unset, 4 ranks in a 16 MB /dev/shm: exit $rc" "$OUT/fit"
 fi
-fitjob 16M 4 "$B/bin/alltoall_perf" -b 64K -e 4M -f 4 -n 3 -w 1 >"$OUT/fit2" 2>&1
+fitjob 16M 4 "$B/bin/alltoall_perf" -b 1M -e 1M -n 2 -w 1 >"$OUT/fit2" 2>&1
 rc=$?
-if [ $rc = 0 ] && grep -q '^ *4194304 ' "$OUT/fit2"; then
+if [ $rc = 0 ] && grep -q "^ *1048576 " "$OUT/fit2"; then
     ok "the same, all-to-all (every pair's ring): runs"
 else
     bad "the same, all-to-all: exit $rc" "$OUT/fit2"
+fi
+# (the parity split's groups of 2 would fit 1.7M rings each in what is left: at INFO
+# they say so unless their rings stay at the parent's 680K)
+WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=SHM fitjob 16M 4 "$B/tests/test_coll" --quick --colls split \
+    >"$OUT/fit4" 2>&1
+rc=$?
+if [ $rc = 0 ] && grep -q 'test_coll: [0-9]* passed, 0 failed' "$OUT/fit4" &&
+   [ "$(grep -c ' WARN ' "$OUT/fit4")" = 1 ] &&
+   ! grep -q 'is small for the 2 ranks of this host' "$OUT/fit4"; then
+    ok "the same, splits (two groups set up at once): their rings no larger than the parent's, no other warning"
+else
+    bad "the same, splits: exit $rc" "$OUT/fit4"
 fi
 fitjob 64M 2 "$B/bin/all_reduce_perf" -b 4M -e 4M -n 3 -w 1 >"$OUT/fit3" 2>&1
 rc=$?

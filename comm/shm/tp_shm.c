@@ -426,22 +426,24 @@ static size_t ring_size(shm_local_t *l, const weft_comm_t *comm, const shm_addr_
 }
 
 /* This rank's rings came out smaller than its WEFT_BUFFSIZE (host_fit): frames are cut
- * to fit them (connect's barrier takes the smallest of the ranks' buffsize), and the
- * host's first rank says so once a process, the others at INFO. */
+ * to fit them (connect's barrier takes the smallest of the ranks' buffsize_shm or
+ * WEFT_BUFFSIZE), and the host's first rank says so once a process, the others at INFO. */
 static void shrunk(weft_comm_t *comm, const shm_local_t *l, size_t ring)
 {
     static int said;
-    if (ring >= comm->cfg.buffsize)
+    if (ring >= comm->cfg.buffsize || comm->buffsize_shm == ring)
         return;
-    int warn = comm->local_rank == 0 && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED);
+    /* (a split's rings are no larger than its parent's: the parent's warning said it) */
+    int warn = comm->local_rank == 0 && comm->parent_ranks == NULL &&
+               !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED);
     size_t was = comm->cfg.buffsize;
-    comm->cfg.buffsize = ring;
+    comm->buffsize_shm = ring;
     LOG_AT(warn ? LOG_LVL_WARN : LOG_LVL_INFO, LOG_SHM, "shm: /dev/shm is small for the "
-            "%d ranks of this host: rings of %zuK, not WEFT_BUFFSIZE's %zuK (the host's "
+            "%d ranks of this host: rings of %zuK, not %s %zuK (the host's "
             "rings take at most half of the %llu MB free at init); large messages may run "
             "slower: enlarge /dev/shm (docker run --shm-size, a Kubernetes emptyDir "
             "with medium Memory) or set WEFT_BUFFSIZE, which is then kept", comm->local_size,
-            ring >> 10, was >> 10, (unsigned long long)(l->least_free >> 20));
+            ring >> 10, comm->parent_ranks ? "the parent's" : "WEFT_BUFFSIZE's", was >> 10, (unsigned long long)(l->least_free >> 20));
 }
 
 /* Maps rank peer's segment; *fd_p is left open (the caller takes ring pages through it
