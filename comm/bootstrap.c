@@ -13,8 +13,10 @@
  * r * F + 1 ... r * F + F), over connections the children open to a listener of their
  * parent's, whose address rank 0 handed out once (relay_setup). Rank 0 then sends
  * F * n records an exchange, not n * n (2.3 GB at 4096 ranks with shm and tcp
- * addresses). Everything else (hellos, folds, failure reports) stays between rank 0 and
- * each rank, and a rank waiting for its parent watches rank 0's connection meanwhile.
+ * addresses). A parent forwards from a thread of its own (relay_main) while it goes on
+ * with its setup. Everything else (hellos, folds, failure reports) stays between rank 0
+ * and each rank, and a rank waiting for its parent watches rank 0's connection meanwhile.
+ * The folds (bootstrap_reduce) send each rank one answer, not every rank's record.
  *
  * Invariants: rank 0 accepts exactly one connection per other rank; a connection that
  * fails authentication or names a bad or duplicate rank is logged and dropped without
@@ -23,6 +25,7 @@
 #define _GNU_SOURCE     /* POLLRDHUP */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <stdlib.h>
@@ -48,7 +51,8 @@ struct bootstrap {
                                watch and exchange returns: a report is read only once */
     char news[320];
     int failed;             /* this rank could not connect (bootstrap_failed): its next
-                               record says so (boot_msg_t.pad = BOOT_PAD_FAILED) */
+                               record says so (boot_msg_t.pad = BOOT_PAD_FAILED); or
+                               listen for its relay children (BOOT_PAD_NOLISTEN) */
     uint64_t sent;          /* rank 0: bytes of answers sent (INFO at close) */
     int rounds;             /* rank 0: collections answered */
     /* the relay (0 fanout: none): parent and children by the rank's place in the tree */
@@ -62,12 +66,12 @@ struct bootstrap {
     int up_fd;              /* to the parent (parent other than rank 0), or -1 */
     int *down_fds;          /* [fanout] to the children, -1 until each connected */
     int kid0, nkids;        /* the children: kid0 .. kid0 + nkids - 1 */
-    /* an answer being forwarded (relay_pump, whenever this rank waits): its header and
-     * bytes, how far each child got (down_off), how many children are not done */
+    /* an answer being forwarded (relay_main's thread): its header and bytes, how far
+     * each child got (down_off) */
     char *fwd;
     size_t fwd_len, *down_off;
-    int fwd_left;
-    int pumping;            /* in relay_pump (its handshake's watch must not pump again) */
+    pthread_t fwd_thread;   /* relay_main, while fwd_on */
+    int fwd_on, fwd_stop;
 };
 
 /* Where rank 0 receives record r of a collection (collect), and what it does once the
@@ -107,7 +111,10 @@ typedef struct {
                                   * connect its data connections */
 #define BOOT_LATE  0x4554414cu  /* "LATE": rank 0 tells the others that rank len, which
                                   * joined, sent nothing of an exchange before the deadline */
-#define BOOT_PAD_FAILED 1u
+#define BOOT_NOLISTEN 0x4e53544cu /* "LTSN": rank 0 tells the others that rank len, which
+                                  * relays a large job's records, cannot listen */
+#define BOOT_PAD_FAILED 1u      /* a record's pad: its rank could not connect */
+#define BOOT_PAD_NOLISTEN 2u    /* ... could not listen for the ranks it relays to */
 enum { DROP_SIZE = 1, DROP_DUP = 2, DROP_JOB = 3 };
 
 /* Rank 0, failing: tells every connected rank who is to blame (best effort, 0.2 s):
@@ -143,6 +150,10 @@ weft_status_t bootstrap_check_msg(const void *buf, int nranks, size_t len)
                           "belongs to another job (its launcher's job id differs; two jobs "
                           "met at one rendezvous port: set WEFT_ADDR)");
     }
+    if (m.magic == BOOT_NOLISTEN && m.nranks == (uint32_t)nranks)
+        return weft_error(WEFT_ERR_PEER_LOST, "bootstrap: init failed: rank %u cannot listen "
+                          "for the ranks it relays init's records to (rank 0 says; its own "
+                          "error says why)", m.len);
     if (m.magic == BOOT_NOCONN && m.nranks == (uint32_t)nranks)
         return weft_error(WEFT_ERR_PEER_LOST, "bootstrap: init failed: rank %u could not "
                           "connect its data connections (rank 0 says; its own error says "
@@ -509,8 +520,8 @@ static weft_status_t relay_setup(bootstrap_t *bs)
         return weft_error(WEFT_ERR_NO_MEMORY, "bootstrap: out of memory");
     for (int k = 0; k < bs->fanout; k++)
         bs->down_fds[k] = -1;
-    /* a rank that cannot listen (no address: the caller said why) still takes part,
-     * its record marked failed, so that rank 0 tells the others at once (BOOT_NOCONN),
+    /* a rank that cannot listen (no address: the caller said why) still sends its record,
+     * marked (BOOT_PAD_NOLISTEN), so that rank 0 tells the others at once (BOOT_NOLISTEN),
      * not at their deadline */
     weft_status_t own = WEFT_OK;
     char why[512] = "";
@@ -526,7 +537,13 @@ static weft_status_t relay_setup(bootstrap_t *bs)
         else
             snprintf(why, sizeof(why), "bootstrap: cannot listen for the ranks this rank "
                      "relays to: %s", bs->relay_addr_ok ? weft_last_error() : "no address");
-        bs->failed |= own != WEFT_OK;
+    }
+    if (own != WEFT_OK) {
+        /* the record, flagged, and no wait for an answer: rank 0 tells the others */
+        boot_msg_t m = { BOOT_MAGIC, (uint32_t)bs->nranks, sizeof(mine), BOOT_PAD_NOLISTEN };
+        if (sock_send_all(bs->fds[0], &m, sizeof(m), bs->deadline) == WEFT_OK)
+            (void)sock_send_all(bs->fds[0], &mine, sizeof(mine), bs->deadline);
+        return weft_error_quiet(own, "%s", why);
     }
     relay_tab_t t = { NULL, bs->fanout };
     if (bs->rank == 0 && (t.all = calloc((size_t)bs->nranks, sizeof(*t.all))) == NULL)
@@ -534,8 +551,6 @@ static weft_status_t relay_setup(bootstrap_t *bs)
     bs_sink_t sink = { relay_slot, NULL, &t, relay_parent_of };
     weft_status_t st = collect(bs, &mine, sizeof(mine), &sink, &got, sizeof(got), 0);
     free(t.all);
-    if (own != WEFT_OK)
-        return weft_error_quiet(own, "%s", why);
     if (st == WEFT_OK && bs->parent > 0) {
         if (got.port == 0)
             return weft_error(WEFT_ERR_INTERNAL, "bootstrap: rank 0 gave no relay address "
@@ -623,7 +638,7 @@ static int peek_failed(int fd)
     boot_msg_t m;
     if (recv(fd, &m, sizeof(m), MSG_PEEK | MSG_DONTWAIT) != (ssize_t)sizeof(m))
         return -1;
-    return m.magic == BOOT_MAGIC && m.pad == BOOT_PAD_FAILED;
+    return m.magic == BOOT_MAGIC ? (int)m.pad : 0;
 }
 
 /* Keeps the failure just set (weft_last_error) as the setup's news, and returns it. */
@@ -636,12 +651,15 @@ static weft_status_t keep_news(bootstrap_t *bs, weft_status_t st)
 
 /* Rank 0: a rank could not connect (its record says so): the others are told, and the
  * exchange or watch that saw it fails. */
-static weft_status_t report_noconn(bootstrap_t *bs, int r)
+static weft_status_t report_noconn(bootstrap_t *bs, int r, int pad)
 {
     bs->lost = r;
-    weft_status_t st = weft_error(WEFT_ERR_PEER_LOST, "bootstrap: rank %d could not connect "
-                                  "its data connections (its own error says why)", r);
-    tell_failure(bs, BOOT_NOCONN, r, st);
+    weft_status_t st = pad == BOOT_PAD_NOLISTEN
+        ? weft_error(WEFT_ERR_PEER_LOST, "bootstrap: rank %d cannot listen for the ranks it "
+                     "relays init's records to (its own error says why)", r)
+        : weft_error(WEFT_ERR_PEER_LOST, "bootstrap: rank %d could not connect its data "
+                     "connections (its own error says why)", r);
+    tell_failure(bs, pad == BOOT_PAD_NOLISTEN ? BOOT_NOLISTEN : BOOT_NOCONN, r, st);
     return keep_news(bs, st);
 }
 
@@ -653,6 +671,11 @@ static weft_status_t report_noconn(bootstrap_t *bs, int r)
 static int wait_turn(bootstrap_t *bs, int r, struct pollfd *p, char *seen, int *noconn)
 {
     *noconn = 0;
+    /* r's record queued already (most are, the ranks sending at once): no poll of every
+     * connection (n of them for each of n records made an exchange O(n^2) here) */
+    struct pollfd one = { .fd = bs->fds[r], .events = POLLIN };
+    if (poll(&one, 1, 0) > 0)
+        return -1;
     for (;;) {
         int n = 0;
         for (int q = 1; q < bs->nranks; q++)
@@ -668,8 +691,8 @@ static int wait_turn(bootstrap_t *bs, int r, struct pollfd *p, char *seen, int *
             return -1;
         for (int q = 1; q < bs->nranks; q++) {
             int f = q != r && (p[q - 1].revents & POLLIN) ? peek_failed(bs->fds[q]) : -1;
-            if (f == 1) {
-                *noconn = 1;
+            if (f > 0) {
+                *noconn = f;
                 return q;
             }
             seen[q] |= f == 0;
@@ -781,62 +804,31 @@ static weft_status_t relay_recv(bootstrap_t *bs, void *out, size_t out_len)
     }
 }
 
-/* A rank with children forwards an answer to them while it goes on with its own setup:
- * whenever it waits (for rank 0, for its parent, in a watch of the data connections'
- * setup) it pumps: accepts a child that connected, and sends each connected child what
- * its socket takes. So a child that stalls before it connects, or stops reading, holds
- * up neither this rank nor its other children, and rank 0 names that child when it
- * misses the next exchange (before, this rank waited for it, missed that exchange
- * itself, and was named). A child lost is not this rank's failure: rank 0 sees it go. */
-static void relay_pump_once(bootstrap_t *bs, int ms);
-
-static void relay_pump(bootstrap_t *bs, int ms)
+/* A rank with children forwards an answer to them from a thread of its own while it
+ * goes on with its own setup: the thread accepts each child as it connects (with its
+ * handshake) and sends each connected child what its socket takes, until every child
+ * has the answer, or bootstrap_close stops it. So a child that stalls before it
+ * connects, or stops reading, holds up neither this rank nor its other children, and
+ * rank 0 names that child when it misses the next exchange (before, this rank waited
+ * for every child, missed that exchange itself, and was named; a first fix served the
+ * children only while this rank waited, which left a late child waiting for this rank's
+ * whole connect phase). A child lost is not this rank's failure: rank 0 sees it go. The
+ * thread touches only the relay's own state (listener, children, the answer) and
+ * never rank 0's connection, which stays the caller's. */
+static weft_status_t relay_stopped(void *ctx)
 {
-    if (bs->fwd_left == 0 || bs->pumping)
-        return;
-    bs->pumping = 1;
-    relay_pump_once(bs, ms);
-    bs->pumping = 0;
+    bootstrap_t *bs = ctx;
+    return __atomic_load_n(&bs->fwd_stop, __ATOMIC_ACQUIRE)
+           ? weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: relay stopped") : WEFT_OK;
 }
 
-static void relay_pump_once(bootstrap_t *bs, int ms)
+static void relay_take_child(bootstrap_t *bs)
 {
-    struct pollfd p[1 + 64];
-    int np = 0, listen_on = 0, map[64];
-    for (int k = 0; k < bs->nkids; k++)
-        if (bs->down_fds[k] < 0)
-            listen_on = 1;
-        else if (bs->down_off[k] < bs->fwd_len && np < 64) {
-            map[np] = k;
-            p[np++] = (struct pollfd){ .fd = bs->down_fds[k], .events = POLLOUT };
-        }
-    if (listen_on)
-        p[np++] = (struct pollfd){ .fd = bs->lfd, .events = POLLIN };
-    if (np == 0 || poll(p, (nfds_t)np, ms) <= 0)
-        return;
-    for (int i = 0; i < np - listen_on; i++) {
-        int k = map[i];
-        if (!p[i].revents)
-            continue;
-        ssize_t w = send(bs->down_fds[k], bs->fwd + bs->down_off[k],
-                         bs->fwd_len - bs->down_off[k], MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (w > 0)
-            bs->down_off[k] += (size_t)w;
-        else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-            LOG_INFO(LOG_BOOT, "bootstrap: relaying to rank %d: %m (rank 0 sees it go)",
-                     bs->kid0 + k);
-            bs->down_off[k] = bs->fwd_len;
-        }
-        if (bs->down_off[k] == bs->fwd_len)
-            bs->fwd_left--;
-    }
-    if (!listen_on || !(p[np - 1].revents & POLLIN))
-        return;
     int fd = accept4(bs->lfd, NULL, NULL, SOCK_CLOEXEC), who;
     if (fd < 0)
         return;
     /* as the rendezvous: a silent stranger holds this 2 s at most */
-    sock_watch_t w = { watch_rank0, bs };
+    sock_watch_t w = { relay_stopped, bs };
     weft_status_t st = auth_handshake_watched(fd, bs->secret, AUTH_RELAY, bs->job_tag,
                                               bs->rank, WEFT_MIN(bs->deadline, time_ns() +
                                                                  2000000000ull), &w, &who);
@@ -853,13 +845,66 @@ static void relay_pump_once(bootstrap_t *bs, int ms)
     bs->down_fds[who - bs->kid0] = fd;
 }
 
-/* The answer to forward from now on (every child had the last one: each sent its next
- * record to rank 0 before this answer existed, and that came after it had read the
- * last one). */
+static void *relay_main(void *v)
+{
+    bootstrap_t *bs = v;
+    int left = bs->nkids;
+    while (left > 0 && !__atomic_load_n(&bs->fwd_stop, __ATOMIC_ACQUIRE) &&
+           time_ns() < bs->deadline) {
+        struct pollfd p[1 + 64];
+        int np = 0, listen_on = 0, map[64];
+        for (int k = 0; k < bs->nkids; k++)
+            if (bs->down_fds[k] < 0)
+                listen_on = 1;
+            else if (bs->down_off[k] < bs->fwd_len) {
+                map[np] = k;
+                p[np++] = (struct pollfd){ .fd = bs->down_fds[k], .events = POLLOUT };
+            }
+        if (listen_on)
+            p[np++] = (struct pollfd){ .fd = bs->lfd, .events = POLLIN };
+        if (poll(p, (nfds_t)np, 50) <= 0)
+            continue;
+        for (int i = 0; i < np - listen_on; i++) {
+            int k = map[i];
+            if (!p[i].revents)
+                continue;
+            ssize_t w = send(bs->down_fds[k], bs->fwd + bs->down_off[k],
+                             bs->fwd_len - bs->down_off[k], MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (w > 0)
+                bs->down_off[k] += (size_t)w;
+            else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                LOG_INFO(LOG_BOOT, "bootstrap: relaying to rank %d: %m (rank 0 sees it go)",
+                         bs->kid0 + k);
+                bs->down_off[k] = bs->fwd_len;
+            }
+            left -= bs->down_off[k] == bs->fwd_len;
+        }
+        if (listen_on && (p[np - 1].revents & POLLIN))
+            relay_take_child(bs);
+    }
+    return NULL;
+}
+
+/* Waits for the relay's thread to end (stop: at once, else when every child has the
+ * answer or the deadline passed). */
+static void relay_join(bootstrap_t *bs, int stop)
+{
+    if (!bs->fwd_on)
+        return;
+    if (stop)
+        __atomic_store_n(&bs->fwd_stop, 1, __ATOMIC_RELEASE);
+    pthread_join(bs->fwd_thread, NULL);
+    bs->fwd_on = 0;
+}
+
+/* Forwards out to this rank's children from now on (relay_main). Every child had the
+ * last answer (each sent its next record to rank 0 before this answer existed, and that
+ * came after it had read the last one): the last thread is done. */
 static weft_status_t relay_down(bootstrap_t *bs, const void *out, size_t out_len)
 {
     if (bs->nkids == 0)
         return WEFT_OK;
+    relay_join(bs, 0);
     boot_msg_t m = { BOOT_MAGIC, (uint32_t)bs->nranks, (uint32_t)out_len, 0 };
     char *f = malloc(sizeof(m) + out_len);
     if (f == NULL)
@@ -869,31 +914,21 @@ static weft_status_t relay_down(bootstrap_t *bs, const void *out, size_t out_len
     free(bs->fwd);
     bs->fwd = f;
     bs->fwd_len = sizeof(m) + out_len;
-    bs->fwd_left = bs->nkids;
     for (int k = 0; k < bs->nkids; k++)
         bs->down_off[k] = 0;
-    for (int i = 0; i < 4 * bs->nkids && bs->fwd_left; i++)
-        relay_pump(bs, 0);      /* the children that are there already */
+    int e = pthread_create(&bs->fwd_thread, NULL, relay_main, bs);
+    if (e != 0)
+        return weft_error(WEFT_ERR_SYSTEM, "bootstrap: cannot start the relay's thread: %s",
+                          strerror(e));
+    bs->fwd_on = 1;
     return WEFT_OK;
-}
-
-/* A rank that forwards an answer, about to wait on fd (rank 0's connection): pumps
- * until fd has something to read, or the deadline (fd's own wait then says so). */
-static void relay_wait(bootstrap_t *bs, int fd)
-{
-    while (bs->fwd_left > 0 && time_ns() < bs->deadline) {
-        struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
-        if (poll(&p, 1, 0) > 0)
-            return;
-        relay_pump(bs, 20);
-    }
 }
 
 static weft_status_t collect(bootstrap_t *bs, const void *mine, size_t len,
                              const bs_sink_t *sink, void *out, size_t out_len, int relay)
 {
     boot_msg_t m = { BOOT_MAGIC, (uint32_t)bs->nranks, (uint32_t)len,
-                     bs->failed ? BOOT_PAD_FAILED : 0 };
+                     (uint32_t)bs->failed };
     weft_status_t st;
     relay = relay && bs->fanout > 0;
     if (bs->rank != 0) {
@@ -906,8 +941,6 @@ static weft_status_t collect(bootstrap_t *bs, const void *mine, size_t len,
             st = relay_recv(bs, out, out_len);
             return st == WEFT_OK ? relay_down(bs, out, out_len) : st;
         }
-        if (st == WEFT_OK)
-            relay_wait(bs, fd);     /* children still to serve: serve them meanwhile */
         if (st == WEFT_OK)
             st = sock_recv_all(fd, &m, sizeof(m), bs->deadline);
         if (st == WEFT_OK) {    /* rank 0's own report needs no prefix */
@@ -928,6 +961,7 @@ static weft_status_t collect(bootstrap_t *bs, const void *mine, size_t len,
             uint64_t grace = st == WEFT_ERR_TIMEOUT ? 500000000ull : 100000000ull;
             if (sock_recv_all(fd, &f, sizeof(f), time_ns() + grace) == WEFT_OK &&
                 (f.magic == BOOT_FAIL || f.magic == BOOT_DROP || f.magic == BOOT_NOCONN ||
+                 f.magic == BOOT_NOLISTEN ||
                  f.magic == BOOT_LATE))
                 return bootstrap_check_msg(&f, bs->nranks, 0);
             weft_error_quiet(st, "%s", keep);
@@ -959,7 +993,7 @@ static weft_status_t collect(bootstrap_t *bs, const void *mine, size_t len,
         if (lost > 0 && noconn) {
             free(pfd);
             free(seen);
-            return report_noconn(bs, lost);
+            return report_noconn(bs, lost, noconn);
         }
         if (lost > 0) {
             free(pfd);
@@ -976,10 +1010,10 @@ static weft_status_t collect(bootstrap_t *bs, const void *mine, size_t len,
                             "expected %zu (different weft versions?)", r, got.len, len);
         if (st == WEFT_OK)
             st = sock_recv_all(bs->fds[r], sink->slot(sink->arg, r), len, bs->deadline);
-        if (st == WEFT_OK && got.pad == BOOT_PAD_FAILED) {
+        if (st == WEFT_OK && got.pad != 0) {
             free(pfd);      /* others may be waiting for r to connect: stop them now */
             free(seen);
-            return report_noconn(bs, r);
+            return report_noconn(bs, r, (int)got.pad);
         }
         if (st != WEFT_OK) {
             free(pfd);
@@ -1075,7 +1109,6 @@ weft_status_t bootstrap_watch(void *ctx)
         return weft_error_quiet(WEFT_ERR_PEER_LOST, "bootstrap: rank %d was lost during "
                                 "setup", bs->lost);
     if (bs->rank != 0) {
-        relay_pump(bs, 0);      /* children still to serve (this rank waits somewhere) */
         /* rank 0 sends nothing between exchanges but a failure report: its words */
         struct pollfd p = { .fd = bs->fds[0], .events = POLLIN | POLLRDHUP };
         boot_msg_t f;
@@ -1094,8 +1127,9 @@ weft_status_t bootstrap_watch(void *ctx)
     /* the others may have sent their next record already: only a close, or a record
      * saying its rank could not connect, is news */
     for (int r = 1; r < bs->nranks; r++) {
-        if (bs->fds[r] >= 0 && peek_failed(bs->fds[r]) == 1)
-            return report_noconn(bs, r);
+        int f = bs->fds[r] >= 0 ? peek_failed(bs->fds[r]) : -1;
+        if (f > 0)
+            return report_noconn(bs, r, f);
         struct pollfd p = { .fd = bs->fds[r], .events = POLLRDHUP };
         if (bs->fds[r] >= 0 && poll(&p, 1, 0) > 0 &&
             (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
@@ -1113,6 +1147,7 @@ void bootstrap_close(bootstrap_t *bs)
 {
     if (bs == NULL)
         return;
+    relay_join(bs, 1);
     if (bs->rank == 0 && bs->rounds)
         LOG_INFO(LOG_BOOT, "bootstrap: rank 0 answered %d exchanges of %d ranks with %llu "
                  "bytes in all", bs->rounds, bs->nranks, (unsigned long long)bs->sent);

@@ -540,8 +540,9 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
         [ "$t" = tcp ] && run "test_fail init_stall listen -n 3 tcp" env WEFT_TRANSPORT=tcp \
             WEFT_TIMEOUT=2 "$WEFTRUN" -n 3 "$B/tests/test_fail" init_stall 0.3 1 listen
         # the bootstrap's relay (forced at 4 ranks: rank 1 relays the records to rank 3):
-        # rank 1 killed, or stalled, as it accepts rank 3's connection, or rank 3 stalled
-        # as it connects to rank 1 (shm: no accept of tcp's to take the hooks); and a job
+        # rank 1 killed as it accepts rank 3's connection, or rank 3 stalled as it
+        # connects to rank 1 (shm: no accept of tcp's to take the hooks), or rank 1
+        # without an address to listen on; and a job
         # of 8 ranks (a tree of depth 3) whose every pair then exchanges checked data
         if [ "$t" = tcp ] || [ "$t" = shm ]; then
             run "bootstrap relay alltoall_perf -n 8 $t" env WEFT_TRANSPORT=$t \
@@ -554,7 +555,7 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
                 [ $rc = 137 ] && [ "$(grep -c "^ok" <<<"$out")" = 3 ] &&
                 ! grep -q "^FAIL" <<<"$out"' _ env WEFT_TRANSPORT=$t WEFT_TIMEOUT=2 \
                 "$WEFTRUN" -n 4 "$B/tests/test_fail" relay_kill "$LOG/relay.$t"
-            for how in stall child; do
+            for how in child noaddr; do
                 run "test_fail relay_kill $how -n 4 $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=2 \
                     "$WEFTRUN" -n 4 "$B/tests/test_fail" relay_kill "$LOG/relay.$t" $how
             done

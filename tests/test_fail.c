@@ -1186,18 +1186,19 @@ static int init_stall(double late, int victim, int in_listen)
     return bad;
 }
 
-/* relay_kill FILE [stall|child] (4 ranks): the bootstrap's relay forced to a fanout of 2
- * on every rank (WEFT_TEST_BOOT_FANOUT), so that rank 1 relays the exchanges' records to
+/* relay_kill FILE [child|noaddr] (4 ranks): the bootstrap's relay forced to a fanout of
+ * 2 on every rank (WEFT_TEST_BOOT_FANOUT), so that rank 1 relays the exchanges' records to
  * rank 3. Rank 1 SIGKILLs itself as it accepts rank 3's relay connection (its first
- * accept: it holds the records rank 3 waits for); every survivor's init fails with
- * PEER_LOST naming rank 1 within 2 s. stall: rank 1 sleeps there past WEFT_TIMEOUT
- * instead; child: rank 3 sleeps in its connect to rank 1 (its first stream connect to
- * a port other than the rendezvous's). Then every survivor's init fails with TIMEOUT within
- * WEFT_TIMEOUT + 2 s naming the stalled rank as stalled (rank 0's word, BOOT_LATE: it
- * sent nothing of the next exchange; before 2026-11-28 a parent waited for every child
- * before it went on, and a stalled child got its parent named). */
+ * accept, in its relay thread: it holds the records rank 3 waits for); every survivor's
+ * init fails with PEER_LOST naming rank 1 within 2 s. child: rank 3 sleeps past
+ * WEFT_TIMEOUT in its connect to rank 1 (its first stream connect to a port other than
+ * the rendezvous's); every survivor's init fails with TIMEOUT within WEFT_TIMEOUT + 2 s
+ * naming rank 3 as stalled (rank 0's word, BOOT_LATE: it sent nothing of the next
+ * exchange; before 2026-11-28 a parent waited for every child before it went on, and
+ * a stalled child got its parent named). noaddr: rank 1 has no
+ * address to listen on for rank 3 (WEFT_SOCKET_IFNAME names no interface): it fails
+ * saying so, the others at once (not at their deadline) naming it. */
 static const char *accept_kill_file;
-static double accept_stall_s;
 static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
 
 int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
@@ -1213,10 +1214,6 @@ int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
         }
         raise(SIGKILL);
     }
-    if (accept_stall_s > 0) {
-        usleep((useconds_t)(accept_stall_s * 1e6));
-        accept_stall_s = 0;
-    }
     return real_accept4(fd, sa, len, flags);
 }
 
@@ -1229,29 +1226,33 @@ static int relay_kill(const char *file, int stall)
         return 1;
     setenv("WEFT_TEST_BOOT_FANOUT", "2", 1);
     signal(SIGTERM, SIG_IGN);
-    int victim = stall == 2 ? 3 : 1;
+    int victim = 3;
     const char *a = getenv("WEFT_ADDR"), *colon = a ? strrchr(a, ':') : NULL;
     if (colon == NULL)
         return 1;
-    if (rank == 1 && stall == 1)
-        accept_stall_s = timeout + 0.5;
-    else if (rank == 3 && stall == 2) {
+    if (rank == 3 && stall == 2) {
         stall_s = timeout + 0.5;
         stall_not_port = atoi(colon + 1);
     } else if (rank == 1 && !stall)
         accept_kill_file = file;
+    else if (rank == 1 && stall == 3)
+        setenv("WEFT_SOCKET_IFNAME", "nosuchif0", 1);
     weft_comm_t *c;
     double t;
     weft_status_t st = timed_init(&c, &t);
     int bad = 0;
-    if (stall) {
+    if (stall == 3) {
+        const char *needles[] = { rank == 1 ? "no address to listen on" : "rank 1 cannot listen",
+                                  NULL };
+        bad = expectv(rank, "init, rank 1 without an address for its relay listener", st,
+                      rank == 1 ? WEFT_ERR_INVALID_ARG : WEFT_ERR_PEER_LOST, needles, t, 2.0);
+    } else if (stall) {
         char who[32];
         snprintf(who, sizeof(who), "rank %d", victim);
         const char *needles[] = { who, "stalled", NULL };
         if (rank != victim)
-            bad = expectv(rank, victim == 1 ? "init, the rank relaying to rank 3 stalled" :
-                          "init, rank 3 stalled before it took the records from rank 1", st,
-                          WEFT_ERR_TIMEOUT, needles, t, timeout + 2.0);
+            bad = expectv(rank, "init, rank 3 stalled before it took the records from rank 1",
+                          st, WEFT_ERR_TIMEOUT, needles, t, timeout + 2.0);
     } else {
         double t_kill = 0;
         FILE *f = fopen(file, "r");
@@ -1494,8 +1495,8 @@ int main(int argc, char **argv)
         _exit(bad);
     }
     if (!strcmp(mode, "relay_kill") && argc > 2) {
-        int bad = relay_kill(argv[2], argc < 4 ? 0 : !strcmp(argv[3], "stall") ? 1 :
-                                       !strcmp(argv[3], "child") ? 2 : -1);
+        int bad = relay_kill(argv[2], argc < 4 ? 0 : !strcmp(argv[3], "child") ? 2 :
+                                       !strcmp(argv[3], "noaddr") ? 3 : -1);
         fflush(stdout);
         _exit(bad);
     }
@@ -1648,7 +1649,7 @@ int main(int argc, char **argv)
                 "kill SEED FILE|init_kill SEED FILE|connect_kill SEED FILE|split_kill FILE (3 ranks)|"
                 "split_fds VICTIM K|init_fds VICTIM K|init_bind VICTIM (2 ranks)|read_abort N (2 ranks)|"
                 "init_knob KNOB VICTIM VALUE [SAME]|init_stall LATE [VICTIM [listen]] (tcp)|"
-                "relay_kill FILE [stall|child] (4 ranks)|"
+                "relay_kill FILE [child|noaddr] (4 ranks)|"
                 "timeout_root reduce|broadcast (3 ranks)|garbage (3 ranks, tcp)|split_secret (2 ranks)|"
                 "leaks|dump\n");
         return 2;
