@@ -531,6 +531,8 @@ static weft_status_t relay_setup(bootstrap_t *bs)
         socklen_t alen = sizeof(a);
         a.sin_port = 0;
         own = !bs->relay_addr_ok ? WEFT_ERR_SYSTEM : sock_listen(&a, 0, &bs->lfd);
+        if (own == WEFT_OK)
+            own = sock_set_nonblock(bs->lfd);   /* relay_main's accept never blocks */
         if (own == WEFT_OK && getsockname(bs->lfd, (struct sockaddr *)&a, &alen) != 0)
             own = weft_error(WEFT_ERR_SYSTEM, "bootstrap: getsockname: %m");
         if (own == WEFT_OK)
