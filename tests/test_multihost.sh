@@ -19,7 +19,8 @@
 # (comm/algo_hier.c) where it runs a call and no knob reserves the size, so the layouts
 # with several ranks per host run it; the last two run the matrix with WEFT_ALGO=hier
 # (every size; on unequal hosts hier runs all-reduce, broadcast and reduce, the usual
-# choice the rest), checked the same way and by the tuner's log. In each:
+# choice the rest), checked the same way and by the tuner's log; the 2 x 3 one with init's
+# records relayed down a tree (WEFT_TEST_BOOT_FANOUT=2: across hosts too). In each:
 #   1. test_coll runs the collective matrix and passes on every rank: every collective x
 #      dtype x op x in-place, at counts up to 1M, with --quick (MATRIX_ARGS), as the suite
 #      runs it from 3 ranks: a few combinations at the large counts. MATRIX_ARGS= runs
@@ -205,6 +206,7 @@ matrix() {
     local algo=${2:-} name=coll.${L//[\/ ]/_}${2:+.$2} r rc tx rx bad="" t0 stx=0 srx=0 ttx=0 \
         trx=0 seen="" level=INFO subsys=NET
     [ -n "$algo" ] && level=DEBUG subsys=NET,TUNE
+    [ -n "${WEFT_TEST_BOOT_FANOUT:-}" ] && subsys=$subsys,BOOT
     t0=$(date +%s.%N)
     WEFT_ALGO=${algo:-${WEFT_ALGO:-auto}} WEFT_DEBUG=$level WEFT_DEBUG_SUBSYS=$subsys \
         launch "$name" "$1" "$B/tests/test_coll" $MATRIX_ARGS
@@ -214,6 +216,8 @@ matrix() {
         [ -z "$algo" ] || grep -q ": algo $algo[ ,]" "$D/$name.$r" ||
             bad="$bad rank $r built no $algo schedule;"
     done
+    [ -z "${WEFT_TEST_BOOT_FANOUT:-}" ] || grep -q "records go down a tree of fanout" "$D/$name.0" ||
+        bad="$bad rank 0 did not relay init's records;"
     report "$bad" "$L${algo:+ WEFT_ALGO=$algo}: test_coll $MATRIX_ARGS on $N ranks ($(awk -v a="$t0" -v b="$(date +%s.%N)" \
         'BEGIN { printf "%.1f", b - a }') s): $(grep -h 'passed, .* failed' "$D/$name".[0-9]* |
         head -n 1)" "$name"
@@ -276,7 +280,9 @@ kill_case 29504 1
 layout 2 3 rr
 matrix 29505
 kill_case 29506 3
-matrix 29507 hier
+# (the bootstrap's relay forced: records go down a tree of fanout 2, ranks 1->4 and 2->5
+# across hosts, from listeners on each host's own address)
+WEFT_TEST_BOOT_FANOUT=2 matrix 29507 hier
 layout_map a a b a b
 matrix 29508 hier
 
