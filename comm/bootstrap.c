@@ -98,6 +98,18 @@ int bootstrap_fanout(int nranks)
     return nranks >= RELAY_FROM ? RELAY_FANOUT : 0;
 }
 
+/* How many ranks rank relays to (its children: rank * F + 1 ... rank * F + F). */
+static int relay_kids(int rank, int nranks, int fanout)
+{
+    int64_t first = (int64_t)rank * fanout + 1;
+    return fanout > 0 && first < nranks ? (int)WEFT_MIN((int64_t)fanout, nranks - first) : 0;
+}
+
+int bootstrap_relays(int rank, int nranks)
+{
+    return rank != 0 && nranks > 1 && relay_kids(rank, nranks, bootstrap_fanout(nranks)) > 0;
+}
+
 typedef struct {
     uint32_t magic, nranks, len, pad;   /* a hello: len 0, pad the job tag; a record to
                                            rank 0: pad BOOT_PAD_FAILED or 0 */
@@ -510,7 +522,7 @@ static const void *relay_parent_of(void *arg, int r)
 static weft_status_t relay_setup(bootstrap_t *bs)
 {
     int first = bs->rank * bs->fanout + 1;
-    int kids = WEFT_MAX(0, WEFT_MIN(bs->fanout, bs->nranks - first));
+    int kids = relay_kids(bs->rank, bs->nranks, bs->fanout);
     relay_rec_t mine = { 0, 0, 0 }, got = { 0, 0, 0 };
     bs->parent = bs->rank == 0 ? -1 : (bs->rank - 1) / bs->fanout;
     bs->kid0 = first;

@@ -212,11 +212,9 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
      * bootstrap's tree): a failure here is told in the bootstrap (relay_setup), so that
      * the others hear of it at once, and returned */
     struct sockaddr_in relay;
-    int fan = nranks > 1 ? bootstrap_fanout(nranks) : 0;
     weft_status_t relay_st = WEFT_OK;
     char relay_why[512] = "";
-    if (rank != 0 && fan > 0 && (int64_t)rank * fan + 1 < nranks &&
-        (relay_st = comm_local_addr(c, &relay)) != WEFT_OK)
+    if (bootstrap_relays(rank, nranks) && (relay_st = comm_local_addr(c, &relay)) != WEFT_OK)
         snprintf(relay_why, sizeof(relay_why), "%s", weft_last_error());
     st = bootstrap_open(rank, nranks, rendezvous, &c->rdv_addr, c->rdv_named_lo,
                         relay_st == WEFT_OK ? &relay : NULL, c->has_secret ? c->secret : NULL,

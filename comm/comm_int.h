@@ -383,6 +383,9 @@ weft_status_t bootstrap_open(int rank, int nranks, const char *rendezvous,
  * them from rank 0): 8 from 128 ranks; WEFT_TEST_BOOT_FANOUT=K (a test hook, on every
  * rank) forces K at any size over 2. */
 int bootstrap_fanout(int nranks);
+/* Whether rank relays the exchanges' records to others at nranks (it then listens: it
+ * needs bootstrap_open's relay_addr). */
+int bootstrap_relays(int rank, int nranks);
 /* allgather of fixed-size blobs through rank 0; usable as exchange_fn_t */
 weft_status_t bootstrap_exchange(void *bs, const void *mine, void *all, size_t len);
 /* The fold of every rank's record, folded at rank 0, which sends each rank the result

@@ -439,11 +439,12 @@ static void shrunk(weft_comm_t *comm, const shm_local_t *l, size_t ring)
     size_t was = comm->cfg.buffsize;
     comm->buffsize_shm = ring;
     LOG_AT(warn ? LOG_LVL_WARN : LOG_LVL_INFO, LOG_SHM, "shm: /dev/shm is small for the "
-            "%d ranks of this host: rings of %zuK, not %s %zuK (the host's "
-            "rings take at most half of the %llu MB free at init); large messages may run "
-            "slower: enlarge /dev/shm (docker run --shm-size, a Kubernetes emptyDir "
-            "with medium Memory) or set WEFT_BUFFSIZE, which is then kept", comm->local_size,
-            ring >> 10, comm->parent_ranks ? "the parent's" : "WEFT_BUFFSIZE's", was >> 10, (unsigned long long)(l->least_free >> 20));
+           "%d ranks of this host: rings of %zuK, not %s %zuK (the host's rings take at "
+           "most half of the %llu MB free at init); large messages may run slower: enlarge "
+           "/dev/shm (docker run --shm-size, a Kubernetes emptyDir with medium Memory) or "
+           "set WEFT_BUFFSIZE, which is then kept", comm->local_size, ring >> 10,
+           comm->parent_ranks ? "the parent's" : "WEFT_BUFFSIZE's", was >> 10,
+           (unsigned long long)(l->least_free >> 20));
 }
 
 /* Maps rank peer's segment; *fd_p is left open (the caller takes ring pages through it
