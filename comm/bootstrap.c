@@ -1098,7 +1098,7 @@ static void *fold_slot(void *arg, int r)
 static void fold_got(void *arg, int r)
 {
     fold_run_t *x = arg;
-    x->f->fold(x->acc, x->rec, r, x->f->arg);
+    x->f->fold(x->acc, x->rec, r);
 }
 
 weft_status_t bootstrap_reduce(void *ctx, const void *mine, void *acc, const fold_t *f)

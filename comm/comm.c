@@ -152,9 +152,8 @@ weft_status_t comm_local_addr(const weft_comm_t *c, struct sockaddr_in *out)
 }
 
 /* fold_t: rank 0's record, whatever the others' */
-static void keep_rank0(void *acc, const void *rec, int r, void *arg)
+static void keep_rank0(void *acc, const void *rec, int r)
 {
-    (void)arg;
     if (r == 0)
         memcpy(acc, rec, sizeof(uint64_t));
 }
@@ -227,7 +226,7 @@ static weft_status_t comm_init(int rank, int nranks, const char *rendezvous,
     uint64_t id = 0, id0;
     if (rank == 0 && random_bytes(&id, sizeof(id)) != 0)
         id = time_ns() ^ ((uint64_t)getpid() << 32);
-    fold_t f = { sizeof(id), sizeof(id0), keep_rank0, NULL };
+    fold_t f = { sizeof(id), sizeof(id0), keep_rank0 };
     GOTO_IF_ERR(bootstrap_reduce(bs, &id, &id0, &f), st, fail);    /* rank 0's, to all */
     comm_set_id(c, id0);
     GOTO_IF_ERR(connect_all(c, bootstrap_exchange, bootstrap_reduce, 1, bootstrap_watch,

@@ -293,11 +293,10 @@ int tuner_after_probe(const weft_comm_t *comm, const sched_args_t *a, int all_re
 /* connect.c: transport setup over an address exchange. */
 typedef weft_status_t (*exchange_fn_t)(void *ctx, const void *mine, void *all, size_t len);
 /* A fold of every rank's rec_len-byte record into an acc_len-byte result: acc starts
- * zeroed, then fold(acc, record of rank r, r, arg) for r = 0, 1, ..., n - 1. */
+ * zeroed, then fold(acc, record of rank r, r) for r = 0, 1, ..., n - 1. */
 typedef struct {
     size_t rec_len, acc_len;
-    void (*fold)(void *acc, const void *rec, int r, void *arg);
-    void *arg;
+    void (*fold)(void *acc, const void *rec, int r);
 } fold_t;
 /* Every rank gets the fold of all ranks' records in acc (bootstrap_reduce: rank 0 folds
  * them as they arrive and sends each rank acc alone, not n records). */

@@ -306,7 +306,7 @@ weft_status_t exchange_reduce(exchange_fn_t exchange, reduce_fn_t reduce, void *
     weft_status_t st = exchange(ctx, mine, all, f->rec_len);
     memset(acc, 0, f->acc_len);
     for (int r = 0; st == WEFT_OK && r < n; r++)
-        f->fold(acc, all + (size_t)r * f->rec_len, r, f->arg);
+        f->fold(acc, all + (size_t)r * f->rec_len, r);
     free(all);
     return st;
 }
@@ -317,9 +317,8 @@ typedef struct {
     uint32_t max, bad_rank1, bad_len;
 } lens_acc_t;
 
-static void lens_fold(void *vacc, const void *rec, int r, void *arg)
+static void lens_fold(void *vacc, const void *rec, int r)
 {
-    (void)arg;
     lens_acc_t *a = vacc;
     uint32_t len;
     memcpy(&len, rec, sizeof(len));
@@ -341,7 +340,7 @@ static weft_status_t exchange_packed(weft_comm_t *comm, exchange_fn_t exchange,
     memset(mine, 0, sizeof(mine));
     uint32_t len = (uint32_t)peer_pack(self, mine), max = 0;
     lens_acc_t lens;
-    fold_t f = { sizeof(len), sizeof(lens), lens_fold, NULL };
+    fold_t f = { sizeof(len), sizeof(lens), lens_fold };
     weft_status_t st = exchange_reduce(exchange, reduce, ctx, n, &len, &lens, &f);
     if (st == WEFT_OK && lens.bad_rank1)
         st = weft_error(WEFT_ERR_MISMATCH, "connect: rank %u's address record is %u bytes, "
@@ -371,9 +370,8 @@ typedef struct {
     cfg_agree_t cfg0;           /* rank 0's knobs, which every rank's must equal */
 } agree_acc_t;
 
-static void agree_fold(void *vacc, const void *rec, int r, void *arg)
+static void agree_fold(void *vacc, const void *rec, int r)
 {
-    (void)arg;
     agree_acc_t *s = vacc;
     connect_agree_t a;
     memcpy(&a, rec, sizeof(a));
@@ -456,49 +454,46 @@ weft_status_t connect_all(weft_comm_t *comm, exchange_fn_t exchange, reduce_fn_t
     if (st != WEFT_OK)
         snprintf(why, sizeof(why), "%s", weft_last_error());
     agree_acc_t agree;
-    fold_t f = { sizeof(mine), sizeof(agree), agree_fold, NULL };
+    fold_t f = { sizeof(mine), sizeof(agree), agree_fold };
     weft_status_t xs = exchange_reduce(exchange, reduce, ctx, comm->nranks, &mine, &agree, &f);
-    int all_ok = agree.all_ok, first_bad = agree.first_bad, cma = agree.cma,
-        cma_min_k = agree.cma_min_k, blocks = agree.blocks, slow = agree.slow, net = agree.net;
-    int knob_rank = agree.knob_rank, knob = agree.knob;  /* the first rank whose knobs
-                                                          * differ from rank 0's */
     uint64_t buffsize_min = agree.buffsize_min ? agree.buffsize_min : mine.buffsize;
     if (xs != WEFT_OK && (st == WEFT_OK || (xs != WEFT_ERR_TIMEOUT && !others && !told)))
         return xs;
     if (st != WEFT_OK)
         return weft_error_quiet(st, "%s", why);
-    if (!all_ok) {
+    if (!agree.all_ok) {
         char who[64];
         return weft_error(WEFT_ERR_PEER_LOST, "connect: %s failed to connect (its own error "
-                          "says why)", rank_label(comm, first_bad, who, sizeof(who)));
+                          "says why)", rank_label(comm, agree.first_bad, who, sizeof(who)));
     }
-    if (knob_rank >= 0) {
+    if (agree.knob_rank >= 0) {
         char val[64], r0[64], rp[64];
-        const char *name = cfg_agree_name(knob, &comm->cfg, val, sizeof(val));
+        const char *name = cfg_agree_name(agree.knob, &comm->cfg, val, sizeof(val));
         name = name ? name : "a schedule knob";
         return weft_error(WEFT_ERR_MISMATCH, "config: %s differs between %s and %s "
                           "(this rank, %d, has %s=%s): each rank picks the algorithm of "
                           "every call from it, so set it alike on every rank (or on none)",
                           name, rank_label(comm, 0, r0, sizeof(r0)),
-                          rank_label(comm, knob_rank, rp, sizeof(rp)), comm->rank, name, val);
+                          rank_label(comm, agree.knob_rank, rp, sizeof(rp)), comm->rank, name,
+                          val);
     }
-    comm->cma_all = cma && comm->nranks > 1;
+    comm->cma_all = agree.cma && comm->nranks > 1;
     comm->buffsize_min = (size_t)buffsize_min;
     if (buffsize_min < comm->cfg.buffsize)
         LOG_INFO(LOG_TUNE, "WEFT_BUFFSIZE: %zu here, %llu on another rank: frames fit the "
                  "smaller", comm->cfg.buffsize, (unsigned long long)buffsize_min);
     /* single copy by default only where no rank's reads are emulated over a network
      * (ucx held to tcp: the ring was 1.3-2x faster, docs/PERF.md) */
-    comm->cma_min_default = comm->cma_all && !net ? (size_t)cma_min_k << 10 : 0;
-    comm->cma_blocks = comm->cma_all && blocks;
-    comm->cma_slow = (comm->cma_blocks && slow) || (comm->cma_all && net);
-    if (comm->cma_all && net)
+    comm->cma_min_default = comm->cma_all && !agree.net ? (size_t)agree.cma_min_k << 10 : 0;
+    comm->cma_blocks = comm->cma_all && agree.blocks;
+    comm->cma_slow = (comm->cma_blocks && agree.slow) || (comm->cma_all && agree.net);
+    if (comm->cma_all && agree.net)
         LOG_INFO(LOG_TUNE, "single-copy reads: emulated over a network%s: single copy only "
                  "by WEFT_ALGO=cma or WEFT_CMA_MIN", mine.net ? "" :
                  " on another rank");
     if (comm->cma_blocks)
         LOG_INFO(LOG_TUNE, "single-copy reads: %.1fx a copy's time here (256K; 0: not "
-                 "measured)%s: all-gather %s", ratio, slow && !mine.slow ?
+                 "measured)%s: all-gather %s", ratio, agree.slow && !mine.slow ?
                  ", more on another rank" : "", comm->cma_slow ?
                  "keeps the ring and direct by default (over 2.5x)" :
                  "reads by single copy from 32K per rank by default");
