@@ -181,9 +181,11 @@ const algo_t *algo_pick(const weft_config_t *cfg, const algo_model_t *m,
 }
 
 /*
- * Root agreement (WEFT_ROOT_CHECK). Ranks that disagree only about a rooted
- * collective's root must all fail in that call, so no rank may finish before every
- * rank has shown the root it believes in:
+ * Root agreement (WEFT_ROOT_CHECK; under auto, for calls of ALGO_ROOT_CHECK_AUTO_MIN
+ * bytes and more: below, a root may finish once its frames are queued, as an MPI eager
+ * send does, and learns of a disagreement on its next call). Ranks that disagree only
+ * about a rooted collective's root must all fail in that call, so no rank may finish
+ * before every rank has shown the root it believes in:
  *   broadcast  every other rank first sends the root an empty frame; the root moves
  *              no data until it has one from each (one extra hop, before the data);
  *   reduce     the root, once it has everything, sends every other rank an empty
@@ -236,12 +238,19 @@ static void root_guard_after(const sched_args_t *a, sched_t *s, int gate)
     }
 }
 
+int algo_root_checked(int root_check, const sched_args_t *a)
+{
+    if (root_check == 0 || a->nranks < 2 ||
+        (a->coll != COLL_BROADCAST && a->coll != COLL_REDUCE))
+        return 0;
+    return root_check > 0 || algo_rank_bytes(a) >= ALGO_ROOT_CHECK_AUTO_MIN;
+}
+
 weft_status_t algo_build(const algo_t *al, const sched_args_t *a, int root_check,
                          sched_t *s)
 {
     sched_init(s, al->name, a->chunk);
-    int guard = root_check && a->nranks > 1 &&
-                (a->coll == COLL_BROADCAST || a->coll == COLL_REDUCE);
+    int guard = algo_root_checked(root_check, a);
     int gate = guard ? root_guard_before(a, s) : -1;
     weft_status_t st = al->build(a, s);
     if (st == WEFT_OK && guard)

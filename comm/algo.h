@@ -160,8 +160,18 @@ weft_status_t algo_check_config(const weft_config_t *cfg);
 const algo_t *algo_pick(const weft_config_t *cfg, const algo_model_t *m,
                         const sched_args_t *a, double *cost_p);
 
-/* Builds a's schedule with algorithm `al`, the root check included (root_check, as
- * WEFT_ROOT_CHECK): what the engine runs and the simulator replays. On error s is freed. */
+/* WEFT_ROOT_CHECK=auto checks the rooted calls of at least this many bytes (count x the
+ * dtype's size): below it the extra hop is most of a call's time (docs/FAILURES.md). */
+#define ALGO_ROOT_CHECK_AUTO_MIN ((size_t)64 * 1024)
+
+/* Whether a's call gets the root check under root_check (WEFT_ROOT_CHECK: 1, 0, or -1
+ * for auto): a rooted collective of more than one rank, of ALGO_ROOT_CHECK_AUTO_MIN
+ * bytes and more under auto. Depends only on what every rank shares. */
+int algo_root_checked(int root_check, const sched_args_t *a);
+
+/* Builds a's schedule with algorithm `al`, the root check included where
+ * algo_root_checked says: what the engine runs and the simulator replays. On error s is
+ * freed. */
 weft_status_t algo_build(const algo_t *al, const sched_args_t *a, int root_check,
                          sched_t *s);
 

@@ -274,10 +274,11 @@ static const cfg_knob_t knobs[] = {
       LNG(shm_far), "auto|0|1" },
     { "WEFT_SPIN", "auto", "idle polls before a waiting rank yields its core; auto = 2000, "
       "or 0 when a host has more ranks than cores", LNG(spin), NULL },
-    { "WEFT_ROOT_CHECK", "1", "1: broadcast and reduce spend one extra hop (none with 2 ranks) so "
-      "that ranks that disagree on the root all fail in that call (0: the others fail on "
-      "their next call)",
-      LNG(root_check), "0|1" },
+    { "WEFT_ROOT_CHECK", "auto", "1: broadcast and reduce spend one extra hop (none with 2 "
+      "ranks) so that ranks that disagree on the root all fail in that call; 0: a rank whose "
+      "part was consistent may finish and fails on its next call; auto = 1 for calls of 64K "
+      "and more, 0 below (where the hop is most of a call's time)",
+      LNG(root_check), "auto|0|1" },
     { "WEFT_PROGRESS_THREAD", "1", "1: nonblocking collectives progress in the background, "
       "in a thread per communicator started by its first nonblocking call (it sleeps while "
       "nothing is queued); 0: they progress only inside weft calls (weft_test, weft_wait, "

@@ -54,7 +54,8 @@ typedef struct weft_config {
     long shm_far;             /* WEFT_SHM_FAR: 2 ranks of one host on cores that share no
                                  cache: -1 = measured at init (connect.c), 0 = no, 1 = yes */
     long spin;                /* WEFT_SPIN: idle polls before yielding the core; -1 = auto */
-    long root_check;          /* WEFT_ROOT_CHECK: rooted collectives confirm the root */
+    long root_check;          /* WEFT_ROOT_CHECK: rooted collectives confirm the root
+                                 (-1: auto, algo_root_checked) */
     long progress_thread;     /* WEFT_PROGRESS_THREAD: nonblocking calls progress in a
                                  per-communicator thread (0: only inside weft calls) */
     long cuda;                /* WEFT_CUDA: 0 = never call CUDA (comm/memtype.c) */

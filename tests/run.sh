@@ -455,40 +455,49 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
         run "test_fail abort -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
             "$B/tests/test_fail" abort
         # a rank that never calls a rooted collective is the one named, by every rank
+        # (with the root check: unchecked, as auto leaves these 32 bytes, the others
+        # finish without it, as after an eager send)
         [ "$t" = shm ] && for coll in reduce broadcast; do
             run "test_fail timeout_root $coll -n 3 $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=1 \
-                "$WEFTRUN" -n 3 "$B/tests/test_fail" timeout_root $coll
+                WEFT_ROOT_CHECK=1 "$WEFTRUN" -n 3 "$B/tests/test_fail" timeout_root $coll
         done
+        # (WEFT_ROOT_CHECK=1: these calls are 400 bytes, which auto leaves unchecked)
         for f in count count0 dtype op root root_other reduce_root coll; do
-            run "test_fail mismatch $f -n 3 $t" env WEFT_TRANSPORT=$t "$WEFTRUN" -n 3 \
-                "$B/tests/test_fail" mismatch "$f"
+            run "test_fail mismatch $f -n 3 $t" env WEFT_TRANSPORT=$t WEFT_ROOT_CHECK=1 \
+                "$WEFTRUN" -n 3 "$B/tests/test_fail" mismatch "$f"
         done
         # the root check under every algorithm and rank count, and without it; with 2
         # ranks (the default algorithm, where the extra hop overlaps the data) also
-        # each rank naming the other
+        # each rank naming the other; and auto, the default (unchecked at 400 bytes: the
+        # ranks that only send must finish, and fail on their next call)
         for f in root reduce_root root_swap reduce_root_swap; do
-            run "test_fail mismatch $f -n 2 $t" env WEFT_TRANSPORT=$t \
+            run "test_fail mismatch $f -n 2 $t" env WEFT_TRANSPORT=$t WEFT_ROOT_CHECK=1 \
+                "$WEFTRUN" -n 2 "$B/tests/test_fail" mismatch "$f"
+            run "test_fail mismatch $f -n 2 $t auto" env WEFT_TRANSPORT=$t \
                 "$WEFTRUN" -n 2 "$B/tests/test_fail" mismatch "$f"
         done
         for f in root reduce_root; do
             run "test_fail mismatch $f -n 2 $t ring" env WEFT_TRANSPORT=$t WEFT_ALGO=ring \
-                "$WEFTRUN" -n 2 "$B/tests/test_fail" mismatch "$f"
+                WEFT_ROOT_CHECK=1 "$WEFTRUN" -n 2 "$B/tests/test_fail" mismatch "$f"
             run "test_fail mismatch $f -n 4 $t ring" env WEFT_TRANSPORT=$t WEFT_ALGO=ring \
-                "$WEFTRUN" -n 4 "$B/tests/test_fail" mismatch "$f"
+                WEFT_ROOT_CHECK=1 "$WEFTRUN" -n 4 "$B/tests/test_fail" mismatch "$f"
             run "test_fail mismatch $f -n 3 $t WEFT_ROOT_CHECK=0" env WEFT_TRANSPORT=$t \
                 WEFT_ROOT_CHECK=0 "$WEFTRUN" -n 3 "$B/tests/test_fail" mismatch "$f"
         done
         if [ "$t" = shm ]; then
             for n in 2 3; do
                 run "test_fail mismatch root -n $n shm cma" env WEFT_TRANSPORT=shm \
-                    WEFT_ALGO=cma "$WEFTRUN" -n $n "$B/tests/test_fail" mismatch root
+                    WEFT_ALGO=cma WEFT_ROOT_CHECK=1 "$WEFTRUN" -n $n "$B/tests/test_fail" \
+                    mismatch root
             done
             # the trees' root check (the root swapped to the top of tree 1), mismatches
             # and a lost peer in the middle of a tree and of a halving
             run "test_fail mismatch root -n 5 shm tree" env WEFT_TRANSPORT=shm \
-                WEFT_ALGO=tree "$WEFTRUN" -n 5 "$B/tests/test_fail" mismatch root
+                WEFT_ALGO=tree WEFT_ROOT_CHECK=1 "$WEFTRUN" -n 5 "$B/tests/test_fail" \
+                mismatch root
             run "test_fail mismatch reduce_root -n 4 shm tree" env WEFT_TRANSPORT=shm \
-                WEFT_ALGO=tree "$WEFTRUN" -n 4 "$B/tests/test_fail" mismatch reduce_root
+                WEFT_ALGO=tree WEFT_ROOT_CHECK=1 "$WEFTRUN" -n 4 "$B/tests/test_fail" \
+                mismatch reduce_root
             for a in tree rhd; do
                 run "test_fail mismatch count -n 5 shm $a" env WEFT_TRANSPORT=shm \
                     WEFT_ALGO=$a "$WEFTRUN" -n 5 "$B/tests/test_fail" mismatch count
@@ -498,7 +507,8 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
             # hier across WEFT_HOSTID hosts: the root check, a mismatch, a lost peer
             for f in root count; do
                 run "test_fail mismatch $f -n 4 hier" env -u WEFT_TRANSPORT WEFT_ALGO=hier \
-                    "$WEFTRUN" -n 4 sh -c "$HOSTS_RR" "$B/tests/test_fail" mismatch $f
+                    WEFT_ROOT_CHECK=1 "$WEFTRUN" -n 4 sh -c "$HOSTS_RR" "$B/tests/test_fail" \
+                    mismatch $f
             done
             run "test_fail peer_exit -n 4 hier" env -u WEFT_TRANSPORT WEFT_ALGO=hier \
                 "$WEFTRUN" -n 4 sh -c "$HOSTS_RR" "$B/tests/test_fail" peer_exit

@@ -897,6 +897,66 @@ static void check_config_agree(void)
     }
 }
 
+/* WEFT_ROOT_CHECK=auto: a rooted call of fewer than ALGO_ROOT_CHECK_AUTO_MIN bytes is
+ * built as with 0 (no empty check frames), one of that many as with 1, on every rank of
+ * every algorithm that runs it; other collectives never get the check. */
+static int empty_frames(const algo_t *al, const sched_args_t *a, int root_check, int *nsteps)
+{
+    sched_t s;
+    if (algo_build(al, a, root_check, &s) != WEFT_OK)
+        return -1;
+    int k = 0;
+    for (int i = 0; i < s.nsteps; i++)
+        k += (s.steps[i].kind == STEP_SEND || s.steps[i].kind == STEP_RECV) &&
+             s.steps[i].len == 0;
+    *nsteps = s.nsteps;
+    sched_free(&s);
+    return k;
+}
+
+static void check_root_check_auto(void)
+{
+    static const int colls[] = { COLL_BROADCAST, COLL_REDUCE, COLL_ALLREDUCE };
+    int bad = 0, runs = 0;
+    for (int k = 0; algo_registry[k]; k++)
+        for (size_t ci = 0; ci < WEFT_ARRAY_LEN(colls); ci++)
+            for (int n = 2; n <= 5; n++)
+                for (int rank = 0; rank < n; rank++)
+                    for (int big = 0; big < 2; big++) {
+                        sched_args_t a = { .coll = colls[ci], .rank = rank, .nranks = n,
+                                           .dtype = WEFT_FLOAT32, .op = WEFT_SUM,
+                                           .root = colls[ci] == COLL_ALLREDUCE ? -1 : n - 1,
+                                           .peer2 = -1, .chunk = CHUNK, .nchannels = 1 };
+                        a.count = ALGO_ROOT_CHECK_AUTO_MIN / 4 - (big ? 0 : 1);
+                        static const uint64_t one_host[5] = { 7, 7, 7, 7, 7 };
+                        algo_layout(one_host, n, rank, 0, &a.layout);
+                        if (!algo_registry[k]->supports(&a))
+                            continue;
+                        int s0 = 0, s1 = 0, sa = 0;
+                        int e0 = empty_frames(algo_registry[k], &a, 0, &s0);
+                        int e1 = empty_frames(algo_registry[k], &a, 1, &s1);
+                        int ea = empty_frames(algo_registry[k], &a, -1, &sa);
+                        int rooted = colls[ci] != COLL_ALLREDUCE;
+                        int want = big ? e1 : e0, want_steps = big ? s1 : s0;
+                        runs++;
+                        if (e0 < 0 || ea != want || sa != want_steps ||
+                            (rooted ? e1 <= e0 : e1 != e0) ||
+                            algo_root_checked(-1, &a) != (rooted && big)) {
+                            bad = 1;
+                            fprintf(stderr, "FAIL root check auto: %s %s, rank %d of %d, %zu "
+                                    "bytes: empty frames %d (auto) against %d (0) and %d (1)\n",
+                                    algo_registry[k]->name, coll_name(colls[ci]), rank, n,
+                                    a.count * 4, ea, e0, e1);
+                        }
+                    }
+    if (!bad && runs > 50) {
+        T.passed++;
+    } else {
+        T.failed++;
+        fprintf(stderr, "FAIL root check auto: %d builds compared\n", runs);
+    }
+}
+
 static void check_keep_flags(void)
 {
     static const struct { const char *algo; int coll, n, inplace, sends, keeps; } K[] = {
@@ -1135,6 +1195,7 @@ int main(int argc, char **argv)
     check_model_spots();
     check_tree_links();
     check_keep_flags();
+    check_root_check_auto();
     check_config_defaults();
     check_config_agree();
     static job_t jobs[1024];

@@ -16,8 +16,12 @@
  *               changes (root_other: rank 1 names rank 2 as the root; root_swap and
  *               reduce_root_swap, 2 ranks: each names the other, so neither is the
  *               root it is named by). With
- *               WEFT_ROOT_CHECK=0 a rank whose part of the call was consistent may
- *               complete it (docs/FAILURES.md); its next call must then fail that way.
+ *               WEFT_ROOT_CHECK=0, or unset (auto: these 400-byte calls are below its
+ *               64K), a rank whose part of a rooted call was consistent may complete it
+ *               (docs/FAILURES.md); its next call must then fail that way. With 2
+ *               ranks and the default algorithm, root (each its own root) and
+ *               reduce_root_swap (each names the other) must then complete on both:
+ *               each rank only sends.
  * busy          (2 ranks) rank 1 busy 6 s outside weft while rank 0 sends a 64 MB
  *               all-reduce: with WEFT_TCP_DEAD=2 both complete (a late peer is not lost)
  * cutframe      (2 ranks, tcp, WEFT_TIMEOUT=2) rank 0 times out with a frame half sent
@@ -294,8 +298,24 @@ static int mismatch(weft_comm_t *c, int rank, const char *field, float *buf)
         return 2;
     }
     const char *what = "mismatched call";
+    /* Rooted calls go unchecked with WEFT_ROOT_CHECK=0, and under auto (the default)
+     * below 64K (ALGO_ROOT_CHECK_AUTO_MIN): these 400 bytes. */
     const char *rc = getenv("WEFT_ROOT_CHECK");
-    if (st == WEFT_OK && rc && !strcmp(rc, "0")) {
+    int rooted = strstr(field, "root") != NULL;
+    int unchecked = rooted && (rc ? strcmp(rc, "0") == 0 || (strcmp(rc, "auto") == 0 &&
+                                                                cnt * 4 < 65536)
+                                  : cnt * 4 < 65536);
+    int only_sends = !strcmp(field, "root") || !strcmp(field, "reduce_root_swap");
+    if (unchecked && only_sends && weft_comm_size(c) == 2 && !getenv("WEFT_ALGO") &&
+        st != WEFT_OK) {
+        /* each rank only sends (a broadcast where each is its own root, a reduce where
+         * each names the other), eagerly (400 B), and finishes: the check would have
+         * failed both here */
+        printf("FAIL rank %d: unchecked, each rank only sends, and the call returned %s "
+               "(%s), not WEFT_OK\n", rank, weft_status_str(st), weft_last_error());
+        return 1;
+    }
+    if (st == WEFT_OK && unchecked) {
         /* without the root check a rank whose part was consistent may finish: its next
          * call must fail */
         printf("note rank %d: its part of the mismatched call was consistent\n", rank);
@@ -372,8 +392,9 @@ static int abort_test(weft_comm_t *c, int rank, int nranks, float *buf)
                   t, 0.3 + 2.0);
 }
 
-/* timeout_root: a 3-rank reduce or broadcast (root 0) that rank 2 never calls: ranks 0
- * and 1 time out, and each one's message names rank 2 as the one waited for, whichever
+/* timeout_root: a 3-rank reduce or broadcast (root 0) that rank 2 never calls, run with
+ * WEFT_ROOT_CHECK=1 (unchecked, as auto leaves these 32 bytes, ranks 0 and 1 may finish
+ * without rank 2, as after an eager send): ranks 0 and 1 time out, and each one's message names rank 2 as the one waited for, whichever
  * of them timed out first and relayed it; except rank 1's own timeout, which names the
  * root it waits on (the root's relay then names rank 2). Before 2026-11-27 the root named rank 1, whose
  * root-check frame it had not yet sent, and rank 1, told, named nobody else; or rank 1

@@ -5,7 +5,7 @@
  *   weft-sim --hosts H --ranks-per-host R [--intra-bw GB/s --intra-lat us --inter-bw GB/s
  *            --inter-lat us --reduce-bw GB/s --copy-bw GB/s --nics N --chunk B --staging B
  *            | --model FILE] [-c allreduce] [-b 8] [-e 1G] [-f 2 | -i STEP] [-d float]
- *            [-o sum] [-r 0] [--algo NAME|all] [--inplace 0|1] [--root-check 0|1]
+ *            [-o sum] [-r 0] [--algo NAME|all] [--inplace 0|1] [--root-check auto|0|1]
  *            [--write-model FILE] [-v]
  *
  * Every row replays the schedules weft's engine would run (algo_build over the registry,
@@ -47,7 +47,7 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: weft-sim --hosts H --ranks-per-host R [cluster flags | --model FILE]\n"
         "                [-c COLL] [-b MIN] [-e MAX] [-f FACTOR | -i STEP] [-d TYPE] [-o OP]\n"
-        "                [-r ROOT] [--algo NAME|all] [--inplace 0|1] [--root-check 0|1]\n"
+        "                [-r ROOT] [--algo NAME|all] [--inplace 0|1] [--root-check auto|0|1]\n"
         "                [--write-model FILE] [-v]\n"
         "Predicts weft's collectives on a described cluster by replaying the schedules the\n"
         "engine runs under an alpha-beta-gamma model; prints nccl-tests' table per algorithm.\n"
@@ -83,7 +83,7 @@ static void usage(FILE *f)
         "  -r ROOT   root of broadcast and reduce (default 0)\n"
         "  --algo    a registered algorithm, or all (default): every one that runs the call\n"
         "  --inplace 1 (default) also replays the in-place call; 0 prints N/A there\n"
-        "  --root-check  WEFT_ROOT_CHECK (default 1)\n"
+        "  --root-check  WEFT_ROOT_CHECK (default auto: from 64K)\n"
         "  --max-frames N  rows that would replay more frames print N/A (default 200M; 0: no\n"
         "            limit), at once when ranks 0, 1, the middle and the last each cut\n"
         "            more than N / ranks; the replay takes about 0.3-4 us a frame\n"
@@ -306,10 +306,17 @@ static int parse_opts(int argc, char **argv, simtime_cluster_t *c, sim_opts_t *o
                 return bad("--max-frames %s: want a count (0: no limit)", optarg);
             o->max_frames = (long long)v;
             break;
-        case OPT_INPLACE:
         case OPT_ROOTCHECK:
+            if (!strcmp(optarg, "auto")) {
+                o->root_check = -1;
+                break;
+            }
+            /* fall through */
+        case OPT_INPLACE:
             if (perf_parse_int(optarg, 0, 1, &k) != 0)
-                return bad("want 0 or 1, got '%s'", optarg);
+                return bad(ch == OPT_INPLACE ? "--inplace: want 0 or 1, got '%s'"
+                                             : "--root-check: want auto, 0 or 1, got '%s'",
+                           optarg);
             *(ch == OPT_INPLACE ? &o->inplace : &o->root_check) = k;
             break;
         default:
@@ -348,7 +355,7 @@ int main(int argc, char **argv)
 {
     simtime_cluster_t c;
     sim_opts_t o = { .kind = PERF_COLL_ALLREDUCE, .coll = COLL_ALLREDUCE, .op = WEFT_SUM,
-                     .inplace = 1, .root_check = 1, .max_frames = 200000000, .min = 8, .max = 1u << 30,
+                     .inplace = 1, .root_check = -1, .max_frames = 200000000, .min = 8, .max = 1u << 30,
                      .step = 1u << 20, .factor = 2 };
     const char *algo = "all", *write_model = NULL;
     o.type = perf_type_index("float");
