@@ -276,8 +276,8 @@ static const cfg_knob_t knobs[] = {
       "or 0 when a host has more ranks than cores", LNG(spin), NULL },
     { "WEFT_ROOT_CHECK", "auto", "1: broadcast and reduce spend one extra hop (none with 2 "
       "ranks) so that ranks that disagree on the root all fail in that call; 0: a rank whose "
-      "part was consistent may finish and fails on its next call; auto = 1 for calls of 64K "
-      "and more, 0 below (where the hop is most of a call's time)",
+      "part was consistent may finish, and fails on a later call that waits on the others; "
+      "auto = 1 for calls of 64K and more, 0 below (where the hop is most of a call's time)",
       LNG(root_check), "auto|0|1" },
     { "WEFT_PROGRESS_THREAD", "1", "1: nonblocking collectives progress in the background, "
       "in a thread per communicator started by its first nonblocking call (it sleeps while "

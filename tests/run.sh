@@ -461,8 +461,8 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
             run "test_fail timeout_root $coll -n 3 $t" env WEFT_TRANSPORT=$t WEFT_TIMEOUT=1 \
                 WEFT_ROOT_CHECK=1 "$WEFTRUN" -n 3 "$B/tests/test_fail" timeout_root $coll
         done
-        # (WEFT_ROOT_CHECK=1: these calls are 400 bytes, which auto leaves unchecked)
-        for f in count count0 dtype op root root_other reduce_root coll; do
+        # (WEFT_ROOT_CHECK=1: the rooted ones, 400 bytes, auto leaves unchecked)
+        for f in count count0 dtype op root root_other reduce_root bcast_count coll; do
             run "test_fail mismatch $f -n 3 $t" env WEFT_TRANSPORT=$t WEFT_ROOT_CHECK=1 \
                 "$WEFTRUN" -n 3 "$B/tests/test_fail" mismatch "$f"
         done
@@ -470,7 +470,7 @@ if [ -x "$WEFTRUN" ] && [ -x "$B/tests/test_fail" ]; then
         # ranks (the default algorithm, where the extra hop overlaps the data) also
         # each rank naming the other; and auto, the default (unchecked at 400 bytes: the
         # ranks that only send must finish, and fail on their next call)
-        for f in root reduce_root root_swap reduce_root_swap; do
+        for f in root reduce_root root_swap reduce_root_swap bcast_count; do
             run "test_fail mismatch $f -n 2 $t" env WEFT_TRANSPORT=$t WEFT_ROOT_CHECK=1 \
                 "$WEFTRUN" -n 2 "$B/tests/test_fail" mismatch "$f"
             run "test_fail mismatch $f -n 2 $t auto" env WEFT_TRANSPORT=$t \

@@ -555,6 +555,8 @@ static void run_counts(sim_call_t *c, int p2p)
     for (size_t k = 0; k < WEFT_ARRAY_LEN(counts); k++) {
         c->args.count = counts[k];
         c->args.root = (int)(k * 7 + 1) % c->args.nranks;
+        c->root_check = (int)(k & 1);   /* rooted schedules with and without the check (the
+                                           default, auto, leaves these sizes unchecked) */
         if (p2p)
             run_send_recv(c);
         else

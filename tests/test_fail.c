@@ -10,7 +10,8 @@
  *               WEFT_ERR_TIMEOUT, after about 1 s, naming rank 1, with the flight
  *               recorder printed
  * mismatch F    rank 1 calls something different in field F (count, dtype, op, root,
- *               coll, reduce_root; count0: a count of 0, then the others' call); every
+ *               coll, reduce_root, bcast_count; count0: a count of 0, then the others'
+ *               call); every
  *               rank gets WEFT_ERR_MISMATCH within 2 s with a message holding both
  *               calls' values of F (count0: the status only), and no byte past any buffer
  *               changes (root_other: rank 1 names rank 2 as the root; root_swap and
@@ -267,6 +268,10 @@ static int mismatch(weft_comm_t *c, int rank, const char *field, float *buf)
     } else if (!strcmp(field, "root")) {
         needles[0] = "root=0", needles[1] = "root=1";
         st = weft_broadcast(buf, buf, cnt, WEFT_FLOAT32, odd ? 1 : 0, c);
+    } else if (!strcmp(field, "bcast_count")) {  /* a rooted call's count: what the root
+                                                    check also shows the root */
+        needles[0] = "count=100", needles[1] = "count=200";
+        st = weft_broadcast(buf, buf, odd ? 200 : cnt, WEFT_FLOAT32, 0, c);
     } else if (!strcmp(field, "root_other")) {   /* rank 1 names another rank, not itself */
         needles[0] = "root=0", needles[1] = "root=2";
         st = weft_broadcast(buf, buf, cnt, WEFT_FLOAT32, odd ? 2 : 0, c);
@@ -301,17 +306,18 @@ static int mismatch(weft_comm_t *c, int rank, const char *field, float *buf)
     /* Rooted calls go unchecked with WEFT_ROOT_CHECK=0, and under auto (the default)
      * below 64K (ALGO_ROOT_CHECK_AUTO_MIN): these 400 bytes. */
     const char *rc = getenv("WEFT_ROOT_CHECK");
-    int rooted = strstr(field, "root") != NULL;
+    int rooted = strstr(field, "root") != NULL || !strcmp(field, "bcast_count");
     int unchecked = rooted && (rc ? strcmp(rc, "0") == 0 || (strcmp(rc, "auto") == 0 &&
                                                                 cnt * 4 < 65536)
                                   : cnt * 4 < 65536);
-    int only_sends = !strcmp(field, "root") || !strcmp(field, "reduce_root_swap");
+    int only_sends = !strcmp(field, "root") || !strcmp(field, "reduce_root_swap") ||
+                     (!strcmp(field, "bcast_count") && rank == 0);
     if (unchecked && only_sends && weft_comm_size(c) == 2 && !getenv("WEFT_ALGO") &&
         st != WEFT_OK) {
-        /* each rank only sends (a broadcast where each is its own root, a reduce where
-         * each names the other), eagerly (400 B), and finishes: the check would have
-         * failed both here */
-        printf("FAIL rank %d: unchecked, each rank only sends, and the call returned %s "
+        /* this rank only sends (a broadcast where each is its own root, a reduce where
+         * each names the other, the root of a broadcast whose count rank 1 has wrong),
+         * eagerly (400 B), and finishes: the check would have failed it here */
+        printf("FAIL rank %d: unchecked, this rank only sends, and the call returned %s "
                "(%s), not WEFT_OK\n", rank, weft_status_str(st), weft_last_error());
         return 1;
     }
@@ -1536,6 +1542,8 @@ int main(int argc, char **argv)
         fflush(stdout);
         _exit(bad);
     }
+    if (!strcmp(mode, "timeout_root"))
+        setenv("WEFT_ROOT_CHECK", "1", 0);  /* its calls are under auto's 64K (every rank) */
     weft_comm_t *c;
     weft_status_t st = weft_comm_init(&c);
     if (st != WEFT_OK) {
