@@ -118,6 +118,8 @@ static weft_status_t comm_alloc(int rank, int nranks, const weft_config_t *cfg,
         weft_comm_destroy(c);
         return weft_error(WEFT_ERR_NO_MEMORY, "comm_init: out of memory");
     }
+    for (size_t k = 0; k < 2 * n; k++)
+        c->cursor[k] = -1;          /* no queue: the engine sets only its schedule's peers' */
     live_add(c);
     *comm_p = c;
     return WEFT_OK;

@@ -145,8 +145,11 @@ struct weft_comm {
     size_t tmp_cap;
     step_state_t *st;        /* [st_cap] per-step state of the head op */
     int st_cap;
-    int *cursor;             /* [2*nranks] next step index per peer: send, recv */
-    uint32_t *frame_tx, *frame_rx;  /* [nranks] frame counters of the head op */
+    int *cursor;             /* [2*nranks] next step index per peer: send, recv; -1 for
+                                every peer outside the head op's schedule (sched_t.peers),
+                                and for all between ops: a schedule's queues end at -1 */
+    uint32_t *frame_tx, *frame_rx;  /* [nranks] frame counters of the head op (its
+                                schedule's peers'; the others' are stale) */
     int local_cursor;        /* next local step of the head op */
     int ncomplete;           /* completed steps of the head op */
     uint32_t *p2p_tx, *p2p_rx;      /* [nranks] point-to-point sequence numbers */

@@ -49,14 +49,19 @@ static weft_status_t ensure_state(weft_comm_t *comm, const sched_t *s)
     return WEFT_OK;
 }
 
-/* Points the per-step state at op's schedule, from its first step. */
+/* Points the per-step state at op's schedule, from its first step. The cursors of the
+ * peers outside it are -1 already: every queue of the op before (or of a probe schedule
+ * before this one) ended at -1, and an op that failed failed its communicator, so none
+ * runs after it. Only the schedule's peers are visited, here and in every pass: a small
+ * call on a communicator of thousands of ranks touches the few it talks to. */
 static weft_status_t begin_schedule(weft_comm_t *comm, comm_op_t *op)
 {
     const sched_t *s = op->sched;
     RETURN_IF_ERR(ensure_state(comm, s));
     if (s->nsteps)
         memset(comm->st, 0, (size_t)s->nsteps * sizeof(step_state_t));
-    for (int p = 0; p < comm->nranks; p++) {
+    for (int k = 0; k < s->npeers; k++) {
+        int p = s->peers[k];
         comm->cursor[2 * p] = s->head_send[p];
         comm->cursor[2 * p + 1] = s->head_recv[p];
     }
@@ -69,8 +74,10 @@ weft_status_t engine_start(weft_comm_t *comm, comm_op_t *op)
 {
     RETURN_IF_ERR(tuner_schedule(comm, op));
     RETURN_IF_ERR(begin_schedule(comm, op));
-    for (int p = 0; p < comm->nranks; p++)
-        comm->frame_tx[p] = comm->frame_rx[p] = 0;
+    /* (a probe schedule reaches every peer, so the one after it, whose frame numbers
+     * carry on, has none that were not reset here) */
+    for (int k = 0; k < op->sched->npeers; k++)
+        comm->frame_tx[op->sched->peers[k]] = comm->frame_rx[op->sched->peers[k]] = 0;
     op->mops = mem_ops_for(WEFT_MAX(op->send_mt, op->recv_mt));
     if (!op->mops->usable)
         return weft_error(WEFT_ERR_UNSUPPORTED, "rank %d: %s on %s memory: this build of "
@@ -376,7 +383,8 @@ weft_status_t engine_progress(weft_comm_t *comm, comm_op_t *op, int *moved_p)
     int moved = 0;
     for (int i = 0; i < comm->nprogress; i++)   /* contexts with work of their own */
         RETURN_IF_ERR(comm->progress_tps[i]->progress(comm));
-    for (int p = 0; p < comm->nranks; p++) {
+    for (int k = 0; k < s->npeers; k++) {
+        int p = s->peers[k];
         weft_status_t rc = WEFT_OK;
         if (comm->cursor[2 * p] >= 0)
             rc = progress_queue(comm, op, &comm->cursor[2 * p], 1, &moved);
@@ -524,9 +532,11 @@ static void finish_head(weft_comm_t *comm, weft_status_t st)
  * (transport.h, flush); until then its rank keeps progressing the transports. */
 static weft_status_t drain(weft_comm_t *comm)
 {
+    const sched_t *s = comm->q_head->sched;     /* its frames went to its peers only */
     for (int i = 0; i < comm->nprogress; i++)
         RETURN_IF_ERR(comm->progress_tps[i]->progress(comm));
-    for (int p = 0; p < comm->nranks; p++) {
+    for (int k = 0; k < s->npeers; k++) {
+        int p = s->peers[k];
         tp_ep_t *ep = comm->eps[p];
         if (ep && ep->ops->flush) {
             weft_status_t st = ep->ops->flush(ep);

@@ -1,8 +1,8 @@
 /*
  * sched.c - building schedules: append steps, then derive the per-peer queues.
  *
- * Invariant: after sched_finish succeeds, next_same/head_send/head_recv/locals describe
- * exactly the steps array, and no step refers to a later step through dep or stream
+ * Invariant: after sched_finish succeeds, next_same/head_send/head_recv/locals/peers
+ * describe exactly the steps array, and no step refers to a later step through dep or stream
  * (algorithms only depend backwards, which is what makes a schedule deadlock-free when
  * every peer's queues progress together).
  */
@@ -228,6 +228,10 @@ static weft_status_t link_queues(sched_t *s)
     for (int i = 0; i < s->nsteps; i++)
         if (is_local(s->steps[i].kind))
             s->locals[s->nlocals++] = i;
+    s->npeers = 0;
+    for (int p = 0; p < s->nranks; p++)
+        if (s->head_send[p] >= 0 || s->head_recv[p] >= 0)
+            s->peers[s->npeers++] = p;
     return WEFT_OK;
 }
 
@@ -258,7 +262,8 @@ weft_status_t sched_finish(sched_t *s, int nranks)
     s->locals = malloc(n * sizeof(int));
     s->head_send = malloc((size_t)nranks * sizeof(int));
     s->head_recv = malloc((size_t)nranks * sizeof(int));
-    if (!s->next_same || !s->locals || !s->head_send || !s->head_recv) {
+    s->peers = malloc((size_t)nranks * sizeof(int));
+    if (!s->next_same || !s->locals || !s->head_send || !s->head_recv || !s->peers) {
         sched_free(s);
         return weft_error(WEFT_ERR_NO_MEMORY, "schedule %s: out of memory", s->algo);
     }
@@ -344,9 +349,10 @@ void sched_free(sched_t *s)
     free(s->locals);
     free(s->head_send);
     free(s->head_recv);
+    free(s->peers);
     s->steps = NULL;
-    s->next_same = s->locals = s->head_send = s->head_recv = NULL;
-    s->nsteps = s->cap = 0;
+    s->next_same = s->locals = s->head_send = s->head_recv = s->peers = NULL;
+    s->nsteps = s->cap = s->npeers = 0;
 }
 
 void sched_dump(const sched_t *s, int rank)

@@ -107,6 +107,9 @@ typedef struct sched {
     int *next_same;     /* [nsteps] next step in the same peer/direction queue, or -1 */
     int *head_send;     /* [nranks] first SEND step to each peer, or -1 */
     int *head_recv;     /* [nranks] first RECV/RECV_REDUCE step from each peer, or -1 */
+    int *peers;         /* [npeers] the ranks with a send or receive queue, ascending: the
+                           engine's passes visit these, not every rank of a large job */
+    int npeers;
     int *locals;        /* [nlocals] COPY/FOLD steps in order */
     int nlocals;
     int oom;

@@ -959,6 +959,59 @@ static void check_root_check_auto(void)
     }
 }
 
+/* sched_t.peers, which the engine's passes visit in place of every rank: exactly the
+ * ranks with a send or receive queue, ascending, for every algorithm, collective and rank
+ * (a peer left out would never progress: its call would hang). */
+static void check_sched_peers(void)
+{
+    static const uint64_t hosts[9] = { 1, 1, 2, 2, 3, 3, 3, 4, 4 };
+    int bad = 0, runs = 0;
+    for (int k = 0; algo_registry[k]; k++)
+        for (int coll = COLL_ALLREDUCE; coll < COLL_NUM; coll++)
+            for (int n = 2; n <= 9; n++)
+                for (int rank = 0; rank < n && !bad; rank++) {
+                    int p2p = coll == COLL_SEND || coll == COLL_RECV || coll == COLL_SENDRECV;
+                    sched_args_t a = { .coll = coll, .rank = rank, .nranks = n,
+                                       .count = 3 * CHUNK + 5, .dtype = WEFT_FLOAT32,
+                                       .op = WEFT_SUM, .chunk = CHUNK, .nchannels = 2 };
+                    a.root = coll == COLL_BROADCAST || coll == COLL_REDUCE || p2p
+                             ? (rank + 1) % n : -1;
+                    a.peer2 = coll == COLL_SENDRECV ? (rank + n - 1) % n : -1;
+                    a.count2 = coll == COLL_SENDRECV ? a.count : 0;
+                    algo_layout(hosts, n, rank, 0, &a.layout);
+                    if (!algo_registry[k]->supports(&a))
+                        continue;
+                    sched_t s;
+                    if (algo_build(algo_registry[k], &a, 1, &s) != WEFT_OK) {
+                        bad = 1;
+                        fprintf(stderr, "FAIL sched peers: %s %s: %s\n", algo_registry[k]->name,
+                                coll_name(coll), weft_last_error());
+                        break;
+                    }
+                    runs++;
+                    int j = 0;
+                    for (int p = 0; p < n; p++) {
+                        int has = s.head_send[p] >= 0 || s.head_recv[p] >= 0;
+                        if (has && (j >= s.npeers || s.peers[j] != p))
+                            bad = 1;
+                        j += has;
+                    }
+                    if (j != s.npeers || bad) {
+                        bad = 1;
+                        fprintf(stderr, "FAIL sched peers: %s %s, rank %d of %d: %d listed, "
+                                "%d with queues\n", algo_registry[k]->name, coll_name(coll),
+                                rank, n, s.npeers, j);
+                    }
+                    sched_free(&s);
+                }
+    if (!bad && runs > 100) {
+        T.passed++;
+    } else {
+        T.failed++;
+        fprintf(stderr, "FAIL sched peers: %d schedules checked\n", runs);
+    }
+}
+
 static void check_keep_flags(void)
 {
     static const struct { const char *algo; int coll, n, inplace, sends, keeps; } K[] = {
@@ -1198,6 +1251,7 @@ int main(int argc, char **argv)
     check_tree_links();
     check_keep_flags();
     check_root_check_auto();
+    check_sched_peers();
     check_config_defaults();
     check_config_agree();
     static job_t jobs[1024];
