@@ -43,6 +43,8 @@ struct comm_op {
     char *error_msg;         /* a request's: its failure's message (the message is
                                 thread-local, and the progress thread may fail it) */
     int started;
+    int probed;              /* it began with a probe schedule (engine.c: the probe's
+                                frames went to every peer, so its end flushes them all) */
     int noop;                /* count 0 behind other ops: done when it reaches the head */
     int posted_wait;         /* told the peers it is waiting (comm/fail.c) */
     int draining;            /* its steps are done; waiting for the transports' flush */

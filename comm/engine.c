@@ -317,6 +317,7 @@ static weft_status_t continue_after_probe(weft_comm_t *comm, comm_op_t *op)
             any_inplace |= comm->meta_in[p].inplace != 0;
         }
     op->args.reg = tuner_after_probe(comm, &op->args, all, any_inplace);
+    op->probed = 1;
     RETURN_IF_ERR(tuner_schedule(comm, op));
     RETURN_IF_ERR(begin_schedule(comm, op));
     fr_started(&comm->flight, op->fr_id, op->sched->algo, op->t_start);
@@ -513,6 +514,10 @@ static void finish_head(weft_comm_t *comm, weft_status_t st)
         for (int p = 0; p < comm->nranks; p++)
             if (comm->eps[p] && comm->eps[p]->ops->fail_end)
                 comm->eps[p]->ops->fail_end(comm->eps[p]);
+    if (st < 0 && op->sched)    /* (no op runs after a failure; the cursors' invariant
+                                   holds all the same: begin_schedule) */
+        for (int k = 0; k < op->sched->npeers; k++)
+            comm->cursor[2 * op->sched->peers[k]] = comm->cursor[2 * op->sched->peers[k] + 1] = -1;
     comm->q_head = op->next;
     if (comm->q_head == NULL)
         comm->q_tail = NULL;
@@ -532,11 +537,13 @@ static void finish_head(weft_comm_t *comm, weft_status_t st)
  * (transport.h, flush); until then its rank keeps progressing the transports. */
 static weft_status_t drain(weft_comm_t *comm)
 {
-    const sched_t *s = comm->q_head->sched;     /* its frames went to its peers only */
+    /* its frames went to its schedule's peers only; a probed op's to every peer */
+    const sched_t *s = comm->q_head->sched;
+    int all = comm->q_head->probed, n = all ? comm->nranks : s->npeers;
     for (int i = 0; i < comm->nprogress; i++)
         RETURN_IF_ERR(comm->progress_tps[i]->progress(comm));
-    for (int k = 0; k < s->npeers; k++) {
-        int p = s->peers[k];
+    for (int k = 0; k < n; k++) {
+        int p = all ? k : s->peers[k];
         tp_ep_t *ep = comm->eps[p];
         if (ep && ep->ops->flush) {
             weft_status_t st = ep->ops->flush(ep);

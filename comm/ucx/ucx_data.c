@@ -124,8 +124,9 @@ weft_status_t ucx_flush(tp_ep_t *ep)
 {
     ucx_ep_t *e = (ucx_ep_t *)ep;
     /* nothing outstanding: a peer that has left after its part (destroyed, its
-     * connection reset) fails no call that owes it nothing; the engine flushes every
-     * endpoint before a call ends, not only those of peers with work left. Not so once
+     * connection reset) fails no call that owes it nothing; the engine flushes the
+     * endpoints of every peer of a call's schedule before it ends, also those whose
+     * queues are done (and every endpoint after a probe). Not so once
      * this rank closed the endpoint itself (ucx_withdraw_kept: frames were given up). */
     if (e->tx_tail == e->tx_head && e->ep != NULL)
         return WEFT_OK;
