@@ -27,6 +27,11 @@
 #     rank 0 fails saying so, ranks 1-3 with PEER_LOST naming rank 0 (before 2026-11-28
 #     each rank that found a failed rank's segment gone told the job it had failed
 #     itself, "system error: cannot open rank 3's segment");
+#   - rings sized from the host's budget are taken at their first frame (lazy): a ring
+#     all-reduce of 5 ranks takes each rank's rings with its two neighbours only (the INFO
+#     line at destroy), probe_lazy's crossed sends and small sends to a rank elsewhere
+#     complete, and a ring refused then (rank 0's MADV_POPULATE_WRITE over a page, ENOMEM)
+#     fails rank 0's call saying so and the others' naming rank 0;
 #   - 8 ranks, each on a "host" of its own (WEFT_HOSTID), with a 128K tmpfs: no rank has
 #     a local peer, so none takes ring pages, and the all-reduce runs over tcp (before
 #     2026-11-28 each took a control page per rank of the job: 36K each, init failed).
@@ -166,6 +171,59 @@ if ${CC:-cc} -shared -fPIC -o "$OUT/madv0.so" "$OUT/madv0.c" -ldl 2>"$OUT/cc0.lo
     fi
 else
     bad "cannot build the rank-0 madvise shim" "$OUT/cc0.log"
+fi
+# lazy rings (their sizes from the host's budget): a ring all-reduce takes the rings of
+# its two neighbours only, the INFO line at destroy says so on every rank; a send to a
+# peer blocked in its own send, and small sends to a rank elsewhere, complete (probe_lazy,
+# as for ib's lazy rings)
+env -u WEFT_BUFFSIZE -u WEFT_CHUNK WEFT_TRANSPORT=shm WEFT_ALGO=ring WEFT_TIMEOUT=20 \
+    WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=SHM timeout 60 "$W" -n 5 "$B/tests/probe_lazy" ring \
+    >"$OUT/lazy" 2>&1
+rc=$?
+n=$(grep -c 'of the rings with its 4 local peers, 1 to and 1 from them carried frames' "$OUT/lazy")
+if [ $rc = 0 ] && [ "$n" = 5 ]; then
+    ok "lazy rings: a ring all-reduce of 5 ranks takes each rank's rings to and from its neighbours only"
+else
+    bad "lazy rings: exit $rc, $n of 5 ranks said 1 to and 1 from" "$OUT/lazy"
+fi
+for m in crossed elsewhere; do
+    env -u WEFT_BUFFSIZE WEFT_TRANSPORT=shm WEFT_ALGO=ring WEFT_TIMEOUT=10 timeout 60 \
+        "$W" -n 4 "$B/tests/probe_lazy" $m >"$OUT/$m" 2>&1
+    rc=$?
+    if [ $rc = 0 ] && [ "$(grep -c "probe_lazy $m rank .: passed" "$OUT/$m")" = 4 ]; then
+        ok "lazy rings: probe_lazy $m"
+    else
+        bad "lazy rings: probe_lazy $m: exit $rc" "$OUT/$m"
+    fi
+done
+# a lazy ring that cannot be taken at its first frame (rank 0's MADV_POPULATE_WRITE of
+# more than a page refused, ENOMEM: /dev/shm or the memory filled up after init): rank 0's
+# call fails saying so, the others' calls fail naming rank 0, nobody dies of a signal
+sed -e 's/if (advice == 23) {/const char *r = getenv("WEFT_RANK");\n    if (advice == 23 \&\& n > 4096 \&\& r \&\& r[0] == 0x30 \&\& !r[1]) {/' \
+    -e 's/errno = EINVAL;/errno = ENOMEM;/' -e 's/#include <stddef.h>/#include <stddef.h>\n#include <stdlib.h>/' \
+    "$OUT/madv.c" >"$OUT/madv1.c"
+if ${CC:-cc} -shared -fPIC -o "$OUT/madv1.so" "$OUT/madv1.c" -ldl 2>"$OUT/cc1.log"; then
+    port=$(/usr/bin/python3 "$(dirname "$0")/weftlib.py")
+    for r in 0 1 2 3; do
+        env -u WEFT_BUFFSIZE WEFT_TRANSPORT=shm WEFT_TIMEOUT=10 WEFT_RANK=$r WEFT_WORLD_SIZE=4 \
+            WEFT_ADDR=127.0.0.1:$port WEFT_SECRET=shm-lazy-test-$port LD_PRELOAD="$OUT/madv1.so" \
+            timeout 30 "$B/bin/all_reduce_perf" -b 1M -e 1M -n 2 -w 1 >"$OUT/l$r" 2>&1 &
+    done
+    wait
+    good=1
+    grep -q 'shm: no memory for the ring .* rank [1-3] (.*taken at its first frame)' "$OUT/l0" || good=0
+    for r in 1 2 3; do
+        grep -q 'rank 0' "$OUT/l$r" && ! grep -q '^ *1048576 ' "$OUT/l$r" || good=0
+    done
+    grep -qi 'signal\|bus error' "$OUT"/l[0-3] && good=0
+    if [ $good = 1 ]; then
+        ok "a lazy ring refused at its first frame: rank 0 says why, ranks 1-3 fail naming rank 0"
+    else
+        for r in 0 1 2 3; do echo "rank $r:"; cat "$OUT/l$r"; done >"$OUT/l"
+        bad "a lazy ring refused at its first frame: not every rank said what it should" "$OUT/l"
+    fi
+else
+    bad "cannot build the first-frame madvise shim" "$OUT/cc1.log"
 fi
 # 8 ranks, a host each: no local peer, no ring pages; tcp between them
 env WEFT_TIMEOUT=20 timeout 90 unshare -m sh -c \

@@ -145,6 +145,10 @@ typedef struct shm_local {
     size_t fit;                     /* the host's rings' size where /dev/shm is small
                                        (host_fit; 0: not worked out yet) */
     uint64_t least_free;            /* the least free /dev/shm a rank of the host saw */
+    int populate;                   /* madvise(MADV_POPULATE_WRITE) works here: 1, 0, or
+                                       -1 not asked yet (lazy_rings) */
+    int lazy_peers, tx_taken, rx_taken;   /* lazy rings: peers, and of their rings those
+                                             taken at a first frame (closed endpoints) */
 } shm_local_t;
 
 
@@ -176,6 +180,9 @@ typedef struct shm_ep {
     char *tx_data;
     uint64_t tx_size, tx_tail, tx_head_seen, tx_key;
     int tx_blocked;                 /* the last send found no room (check_alive) */
+    int tx_ready, rx_ready;         /* the ring's data pages are taken (lazy: at first
+                                       use, ring_ready; else at connect) */
+    int lazy;                       /* lazy_rings said so at connect */
     int peer_fd;                    /* the peer's segment, where its pid means nothing
                                        here (another pid namespace): its lock says
                                        whether it lives; else -1 */
@@ -306,6 +313,7 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
     if (l == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
     l->fd = -1;
+    l->populate = -1;
     size_t ring = align_up(comm->cfg.buffsize, 4096);
     l->bytes = SEG_HDR_BYTES + (size_t)comm->nranks * slot_bytes(ring);
     /* a random part, tried again on a name taken: the name travels in the address */
@@ -528,6 +536,44 @@ static int take_slot(int fd, size_t off, size_t bytes)
     return fe == 0 ? 0 : -1;
 }
 
+/* Whether a ring's data pages may wait for its first use (ring_ready), where most
+ * pairs of a host never exchange a frame (a ring algorithm talks to 2 neighbours):
+ * at 64 ranks on one host, 63 rings a rank of 3 MB each took 22 s of init to take and
+ * map (3 s with them lazy) and 12 GB of /dev/shm whatever ran. Only where both rings'
+ * sizes came from the host's budget (shm_addr_t.fits: half of the free space, so a
+ * later take finds room unless something else filled /dev/shm meanwhile; a size the
+ * user set is taken at connect, where too large fails init, saying so) and where the
+ * kernel can take pages with an errno instead of a SIGBUS (MADV_POPULATE_WRITE, Linux
+ * 5.14: asked once, on the segment's header page, which is ours already). */
+static int lazy_rings(shm_local_t *l, const shm_addr_t *peer, const shm_addr_t *me)
+{
+    if (l->populate < 0) {
+#ifdef MADV_POPULATE_WRITE
+        l->populate = madvise(l->base, SEG_HDR_BYTES, MADV_POPULATE_WRITE) == 0;
+#else
+        l->populate = 0;
+#endif
+    }
+    return l->populate && peer->fits && me->fits && l->fit != SIZE_MAX;
+}
+
+/* A lazy ring's data pages, at this end's first use of it (the sender's first frame,
+ * the receiver's first look for one): both ends take the same pages, the second finds
+ * them. Where /dev/shm has filled up since init, the call fails saying so. */
+static weft_status_t ring_ready(shm_ep_t *e, int tx)
+{
+    if (ring_populate(tx ? e->tx_data : e->rx_data, tx ? e->tx_size : e->rx_size) != 0) {
+        int full = errno == EFAULT;
+        return weft_error(WEFT_ERR_SYSTEM, "shm: %s for the ring %s rank %d (%llu bytes, "
+                          "taken at its first frame)%s%s", full ? "no room in /dev/shm" :
+                          "no memory", tx ? "to" : "from", e->base.peer,
+                          (unsigned long long)(tx ? e->tx_size : e->rx_size),
+                          full ? "" : ": ", full ? SHM_FULL_HINT : strerror(errno));
+    }
+    *(tx ? &e->tx_ready : &e->rx_ready) = 1;
+    return WEFT_OK;
+}
+
 static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
 {
     shm_local_t *l = tp_ctx(comm, &tp_shm_ops);
@@ -584,15 +630,21 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
         free(e);
         return weft_error(WEFT_ERR_NO_MEMORY, "shm: out of memory");
     }
-    int taken = take_slot(l->fd, (size_t)(rx_slot - l->base), slot_bytes(e->rx_size)) == 0 &&
+    /* lazy: the control page now (both ends post states there), the rest at first use */
+    int lazy = lazy_rings(l, &a, &me);
+    size_t first = 4096 - CTL_BYTES;    /* the data that shares the control's page */
+    int taken = take_slot(l->fd, (size_t)(rx_slot - l->base),
+                          lazy ? 4096 : slot_bytes(e->rx_size)) == 0 &&
                 take_slot(pfd, (size_t)(tx_slot - (char *)e->peer_map),
-                          slot_bytes(e->tx_size)) == 0;
+                          lazy ? 4096 : slot_bytes(e->tx_size)) == 0;
     int errno_taken = errno;
     if (e->peer_fd < 0)
         close(pfd);
     errno = errno_taken;
-    if (!taken || ring_populate(e->rx_data, e->rx_size) != 0 ||
-        ring_populate(e->tx_data, e->tx_size) != 0) {
+    e->tx_ready = e->rx_ready = !lazy;
+    e->lazy = lazy;
+    if (!taken || ring_populate(e->rx_data, lazy ? first : e->rx_size) != 0 ||
+        ring_populate(e->tx_data, lazy ? first : e->tx_size) != 0) {
         int full = errno == EFAULT;
         st = weft_error(WEFT_ERR_SYSTEM, "shm: %s for the rings from and to rank %d (%zu and "
                         "%zu bytes)%s%s", full ? "no room in /dev/shm" : "no memory",
@@ -624,6 +676,10 @@ static void shm_local_cleanup(weft_comm_t *comm)
     shm_local_t *l = tp_ctx(comm, &tp_shm_ops);
     if (l == NULL)
         return;
+    if (l->lazy_peers)
+        LOG_INFO(LOG_SHM, "shm: rank %d: of the rings with its %d local peers, %d to and %d "
+                 "from them carried frames (their pages taken then); the others took none",
+                 comm->rank, l->lazy_peers, l->tx_taken, l->rx_taken);
     if (!l->unlinked)
         shm_unlink(l->name);
     if (l->fd >= 0)
@@ -701,6 +757,8 @@ static void copy_in(shm_ep_t *e, void *dst, const void *src, size_t n)
 static weft_status_t shm_send(tp_ep_t *ep, const frame_hdr_t *hdr, const void *payload)
 {
     shm_ep_t *e = (shm_ep_t *)ep;
+    if (!e->tx_ready)
+        RETURN_IF_ERR(ring_ready(e, 1));
     uint64_t total = frame_bytes(hdr->len);
     uint64_t pos = e->tx_tail % e->tx_size, contig = e->tx_size - pos;
     uint64_t need = contig < total ? contig + total : total;
@@ -731,6 +789,8 @@ static weft_status_t shm_recv_peek(tp_ep_t *ep, const frame_hdr_t **hdr_p,
                                    const void **payload_p)
 {
     shm_ep_t *e = (shm_ep_t *)ep;
+    if (!e->rx_ready)
+        RETURN_IF_ERR(ring_ready(e, 0));
     if (!frame_waiting(e))
         return WEFT_IN_PROGRESS;
     uint64_t pos = e->rx_head % e->rx_size;
@@ -788,7 +848,7 @@ static weft_status_t shm_check_alive(tp_ep_t *ep)
     /* what it sent is read before its departure counts; but a send to an exited peer
      * that found no room never goes (nothing drains its ring), whatever waits here: an
      * in-place receive behind that send waited until WEFT_TIMEOUT (before 2026-11-28) */
-    if (frame_waiting(e) && !(exited && e->tx_blocked))
+    if (e->rx_ready && frame_waiting(e) && !(exited && e->tx_blocked))
         return WEFT_OK;
     if (exited && e->peer_fd >= 0)     /* its pid means nothing here */
         return weft_error(WEFT_ERR_PEER_LOST, "shm: rank %d (in another pid namespace) has "
@@ -977,6 +1037,11 @@ static void shm_fork_child(tp_ep_t *ep)
 static void shm_close(tp_ep_t *ep)
 {
     shm_ep_t *e = (shm_ep_t *)ep;
+    if (e->lazy) {
+        e->local->lazy_peers++;
+        e->local->tx_taken += e->tx_ready;
+        e->local->rx_taken += e->rx_ready;
+    }
     shm_abort(ep);          /* a peer still waiting on us must not wait for our pid */
     if (e->peer_fd >= 0)
         close(e->peer_fd);
