@@ -19,6 +19,12 @@
  *                        sends again and makes a file, which R waits for outside weft
  *                        before it receives (ib's eager slots, made at connect)
  *
+ *   probe_lazy dups      two splits of all ranks made before any frame, then an
+ *                        all-to-all of 256K per rank on each of the three communicators
+ *                        (every pair's ring of each): where /dev/shm is small, rings
+ *                        taken at their first frame must still fit, the splits'
+ *                        budgets leaving out the rings promised before them (shm)
+ *
  * Prints "ok"/"FAIL" lines; exit status 1 on any failure. alarm(60) bounds a hang.
  */
 #include <stdint.h>
@@ -140,6 +146,33 @@ static void elsewhere(weft_comm_t *comm, int rank, int n)
     weft_comm_destroy(child);
 }
 
+static void dups(weft_comm_t *comm, int rank, int n)
+{
+    weft_comm_t *c[3] = { comm, NULL, NULL };
+    for (int k = 1; k < 3; k++)
+        check(rank, weft_comm_split(comm, 0, rank, &c[k]) == WEFT_OK, "split before traffic");
+    size_t per = 64 << 10;      /* floats per rank: 256K */
+    float *out = malloc(per * n * sizeof(float)), *in = malloc(per * n * sizeof(float));
+    for (int k = 0; k < 3 && c[k] && out && in; k++) {
+        for (size_t i = 0; i < per * n; i++)
+            out[i] = (float)(rank * 1000 + (int)(i / per) + k);
+        weft_status_t st = weft_alltoall(out, in, per, WEFT_FLOAT32, c[k]);
+        size_t bad = 0;
+        for (int p = 0; st == WEFT_OK && p < n; p++)
+            for (size_t i = 0; i < per; i++)
+                bad += in[(size_t)p * per + i] != (float)(p * 1000 + rank + k);
+        char msg[96];
+        snprintf(msg, sizeof(msg), "all-to-all on communicator %d: %s, %zu wrong", k,
+                 weft_status_str(st), bad);
+        check(rank, st == WEFT_OK && bad == 0, msg);
+    }
+    free(out);
+    free(in);
+    for (int k = 1; k < 3; k++)
+        if (c[k])
+            weft_comm_destroy(c[k]);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -156,8 +189,11 @@ int main(int argc, char **argv)
         crossed(comm, rank, n);
     } else if (!strcmp(mode, "elsewhere") && n >= 2) {
         elsewhere(comm, rank, n);
+    } else if (!strcmp(mode, "dups")) {
+        dups(comm, rank, n);
     } else {
-        fprintf(stderr, "usage: probe_lazy ring|crossed|elsewhere (elsewhere: 2 ranks or more)\n");
+        fprintf(stderr, "usage: probe_lazy ring|crossed|elsewhere|dups (elsewhere: 2 ranks "
+                "or more)\n");
         weft_comm_destroy(comm);
         return 2;
     }

@@ -160,7 +160,18 @@ typedef struct shm_addr {
     uint64_t shm_free;              /* bytes free in its /dev/shm at setup (0: unknown) */
     uint64_t fits;                  /* 1: its rings shrink to the host's fit (WEFT_BUFFSIZE
                                        unset), 0: they keep its WEFT_BUFFSIZE */
+    uint64_t promised;              /* bytes of its process's lazy rings (any
+                                       communicator) not taken yet at setup: free space
+                                       already spoken for (shm_promised) */
 } shm_addr_t;
+
+/* This process's lazy rings' bytes not taken yet, over all its communicators: the
+ * rings in its own segments, counted from connect until the owner's first look at them
+ * (ring_ready) or their close. A later communicator's budget (host_fit) leaves them out
+ * of the free space it sees, as it did when they were taken at init: before, a split or
+ * dup made before any traffic saw the parent's rings' space as free and overcommitted
+ * /dev/shm, which failed at a ring's first frame (from a review). */
+static uint64_t shm_promised;
 _Static_assert(sizeof(shm_addr_t) <= TP_ADDR_BYTES, "shm address fits the blob");
 
 /* A rank's shm address, 0 when it published none. */
@@ -183,6 +194,7 @@ typedef struct shm_ep {
     int tx_ready, rx_ready;         /* the ring's data pages are taken (lazy: at first
                                        use, ring_ready; else at connect) */
     int lazy;                       /* lazy_rings said so at connect */
+    uint64_t promise;               /* what this ring adds to shm_promised until taken */
     int peer_fd;                    /* the peer's segment, where its pid means nothing
                                        here (another pid namespace): its lock says
                                        whether it lives; else -1 */
@@ -386,6 +398,7 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
     uint64_t shm_free = fstatvfs(fd, &vs) == 0 ? (uint64_t)vs.f_bavail * vs.f_frsize : 0;
     shm_addr_t a = { .cma_probe_addr = (uint64_t)(uintptr_t)&l->cma_probe,
                      .cma_probe_val = l->cma_probe, .shm_free = shm_free,
+                     .promised = __atomic_load_n(&shm_promised, __ATOMIC_RELAXED),
                      .fits = !comm->cfg.buffsize_given };
     snprintf(a.name, sizeof(a.name), "%s", l->name);
     memcpy(addr->blob, &a, sizeof(a));
@@ -405,20 +418,22 @@ static weft_status_t shm_local_setup(weft_comm_t *comm, tp_addr_t *addr)
  * ranks needed 224 MB, and init failed in a container's default 64 MB /dev/shm. */
 static size_t host_fit(const weft_comm_t *comm, uint64_t *least_p)
 {
-    uint64_t least = 0, n = 0;
+    uint64_t least = 0, n = 0, promised = 0;
     for (int p = 0; p < comm->nranks; p++) {
         shm_addr_t a;
         if (!shm_can_connect(comm, &comm->peers[comm->rank], &comm->peers[p]) ||
             !shm_addr_of(&comm->peers[p], &a))
             continue;
         n++;
+        promised += a.promised;     /* lazy rings of earlier communicators (shm_promised) */
         if (a.shm_free && (least == 0 || a.shm_free < least))
             least = a.shm_free;
     }
     *least_p = least;
     if (n < 2 || least == 0)
         return SIZE_MAX;
-    uint64_t per = least / 2 / (n * (n - 1));
+    uint64_t avail = least > promised ? least - promised : 0;
+    uint64_t per = avail / 2 / (n * (n - 1));
     per = per > CTL_BYTES ? (per - CTL_BYTES) & ~(uint64_t)4095 : 0;
     return (size_t)WEFT_MAX(per, (uint64_t)64 << 10);
 }
@@ -562,7 +577,18 @@ static int lazy_rings(shm_local_t *l, const shm_addr_t *peer, const shm_addr_t *
  * them. Where /dev/shm has filled up since init, the call fails saying so. */
 static weft_status_t ring_ready(shm_ep_t *e, int tx)
 {
-    if (ring_populate(tx ? e->tx_data : e->rx_data, tx ? e->tx_size : e->rx_size) != 0) {
+    /* the advice alone: never the stores ring_populate falls back to where the advice is
+     * unknown (lazy_rings found it known), which would SIGBUS on a full tmpfs */
+    char *data = tx ? e->tx_data : e->rx_data;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)data & ~(page - 1);
+    size_t size = tx ? e->tx_size : e->rx_size;
+#ifdef MADV_POPULATE_WRITE
+    int rc = madvise((void *)lo, (uintptr_t)data + size - lo, MADV_POPULATE_WRITE);
+#else
+    int rc = -1;
+    errno = EINVAL;
+#endif
+    if (rc != 0) {
         int full = errno == EFAULT;
         return weft_error(WEFT_ERR_SYSTEM, "shm: %s for the ring %s rank %d (%llu bytes, "
                           "taken at its first frame)%s%s", full ? "no room in /dev/shm" :
@@ -571,6 +597,10 @@ static weft_status_t ring_ready(shm_ep_t *e, int tx)
                           full ? "" : ": ", full ? SHM_FULL_HINT : strerror(errno));
     }
     *(tx ? &e->tx_ready : &e->rx_ready) = 1;
+    if (!tx) {                      /* our ring: taken now (by us or by its sender) */
+        __atomic_sub_fetch(&shm_promised, e->promise, __ATOMIC_RELAXED);
+        e->promise = 0;
+    }
     return WEFT_OK;
 }
 
@@ -657,6 +687,8 @@ static weft_status_t shm_connect(weft_comm_t *comm, int peer, tp_ep_t **ep_p)
         free(e);
         return st;
     }
+    e->promise = lazy ? slot_bytes(e->rx_size) - 4096 : 0;   /* our ring: its data pages */
+    __atomic_add_fetch(&shm_promised, e->promise, __ATOMIC_RELAXED);
     *ep_p = &e->base;
     return WEFT_OK;
 }
@@ -848,7 +880,9 @@ static weft_status_t shm_check_alive(tp_ep_t *ep)
     /* what it sent is read before its departure counts; but a send to an exited peer
      * that found no room never goes (nothing drains its ring), whatever waits here: an
      * in-place receive behind that send waited until WEFT_TIMEOUT (before 2026-11-28) */
-    if (e->rx_ready && frame_waiting(e) && !(exited && e->tx_blocked))
+    /* (a ring not taken yet: rx_head is 0 until the first look, so frame_waiting reads
+     * only the first line of the data, in the control page taken at connect) */
+    if (frame_waiting(e) && !(exited && e->tx_blocked))
         return WEFT_OK;
     if (exited && e->peer_fd >= 0)     /* its pid means nothing here */
         return weft_error(WEFT_ERR_PEER_LOST, "shm: rank %d (in another pid namespace) has "
@@ -1037,6 +1071,7 @@ static void shm_fork_child(tp_ep_t *ep)
 static void shm_close(tp_ep_t *ep)
 {
     shm_ep_t *e = (shm_ep_t *)ep;
+    __atomic_sub_fetch(&shm_promised, e->promise, __ATOMIC_RELAXED);
     if (e->lazy) {
         e->local->lazy_peers++;
         e->local->tx_taken += e->tx_ready;
