@@ -51,8 +51,8 @@ static weft_status_t ensure_state(weft_comm_t *comm, const sched_t *s)
 
 /* Points the per-step state at op's schedule, from its first step. The cursors of the
  * peers outside it are -1 already: every queue of the op before (or of a probe schedule
- * before this one) ended at -1, and an op that failed failed its communicator, so none
- * runs after it. Only the schedule's peers are visited, here and in every pass: a small
+ * before this one) ended at -1, and finish_head puts a failed op's back (an op that
+ * failed failed its communicator, so none runs after it anyway). Only the schedule's peers are visited, here and in every pass: a small
  * call on a communicator of thousands of ranks touches the few it talks to. */
 static weft_status_t begin_schedule(weft_comm_t *comm, comm_op_t *op)
 {

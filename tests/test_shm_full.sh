@@ -168,19 +168,27 @@ rank0_job() {
     done
     wait
 }
+# judge_ranks TAG P0 PN WHAT: rank0_job's ranks said what they should: rank 0 matches P0,
+# ranks 1-3 PN (extended regexps) and none ran the all-reduce; no rank died of a signal
+judge_ranks() {
+    local tag=$1 p0=$2 pn=$3 what=$4 good=1 r
+    grep -Eq "$p0" "$OUT/${tag}0" || good=0
+    for r in 1 2 3; do
+        grep -Eq "$pn" "$OUT/$tag$r" && ! grep -q '^ *1048576 ' "$OUT/$tag$r" || good=0
+    done
+    grep -qi 'signal\|bus error' "$OUT/$tag"[0-3] && good=0
+    if [ $good = 1 ]; then
+        ok "$what"
+    else
+        for r in 0 1 2 3; do echo "rank $r:"; cat "$OUT/$tag$r"; done >"$OUT/$tag"
+        bad "$what: not every rank said what it should" "$OUT/$tag"
+    fi
+}
 # rank 0's rings refused: the others blame rank 0
 if rank0_job r 1; then
-    good=1
-    grep -q 'init failed: system error: shm: no memory for the rings' "$OUT/r0" || good=0
-    for r in 1 2 3; do
-        grep -q 'init failed: peer lost: .*rank 0' "$OUT/r$r" || good=0
-    done
-    if [ $good = 1 ]; then
-        ok "rank 0's rings refused: it says why, ranks 1-3 fail naming rank 0"
-    else
-        for r in 0 1 2 3; do echo "rank $r:"; cat "$OUT/r$r"; done >"$OUT/r"
-        bad "rank 0's rings refused: not every rank said what it should" "$OUT/r"
-    fi
+    judge_ranks r 'init failed: system error: shm: no memory for the rings' \
+        'init failed: peer lost: .*rank 0' \
+        "rank 0's rings refused: it says why, ranks 1-3 fail naming rank 0"
 else
     bad "cannot build the rank-0 madvise shim" "$OUT/ccr.log"
 fi
@@ -222,19 +230,9 @@ fi
 # more than a page refused, ENOMEM: /dev/shm or the memory filled up after init): rank 0's
 # call fails saying so, the others' calls fail naming rank 0, nobody dies of a signal
 if rank0_job l 'n > 4096'; then
-    good=1
-    grep -q 'shm: no memory for the ring .* rank [1-3] (.*taken at its first frame)' "$OUT/l0" || good=0
-    for r in 1 2 3; do
-        grep -Eq 'rank 0 failed \(system error\)|rank 0 \(pid [0-9]+\) has exited' "$OUT/l$r" &&
-            ! grep -q '^ *1048576 ' "$OUT/l$r" || good=0
-    done
-    grep -qi 'signal\|bus error' "$OUT"/l[0-3] && good=0
-    if [ $good = 1 ]; then
-        ok "a lazy ring refused at its first frame: rank 0 says why, ranks 1-3 fail naming rank 0"
-    else
-        for r in 0 1 2 3; do echo "rank $r:"; cat "$OUT/l$r"; done >"$OUT/l"
-        bad "a lazy ring refused at its first frame: not every rank said what it should" "$OUT/l"
-    fi
+    judge_ranks l 'shm: no memory for the ring .* rank [1-3] \(.*taken at its first frame\)' \
+        'rank 0 failed \(system error\)|rank 0 \(pid [0-9]+\) has exited' \
+        "a lazy ring refused at its first frame: rank 0 says why, ranks 1-3 fail naming rank 0"
 else
     bad "cannot build the first-frame madvise shim" "$OUT/ccl.log"
 fi

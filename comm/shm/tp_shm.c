@@ -553,8 +553,8 @@ static int take_slot(int fd, size_t off, size_t bytes)
 
 /* Whether a ring's data pages may wait for its first use (ring_ready), where most
  * pairs of a host never exchange a frame (a ring algorithm talks to 2 neighbours):
- * at 64 ranks on one host, 63 rings a rank of 3 MB each took 22 s of init to take and
- * map (3 s with them lazy) and 12 GB of /dev/shm whatever ran. Only where both rings'
+ * at 64 ranks on one host here, 63 rings a rank of 3 MB each made a job that only
+ * inits take 10-16 s (0.6 s with them lazy: docs/PERF.md) and 12 GB of /dev/shm. Only where both rings'
  * sizes came from the host's budget (shm_addr_t.fits: half of the free space, so a
  * later take finds room unless something else filled /dev/shm meanwhile; a size the
  * user set is taken at connect, where too large fails init, saying so) and where the
